@@ -1,0 +1,256 @@
+//! The connection to one Redis server that every lock handle of a process shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, Script};
+
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+use crate::mutex::{Mutex, MutexOptions};
+
+/// How a [`Client`] talks to Redis: bounded connect and response times, bounded reconnects.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_locks::ClientOptions;
+///
+/// let options = ClientOptions::default()
+///     .connect_timeout(Duration::from_millis(500))
+///     .response_timeout(Duration::from_secs(1));
+/// assert_eq!(options.get_response_timeout(), Duration::from_secs(1));
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    reconnect_attempts: usize,
+}
+
+impl Default for ClientOptions {
+    /// 2 s to connect, 2 s for each reply, 3 reconnect attempts.
+    fn default() -> Self {
+        ClientOptions {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            reconnect_attempts: 3,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// How long one attempt to open a connection may take.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a request may wait for its reply before it fails with [`Error::Connection`].
+    /// Keep it well below the leases you use: a lock call blocked longer than its lease is of
+    /// no use.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How many times a broken connection is re-opened (with exponential backoff) before
+    /// requests fail.
+    pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
+        self.reconnect_attempts = attempts;
+        self
+    }
+
+    /// The connect timeout in force.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The response timeout in force.
+    pub fn get_response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+}
+
+/// A connection to one Redis server, shared by every lock handle made from it. Cheap to clone.
+///
+/// Requests go over one multiplexed connection (redis-rs's `ConnectionManager`), so a process
+/// needs one `Client` per server, not one per lock.
+///
+/// # Behavior
+/// - A dropped connection is re-opened in the background; requests made meanwhile fail with
+///   [`Error::Connection`] rather than wait.
+/// - No request is ever retried by this crate: a failed release or extension has an unknown
+///   outcome, and the lease bounds it.
+/// - A request that gets no reply within the response timeout fails with [`Error::Connection`].
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = test_support::RedisServer::start()?;
+/// # let url = server.url();
+/// let client = redis_locks::Client::connect(&url).await?;
+/// let mutex = client.mutex("jobs:nightly")?;
+/// let guard = mutex.try_lock().await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: ConnectionManager,
+    url: String,
+    options: ClientOptions,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &redact(&self.inner.url))
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to the Redis server at `url` (`redis://host:port/db`) with default options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] for a URL that does not parse; [`Error::Connection`] when the
+    /// server cannot be reached within the connect timeout and reconnect attempts.
+    pub async fn connect(url: &str) -> Result<Client> {
+        Client::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connects to the Redis server at `url` with the given options.
+    ///
+    /// # Errors
+    /// As [`Client::connect`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the half-made connection; nothing is left behind.
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Client> {
+        let client = redis::Client::open(url).map_err(|source| Error::InvalidUrl {
+            url: redact(url),
+            source,
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.response_timeout))
+            .set_number_of_retries(options.reconnect_attempts)
+            .set_max_delay(Duration::from_secs(1));
+        // The manager retries the first connection too; bound the whole of it so an unreachable
+        // server fails in a known time.
+        let budget = (options.connect_timeout + Duration::from_secs(1))
+            * (options.reconnect_attempts as u32 + 1);
+        let connect = ConnectionManager::new_with_config(client, config);
+        let connection = match tokio::time::timeout(budget, connect).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(source)) => return Err(Error::Connection { phase: "connect", source }),
+            Err(_) => {
+                return Err(Error::Connection {
+                    phase: "connect",
+                    source: redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection within {budget:?}"),
+                    )),
+                });
+            }
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                connection,
+                url: url.to_string(),
+                options,
+            }),
+        })
+    }
+
+    /// A [`Mutex`] handle for the lock `name`, with default options (a 30 s lease).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty name, one over 1024 bytes, or one with `}` but no
+    /// hash tag (see [`LockKeys`]).
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        self.mutex_with(name, MutexOptions::default())
+    }
+
+    /// A [`Mutex`] handle for the lock `name` with the given options.
+    ///
+    /// # Errors
+    /// As [`Client::mutex`].
+    pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
+        Ok(Mutex::new(self.clone(), LockKeys::new(name)?, options))
+    }
+
+    /// The options this client was made with.
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.options
+    }
+
+    /// A clone of the underlying multiplexed connection, for commands of your own on the same
+    /// server (the fenced resource of your application, say).
+    pub fn connection(&self) -> ConnectionManager {
+        self.inner.connection.clone()
+    }
+
+    /// Runs one of the crate's scripts and sorts any failure into the crate's error type.
+    pub(crate) async fn run_script<T: FromRedisValue>(
+        &self,
+        phase: &'static str,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut connection = self.inner.connection.clone();
+        invocation
+            .invoke_async::<T>(&mut connection)
+            .await
+            .map_err(|err| match err.kind() {
+                redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse => {
+                    Error::UnexpectedReply {
+                        phase,
+                        detail: err.to_string(),
+                    }
+                }
+                _ => Error::from_redis(phase, keys.first().copied().unwrap_or_default(), err),
+            })
+    }
+}
+
+/// The URL with any password replaced, for messages and `Debug`.
+fn redact(url: &str) -> String {
+    match url.split_once('@') {
+        Some((head, tail)) => match head.rsplit_once(':') {
+            Some((scheme_user, _password)) if scheme_user.contains("//") => {
+                format!("{scheme_user}:***@{tail}")
+            }
+            _ => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_passwords_only() {
+        assert_eq!(redact("redis://:secret@host:6000"), "redis://:***@host:6000");
+        assert_eq!(redact("redis://user:secret@host"), "redis://user:***@host");
+        assert_eq!(redact("redis://host:6000/2"), "redis://host:6000/2");
+    }
+}

@@ -1,0 +1,237 @@
+//! The guard an acquisition returns, and the release a dropped guard still owes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, LostReason, Result};
+use crate::key::LockKeys;
+use crate::lease::{lease_deadline, lease_millis};
+use crate::scripts::{MUTEX_EXTEND, MUTEX_RELEASE};
+use crate::token::{FencingToken, OwnerToken};
+
+/// A release this process owes the server: made before an acquire request goes out, and paid
+/// either by an explicit release or, when dropped while still armed, by a background task.
+/// This is what makes a cancelled `lock()` and a dropped guard leave nothing behind beyond the
+/// time the release takes.
+pub(crate) struct OwedRelease {
+    client: Client,
+    keys: Arc<LockKeys>,
+    owner: OwnerToken,
+    armed: bool,
+}
+
+impl OwedRelease {
+    pub(crate) fn new(client: Client, keys: Arc<LockKeys>, owner: OwnerToken) -> OwedRelease {
+        OwedRelease {
+            client,
+            keys,
+            owner,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
+
+    pub(crate) fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Nothing is owed any more (the server said the lock was not granted).
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// Releases now and says whether the lock was still ours. If this future is dropped before
+    /// the reply, the release is still paid in the background.
+    pub(crate) async fn pay(mut self) -> Result<()> {
+        let outcome = release(&self.client, &self.keys, &self.owner).await;
+        // A connection error leaves the outcome unknown; the background release would meet
+        // the same broken connection, and the lease bounds the lock anyway.
+        self.armed = false;
+        outcome
+    }
+}
+
+impl Drop for OwedRelease {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (client, keys, owner) = (self.client.clone(), self.keys.clone(), self.owner.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    match release(&client, &keys, &owner).await {
+                        Ok(()) => tracing::debug!(lock = keys.name(), "released in background"),
+                        Err(err) => tracing::debug!(lock = keys.name(), %err, "background release"),
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                lock = keys.name(),
+                "lock dropped outside a Tokio runtime; its lease will end it"
+            ),
+        }
+    }
+}
+
+/// The owner-checked release, as one script call.
+async fn release(client: &Client, keys: &LockKeys, owner: &OwnerToken) -> Result<()> {
+    let reply: i64 = client
+        .run_script("release", &MUTEX_RELEASE, &[keys.lock()], &[owner.as_str()])
+        .await?;
+    owner_reply(keys, "release", reply)
+}
+
+/// Maps the `1 / 0 / -1` reply of the owner-checked scripts.
+fn owner_reply(keys: &LockKeys, phase: &'static str, reply: i64) -> Result<()> {
+    match reply {
+        1 => Ok(()),
+        0 => Err(Error::NotHeld {
+            name: keys.name().to_string(),
+            reason: LostReason::Expired,
+        }),
+        -1 => Err(Error::NotHeld {
+            name: keys.name().to_string(),
+            reason: LostReason::Taken,
+        }),
+        other => Err(Error::UnexpectedReply {
+            phase,
+            detail: format!("{other}"),
+        }),
+    }
+}
+
+/// Proof that this process holds a [`Mutex`](crate::Mutex): its fencing token and its lease.
+///
+/// The lock is held until [`release`](MutexGuard::release) or until the lease runs out,
+/// whichever comes first; check [`lease_remaining`](MutexGuard::lease_remaining) before acting
+/// on the protected resource, and pass [`fencing_token`](MutexGuard::fencing_token) along with
+/// every write so the resource can refuse a stale holder.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = test_support::RedisServer::start()?;
+/// use std::time::Duration;
+/// let client = redis_locks::Client::connect(&server.url()).await?;
+/// let guard = client.mutex("report")?.lock().await?;
+/// assert!(guard.lease_remaining() > Duration::from_secs(25));
+/// guard.extend(Duration::from_secs(60)).await?;
+/// assert!(guard.lease_remaining() > Duration::from_secs(55));
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Drop behaviour
+/// Dropping a guard without calling [`release`](MutexGuard::release) releases the lock in a
+/// background task on the current Tokio runtime: the drop never blocks. Outside a runtime
+/// nothing can be sent, and the lease ends the lock. Prefer `release().await`, which reports
+/// whether the lock was still held.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct MutexGuard {
+    owed: OwedRelease,
+    token: FencingToken,
+    deadline: std::sync::Mutex<Instant>,
+}
+
+impl std::fmt::Debug for MutexGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("name", &self.name())
+            .field("fencing_token", &self.token)
+            .field("lease_remaining", &self.lease_remaining())
+            .finish()
+    }
+}
+
+impl MutexGuard {
+    pub(crate) fn new(owed: OwedRelease, token: FencingToken, deadline: Instant) -> MutexGuard {
+        MutexGuard {
+            owed,
+            token,
+            deadline: std::sync::Mutex::new(deadline),
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.owed.keys().name()
+    }
+
+    /// This acquisition's fencing token: greater than that of every earlier holder of the lock.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The random owner token stored in the lock key while this guard holds it.
+    pub fn owner_token(&self) -> &OwnerToken {
+        self.owed.owner()
+    }
+
+    /// The instant (local monotonic clock) until which the lock is certainly held: the lease
+    /// counted from when the acquire or extend request was *sent*, less a drift allowance.
+    pub fn lease_deadline(&self) -> Instant {
+        *self.deadline.lock().expect("deadline lock is never poisoned")
+    }
+
+    /// How much of the lease is certainly left; zero once it may have run out.
+    pub fn lease_remaining(&self) -> Duration {
+        self.lease_deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Sets the lease to `lease` from now, if the lock is still this guard's.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDuration`] for a lease under 1 ms or over 100 years;
+    /// [`Error::NotHeld`] when the lock is gone or another owner's (nothing was changed);
+    /// [`Error::Connection`] when the outcome is unknown (the old lease still bounds it).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have extended the lease; the guard keeps its old
+    /// deadline, which is never later than the truth.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        let millis = lease_millis(lease)?.to_string();
+        let keys = self.owed.keys();
+        let sent_at = Instant::now();
+        let reply: i64 = self
+            .owed
+            .client()
+            .run_script(
+                "extend",
+                &MUTEX_EXTEND,
+                &[keys.lock()],
+                &[self.owed.owner().as_str(), &millis],
+            )
+            .await?;
+        owner_reply(keys, "extend", reply)?;
+        *self.deadline.lock().expect("deadline lock is never poisoned") =
+            lease_deadline(sent_at, lease);
+        Ok(())
+    }
+
+    /// Releases the lock and says whether it was still this guard's.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] with [`LostReason::Expired`] when the lease had run out,
+    /// [`LostReason::Taken`] when another owner holds the lock now (it is left untouched);
+    /// [`Error::Connection`] when the outcome is unknown: the lease then ends the lock.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before the reply still releases the lock, in the background.
+    pub async fn release(self) -> Result<()> {
+        self.owed.pay().await
+    }
+}

@@ -1,0 +1,106 @@
+//! Lock names and the Redis keys behind them, all in one Redis Cluster hash slot.
+//!
+//! For a lock name `K`:
+//! - if `K` has a hash tag (a `{`, later a `}`, at least one character between), the lock key
+//!   is `K` and every companion key is `K` + suffix: they share `K`'s tag;
+//! - otherwise the lock key is `K` and the companions are `{K}` + suffix: their tag is all of
+//!   `K`, which hashes like `K` itself.
+//!
+//! A name without a hash tag that contains `}` cannot follow that rule (the `}` would end the
+//! companion's tag early), so it is refused; give such a name a hash tag instead.
+
+use crate::error::{Error, Result};
+
+/// The longest lock name accepted, in bytes. Redis allows longer keys, but a lock name this
+/// long is a mistake (a payload passed as a name), and every request carries it.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The Redis keys of one lock: the lock key itself and its companions, all in one slot.
+///
+/// ```
+/// use redis_locks::LockKeys;
+///
+/// let keys = LockKeys::new("jobs:nightly").unwrap();
+/// assert_eq!(keys.lock(), "jobs:nightly");
+/// assert_eq!(keys.fence(), "{jobs:nightly}:fence");
+///
+/// let tagged = LockKeys::new("{tenant-7}:cart").unwrap();
+/// assert_eq!(tagged.fence(), "{tenant-7}:cart:fence");
+///
+/// assert!(LockKeys::new("").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockKeys {
+    name: String,
+    lock: String,
+    prefix: String,
+}
+
+impl LockKeys {
+    /// Checks a lock name and derives its keys.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] when the name is empty, longer than [`MAX_NAME_LEN`] bytes, or
+    /// contains `}` without having a hash tag.
+    pub fn new(name: &str) -> Result<LockKeys> {
+        let invalid = |reason| Error::InvalidName {
+            name: name.to_string(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(invalid("a lock name must not be empty"));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(invalid("a lock name must be at most 1024 bytes"));
+        }
+        let prefix = if hash_tag(name).is_some() {
+            name.to_string()
+        } else if name.contains('}') {
+            return Err(invalid(
+                "a name with '}' but no hash tag cannot keep its keys in one cluster slot; \
+                 wrap the part that names the lock in braces, like {my}lock",
+            ));
+        } else {
+            format!("{{{name}}}")
+        };
+        Ok(LockKeys {
+            name: name.to_string(),
+            lock: name.to_string(),
+            prefix,
+        })
+    }
+
+    /// The lock name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The key that holds the owner token while the lock is held.
+    pub fn lock(&self) -> &str {
+        &self.lock
+    }
+
+    /// The fencing counter: an integer that only grows, one step per acquisition.
+    pub fn fence(&self) -> String {
+        self.companion("fence")
+    }
+
+    /// A companion key `<prefix>:<suffix>` in the lock's slot.
+    pub fn companion(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.prefix)
+    }
+}
+
+/// The part of `key` Redis Cluster hashes: the hash tag's content, if `key` has a hash tag.
+///
+/// ```
+/// use redis_locks::key::hash_tag;
+/// assert_eq!(hash_tag("{user:1}:cart"), Some("user:1"));
+/// assert_eq!(hash_tag("a{}b"), None);
+/// assert_eq!(hash_tag("plain"), None);
+/// ```
+pub fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let close = key[open + 1..].find('}')? + open + 1;
+    (close > open + 1).then(|| &key[open + 1..close])
+}

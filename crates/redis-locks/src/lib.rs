@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod client;
+mod error;
+mod guard;
+pub mod history;
+pub mod key;
+pub mod lease;
+mod mutex;
+mod scripts;
+mod state;
+mod token;
+mod wait;
+
+pub use client::{Client, ClientOptions};
+pub use error::{Error, LostReason, Result};
+pub use guard::MutexGuard;
+pub use key::LockKeys;
+pub use mutex::{DEFAULT_LEASE, DEFAULT_RETRY_DELAY, Mutex, MutexOptions};
+pub use state::{Holder, LockState};
+pub use token::{FencingToken, OwnerToken};

@@ -1,0 +1,293 @@
+//! `Mutex`: one holder at a time, with an owner token, a lease and a fencing token.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::{MutexGuard, OwedRelease};
+use crate::key::LockKeys;
+use crate::lease::{lease_deadline, lease_millis};
+use crate::scripts::{MUTEX_ACQUIRE, MUTEX_INSPECT};
+use crate::state::{Holder, LockState};
+use crate::token::{FencingToken, OwnerToken};
+use crate::wait::Backoff;
+
+/// The lease a [`Mutex`] grants when none is asked for.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The average pause between two attempts of a waiting `lock()`.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(25);
+
+/// How a [`Mutex`] acquires: the lease it asks for and how it waits.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_locks::MutexOptions;
+///
+/// let options = MutexOptions::default()
+///     .lease(Duration::from_secs(5))
+///     .retry_delay(Duration::from_millis(10));
+/// assert_eq!(options.get_lease(), Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MutexOptions {
+    lease: Duration,
+    retry_delay: Duration,
+}
+
+impl Default for MutexOptions {
+    /// A 30 s lease; waiters retry every 25 ms on average (jittered), or as soon as the
+    /// holder's lease ends if that is sooner.
+    fn default() -> Self {
+        MutexOptions {
+            lease: DEFAULT_LEASE,
+            retry_delay: DEFAULT_RETRY_DELAY,
+        }
+    }
+}
+
+impl MutexOptions {
+    /// The lease each acquisition asks for: how long the lock outlives a crashed holder.
+    /// Checked when the lock is taken (1 ms to 100 years).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The average pause between two attempts while waiting (each pause is drawn from
+    /// half to one and a half times it).
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// The lease in force.
+    pub fn get_lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The retry delay in force.
+    pub fn get_retry_delay(&self) -> Duration {
+        self.retry_delay
+    }
+}
+
+/// A distributed mutual-exclusion lock on one Redis server: at most one holder at a time.
+///
+/// The handle is cheap to clone and holds no lock by itself; each successful
+/// [`lock`](Mutex::lock) returns a [`MutexGuard`] with a fresh random owner token, a lease and
+/// a fencing token. Names follow the key layout of [`LockKeys`].
+///
+/// Waiting is not fair: a waiter retries after a jittered pause or when the holder's lease
+/// ends, so a process that releases and asks again at once may win again.
+///
+/// # When not to use it
+/// - For exclusion between tasks of one process, use `tokio::sync::Mutex`: it costs no
+///   network round trip.
+/// - Where a paused holder must never act after losing the lock, the lease alone is not
+///   enough; make the protected resource check [`MutexGuard::fencing_token`].
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = test_support::RedisServer::start()?;
+/// use std::time::Duration;
+/// use redis_locks::{Client, MutexOptions};
+///
+/// let client = Client::connect(&server.url()).await?;
+/// let mutex = client.mutex_with("jobs:nightly", MutexOptions::default().lease(Duration::from_secs(10)))?;
+///
+/// let guard = mutex.lock_timeout(Duration::from_secs(1)).await?;
+/// // Only one process gets here at a time.
+/// let busy = mutex.try_lock().await.unwrap_err();
+/// assert!(busy.is_held());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Mutex {
+    client: Client,
+    keys: Arc<LockKeys>,
+    options: MutexOptions,
+}
+
+/// What one acquire attempt found.
+enum Attempt {
+    Acquired(MutexGuard),
+    Held(Option<Duration>),
+}
+
+impl Mutex {
+    pub(crate) fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Mutex {
+        Mutex {
+            client,
+            keys: Arc::new(keys),
+            options,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    /// The Redis keys behind this lock.
+    pub fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    /// Tries once to take the lock.
+    ///
+    /// # Errors
+    /// [`Error::Held`] when another owner holds it, with how long its lease still runs;
+    /// [`Error::InvalidDuration`] for a lease out of range; [`Error::WrongType`] when the lock
+    /// key holds another Redis type; [`Error::Connection`] when Redis did not answer.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped after the request went out, the server may have granted the
+    /// lock; it is then released by owner token in a background task.
+    pub async fn try_lock(&self) -> Result<MutexGuard> {
+        match self.attempt().await? {
+            Attempt::Acquired(guard) => Ok(guard),
+            Attempt::Held(retry_after) => Err(Error::Held {
+                name: self.name().to_string(),
+                retry_after,
+            }),
+        }
+    }
+
+    /// Waits as long as it takes to take the lock.
+    ///
+    /// # Errors
+    /// As [`Mutex::try_lock`], except that a held lock is waited for, not reported.
+    ///
+    /// # Cancel safety
+    /// As [`Mutex::try_lock`]: dropping the future at any point leaves no lock behind beyond
+    /// the background release.
+    pub async fn lock(&self) -> Result<MutexGuard> {
+        self.acquire_until(None).await
+    }
+
+    /// Waits at most `wait` to take the lock; `Duration::ZERO` tries exactly once.
+    ///
+    /// # Errors
+    /// [`Error::WaitTimeout`] when the lock stayed held for all of `wait`, with the holder's
+    /// remaining lease at the last attempt; otherwise as [`Mutex::try_lock`].
+    ///
+    /// # Cancel safety
+    /// As [`Mutex::lock`].
+    pub async fn lock_timeout(&self, wait: Duration) -> Result<MutexGuard> {
+        self.acquire_until(Some(Instant::now() + wait)).await
+    }
+
+    /// Reads who holds the lock, for how long, and the fencing counter, in one step.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when a key of the lock holds another Redis type;
+    /// [`Error::Connection`] when Redis did not answer.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = test_support::RedisServer::start()?;
+    /// let client = redis_locks::Client::connect(&server.url()).await?;
+    /// let mutex = client.mutex("inventory")?;
+    /// assert!(mutex.state().await?.holder.is_none());
+    /// let guard = mutex.lock().await?;
+    /// let state = mutex.state().await?;
+    /// assert_eq!(state.holder.unwrap().fencing_token, guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub async fn state(&self) -> Result<LockState> {
+        let (owner, pttl, counter): (String, i64, u64) = self
+            .client
+            .run_script(
+                "inspect",
+                &MUTEX_INSPECT,
+                &[self.keys.lock(), &self.keys.fence()],
+                &[],
+            )
+            .await?;
+        let fencing_counter = (counter > 0).then_some(FencingToken::new(counter));
+        let holder = (!owner.is_empty()).then(|| Holder {
+            owner,
+            fencing_token: FencingToken::new(counter),
+            lease_remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+        });
+        Ok(LockState {
+            holder,
+            fencing_counter,
+        })
+    }
+
+    /// Whether anyone holds the lock right now.
+    ///
+    /// # Errors
+    /// As [`Mutex::state`].
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.state().await?.holder.is_some())
+    }
+
+    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
+        let started = Instant::now();
+        let backoff = Backoff::new(self.options.retry_delay);
+        loop {
+            let retry_after = match self.attempt().await? {
+                Attempt::Acquired(guard) => return Ok(guard),
+                Attempt::Held(retry_after) => retry_after,
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::WaitTimeout {
+                    name: self.name().to_string(),
+                    waited: started.elapsed(),
+                    retry_after,
+                });
+            }
+            backoff.pause(retry_after, deadline).await;
+        }
+    }
+
+    async fn attempt(&self) -> Result<Attempt> {
+        let millis = lease_millis(self.options.lease)?.to_string();
+        let owed = OwedRelease::new(self.client.clone(), self.keys.clone(), OwnerToken::random());
+        let sent_at = Instant::now();
+        let reply = self
+            .client
+            .run_script::<(i64, i64)>(
+                "acquire",
+                &MUTEX_ACQUIRE,
+                &[self.keys.lock(), &self.keys.fence()],
+                &[owed.owner().as_str(), &millis],
+            )
+            .await;
+        match reply {
+            Ok((1, token)) => {
+                let token = FencingToken::new(token as u64);
+                let deadline = lease_deadline(sent_at, self.options.lease);
+                Ok(Attempt::Acquired(MutexGuard::new(owed, token, deadline)))
+            }
+            Ok((0, pttl)) => {
+                owed.disarm();
+                Ok(Attempt::Held(
+                    u64::try_from(pttl).ok().map(Duration::from_millis),
+                ))
+            }
+            Ok((granted, value)) => Err(Error::UnexpectedReply {
+                phase: "acquire",
+                detail: format!("[{granted}, {value}]"),
+            }),
+            // A connection error leaves the outcome open: `owed` is dropped armed and releases
+            // by owner token in the background. Any other error wrote nothing.
+            Err(err) if err.is_connection() => Err(err),
+            Err(err) => {
+                owed.disarm();
+                Err(err)
+            }
+        }
+    }
+}

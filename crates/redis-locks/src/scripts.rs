@@ -1,0 +1,22 @@
+//! The Lua scripts, one `.lua` file each (their headers state KEYS, ARGV and every reply),
+//! loaded once into [`redis::Script`] so calls use `EVALSHA` with a `NOSCRIPT` fallback.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `SET NX PX` plus the fencing counter: `{1, token}` or `{0, pttl}`.
+pub(crate) static MUTEX_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/mutex_acquire.lua")));
+
+/// Owner-checked delete: `1` released, `0` gone, `-1` another owner's.
+pub(crate) static MUTEX_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/mutex_release.lua")));
+
+/// Owner-checked `PEXPIRE`: `1` extended, `0` gone, `-1` another owner's.
+pub(crate) static MUTEX_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/mutex_extend.lua")));
+
+/// Read-only state: `{owner or '', pttl, counter}`.
+pub(crate) static MUTEX_INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/mutex_inspect.lua")));

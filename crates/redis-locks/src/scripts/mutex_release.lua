@@ -1,0 +1,22 @@
+-- mutex_release.lua: release a Mutex, but only for its owner.
+--
+-- KEYS[1]  the lock key.
+-- ARGV[1]  the owner token the caller acquired with.
+--
+-- Replies:
+--    1  released: the key held ARGV[1] and is now deleted.
+--    0  not released: the key is gone (the lease ran out, or the lock was never taken).
+--   -1  not released: the key holds another owner's token (the lease ran out and
+--       somebody else took the lock); that owner's lock is left untouched.
+-- Errors:
+--   WRONGTYPE  KEYS[1] is not a string.
+
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  return 0
+end
+if holder ~= ARGV[1] then
+  return -1
+end
+redis.call('DEL', KEYS[1])
+return 1

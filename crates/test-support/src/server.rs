@@ -1,0 +1,286 @@
+//! A private `redis-server` process on a free loopback port.
+
+use std::io;
+use std::process::{Child, Command};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use redis_test::server::RedisServer as SpawnedServer;
+
+/// How long a new server may take to answer `PING` before it counts as failed.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a server gets a new port when the one picked was taken in the meantime.
+const PORT_ATTEMPTS: usize = 5;
+/// The port a test must never touch: somebody else's server may live there.
+const FORBIDDEN_PORT: u16 = 6379;
+
+/// Why a private server could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// `redis-server` is not on `PATH`.
+    #[error(
+        "redis-server is not installed (on Debian: apt-get install -y redis-server, or run scripts/test)"
+    )]
+    NotInstalled,
+    /// The server process could not be spawned.
+    #[error("could not spawn redis-server: {0}")]
+    Spawn(#[from] io::Error),
+    /// The server did not answer `PING` in time, or exited early, on every port tried.
+    #[error("redis-server did not become ready on port {port}: {detail}")]
+    NotReady {
+        /// The last port tried.
+        port: u16,
+        /// What was seen (exit status or the last connection error, and the server log).
+        detail: String,
+    },
+}
+
+/// Whether `redis-server` can be found on `PATH`.
+///
+/// ```
+/// // The test scripts install it before any test runs.
+/// assert!(test_support::redis_server_installed());
+/// ```
+pub fn redis_server_installed() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .map(|out| out.status.success())
+        .unwrap_or(false)
+}
+
+/// A `redis-server` this process started, on `127.0.0.1:<free port>`, stopped (SIGKILL) on drop.
+///
+/// Persistence is off (`--save ""`), so a restart starts with an empty data set, as a crashed
+/// server without persistence would.
+///
+/// ```
+/// let server = test_support::RedisServer::start().unwrap();
+/// assert_ne!(server.port(), 6379);
+/// assert!(server.url().starts_with("redis://127.0.0.1:"));
+/// ```
+pub struct RedisServer {
+    inner: Option<SpawnedServer>,
+    port: u16,
+}
+
+impl std::fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .finish()
+    }
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port and waits until it answers `PING`.
+    ///
+    /// # Errors
+    /// [`SpawnError::NotInstalled`] without `redis-server`; [`SpawnError::NotReady`] when no
+    /// port tried gave a server that answered within 10 s.
+    pub fn start() -> Result<RedisServer, SpawnError> {
+        if !redis_server_installed() {
+            return Err(SpawnError::NotInstalled);
+        }
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            match Self::start_on(port) {
+                Ok(server) => return Ok(server),
+                Err(err @ SpawnError::NotReady { .. }) => last = Some(err),
+                Err(err) => return Err(err),
+            }
+        }
+        Err(last.expect("at least one attempt was made"))
+    }
+
+    /// Starts a server on the given loopback port and waits until it answers `PING`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`]; also [`SpawnError::NotReady`] for port 6379, which is never used.
+    pub fn start_on(port: u16) -> Result<RedisServer, SpawnError> {
+        if port == FORBIDDEN_PORT {
+            return Err(SpawnError::NotReady {
+                port,
+                detail: "port 6379 is reserved for servers this project did not start".into(),
+            });
+        }
+        if !redis_server_installed() {
+            return Err(SpawnError::NotInstalled);
+        }
+        let addr = redis::ConnectionAddr::Tcp("127.0.0.1".into(), port);
+        let mut spawn_error = None;
+        let spawned = SpawnedServer::new_with_addr_tls_modules_and_spawner(
+            addr,
+            None,
+            None,
+            false,
+            None,
+            &[],
+            |cmd| {
+                match cmd.spawn() {
+                    Ok(child) => child,
+                    Err(err) => {
+                        spawn_error = Some(err);
+                        // A placeholder that exits at once, so the error is reported below.
+                        Command::new("true").spawn().expect("`true` runs")
+                    }
+                }
+            },
+        );
+        if let Some(err) = spawn_error {
+            return Err(SpawnError::Spawn(err));
+        }
+        let mut server = RedisServer {
+            inner: Some(spawned),
+            port,
+        };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id, or `None` once it was killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.inner.as_ref().map(|s| s.process.id())
+    }
+
+    /// A `redis::Client` for this server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a loopback URL is valid")
+    }
+
+    /// A new synchronous connection (1 s connect timeout), for checks a test makes directly.
+    ///
+    /// # Errors
+    /// When the server does not accept the connection (killed or paused).
+    pub fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        let con = self
+            .client()
+            .get_connection_with_timeout(Duration::from_secs(1))?;
+        con.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(con)
+    }
+
+    /// Freezes the server with SIGSTOP: it keeps its port but answers nothing until [`resume`].
+    ///
+    /// [`resume`]: RedisServer::resume
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
+    /// Kills the server with SIGKILL and waits for it to exit. Its data is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut server) = self.inner.take() {
+            server.stop();
+        }
+    }
+
+    /// Kills the server (if running) and starts a fresh, empty one on the same port.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start_on`].
+    pub fn restart(&mut self) -> Result<(), SpawnError> {
+        self.kill();
+        let fresh = Self::start_on(self.port)?;
+        *self = fresh;
+        Ok(())
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.pid() {
+            // The process is ours and alive (it is reaped only in `kill`), so this cannot hit
+            // a recycled pid.
+            kill(Pid::from_raw(pid as i32), signal).expect("signal a server we started");
+        }
+    }
+
+    fn process(&mut self) -> Option<&mut Child> {
+        self.inner.as_mut().map(|s| &mut s.process)
+    }
+
+    fn log(&self) -> String {
+        self.inner
+            .as_ref()
+            .and_then(|s| s.log_file_contents())
+            .unwrap_or_default()
+    }
+
+    fn wait_ready(&mut self) -> Result<(), SpawnError> {
+        let started = Instant::now();
+        let port = self.port;
+        loop {
+            if let Some(status) = self.process().and_then(|p| p.try_wait().ok().flatten()) {
+                let detail = format!("exited with {status}; log: {}", tail(&self.log()));
+                self.kill();
+                return Err(SpawnError::NotReady { port, detail });
+            }
+            let answer = self
+                .connection()
+                .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(err) if started.elapsed() > READY_TIMEOUT => {
+                    let detail = format!("{err}; log: {}", tail(&self.log()));
+                    self.kill();
+                    return Err(SpawnError::NotReady { port, detail });
+                }
+                Err(_) => thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // SIGKILL ends a stopped process too; resuming first keeps a paused server from
+        // lingering in the stopped state if the kill is ever delayed.
+        self.resume();
+        self.kill();
+    }
+}
+
+/// Starts `n` independent servers (for Redlock), each on its own free port.
+///
+/// # Errors
+/// The first server that failed to start; those already started are stopped.
+///
+/// ```
+/// let servers = test_support::start_many(3).unwrap();
+/// assert_eq!(servers.len(), 3);
+/// ```
+pub fn start_many(n: usize) -> Result<Vec<RedisServer>, SpawnError> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn free_port() -> u16 {
+    loop {
+        let port = redis_test::utils::get_random_available_port();
+        if port != FORBIDDEN_PORT {
+            return port;
+        }
+    }
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
