@@ -15,6 +15,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const PORT_ATTEMPTS: usize = 5;
 /// The port a test must never touch: somebody else's server may live there.
 const FORBIDDEN_PORT: u16 = 6379;
+/// Numbers the cluster config files of this process's cluster nodes.
+static NODE_FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Why a private server could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +67,7 @@ pub fn redis_server_installed() -> bool {
 pub struct RedisServer {
     inner: Option<SpawnedServer>,
     port: u16,
+    args: Vec<String>,
 }
 
 impl std::fmt::Debug for RedisServer {
@@ -83,13 +86,23 @@ impl RedisServer {
     /// [`SpawnError::NotInstalled`] without `redis-server`; [`SpawnError::NotReady`] when no
     /// port tried gave a server that answered within 10 s.
     pub fn start() -> Result<RedisServer, SpawnError> {
+        Self::start_with_args(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`["--maxmemory", "10mb"]`, say)
+    /// on a free loopback port, and waits until it answers `PING`. A restart keeps them.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start_with_args(args: &[&str]) -> Result<RedisServer, SpawnError> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         if !redis_server_installed() {
             return Err(SpawnError::NotInstalled);
         }
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
-            match Self::start_on(port) {
+            match Self::spawn_on(port, args.clone()) {
                 Ok(server) => return Ok(server),
                 Err(err @ SpawnError::NotReady { .. }) => last = Some(err),
                 Err(err) => return Err(err),
@@ -103,6 +116,31 @@ impl RedisServer {
     /// # Errors
     /// As [`RedisServer::start`]; also [`SpawnError::NotReady`] for port 6379, which is never used.
     pub fn start_on(port: u16) -> Result<RedisServer, SpawnError> {
+        Self::spawn_on(port, Vec::new())
+    }
+
+    /// Starts a node with cluster support on (`--cluster-enabled yes`), with no slots
+    /// assigned: enough for `CLUSTER KEYSLOT` and other slot arithmetic.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start_cluster_node() -> Result<RedisServer, SpawnError> {
+        let nodes_file = std::env::temp_dir().join(format!(
+            "redis-locks-nodes-{}-{}.conf",
+            std::process::id(),
+            NODE_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let nodes_file = nodes_file.to_string_lossy().into_owned();
+        let _ = std::fs::remove_file(&nodes_file);
+        Self::start_with_args(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &nodes_file,
+        ])
+    }
+
+    fn spawn_on(port: u16, args: Vec<String>) -> Result<RedisServer, SpawnError> {
         if port == FORBIDDEN_PORT {
             return Err(SpawnError::NotReady {
                 port,
@@ -122,6 +160,7 @@ impl RedisServer {
             None,
             &[],
             |cmd| {
+                cmd.args(&args);
                 match cmd.spawn() {
                     Ok(child) => child,
                     Err(err) => {
@@ -138,6 +177,7 @@ impl RedisServer {
         let mut server = RedisServer {
             inner: Some(spawned),
             port,
+            args,
         };
         server.wait_ready()?;
         Ok(server)
@@ -200,7 +240,7 @@ impl RedisServer {
     /// As [`RedisServer::start_on`].
     pub fn restart(&mut self) -> Result<(), SpawnError> {
         self.kill();
-        let fresh = Self::start_on(self.port)?;
+        let fresh = Self::spawn_on(self.port, self.args.clone())?;
         *self = fresh;
         Ok(())
     }

@@ -1,0 +1,57 @@
+//! Shared helpers of the integration tests: every test starts its own redis-server.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use redis_locks::{Client, ClientOptions};
+use test_support::RedisServer;
+use tokio::time::Instant;
+
+/// A private server; panics with the reason when it cannot start (the test cannot run).
+pub fn server() -> RedisServer {
+    RedisServer::start().expect("start a private redis-server")
+}
+
+/// A client with short timeouts, so a fault shows quickly.
+pub async fn client(server: &RedisServer) -> Client {
+    let options = ClientOptions::default()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(1))
+        .reconnect_attempts(1);
+    Client::connect_with(&server.url(), options)
+        .await
+        .expect("connect to the private server")
+}
+
+/// A plain synchronous connection for checks made beside the library.
+pub fn raw(server: &RedisServer) -> redis::Connection {
+    server.connection().expect("raw connection")
+}
+
+/// Polls `condition` every 5 ms until it holds; false if `limit` passes first.
+pub async fn eventually<F, Fut>(limit: Duration, mut condition: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Whether `key` exists, read over a fresh raw connection.
+pub fn exists(server: &RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query::<i64>(&mut raw(server)).unwrap() == 1
+}
+
+/// The key's remaining TTL in ms (-1 no expiry, -2 absent).
+pub fn pttl(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(&mut raw(server)).unwrap()
+}
