@@ -1,0 +1,181 @@
+//! Bad input gets a clear, typed error: never a panic, a hang, or a lost lock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, exists, pttl, raw, server};
+use redis_locks::{Client, ClientOptions, Error, MutexOptions};
+use tokio::time::Instant;
+
+#[tokio::test]
+async fn empty_long_and_brace_broken_names_are_refused() {
+    let server = server();
+    let client = client(&server).await;
+    for name in ["", "a{}b}", "x}y"] {
+        let err = client.mutex(name).unwrap_err();
+        assert!(matches!(err, Error::InvalidName { .. }), "{name:?}: {err}");
+    }
+    let long = "n".repeat(1025);
+    assert!(matches!(
+        client.mutex(&long).unwrap_err(),
+        Error::InvalidName { .. }
+    ));
+    // Names that are fine: a hash tag, a lone '{', unicode, exactly 1024 bytes.
+    for name in ["{t}x", "a{b", "schloß", &"n".repeat(1024)] {
+        client.mutex(name).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn zero_tiny_and_overflowing_leases_are_refused_before_anything_is_sent() {
+    let server = server();
+    let client = client(&server).await;
+    for lease in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        Duration::from_secs(200 * 365 * 24 * 3600),
+        Duration::from_millis(i64::MAX as u64),
+        Duration::MAX,
+    ] {
+        let mutex = client
+            .mutex_with("lease", MutexOptions::default().lease(lease))
+            .unwrap();
+        let err = mutex.try_lock().await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidDuration { what: "lease", .. }),
+            "{lease:?}: {err}"
+        );
+        assert!(!exists(&server, "lease"), "nothing was written for {lease:?}");
+    }
+    // The boundary values are accepted.
+    let mutex = client
+        .mutex_with("lease", MutexOptions::default().lease(Duration::from_millis(1)))
+        .unwrap();
+    drop(mutex.try_lock().await.unwrap());
+    let guard = client.mutex("long").unwrap().lock().await.unwrap();
+    let err = guard.extend(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidDuration { .. }), "{err}");
+    guard
+        .extend(redis_locks::lease::MAX_LEASE)
+        .await
+        .expect("100 years fits in PX");
+    assert!(pttl(&server, "long") > 1_000_000_000);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lock_key_of_another_type_is_a_wrong_type_error_and_is_left_alone() {
+    let server = server();
+    let client = client(&server).await;
+    redis::cmd("HSET")
+        .arg("orders")
+        .arg("k")
+        .arg("v")
+        .exec(&mut raw(&server))
+        .unwrap();
+    let mutex = client.mutex("orders").unwrap();
+    for err in [
+        mutex.try_lock().await.unwrap_err(),
+        mutex.lock().await.unwrap_err(),
+        mutex.state().await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, Error::WrongType { key, .. } if key == "orders"),
+            "{err}"
+        );
+    }
+    let kind: String = redis::cmd("TYPE").arg("orders").query(&mut raw(&server)).unwrap();
+    assert_eq!(kind, "hash", "the foreign key is untouched");
+}
+
+#[tokio::test]
+async fn a_fencing_counter_of_another_type_is_a_wrong_type_error() {
+    let server = server();
+    let client = client(&server).await;
+    let mut con = raw(&server);
+    redis::cmd("SET")
+        .arg("{jobs}:fence")
+        .arg("hello")
+        .exec(&mut con)
+        .unwrap();
+    let err = client.mutex("jobs").unwrap().try_lock().await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err}");
+    assert!(!exists(&server, "jobs"), "no lock without a counter");
+}
+
+#[tokio::test]
+async fn an_invalid_url_is_refused() {
+    for url in ["", "http://example", "redis://host:notaport"] {
+        let err = Client::connect(url).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_fails_in_bounded_time() {
+    // A port where a server was and is no more: connection refused.
+    let port = {
+        let mut server = server();
+        let port = server.port();
+        server.kill();
+        port
+    };
+    let options = ClientOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .reconnect_attempts(1);
+    let started = Instant::now();
+    let err = Client::connect_with(&format!("redis://127.0.0.1:{port}"), options)
+        .await
+        .unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn a_paused_server_gives_a_connection_error_within_the_response_timeout() {
+    let server = server();
+    let client = client(&server).await; // response timeout 1 s
+    let mutex = client.mutex("paused").unwrap();
+    server.pause();
+    let started = Instant::now();
+    let err = mutex.try_lock().await.unwrap_err();
+    let waited = started.elapsed();
+    server.resume();
+    assert!(err.is_connection(), "{err}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+}
+
+#[tokio::test]
+async fn a_server_restart_between_acquire_and_release_is_reported_not_hidden() {
+    let mut server = server();
+    let client = client(&server).await;
+    let mutex = client.mutex("restart").unwrap();
+    let guard = mutex.lock().await.unwrap();
+    let token = guard.fencing_token();
+    server.restart().unwrap();
+    // The first request after the restart may meet the broken connection; either way the
+    // release is not reported as a success: the lock died with the server's data.
+    let err = guard.release().await.unwrap_err();
+    assert!(
+        err.is_connection() || matches!(err, Error::NotHeld { .. }),
+        "{err}"
+    );
+    // The client reconnects, and the next holder's token is still greater.
+    let mut next = None;
+    for _ in 0..50 {
+        match mutex.try_lock().await {
+            Ok(guard) => {
+                next = Some(guard);
+                break;
+            }
+            Err(err) if err.is_connection() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("{err}"),
+        }
+    }
+    let next = next.expect("reconnected after the restart");
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+}
