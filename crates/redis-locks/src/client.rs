@@ -151,7 +151,12 @@ impl Client {
         let connect = ConnectionManager::new_with_config(client, config);
         let connection = match tokio::time::timeout(budget, connect).await {
             Ok(Ok(connection)) => connection,
-            Ok(Err(source)) => return Err(Error::Connection { phase: "connect", source }),
+            Ok(Err(source)) => {
+                return Err(Error::Connection {
+                    phase: "connect",
+                    source,
+                });
+            }
             Err(_) => {
                 return Err(Error::Connection {
                     phase: "connect",
@@ -249,7 +254,10 @@ mod tests {
 
     #[test]
     fn redact_hides_passwords_only() {
-        assert_eq!(redact("redis://:secret@host:6000"), "redis://:***@host:6000");
+        assert_eq!(
+            redact("redis://:secret@host:6000"),
+            "redis://:***@host:6000"
+        );
         assert_eq!(redact("redis://user:secret@host"), "redis://user:***@host");
         assert_eq!(redact("redis://host:6000/2"), "redis://host:6000/2");
     }

@@ -183,7 +183,10 @@ impl MutexGuard {
     /// The instant (local monotonic clock) until which the lock is certainly held: the lease
     /// counted from when the acquire or extend request was *sent*, less a drift allowance.
     pub fn lease_deadline(&self) -> Instant {
-        *self.deadline.lock().expect("deadline lock is never poisoned")
+        *self
+            .deadline
+            .lock()
+            .expect("deadline lock is never poisoned")
     }
 
     /// How much of the lease is certainly left; zero once it may have run out.
@@ -217,8 +220,10 @@ impl MutexGuard {
             )
             .await?;
         owner_reply(keys, "extend", reply)?;
-        *self.deadline.lock().expect("deadline lock is never poisoned") =
-            lease_deadline(sent_at, lease);
+        *self
+            .deadline
+            .lock()
+            .expect("deadline lock is never poisoned") = lease_deadline(sent_at, lease);
         Ok(())
     }
 

@@ -165,7 +165,11 @@ mod tests {
     #[test]
     fn an_interval_inside_a_long_one_is_an_overlap() {
         // c starts after b ended, but a is still open: the running maximum end catches it.
-        let report = check(vec![iv("a", 1, 0, 100), iv("b", 2, 10, 20), iv("c", 3, 30, 40)]);
+        let report = check(vec![
+            iv("a", 1, 0, 100),
+            iv("b", 2, 10, 20),
+            iv("c", 3, 30, 40),
+        ]);
         assert_eq!(report.overlaps.len(), 2);
     }
 

@@ -63,7 +63,9 @@ mod tests {
     fn pauses_are_jittered_around_the_delay() {
         let backoff = Backoff::new(Duration::from_millis(40));
         let now = Instant::now();
-        let pauses: Vec<Duration> = (0..200).map(|_| backoff.next_pause(None, None, now)).collect();
+        let pauses: Vec<Duration> = (0..200)
+            .map(|_| backoff.next_pause(None, None, now))
+            .collect();
         assert!(pauses.iter().all(|p| *p >= Duration::from_millis(20)));
         assert!(pauses.iter().all(|p| *p <= Duration::from_millis(60)));
         let distinct: std::collections::HashSet<_> = pauses.iter().collect();
@@ -75,23 +77,34 @@ mod tests {
         let backoff = Backoff::new(Duration::from_millis(500));
         let now = Instant::now();
         let lease_left = Some(Duration::from_millis(3));
-        assert_eq!(backoff.next_pause(lease_left, None, now), Duration::from_millis(4));
+        assert_eq!(
+            backoff.next_pause(lease_left, None, now),
+            Duration::from_millis(4)
+        );
         let deadline = Some(now + Duration::from_millis(2));
-        assert_eq!(backoff.next_pause(None, deadline, now), Duration::from_millis(2));
+        assert_eq!(
+            backoff.next_pause(None, deadline, now),
+            Duration::from_millis(2)
+        );
     }
 
     #[test]
     fn never_a_zero_pause() {
         let backoff = Backoff::new(Duration::ZERO);
         let now = Instant::now();
-        assert_eq!(backoff.next_pause(Some(Duration::ZERO), Some(now), now), MIN_PAUSE);
+        assert_eq!(
+            backoff.next_pause(Some(Duration::ZERO), Some(now), now),
+            MIN_PAUSE
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn pause_sleeps_no_longer_than_the_deadline() {
         let backoff = Backoff::new(Duration::from_secs(10));
         let start = Instant::now();
-        backoff.pause(None, Some(start + Duration::from_millis(30))).await;
+        backoff
+            .pause(None, Some(start + Duration::from_millis(30)))
+            .await;
         assert_eq!(start.elapsed(), Duration::from_millis(30));
     }
 }

@@ -46,11 +46,17 @@ async fn zero_tiny_and_overflowing_leases_are_refused_before_anything_is_sent() 
             matches!(err, Error::InvalidDuration { what: "lease", .. }),
             "{lease:?}: {err}"
         );
-        assert!(!exists(&server, "lease"), "nothing was written for {lease:?}");
+        assert!(
+            !exists(&server, "lease"),
+            "nothing was written for {lease:?}"
+        );
     }
     // The boundary values are accepted.
     let mutex = client
-        .mutex_with("lease", MutexOptions::default().lease(Duration::from_millis(1)))
+        .mutex_with(
+            "lease",
+            MutexOptions::default().lease(Duration::from_millis(1)),
+        )
         .unwrap();
     drop(mutex.try_lock().await.unwrap());
     let guard = client.mutex("long").unwrap().lock().await.unwrap();
@@ -85,7 +91,10 @@ async fn a_lock_key_of_another_type_is_a_wrong_type_error_and_is_left_alone() {
             "{err}"
         );
     }
-    let kind: String = redis::cmd("TYPE").arg("orders").query(&mut raw(&server)).unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg("orders")
+        .query(&mut raw(&server))
+        .unwrap();
     assert_eq!(kind, "hash", "the foreign key is untouched");
 }
 
@@ -129,7 +138,11 @@ async fn an_unreachable_server_fails_in_bounded_time() {
         .await
         .unwrap_err();
     assert!(err.is_connection(), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]

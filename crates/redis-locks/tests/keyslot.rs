@@ -49,7 +49,11 @@ fn every_companion_key_hashes_to_the_lock_keys_slot() {
             continue;
         };
         let lock_slot = slot(&mut con, keys.lock());
-        for companion in [keys.fence(), keys.companion("wake"), keys.companion("queue")] {
+        for companion in [
+            keys.fence(),
+            keys.companion("wake"),
+            keys.companion("queue"),
+        ] {
             assert_eq!(
                 slot(&mut con, &companion),
                 lock_slot,

@@ -105,7 +105,11 @@ async fn a_waiter_gets_an_abandoned_lock_when_its_lease_ends_not_before() {
         Instant::now() >= holder_deadline,
         "acquired before the first lease could have ended"
     );
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     guard.release().await.unwrap();
 }
 
@@ -135,7 +139,12 @@ async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
     let mutex = client.mutex_with("stale", lease(100)).unwrap();
     let stale = mutex.lock().await.unwrap();
     // Wait for the key to expire (a condition on the server, not a fixed sleep).
-    assert!(eventually(Duration::from_secs(5), || async { !exists(&server, "stale") }).await);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !exists(&server, "stale")
+        })
+        .await
+    );
     assert_eq!(stale.lease_remaining(), Duration::ZERO);
 
     let fresh = client
@@ -146,12 +155,24 @@ async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
         .unwrap();
     let err = stale.extend(Duration::from_secs(60)).await.unwrap_err();
     assert!(
-        matches!(err, Error::NotHeld { reason: LostReason::Taken, .. }),
+        matches!(
+            err,
+            Error::NotHeld {
+                reason: LostReason::Taken,
+                ..
+            }
+        ),
         "{err}"
     );
     let err = stale.release().await.unwrap_err();
     assert!(
-        matches!(err, Error::NotHeld { reason: LostReason::Taken, .. }),
+        matches!(
+            err,
+            Error::NotHeld {
+                reason: LostReason::Taken,
+                ..
+            }
+        ),
         "{err}"
     );
     // The new holder's lock is intact: its own release succeeds.
@@ -169,10 +190,21 @@ async fn release_after_expiry_says_the_lock_is_gone() {
         .lock()
         .await
         .unwrap();
-    assert!(eventually(Duration::from_secs(5), || async { !exists(&server, "gone") }).await);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !exists(&server, "gone")
+        })
+        .await
+    );
     let err = guard.release().await.unwrap_err();
     assert!(
-        matches!(err, Error::NotHeld { reason: LostReason::Expired, .. }),
+        matches!(
+            err,
+            Error::NotHeld {
+                reason: LostReason::Expired,
+                ..
+            }
+        ),
         "{err}"
     );
 }
@@ -200,7 +232,11 @@ async fn state_reports_holder_token_lease_and_counter() {
     guard.release().await.unwrap();
     let after = mutex.state().await.unwrap();
     assert!(after.holder.is_none());
-    assert_eq!(after.fencing_counter, Some(token), "the counter outlives the lock");
+    assert_eq!(
+        after.fencing_counter,
+        Some(token),
+        "the counter outlives the lock"
+    );
 }
 
 #[tokio::test]
@@ -211,7 +247,12 @@ async fn dropping_a_guard_releases_in_the_background() {
     let guard = mutex.lock().await.unwrap();
     drop(guard);
     // Long before the 60 s lease: the background release ran.
-    assert!(eventually(Duration::from_secs(5), || async { !exists(&server, "dropped") }).await);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !exists(&server, "dropped")
+        })
+        .await
+    );
     mutex.try_lock().await.unwrap().release().await.unwrap();
 }
 

@@ -40,7 +40,10 @@ fn acquire_grants_a_free_lock_with_a_clock_seeded_token_and_a_ttl() {
     let (granted, token) = run_acquire(&mut con, "owner-a", 10_000).unwrap();
     let after = server_micros(&mut con);
     assert_eq!(granted, 1);
-    assert!((before..=after).contains(&token), "{before} <= {token} <= {after}");
+    assert!(
+        (before..=after).contains(&token),
+        "{before} <= {token} <= {after}"
+    );
     let ttl = pttl(&server, "L");
     assert!(ttl > 9_000 && ttl <= 10_000, "lock key ttl {ttl}");
     assert_eq!(pttl(&server, "{L}:fence"), -1, "the counter never expires");
@@ -59,7 +62,10 @@ fn acquire_on_a_held_lock_returns_the_holders_pttl_and_leaves_it_alone() {
     let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();
     assert_eq!(value, "owner-a");
     let counter: i64 = redis::cmd("GET").arg("{L}:fence").query(&mut con).unwrap();
-    assert_eq!(counter, first, "a refused attempt does not advance the counter");
+    assert_eq!(
+        counter, first,
+        "a refused attempt does not advance the counter"
+    );
 }
 
 #[test]
@@ -86,7 +92,11 @@ fn acquire_retried_by_the_same_owner_is_granted_again_without_a_new_token() {
 fn acquire_reports_a_foreign_key_without_expiry_as_pttl_minus_one() {
     let server = server();
     let mut con = raw(&server);
-    redis::cmd("SET").arg("L").arg("someone").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("L")
+        .arg("someone")
+        .exec(&mut con)
+        .unwrap();
     assert_eq!(run_acquire(&mut con, "a", 1_000).unwrap(), (0, -1));
 }
 
@@ -105,18 +115,31 @@ fn acquire_tokens_keep_growing_after_the_counter_is_lost() {
 fn acquire_refuses_wrong_types_and_writes_nothing() {
     let server = server();
     let mut con = raw(&server);
-    redis::cmd("HSET").arg("L").arg("f").arg("v").exec(&mut con).unwrap();
+    redis::cmd("HSET")
+        .arg("L")
+        .arg("f")
+        .arg("v")
+        .exec(&mut con)
+        .unwrap();
     let err = run_acquire(&mut con, "a", 1_000).unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
 
     redis::cmd("DEL").arg("L").exec(&mut con).unwrap();
-    redis::cmd("LPUSH").arg("{L}:fence").arg("x").exec(&mut con).unwrap();
+    redis::cmd("LPUSH")
+        .arg("{L}:fence")
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
     let err = run_acquire(&mut con, "a", 1_000).unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
     assert_eq!(pttl(&server, "L"), -2, "no lock key was written");
 
     redis::cmd("DEL").arg("{L}:fence").exec(&mut con).unwrap();
-    redis::cmd("SET").arg("{L}:fence").arg("not-a-number").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("{L}:fence")
+        .arg("not-a-number")
+        .exec(&mut con)
+        .unwrap();
     let err = run_acquire(&mut con, "a", 1_000).unwrap_err();
     assert!(err.to_string().contains("not an integer"), "{err}");
     assert_eq!(pttl(&server, "L"), -2, "no lock key was written");
@@ -168,14 +191,29 @@ fn extend_sets_a_new_lease_only_for_the_owner() {
     let server = server();
     let mut con = raw(&server);
     run_acquire(&mut con, "a", 1_000).unwrap();
-    let foreign: i64 = extend().key("L").arg("b").arg(60_000).invoke(&mut con).unwrap();
+    let foreign: i64 = extend()
+        .key("L")
+        .arg("b")
+        .arg(60_000)
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!(foreign, -1);
     assert!(pttl(&server, "L") <= 1_000);
-    let own: i64 = extend().key("L").arg("a").arg(60_000).invoke(&mut con).unwrap();
+    let own: i64 = extend()
+        .key("L")
+        .arg("a")
+        .arg(60_000)
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!(own, 1);
     assert!(pttl(&server, "L") > 59_000);
     redis::cmd("DEL").arg("L").exec(&mut con).unwrap();
-    let gone: i64 = extend().key("L").arg("a").arg(60_000).invoke(&mut con).unwrap();
+    let gone: i64 = extend()
+        .key("L")
+        .arg("a")
+        .arg(60_000)
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!(gone, 0);
     assert_eq!(pttl(&server, "L"), -2, "extend never creates the key");
 }
@@ -184,21 +222,39 @@ fn extend_sets_a_new_lease_only_for_the_owner() {
 fn inspect_reports_free_held_and_foreign_states() {
     let server = server();
     let mut con = raw(&server);
-    let free: (String, i64, i64) = inspect().key("L").key("{L}:fence").invoke(&mut con).unwrap();
+    let free: (String, i64, i64) = inspect()
+        .key("L")
+        .key("{L}:fence")
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!(free, (String::new(), -2, 0));
 
     let (_, token) = run_acquire(&mut con, "a", 10_000).unwrap();
-    let (owner, ttl, counter): (String, i64, i64) =
-        inspect().key("L").key("{L}:fence").invoke(&mut con).unwrap();
+    let (owner, ttl, counter): (String, i64, i64) = inspect()
+        .key("L")
+        .key("{L}:fence")
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!((owner.as_str(), counter), ("a", token));
     assert!(ttl > 9_000 && ttl <= 10_000);
 
-    redis::cmd("SET").arg("L").arg("manual").exec(&mut con).unwrap();
-    let (_, ttl, _): (String, i64, i64) =
-        inspect().key("L").key("{L}:fence").invoke(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("L")
+        .arg("manual")
+        .exec(&mut con)
+        .unwrap();
+    let (_, ttl, _): (String, i64, i64) = inspect()
+        .key("L")
+        .key("{L}:fence")
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!(ttl, -1);
 
-    redis::cmd("SET").arg("{L}:fence").arg("abc").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("{L}:fence")
+        .arg("abc")
+        .exec(&mut con)
+        .unwrap();
     let err = inspect()
         .key("L")
         .key("{L}:fence")

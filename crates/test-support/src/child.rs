@@ -97,35 +97,40 @@ impl ChildProcess {
         self.child.id()
     }
 
-    /// Waits up to `timeout` for a stdout line that starts with `prefix`, and returns it.
-    /// Lines that do not match are kept and can be read with [`lines_so_far`].
+    /// Waits up to `timeout` for a stdout line containing `marker`, and returns the line from
+    /// the marker on (libtest may print its own `test name ... ` before it on the same line).
+    /// Lines without the marker are kept for [`take_lines`].
     ///
-    /// [`lines_so_far`]: ChildProcess::lines_so_far
+    /// [`take_lines`]: ChildProcess::take_lines
     ///
     /// Returns `None` when the time ran out or the child closed its stdout first.
-    pub fn wait_for_line(&mut self, prefix: &str, timeout: Duration) -> Option<String> {
-        if let Some(pos) = self.seen.iter().position(|l| l.starts_with(prefix)) {
-            return self.seen.remove(pos);
+    pub fn wait_for_line(&mut self, marker: &str, timeout: Duration) -> Option<String> {
+        if let Some(pos) = self.seen.iter().position(|l| l.contains(marker)) {
+            return self.seen.remove(pos).map(|line| from_marker(&line, marker));
         }
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return Some(line),
+                Ok(line) if line.contains(marker) => return Some(from_marker(&line, marker)),
                 Ok(line) => self.seen.push_back(line),
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return None,
             }
         }
     }
 
-    /// Every line read so far that no [`wait_for_line`] took, plus those still buffered.
+    /// Takes every line read so far that contains `marker` (and that no [`wait_for_line`]
+    /// took), each from the marker on.
     ///
     /// [`wait_for_line`]: ChildProcess::wait_for_line
-    pub fn lines_so_far(&mut self) -> Vec<String> {
+    pub fn take_lines(&mut self, marker: &str) -> Vec<String> {
         while let Ok(line) = self.lines.try_recv() {
             self.seen.push_back(line);
         }
-        self.seen.iter().cloned().collect()
+        let (taken, kept): (Vec<String>, Vec<String>) =
+            self.seen.drain(..).partition(|l| l.contains(marker));
+        self.seen = kept.into();
+        taken.iter().map(|line| from_marker(line, marker)).collect()
     }
 
     /// Waits up to `timeout` for the child to exit and returns its exit code
@@ -174,4 +179,9 @@ impl Drop for ChildProcess {
         self.resume();
         self.kill_hard();
     }
+}
+
+fn from_marker(line: &str, marker: &str) -> String {
+    let at = line.find(marker).unwrap_or(0);
+    line[at..].to_string()
 }

@@ -48,7 +48,11 @@ where
 
 /// Whether `key` exists, read over a fresh raw connection.
 pub fn exists(server: &RedisServer, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(&mut raw(server)).unwrap() == 1
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(&mut raw(server))
+        .unwrap()
+        == 1
 }
 
 /// The key's remaining TTL in ms (-1 no expiry, -2 absent).

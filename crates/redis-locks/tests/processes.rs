@@ -1,0 +1,221 @@
+//! Mutual exclusion across OS processes and tasks, and a holder killed with SIGKILL.
+//!
+//! The child processes are this test binary itself, re-run on one `#[ignore]`d test each
+//! (see `test_support::ChildProcess`); they talk to the parent through stdout lines.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{client, pttl, server};
+use redis_locks::history::{History, Interval, now_nanos};
+use redis_locks::{Client, MutexOptions};
+use test_support::ChildProcess;
+use tokio::time::Instant;
+
+const TASKS: usize = 16;
+const PER_TASK: usize = 100;
+const PROCESSES: usize = 2;
+const PER_PROCESS: usize = 250;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent test"))
+}
+
+fn contention_options() -> MutexOptions {
+    MutexOptions::default()
+        .lease(Duration::from_secs(10))
+        .retry_delay(Duration::from_millis(2))
+}
+
+/// One contender: `count` acquisitions of `name`, each recorded as an interval.
+async fn contend(client: Client, name: &str, worker: String, count: usize, history: Arc<History>) {
+    let mutex = client.mutex_with(name, contention_options()).unwrap();
+    for _ in 0..count {
+        let guard = mutex.lock().await.unwrap();
+        let start = now_nanos();
+        // A little work inside the critical section, so overlaps would have room to show.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        let end = now_nanos();
+        history.record(Interval {
+            worker: worker.clone(),
+            token: guard.fencing_token().get(),
+            start,
+            end,
+        });
+        guard.release().await.unwrap();
+    }
+}
+
+#[test]
+#[ignore = "runs only as a child process of mutual_exclusion_across_tasks_and_processes"]
+fn contender_child() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = Client::connect(&env("CHILD_REDIS_URL")).await.unwrap();
+        // Start together with the parent's tasks: wait for its "go" key.
+        println!("ready");
+        let mut con = client.connection();
+        let go_within = Instant::now() + Duration::from_secs(30);
+        while redis::cmd("EXISTS")
+            .arg("go")
+            .query_async::<i64>(&mut con)
+            .await
+            .unwrap()
+            == 0
+        {
+            assert!(Instant::now() < go_within, "the parent never said go");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let history = Arc::new(History::default());
+        let worker = format!("process-{}", std::process::id());
+        contend(client, "contended", worker, PER_PROCESS, history.clone()).await;
+        for interval in history.intervals() {
+            println!("interval {}", serde_json::to_string(&interval).unwrap());
+        }
+        println!("done");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_tasks_and_processes() {
+    let server = server();
+    let url = server.url();
+    let history = Arc::new(History::default());
+    let mut children: Vec<ChildProcess> = (0..PROCESSES)
+        .map(|_| ChildProcess::spawn_test("contender_child", &[("CHILD_REDIS_URL", &url)]).unwrap())
+        .collect();
+    for child in &mut children {
+        let ready =
+            tokio::task::block_in_place(|| child.wait_for_line("ready", Duration::from_secs(30)));
+        assert!(ready.is_some(), "child connected");
+    }
+    let client = client(&server).await;
+    redis::cmd("SET")
+        .arg("go")
+        .arg(1)
+        .exec_async(&mut client.connection())
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            tokio::spawn(contend(
+                client.clone(),
+                "contended",
+                format!("task-{i}"),
+                PER_TASK,
+                history.clone(),
+            ))
+        })
+        .collect();
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("tasks finish")
+            .unwrap();
+    }
+    for child in &mut children {
+        let done =
+            tokio::task::block_in_place(|| child.wait_for_line("done", Duration::from_secs(120)));
+        assert!(done.is_some(), "child finished its acquisitions");
+        let intervals = child
+            .take_lines("interval ")
+            .iter()
+            .map(|line| serde_json::from_str::<Interval>(&line["interval ".len()..]).unwrap())
+            .collect::<Vec<_>>();
+        assert_eq!(intervals.len(), PER_PROCESS);
+        history.extend(intervals);
+    }
+    let report = history.check();
+    eprintln!("{report}");
+    // The processes really competed with the tasks: their holdings interleave in time.
+    let mut sorted = history.intervals();
+    sorted.sort_by_key(|i| i.start);
+    let switches = sorted
+        .windows(2)
+        .filter(|w| w[0].worker.starts_with("process") != w[1].worker.starts_with("process"))
+        .count();
+    eprintln!("{switches} hand-overs between a process and a task");
+    assert!(
+        switches >= 10,
+        "processes and tasks did not compete: {switches}"
+    );
+    assert_eq!(
+        report.acquisitions,
+        TASKS * PER_TASK + PROCESSES * PER_PROCESS
+    );
+    assert!(report.acquisitions >= 2_000);
+    assert!(
+        report.overlaps.is_empty(),
+        "overlaps: {:?}",
+        report.overlaps
+    );
+    assert!(
+        report.token_regressions.is_empty(),
+        "regressions: {:?}",
+        report.token_regressions
+    );
+}
+
+#[test]
+#[ignore = "runs only as a child process of a_holder_killed_with_sigkill_blocks_others_for_its_lease"]
+fn holder_child() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = Client::connect(&env("CHILD_REDIS_URL")).await.unwrap();
+        let lease = Duration::from_millis(env("CHILD_LEASE_MS").parse().unwrap());
+        let mutex = client
+            .mutex_with("victim", MutexOptions::default().lease(lease))
+            .unwrap();
+        let guard = mutex.lock().await.unwrap();
+        println!("acquired {}", guard.fencing_token());
+        // Hold until killed; bounded so a lost parent cannot leave it running.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    });
+}
+
+#[tokio::test]
+async fn a_holder_killed_with_sigkill_blocks_others_for_its_lease() {
+    let server = server();
+    let mut child = ChildProcess::spawn_test(
+        "holder_child",
+        &[
+            ("CHILD_REDIS_URL", &server.url()),
+            ("CHILD_LEASE_MS", "1500"),
+        ],
+    )
+    .unwrap();
+    let line = child
+        .wait_for_line("acquired", Duration::from_secs(30))
+        .expect("the child took the lock");
+    let child_token: u64 = line["acquired ".len()..].parse().unwrap();
+    child.kill_hard();
+    // The lease is what remains; measure it on the server right after the kill.
+    let remaining =
+        Duration::from_millis(pttl(&server, "victim").try_into().expect("key has a TTL"));
+    let killed_at = Instant::now();
+
+    let client = client(&server).await;
+    let mutex = client.mutex("victim").unwrap();
+    let err = mutex.try_lock().await.unwrap_err();
+    assert!(
+        err.is_held(),
+        "a killed holder still holds its lease: {err}"
+    );
+
+    let guard = mutex.lock_timeout(Duration::from_secs(10)).await.unwrap();
+    let waited = killed_at.elapsed();
+    assert!(
+        waited + Duration::from_millis(5) >= remaining,
+        "got the lock after {waited:?}, before the lease of {remaining:?} ended"
+    );
+    assert!(
+        waited < remaining + Duration::from_secs(1),
+        "got the lock {waited:?} after the kill; the lease ended after {remaining:?}"
+    );
+    assert!(guard.fencing_token().get() > child_token);
+    guard.release().await.unwrap();
+}
