@@ -1,1 +1,106 @@
-fn main() {}
+//! `redis-locks`: the command-line tool of the redis-locks library.
+//!
+//! `redis-locks demo` shows the library working on a private redis-server (or the one named
+//! by `--redis` / `REDIS_URL`). Exit codes: 0 success, 1 a check failed, 64 bad usage,
+//! 69 Redis unreachable, 70 an unexpected lock error.
+
+mod contend;
+mod demo;
+mod exit;
+mod redis_target;
+mod worker;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit::CliError;
+
+/// Distributed locks on Redis: owner tokens, leases, fencing tokens.
+#[derive(Debug, Parser)]
+#[command(name = "redis-locks", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+const EXIT_CODES: &str = "Exit codes: 0 success; 1 a check failed; 64 bad usage; \
+69 Redis unreachable or no private server; 70 an unexpected lock error.";
+
+#[derive(Debug, Subcommand)]
+enum Commands {
+    /// Show the locks at work: the lottery (exactly one instance draws), then a contention
+    /// round checked for overlaps and fencing-token order.
+    Demo {
+        /// Redis to use; without it a private redis-server is started (and installed from
+        /// Debian's packages when missing).
+        #[arg(long, env = "REDIS_URL")]
+        redis: Option<String>,
+        #[command(flatten)]
+        args: demo::DemoArgs,
+    },
+    /// One worker process of the demo (started by `demo`).
+    #[command(hide = true)]
+    DemoWorker {
+        role: worker::Role,
+        #[arg(long)]
+        redis: String,
+        #[arg(long)]
+        lock: String,
+        #[arg(long)]
+        worker: String,
+        #[arg(long)]
+        start_at_ms: u64,
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = if err.use_stderr() { exit::USAGE } else { 0 };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("redis-locks: cannot start the async runtime: {err}");
+            return ExitCode::from(70);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("redis-locks: {err}");
+            err.exit_code()
+        }
+    }
+}
+
+async fn run(command: Commands) -> Result<(), CliError> {
+    match command {
+        Commands::Demo { redis, args } => {
+            let target = redis_target::RedisTarget::resolve(redis)?;
+            demo::run(&target, &args).await
+        }
+        Commands::DemoWorker {
+            role,
+            redis,
+            lock,
+            worker,
+            start_at_ms,
+            count,
+        } => worker::run(&redis, &lock, worker, role, start_at_ms, count).await,
+    }
+}

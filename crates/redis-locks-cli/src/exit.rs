@@ -1,0 +1,51 @@
+//! Exit codes (sysexits-style) and the error type the commands return.
+
+use std::process::ExitCode;
+
+/// Bad usage: unknown flag, malformed duration, empty lock name.
+pub const USAGE: u8 = 64;
+/// Redis cannot be reached (or a private server could not be started).
+pub const UNAVAILABLE: u8 = 69;
+/// A check failed: the demo found an overlap, a token that did not grow, or two winners.
+pub const CHECK_FAILED: u8 = 1;
+
+/// Why a command failed, with the exit code that says so.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line or an argument is wrong.
+    #[error("{0}")]
+    Usage(String),
+    /// Redis is out of reach, or no private server could be started.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A check of the results failed.
+    #[error("{0}")]
+    CheckFailed(String),
+    /// A lock operation failed in a way none of the above covers.
+    #[error(transparent)]
+    Lock(redis_locks::Error),
+}
+
+impl From<redis_locks::Error> for CliError {
+    fn from(err: redis_locks::Error) -> Self {
+        match err {
+            err if err.is_connection() => CliError::Unavailable(err.to_string()),
+            err @ (redis_locks::Error::InvalidName { .. }
+            | redis_locks::Error::InvalidDuration { .. }
+            | redis_locks::Error::InvalidUrl { .. }) => CliError::Usage(err.to_string()),
+            err => CliError::Lock(err),
+        }
+    }
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            CliError::Usage(_) => USAGE,
+            CliError::Unavailable(_) => UNAVAILABLE,
+            CliError::CheckFailed(_) => CHECK_FAILED,
+            CliError::Lock(_) => 70,
+        })
+    }
+}
