@@ -70,7 +70,9 @@ async fn lottery_round(
         "1. The lottery: {instances} instances ({} processes, {LOTTERY_TASKS} tasks) try to run the daily draw at the same instant.",
         args.processes
     );
-    println!("   Each makes one attempt (try_lock); the winner draws, holding the lock for 1.5 s.\n");
+    println!(
+        "   Each makes one attempt (try_lock); the winner draws, holding the lock for 1.5 s.\n"
+    );
     let start_at = now_ms() + START_DELAY_MS;
     let children = spawn_workers(target, lock, Role::Lottery, args.processes, start_at, 1)?;
     let tasks: Vec<_> = (0..LOTTERY_TASKS)
@@ -150,7 +152,14 @@ async fn contention_round(
             let (client, lock, history) = (client.clone(), lock.to_string(), history.clone());
             tokio::spawn(async move {
                 wait_until(start_at).await;
-                contend(&client, &lock, &format!("task-{}", i + 1), per_worker, &history).await
+                contend(
+                    &client,
+                    &lock,
+                    &format!("task-{}", i + 1),
+                    per_worker,
+                    &history,
+                )
+                .await
             })
         })
         .collect();

@@ -86,7 +86,14 @@ fn ensure_installed() -> Result<(), CliError> {
     eprintln!("redis-server is not installed; installing it from Debian's packages...");
     for args in [
         &["apt-get", "update", "-qq"][..],
-        &["apt-get", "install", "-y", "-qq", "redis-server", "redis-tools"][..],
+        &[
+            "apt-get",
+            "install",
+            "-y",
+            "-qq",
+            "redis-server",
+            "redis-tools",
+        ][..],
     ] {
         let full: Vec<&str> = sudo.iter().chain(args).copied().collect();
         let status = Command::new(full[0])

@@ -31,8 +31,15 @@ fn demo_against_a_given_server_reports_one_winner_and_no_overlap() {
         "25",
     ]);
     let text = stdout(&out);
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("exactly one of 5 instances performed the draw. OK"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("exactly one of 5 instances performed the draw. OK"),
+        "{text}"
+    );
     assert_eq!(text.matches("WON the lock").count(), 1, "{text}");
     assert!(text.contains("acquisitions      150"), "{text}");
     assert!(text.contains("overlaps          0"), "{text}");
@@ -48,9 +55,21 @@ fn demo_against_a_given_server_reports_one_winner_and_no_overlap() {
 
 #[test]
 fn demo_without_a_url_starts_its_own_server() {
-    let out = redis_locks(&["demo", "--processes", "1", "--tasks", "2", "--per-worker", "10"]);
+    let out = redis_locks(&[
+        "demo",
+        "--processes",
+        "1",
+        "--tasks",
+        "2",
+        "--per-worker",
+        "10",
+    ]);
     let text = stdout(&out);
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("a private redis-server"), "{text}");
     assert!(text.contains("All checks passed."), "{text}");
 }
