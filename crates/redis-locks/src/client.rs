@@ -188,9 +188,10 @@ impl Client {
     /// A [`Mutex`] handle for the lock `name` with the given options.
     ///
     /// # Errors
-    /// As [`Client::mutex`].
+    /// As [`Client::mutex`]; also [`Error::InvalidDuration`] for a lease under 1 ms or over
+    /// 100 years, or a retry delay over 1 hour.
     pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
-        Ok(Mutex::new(self.clone(), LockKeys::new(name)?, options))
+        Mutex::new(self.clone(), LockKeys::new(name)?, options)
     }
 
     /// The options this client was made with.

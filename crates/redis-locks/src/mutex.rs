@@ -51,14 +51,14 @@ impl Default for MutexOptions {
 
 impl MutexOptions {
     /// The lease each acquisition asks for: how long the lock outlives a crashed holder.
-    /// Checked when the lock is taken (1 ms to 100 years).
+    /// Checked when the handle is made ([`Client::mutex_with`]): 1 ms to 100 years.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
     }
 
     /// The average pause between two attempts while waiting (each pause is drawn from
-    /// half to one and a half times it).
+    /// half to one and a half times it, and is never under 1 ms). At most one hour.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
@@ -73,7 +73,23 @@ impl MutexOptions {
     pub fn get_retry_delay(&self) -> Duration {
         self.retry_delay
     }
+
+    /// Checks every value, so a bad one is reported when the handle is made.
+    pub(crate) fn validate(&self) -> Result<()> {
+        lease_millis(self.lease)?;
+        if self.retry_delay > MAX_RETRY_DELAY {
+            return Err(Error::InvalidDuration {
+                what: "retry delay",
+                value: self.retry_delay,
+                reason: "a retry delay must be at most 1 hour".into(),
+            });
+        }
+        Ok(())
+    }
 }
+
+/// The longest retry delay accepted.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
 
 /// A distributed mutual-exclusion lock on one Redis server: at most one holder at a time.
 ///
@@ -122,12 +138,13 @@ enum Attempt {
 }
 
 impl Mutex {
-    pub(crate) fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Mutex {
-        Mutex {
+    pub(crate) fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Result<Mutex> {
+        options.validate()?;
+        Ok(Mutex {
             client,
             keys: Arc::new(keys),
             options,
-        }
+        })
     }
 
     /// The lock's name.
@@ -144,8 +161,8 @@ impl Mutex {
     ///
     /// # Errors
     /// [`Error::Held`] when another owner holds it, with how long its lease still runs;
-    /// [`Error::InvalidDuration`] for a lease out of range; [`Error::WrongType`] when the lock
-    /// key holds another Redis type; [`Error::Connection`] when Redis did not answer.
+    /// [`Error::WrongType`] when the lock key holds another Redis type;
+    /// [`Error::Connection`] when Redis did not answer.
     ///
     /// # Cancel safety
     /// If the future is dropped after the request went out, the server may have granted the

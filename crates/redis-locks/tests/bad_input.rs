@@ -38,10 +38,9 @@ async fn zero_tiny_and_overflowing_leases_are_refused_before_anything_is_sent() 
         Duration::from_millis(i64::MAX as u64),
         Duration::MAX,
     ] {
-        let mutex = client
+        let err = client
             .mutex_with("lease", MutexOptions::default().lease(lease))
-            .unwrap();
-        let err = mutex.try_lock().await.unwrap_err();
+            .unwrap_err();
         assert!(
             matches!(err, Error::InvalidDuration { what: "lease", .. }),
             "{lease:?}: {err}"
@@ -68,6 +67,41 @@ async fn zero_tiny_and_overflowing_leases_are_refused_before_anything_is_sent() 
         .expect("100 years fits in PX");
     assert!(pttl(&server, "long") > 1_000_000_000);
     guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_overlong_retry_delay_is_refused_and_zero_still_pauses() {
+    let server = server();
+    let client = client(&server).await;
+    let err = client
+        .mutex_with(
+            "r",
+            MutexOptions::default().retry_delay(Duration::from_secs(3601)),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidDuration {
+                what: "retry delay",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A zero delay is allowed: pauses never drop under 1 ms, so a waiter cannot spin.
+    let zero = MutexOptions::default()
+        .retry_delay(Duration::ZERO)
+        .lease(Duration::from_millis(300));
+    let mutex = client.mutex_with("r", zero).unwrap();
+    let _held = mutex.lock().await.unwrap();
+    let started = Instant::now();
+    let err = mutex
+        .lock_timeout(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(err.is_held());
+    assert!(started.elapsed() >= Duration::from_millis(100));
 }
 
 #[tokio::test]
