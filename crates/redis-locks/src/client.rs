@@ -1,14 +1,18 @@
 //! The connection to one Redis server that every lock handle of a process shares.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Script};
 
 use crate::error::{Error, Result};
+use crate::fair::{FairMutex, FairMutexOptions};
 use crate::key::LockKeys;
 use crate::mutex::{Mutex, MutexOptions};
+use crate::wait::{LocalQueue, LocalQueues};
+use crate::wakeups::Wakeups;
 
 /// How a [`Client`] talks to Redis: bounded connect and response times, bounded reconnects.
 ///
@@ -83,6 +87,8 @@ impl ClientOptions {
 ///   [`Error::Connection`] rather than wait.
 /// - No request is ever retried by this crate: a failed release or extension has an unknown
 ///   outcome, and the lease bounds it.
+/// - Waiters are woken through one extra subscriber connection, opened the first time a
+///   lock must be waited for. If it drops, waiters poll (jittered) until it is back.
 /// - A request that gets no reply within the response timeout fails with [`Error::Connection`].
 ///
 /// # Examples
@@ -106,6 +112,9 @@ struct Inner {
     connection: ConnectionManager,
     url: String,
     options: ClientOptions,
+    wakeups: Wakeups,
+    local_queues: LocalQueues,
+    requests: AtomicU64,
 }
 
 impl std::fmt::Debug for Client {
@@ -139,6 +148,7 @@ impl Client {
             url: redact(url),
             source,
         })?;
+        let wakeups = Wakeups::start(client.clone(), options.connect_timeout);
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.response_timeout))
@@ -172,6 +182,9 @@ impl Client {
                 connection,
                 url: url.to_string(),
                 options,
+                wakeups,
+                local_queues: LocalQueues::default(),
+                requests: AtomicU64::new(0),
             }),
         })
     }
@@ -192,6 +205,39 @@ impl Client {
     /// 100 years, or a retry delay over 1 hour.
     pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
         Mutex::new(self.clone(), LockKeys::new(name)?, options)
+    }
+
+    /// A [`FairMutex`] handle for the lock `name`, with default options (a 30 s lease, 2 s
+    /// place leases).
+    ///
+    /// # Errors
+    /// As [`Client::mutex`].
+    pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
+        self.fair_mutex_with(name, FairMutexOptions::default())
+    }
+
+    /// A [`FairMutex`] handle for the lock `name` with the given options.
+    ///
+    /// # Errors
+    /// As [`Client::mutex_with`]; also [`Error::InvalidDuration`] for a place lease under
+    /// 3 ms or over an hour.
+    pub fn fair_mutex_with(&self, name: &str, options: FairMutexOptions) -> Result<FairMutex> {
+        FairMutex::new(self.clone(), LockKeys::new(name)?, options)
+    }
+
+    /// How many requests this client has sent to Redis: lock scripts on the main connection
+    /// plus subscription commands and reconnects of the wake-up connection. A diagnostic for
+    /// benchmarks ("requests per acquisition").
+    pub fn requests_sent(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed) + self.inner.wakeups.requests()
+    }
+
+    pub(crate) fn wakeups(&self) -> &Wakeups {
+        &self.inner.wakeups
+    }
+
+    pub(crate) fn local_queue(&self, lock: &str) -> Arc<LocalQueue> {
+        self.inner.local_queues.get(lock)
     }
 
     /// The options this client was made with.
@@ -221,6 +267,7 @@ impl Client {
             invocation.arg(*arg);
         }
         let mut connection = self.inner.connection.clone();
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
         invocation
             .invoke_async::<T>(&mut connection)
             .await

@@ -9,7 +9,7 @@ use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
 use crate::key::LockKeys;
 use crate::lease::{lease_deadline, lease_millis};
-use crate::scripts::{MUTEX_EXTEND, MUTEX_RELEASE};
+use crate::scripts::{FAIR_RELEASE, MUTEX_EXTEND, MUTEX_RELEASE};
 use crate::token::{FencingToken, OwnerToken};
 
 /// A release this process owes the server: made before an acquire request goes out, and paid
@@ -20,15 +20,31 @@ pub(crate) struct OwedRelease {
     client: Client,
     keys: Arc<LockKeys>,
     owner: OwnerToken,
+    kind: LockKind,
     armed: bool,
 }
 
+/// Which primitive a guard belongs to: it decides how a release is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockKind {
+    /// Delete the key and wake every waiter.
+    Mutex,
+    /// Delete the key (or give up the queue place) and wake only the next waiter.
+    Fair,
+}
+
 impl OwedRelease {
-    pub(crate) fn new(client: Client, keys: Arc<LockKeys>, owner: OwnerToken) -> OwedRelease {
+    pub(crate) fn new(
+        client: Client,
+        keys: Arc<LockKeys>,
+        owner: OwnerToken,
+        kind: LockKind,
+    ) -> OwedRelease {
         OwedRelease {
             client,
             keys,
             owner,
+            kind,
             armed: true,
         }
     }
@@ -53,7 +69,7 @@ impl OwedRelease {
     /// Releases now and says whether the lock was still ours. If this future is dropped before
     /// the reply, the release is still paid in the background.
     pub(crate) async fn pay(mut self) -> Result<()> {
-        let outcome = release(&self.client, &self.keys, &self.owner).await;
+        let outcome = release(&self.client, &self.keys, &self.owner, self.kind).await;
         // A connection error leaves the outcome unknown; the background release would meet
         // the same broken connection, and the lease bounds the lock anyway.
         self.armed = false;
@@ -66,11 +82,16 @@ impl Drop for OwedRelease {
         if !self.armed {
             return;
         }
-        let (client, keys, owner) = (self.client.clone(), self.keys.clone(), self.owner.clone());
+        let (client, keys, owner, kind) = (
+            self.client.clone(),
+            self.keys.clone(),
+            self.owner.clone(),
+            self.kind,
+        );
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    match release(&client, &keys, &owner).await {
+                    match release(&client, &keys, &owner, kind).await {
                         Ok(()) => tracing::debug!(lock = keys.name(), "released in background"),
                         Err(err) => tracing::debug!(lock = keys.name(), %err, "background release"),
                     }
@@ -85,10 +106,36 @@ impl Drop for OwedRelease {
 }
 
 /// The owner-checked release, as one script call.
-async fn release(client: &Client, keys: &LockKeys, owner: &OwnerToken) -> Result<()> {
-    let reply: i64 = client
-        .run_script("release", &MUTEX_RELEASE, &[keys.lock()], &[owner.as_str()])
-        .await?;
+async fn release(
+    client: &Client,
+    keys: &LockKeys,
+    owner: &OwnerToken,
+    kind: LockKind,
+) -> Result<()> {
+    let channel = keys.wake_channel();
+    let reply: i64 = match kind {
+        LockKind::Mutex => {
+            client
+                .run_script(
+                    "release",
+                    &MUTEX_RELEASE,
+                    &[keys.lock()],
+                    &[owner.as_str(), &channel],
+                )
+                .await?
+        }
+        LockKind::Fair => {
+            let (queue, places, tickets) = crate::fair::queue_keys(keys);
+            client
+                .run_script(
+                    "release",
+                    &FAIR_RELEASE,
+                    &[keys.lock(), &queue, &places, &tickets],
+                    &[owner.as_str(), &channel],
+                )
+                .await?
+        }
+    };
     owner_reply(keys, "release", reply)
 }
 
@@ -111,7 +158,8 @@ fn owner_reply(keys: &LockKeys, phase: &'static str, reply: i64) -> Result<()> {
     }
 }
 
-/// Proof that this process holds a [`Mutex`](crate::Mutex): its fencing token and its lease.
+/// Proof that this process holds a [`Mutex`](crate::Mutex) or a
+/// [`FairMutex`](crate::FairMutex): its fencing token and its lease.
 ///
 /// The lock is held until [`release`](MutexGuard::release) or until the lease runs out,
 /// whichever comes first; check [`lease_remaining`](MutexGuard::lease_remaining) before acting

@@ -85,6 +85,12 @@ impl LockKeys {
         self.companion("fence")
     }
 
+    /// The pub/sub channel on which releases wake this lock's waiters (in the lock's slot, so
+    /// a cluster-aware client can use sharded pub/sub).
+    pub fn wake_channel(&self) -> String {
+        self.companion("wake")
+    }
+
     /// A companion key `<prefix>:<suffix>` in the lock's slot.
     pub fn companion(&self, suffix: &str) -> String {
         format!("{}:{suffix}", self.prefix)

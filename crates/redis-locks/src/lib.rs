@@ -4,6 +4,7 @@
 
 mod client;
 mod error;
+mod fair;
 mod guard;
 pub mod history;
 pub mod key;
@@ -13,9 +14,11 @@ mod scripts;
 mod state;
 mod token;
 mod wait;
+mod wakeups;
 
 pub use client::{Client, ClientOptions};
 pub use error::{Error, LostReason, Result};
+pub use fair::{DEFAULT_PLACE_LEASE, FairMutex, FairMutexOptions};
 pub use guard::MutexGuard;
 pub use key::LockKeys;
 pub use mutex::{DEFAULT_LEASE, DEFAULT_RETRY_DELAY, Mutex, MutexOptions};

@@ -7,13 +7,14 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::{MutexGuard, OwedRelease};
+use crate::guard::{LockKind, MutexGuard, OwedRelease};
 use crate::key::LockKeys;
 use crate::lease::{lease_deadline, lease_millis};
-use crate::scripts::{MUTEX_ACQUIRE, MUTEX_INSPECT};
-use crate::state::{Holder, LockState};
+use crate::scripts::MUTEX_ACQUIRE;
+use crate::state::{LockState, inspect};
 use crate::token::{FencingToken, OwnerToken};
-use crate::wait::Backoff;
+use crate::wait::{Backoff, pause, sleep_limit};
+use crate::wakeups::Subscription;
 
 /// The lease a [`Mutex`] grants when none is asked for.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -97,8 +98,11 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
 /// [`lock`](Mutex::lock) returns a [`MutexGuard`] with a fresh random owner token, a lease and
 /// a fencing token. Names follow the key layout of [`LockKeys`].
 ///
-/// Waiting is not fair: a waiter retries after a jittered pause or when the holder's lease
-/// ends, so a process that releases and asks again at once may win again.
+/// Waiting does not poll: a release wakes the waiters (pub/sub on the lock's wake channel),
+/// and a waiter whose holder crashed retries the moment the holder's lease ends. Waiters of
+/// one lock inside one process take turns in FIFO order, and only the first of them talks to
+/// Redis; across processes the order is not fair — whoever asks first after a release wins.
+/// Use [`FairMutex`](crate::FairMutex) for first-come, first-served across processes.
 ///
 /// # When not to use it
 /// - For exclusion between tasks of one process, use `tokio::sync::Mutex`: it costs no
@@ -221,25 +225,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub async fn state(&self) -> Result<LockState> {
-        let (owner, pttl, counter): (String, i64, u64) = self
-            .client
-            .run_script(
-                "inspect",
-                &MUTEX_INSPECT,
-                &[self.keys.lock(), &self.keys.fence()],
-                &[],
-            )
-            .await?;
-        let fencing_counter = (counter > 0).then_some(FencingToken::new(counter));
-        let holder = (!owner.is_empty()).then(|| Holder {
-            owner,
-            fencing_token: FencingToken::new(counter),
-            lease_remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        });
-        Ok(LockState {
-            holder,
-            fencing_counter,
-        })
+        inspect(&self.client, &self.keys).await
     }
 
     /// Whether anyone holds the lock right now.
@@ -252,26 +238,65 @@ impl Mutex {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
         let started = Instant::now();
+        let timeout = |retry_after| Error::WaitTimeout {
+            name: self.name().to_string(),
+            waited: started.elapsed(),
+            retry_after,
+        };
+        // Waiters of this lock in this process take turns; only the one whose turn it is
+        // talks to Redis.
+        let queue = self.client.local_queue(self.keys.lock());
+        let _turn = match queue.turn.try_lock() {
+            Ok(turn) => turn,
+            Err(_) => match deadline {
+                None => queue.turn.lock().await,
+                // A zero budget means one attempt, even with local waiters queued.
+                Some(deadline) if deadline <= Instant::now() => {
+                    return match self.attempt().await? {
+                        Attempt::Acquired(guard) => Ok(guard),
+                        Attempt::Held(retry_after) => Err(timeout(retry_after)),
+                    };
+                }
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, queue.turn.lock()).await {
+                        Ok(turn) => turn,
+                        Err(_) => return Err(timeout(None)),
+                    }
+                }
+            },
+        };
         let backoff = Backoff::new(self.options.retry_delay);
+        let channel = self.keys.wake_channel();
         loop {
+            // Listen before the attempt, so a release right after it still wakes us.
+            let mut listener = queue.subscription().map(Subscription::listen);
             let retry_after = match self.attempt().await? {
                 Attempt::Acquired(guard) => return Ok(guard),
                 Attempt::Held(retry_after) => retry_after,
             };
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Error::WaitTimeout {
-                    name: self.name().to_string(),
-                    waited: started.elapsed(),
-                    retry_after,
-                });
+                return Err(timeout(retry_after));
             }
-            backoff.pause(retry_after, deadline).await;
+            if listener.is_none() {
+                // The first wait: subscribe, then look again at once, since a release between
+                // the attempt above and the subscription would not wake us.
+                queue.subscribe(self.client.wakeups(), &channel).await;
+                continue;
+            }
+            let live = queue.subscription().is_some_and(Subscription::is_live);
+            let limit = sleep_limit(live, &backoff, retry_after, None, deadline, Instant::now());
+            pause(listener.as_mut(), None, limit).await;
         }
     }
 
     async fn attempt(&self) -> Result<Attempt> {
         let millis = lease_millis(self.options.lease)?.to_string();
-        let owed = OwedRelease::new(self.client.clone(), self.keys.clone(), OwnerToken::random());
+        let owed = OwedRelease::new(
+            self.client.clone(),
+            self.keys.clone(),
+            OwnerToken::random(),
+            LockKind::Mutex,
+        );
         let sent_at = Instant::now();
         let reply = self
             .client

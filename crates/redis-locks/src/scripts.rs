@@ -20,3 +20,11 @@ pub(crate) static MUTEX_EXTEND: LazyLock<Script> =
 /// Read-only state: `{owner or '', pttl, counter}`.
 pub(crate) static MUTEX_INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/mutex_inspect.lua")));
+
+/// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fair_acquire.lua")));
+
+/// Leave a FairMutex (release and/or give up a place), waking only the next waiter.
+pub(crate) static FAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fair_release.lua")));

@@ -1,18 +1,30 @@
 //! How a waiter spends the time between two attempts on a held lock.
 //!
-//! This is the one seam every waiting primitive goes through. Today it sleeps a jittered
-//! delay, cut short when the holder's lease ends (the key expires then, so a crashed holder
-//! is noticed at once) or when the caller's wait budget runs out.
+//! This is the one seam every waiting primitive goes through. A waiter listens on the lock's
+//! wake channel (see [`crate::wakeups`]) and sleeps until a release wakes it, or until the
+//! holder's lease ends (the key expires then, so a crashed holder is noticed at once), or until
+//! the caller's wait budget runs out. While the wake-up connection is not live, it polls with
+//! a jittered delay instead. Waiters of one lock inside one process queue locally
+//! ([`LocalQueue`]), so only one of them talks to Redis at a time.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use rand::Rng;
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
+
+use crate::wakeups::{Listener, Subscription, Wakeups};
 
 /// The shortest pause between two attempts: there is no tight loop, whatever the server says.
 pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(1);
+/// The longest a live waiter sleeps without looking again, in case a wake-up was lost.
+pub(crate) const LIVE_RECHECK: Duration = Duration::from_secs(2);
+/// How long a waiter waits for the server to confirm its subscription before it polls.
+pub(crate) const CONFIRM_WITHIN: Duration = Duration::from_secs(1);
 
-/// Jittered retry pauses for one `lock()` call.
+/// Jittered retry pauses, for polling while wake-ups are not live.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
     delay: Duration,
@@ -47,11 +59,90 @@ impl Backoff {
         }
         pause.max(MIN_PAUSE)
     }
+}
 
-    /// Sleeps for [`Backoff::next_pause`].
-    pub(crate) async fn pause(&self, retry_after: Option<Duration>, deadline: Option<Instant>) {
-        let pause = self.next_pause(retry_after, deadline, Instant::now());
-        tokio::time::sleep(pause).await;
+/// How long a waiter sleeps at most before its next attempt, when nothing wakes it.
+///
+/// With live wake-ups: until the holder's lease ends (or [`LIVE_RECHECK`]); without: a
+/// jittered [`Backoff`] pause. Never past the deadline, never past `refresh` (a place lease
+/// to renew), never under [`MIN_PAUSE`].
+pub(crate) fn sleep_limit(
+    live: bool,
+    backoff: &Backoff,
+    retry_after: Option<Duration>,
+    refresh: Option<Duration>,
+    deadline: Option<Instant>,
+    now: Instant,
+) -> Duration {
+    let mut limit = match (live, retry_after) {
+        (true, Some(lease_left)) => (lease_left + MIN_PAUSE).min(LIVE_RECHECK),
+        (true, None) => LIVE_RECHECK,
+        (false, _) => backoff.next_pause(retry_after, None, now),
+    };
+    if let Some(refresh) = refresh {
+        limit = limit.min(refresh);
+    }
+    if let Some(deadline) = deadline {
+        limit = limit.min(deadline.saturating_duration_since(now));
+    }
+    limit.max(MIN_PAUSE)
+}
+
+/// Sleeps until `listener` hears a wake-up for `me` or `limit` passes.
+pub(crate) async fn pause(listener: Option<&mut Listener>, me: Option<&str>, limit: Duration) {
+    match listener {
+        Some(listener) => {
+            tokio::select! {
+                () = listener.woken(me) => {}
+                () = tokio::time::sleep(limit) => {}
+            }
+        }
+        None => tokio::time::sleep(limit).await,
+    }
+}
+
+/// The waiters of one lock inside this process: a FIFO turn (only the holder of the turn
+/// talks to Redis) and the wake-up subscription they share while any of them waits.
+#[derive(Default)]
+pub(crate) struct LocalQueue {
+    pub(crate) turn: tokio::sync::Mutex<()>,
+    subscription: OnceCell<Subscription>,
+}
+
+impl LocalQueue {
+    /// The subscription, if made already.
+    pub(crate) fn subscription(&self) -> Option<&Subscription> {
+        self.subscription.get()
+    }
+
+    /// The subscription, made (and confirmed, or given up on after [`CONFIRM_WITHIN`]) now
+    /// if needed.
+    pub(crate) async fn subscribe(&self, wakeups: &Wakeups, channel: &str) -> &Subscription {
+        self.subscription
+            .get_or_init(|| wakeups.subscribe(channel, CONFIRM_WITHIN))
+            .await
+    }
+}
+
+/// Every lock's [`LocalQueue`] in this client, kept while a waiter holds it.
+#[derive(Default)]
+pub(crate) struct LocalQueues {
+    queues: StdMutex<HashMap<String, Weak<LocalQueue>>>,
+}
+
+impl LocalQueues {
+    /// The queue of `lock`, made if no waiter holds one now.
+    pub(crate) fn get(&self, lock: &str) -> Arc<LocalQueue> {
+        let mut queues = self.queues.lock().expect("never poisoned");
+        if let Some(queue) = queues.get(lock).and_then(Weak::upgrade) {
+            return queue;
+        }
+        if queues.len() >= 1024 {
+            queues.retain(|_, queue| queue.strong_count() > 0);
+        }
+        let queue = Arc::new(LocalQueue::default());
+        queues.insert(lock.to_string(), Arc::downgrade(&queue));
+        queue
     }
 }
 
@@ -96,15 +187,41 @@ mod tests {
             backoff.next_pause(Some(Duration::ZERO), Some(now), now),
             MIN_PAUSE
         );
+        assert_eq!(
+            sleep_limit(true, &backoff, Some(Duration::ZERO), None, Some(now), now),
+            MIN_PAUSE
+        );
+    }
+
+    #[test]
+    fn live_waiters_sleep_until_the_lease_ends_polling_ones_do_not() {
+        let backoff = Backoff::new(Duration::from_millis(50));
+        let now = Instant::now();
+        let lease_left = Some(Duration::from_millis(700));
+        assert_eq!(
+            sleep_limit(true, &backoff, lease_left, None, None, now),
+            Duration::from_millis(701)
+        );
+        assert!(
+            sleep_limit(false, &backoff, lease_left, None, None, now) <= Duration::from_millis(75)
+        );
+        // A long lease is re-checked every LIVE_RECHECK; a place lease refresh comes first.
+        let long = Some(Duration::from_secs(30));
+        assert_eq!(
+            sleep_limit(true, &backoff, long, None, None, now),
+            LIVE_RECHECK
+        );
+        let refresh = Some(Duration::from_millis(300));
+        assert_eq!(
+            sleep_limit(true, &backoff, long, refresh, None, now),
+            Duration::from_millis(300)
+        );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn pause_sleeps_no_longer_than_the_deadline() {
-        let backoff = Backoff::new(Duration::from_secs(10));
+    async fn pause_sleeps_no_longer_than_the_limit() {
         let start = Instant::now();
-        backoff
-            .pause(None, Some(start + Duration::from_millis(30)))
-            .await;
+        pause(None, None, Duration::from_millis(30)).await;
         assert_eq!(start.elapsed(), Duration::from_millis(30));
     }
 }

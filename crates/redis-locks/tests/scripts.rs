@@ -150,13 +150,28 @@ fn release_deletes_only_for_the_owner() {
     let server = server();
     let mut con = raw(&server);
     run_acquire(&mut con, "a", 10_000).unwrap();
-    let foreign: i64 = release().key("L").arg("b").invoke(&mut con).unwrap();
+    let foreign: i64 = release()
+        .key("L")
+        .arg("b")
+        .arg("{L}:wake")
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!(foreign, -1);
     assert!(pttl(&server, "L") > 0, "another owner's lock is untouched");
-    let own: i64 = release().key("L").arg("a").invoke(&mut con).unwrap();
+    let own: i64 = release()
+        .key("L")
+        .arg("a")
+        .arg("{L}:wake")
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!(own, 1);
     assert_eq!(pttl(&server, "L"), -2);
-    let gone: i64 = release().key("L").arg("a").invoke(&mut con).unwrap();
+    let gone: i64 = release()
+        .key("L")
+        .arg("a")
+        .arg("{L}:wake")
+        .invoke(&mut con)
+        .unwrap();
     assert_eq!(gone, 0);
 }
 

@@ -1,10 +1,11 @@
--- mutex_release.lua: release a Mutex, but only for its owner.
+-- mutex_release.lua: release a Mutex, but only for its owner, and wake its waiters.
 --
 -- KEYS[1]  the lock key.
 -- ARGV[1]  the owner token the caller acquired with.
+-- ARGV[2]  the lock's wake channel; on release, '*' is published there (wake every waiter).
 --
 -- Replies:
---    1  released: the key held ARGV[1] and is now deleted.
+--    1  released: the key held ARGV[1] and is now deleted; waiters were woken.
 --    0  not released: the key is gone (the lease ran out, or the lock was never taken).
 --   -1  not released: the key holds another owner's token (the lease ran out and
 --       somebody else took the lock); that owner's lock is left untouched.
@@ -19,4 +20,5 @@ if holder ~= ARGV[1] then
   return -1
 end
 redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], '*')
 return 1

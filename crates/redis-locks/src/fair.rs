@@ -1,0 +1,343 @@
+//! `FairMutex`: one holder at a time, granted first come, first served across processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::guard::{LockKind, MutexGuard, OwedRelease};
+use crate::key::LockKeys;
+use crate::lease::{lease_deadline, lease_millis};
+use crate::mutex::{DEFAULT_LEASE, DEFAULT_RETRY_DELAY};
+use crate::scripts::FAIR_ACQUIRE;
+use crate::state::{LockState, inspect};
+use crate::token::{FencingToken, OwnerToken};
+use crate::wait::{Backoff, CONFIRM_WITHIN, pause, sleep_limit};
+use crate::wakeups::Subscription;
+
+/// How long a waiter keeps its place in the queue without renewing it, by default.
+pub const DEFAULT_PLACE_LEASE: Duration = Duration::from_secs(2);
+const MIN_PLACE_LEASE: Duration = Duration::from_millis(3);
+const MAX_SETTING: Duration = Duration::from_secs(3600);
+
+/// How a [`FairMutex`] acquires: the lease, the place lease of a waiter, the polling delay.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_locks::FairMutexOptions;
+///
+/// let options = FairMutexOptions::default()
+///     .lease(Duration::from_secs(5))
+///     .place_lease(Duration::from_millis(500));
+/// assert_eq!(options.get_place_lease(), Duration::from_millis(500));
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FairMutexOptions {
+    lease: Duration,
+    place_lease: Duration,
+    retry_delay: Duration,
+}
+
+impl Default for FairMutexOptions {
+    /// A 30 s lease, 2 s place leases, 25 ms polling while wake-ups are down.
+    fn default() -> Self {
+        FairMutexOptions {
+            lease: DEFAULT_LEASE,
+            place_lease: DEFAULT_PLACE_LEASE,
+            retry_delay: DEFAULT_RETRY_DELAY,
+        }
+    }
+}
+
+impl FairMutexOptions {
+    /// The lease each acquisition asks for (1 ms to 100 years).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long a waiter keeps its place without renewing it (3 ms to 1 hour). A waiter
+    /// renews every third of it; a waiter that died is skipped once it runs out, so this is
+    /// how long a dead waiter at the head can hold up the queue.
+    pub fn place_lease(mut self, place_lease: Duration) -> Self {
+        self.place_lease = place_lease;
+        self
+    }
+
+    /// The average polling delay while the wake-up connection is down (at most 1 hour).
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// The lease in force.
+    pub fn get_lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The place lease in force.
+    pub fn get_place_lease(&self) -> Duration {
+        self.place_lease
+    }
+
+    fn validate(&self) -> Result<()> {
+        lease_millis(self.lease)?;
+        let invalid = |what, value, reason: &str| {
+            Err(Error::InvalidDuration {
+                what,
+                value,
+                reason: reason.into(),
+            })
+        };
+        if !(MIN_PLACE_LEASE..=MAX_SETTING).contains(&self.place_lease) {
+            return invalid(
+                "place lease",
+                self.place_lease,
+                "a place lease must be 3 ms to 1 hour",
+            );
+        }
+        if self.retry_delay > MAX_SETTING {
+            return invalid(
+                "retry delay",
+                self.retry_delay,
+                "a retry delay must be at most 1 hour",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The queue's companion keys: (queue, places, tickets).
+pub(crate) fn queue_keys(keys: &LockKeys) -> (String, String, String) {
+    (
+        keys.companion("queue"),
+        keys.companion("places"),
+        keys.companion("tickets"),
+    )
+}
+
+/// A distributed lock granted in first-come, first-served order, across every process.
+///
+/// Waiters queue on the server, ordered by a ticket the server hands out (not by client
+/// clocks). Only the head of the queue may take the lock; a release wakes only the next
+/// waiter, so there is no thundering herd and no barging: a holder that releases and asks
+/// again goes to the back of the queue. Each waiter renews a short place lease
+/// ([`FairMutexOptions::place_lease`]), so a waiter that crashed is skipped once its place
+/// lease runs out. Guards are [`MutexGuard`]s: fencing token, lease, `extend`, `release`.
+///
+/// # When not to use it
+/// Fairness costs a little: each attempt also maintains the queue, and a handoff always
+/// goes to the head waiter even if another is quicker. When throughput matters more than
+/// order, use [`Mutex`](crate::Mutex).
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = test_support::RedisServer::start()?;
+/// let client = redis_locks::Client::connect(&server.url()).await?;
+/// let lock = client.fair_mutex("printer")?;
+/// let guard = lock.lock().await?;
+/// assert_eq!(lock.waiting().await?, 0);
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct FairMutex {
+    client: Client,
+    keys: Arc<LockKeys>,
+    options: FairMutexOptions,
+}
+
+impl FairMutex {
+    pub(crate) fn new(
+        client: Client,
+        keys: LockKeys,
+        options: FairMutexOptions,
+    ) -> Result<FairMutex> {
+        options.validate()?;
+        Ok(FairMutex {
+            client,
+            keys: Arc::new(keys),
+            options,
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    /// Takes the lock only if it is free and nobody waits for it; never joins the queue.
+    ///
+    /// # Errors
+    /// [`Error::Held`] when it is held (with the holder's remaining lease) or others wait
+    /// (`retry_after` is then `None`); [`Error::WrongType`], [`Error::Connection`] as for
+    /// [`Mutex::try_lock`](crate::Mutex::try_lock).
+    ///
+    /// # Cancel safety
+    /// If the future is dropped after the request went out, a grant is released by owner
+    /// token in the background.
+    pub async fn try_lock(&self) -> Result<MutexGuard> {
+        let owed = self.owed();
+        match self.attempt(&owed, Duration::ZERO).await? {
+            Ok((token, sent_at)) => Ok(self.guard(owed, token, sent_at)),
+            Err(retry_after) => {
+                owed.disarm();
+                Err(Error::Held {
+                    name: self.name().to_string(),
+                    retry_after,
+                })
+            }
+        }
+    }
+
+    /// Joins the queue and waits as long as it takes for this caller's turn.
+    ///
+    /// # Errors
+    /// As [`FairMutex::try_lock`], except that a held lock is waited for.
+    ///
+    /// # Cancel safety
+    /// Dropping the future at any point gives up the place in the queue and releases a grant
+    /// the caller never saw, in the background.
+    pub async fn lock(&self) -> Result<MutexGuard> {
+        self.acquire_until(None).await
+    }
+
+    /// Joins the queue and waits at most `wait` for this caller's turn; on timeout the place
+    /// is given up (the next waiter is woken if it is now first).
+    ///
+    /// # Errors
+    /// [`Error::WaitTimeout`] when the turn did not come within `wait`; otherwise as
+    /// [`FairMutex::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`FairMutex::lock`].
+    pub async fn lock_timeout(&self, wait: Duration) -> Result<MutexGuard> {
+        self.acquire_until(Some(Instant::now() + wait)).await
+    }
+
+    /// Who holds the lock, for how long, and the fencing counter, read in one step.
+    ///
+    /// # Errors
+    /// As [`Mutex::state`](crate::Mutex::state).
+    pub async fn state(&self) -> Result<LockState> {
+        inspect(&self.client, &self.keys).await
+    }
+
+    /// How many waiters are queued (including any whose place lease ran out but who were
+    /// not yet removed).
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the queue key holds another type; [`Error::Connection`].
+    pub async fn waiting(&self) -> Result<u64> {
+        let (queue, _, _) = queue_keys(&self.keys);
+        redis::cmd("ZCARD")
+            .arg(&queue)
+            .query_async(&mut self.client.connection())
+            .await
+            .map_err(|err| Error::from_redis("waiting", &queue, err))
+    }
+
+    fn owed(&self) -> OwedRelease {
+        OwedRelease::new(
+            self.client.clone(),
+            self.keys.clone(),
+            OwnerToken::random(),
+            LockKind::Fair,
+        )
+    }
+
+    fn guard(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> MutexGuard {
+        MutexGuard::new(owed, token, lease_deadline(sent_at, self.options.lease))
+    }
+
+    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
+        let started = Instant::now();
+        // One owner token for the whole wait: it is this caller's place in the queue, and it
+        // becomes the lock's owner token when the turn comes. Until then, dropping `owed`
+        // gives the place up in the background.
+        let owed = self.owed();
+        let backoff = Backoff::new(self.options.retry_delay);
+        let refresh = self.options.place_lease / 3;
+        let channel = self.keys.wake_channel();
+        let mut subscription: Option<Subscription> = None;
+        loop {
+            let mut listener = subscription.as_ref().map(Subscription::listen);
+            let retry_after = match self.attempt(&owed, self.options.place_lease).await? {
+                Ok((token, sent_at)) => return Ok(self.guard(owed, token, sent_at)),
+                Err(retry_after) => retry_after,
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                // Give the place up now (the reply is "not held", as expected).
+                let _ = owed.pay().await;
+                return Err(Error::WaitTimeout {
+                    name: self.name().to_string(),
+                    waited: started.elapsed(),
+                    retry_after,
+                });
+            }
+            let Some(sub) = &subscription else {
+                subscription = Some(
+                    self.client
+                        .wakeups()
+                        .subscribe(&channel, CONFIRM_WITHIN)
+                        .await,
+                );
+                continue;
+            };
+            let limit = sleep_limit(
+                sub.is_live(),
+                &backoff,
+                retry_after,
+                Some(refresh),
+                deadline,
+                Instant::now(),
+            );
+            pause(listener.as_mut(), Some(owed.owner().as_str()), limit).await;
+        }
+    }
+
+    /// One attempt: `Ok((token, sent_at))` when granted, `Err(retry_after)` when not.
+    async fn attempt(
+        &self,
+        owed: &OwedRelease,
+        place_lease: Duration,
+    ) -> Result<std::result::Result<(FencingToken, Instant), Option<Duration>>> {
+        let millis = lease_millis(self.options.lease)?.to_string();
+        let place = place_lease.as_millis().to_string();
+        let (queue, places, tickets) = queue_keys(&self.keys);
+        let sent_at = Instant::now();
+        let reply: (i64, i64) = self
+            .client
+            .run_script(
+                "acquire",
+                &FAIR_ACQUIRE,
+                &[
+                    self.keys.lock(),
+                    &self.keys.fence(),
+                    &queue,
+                    &places,
+                    &tickets,
+                ],
+                &[
+                    owed.owner().as_str(),
+                    &millis,
+                    &place,
+                    &self.keys.wake_channel(),
+                ],
+            )
+            .await?;
+        match reply {
+            (1, token) => Ok(Ok((FencingToken::new(token as u64), sent_at))),
+            (0, pttl) => Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
+            (granted, value) => Err(Error::UnexpectedReply {
+                phase: "acquire",
+                detail: format!("[{granted}, {value}]"),
+            }),
+        }
+    }
+}

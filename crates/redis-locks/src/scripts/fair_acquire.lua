@@ -1,0 +1,91 @@
+-- fair_acquire.lua: take a FairMutex in first-come, first-served order.
+--
+-- Waiters queue in a sorted set ordered by a ticket the server hands out, so the order is
+-- the server's, not the clients' clocks. Each waiter holds its place with a short place
+-- lease that it renews on every attempt; a waiter that dies loses its place when that lease
+-- runs out. Only the head of the queue may take a free lock.
+--
+-- KEYS[1]  the lock key: a string holding the owner token while held.
+-- KEYS[2]  the fencing counter: an integer that only grows and never expires.
+-- KEYS[3]  the queue: sorted set, member = waiter's owner token, score = its ticket.
+-- KEYS[4]  the places: sorted set, member = waiter's owner token, score = the server time
+--          (ms) at which its place lease runs out.
+-- KEYS[5]  the ticket counter: exists only while the queue is not empty.
+-- ARGV[1]  the waiter's owner token (32 lowercase hex characters); it becomes the lock's
+--          owner token when the lock is granted.
+-- ARGV[2]  the lease in milliseconds (a positive integer).
+-- ARGV[3]  the place lease in milliseconds; 0 means "try once": never join the queue, and
+--          take the lock only if it is free and nobody waits.
+-- ARGV[4]  the wake channel: when the lock is free but its head waiter has not taken it,
+--          the head's owner token is published there, to prod it.
+--
+-- Replies:
+--   {1, token}  acquired; token is the new fencing token (see mutex_acquire.lua for how the
+--               counter starts). The waiter has left the queue. Also the reply when KEYS[1]
+--               already holds ARGV[1] (a retried request): the lease is set again.
+--   {0, pttl}   not acquired; pttl is the holder's remaining lease in ms, -1 if the lock key
+--               has no expiry, -2 if the lock is free but another waiter is ahead.
+--               With ARGV[3] > 0 the waiter now has a place in the queue (its old place, if
+--               it had one), leased until now + ARGV[3].
+-- Errors:
+--   WRONGTYPE   one of the keys holds another Redis type; nothing was written.
+--   ERR ...     KEYS[2] is a string that is not an integer (raised by INCR).
+
+local owner, lease, place_lease, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local wanted = {'string', 'string', 'zset', 'zset', 'string'}
+for i = 1, 5 do
+  local kind = redis.call('TYPE', KEYS[i]).ok
+  if kind ~= 'none' and kind ~= wanted[i] then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind)
+  end
+end
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+-- Waiters whose place lease ran out lose their place.
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+  redis.call('ZREM', KEYS[3], gone)
+  redis.call('ZREM', KEYS[4], gone)
+end
+
+local holder = redis.call('GET', KEYS[1])
+if holder == owner then
+  redis.call('PEXPIRE', KEYS[1], lease)
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+
+local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+if not holder and (head == nil or head == owner) then
+  redis.call('ZREM', KEYS[3], owner)
+  redis.call('ZREM', KEYS[4], owner)
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    redis.call('DEL', KEYS[5])
+  end
+  local token = redis.call('INCR', KEYS[2])
+  if token == 1 then
+    token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    redis.call('SET', KEYS[2], token)
+  end
+  redis.call('SET', KEYS[1], owner, 'PX', lease)
+  return {1, token}
+end
+
+if place_lease > 0 then
+  if not redis.call('ZSCORE', KEYS[3], owner) then
+    redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), owner)
+  end
+  redis.call('ZADD', KEYS[4], now + place_lease, owner)
+  -- The queue's keys outlive their last live waiter by at most two place leases.
+  for i = 3, 5 do
+    if redis.call('PTTL', KEYS[i]) < 2 * place_lease then
+      redis.call('PEXPIRE', KEYS[i], 2 * place_lease)
+    end
+  end
+end
+
+if not holder then
+  redis.call('PUBLISH', channel, head)
+  return {0, -2}
+end
+return {0, redis.call('PTTL', KEYS[1])}

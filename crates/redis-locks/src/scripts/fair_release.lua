@@ -1,0 +1,55 @@
+-- fair_release.lua: leave a FairMutex — release it if held, give up a place in the queue
+-- if waiting — and wake only the next waiter.
+--
+-- KEYS[1]  the lock key.
+-- KEYS[2]  the queue (sorted set of owner tokens by ticket).
+-- KEYS[3]  the places (sorted set of owner tokens by place-lease deadline, server ms).
+-- KEYS[4]  the ticket counter.
+-- ARGV[1]  the owner token of the holder, or of the waiter giving up.
+-- ARGV[2]  the wake channel: when the lock is free after this call and somebody waits,
+--          the head waiter's owner token is published there (only that waiter acts on it).
+--
+-- Replies:
+--    1  released: the lock key held ARGV[1] and is now deleted.
+--    0  the lock key is gone (the lease ran out, or ARGV[1] was only waiting, or never
+--       anything); any place ARGV[1] had in the queue is given up.
+--   -1  the lock key holds another owner's token; it is left untouched. Any place ARGV[1]
+--       had in the queue is given up.
+-- Errors:
+--   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] or KEYS[3] is not a sorted set.
+
+local owner, channel = ARGV[1], ARGV[2]
+local wanted = {'string', 'zset', 'zset', 'string'}
+for i = 1, 4 do
+  local kind = redis.call('TYPE', KEYS[i]).ok
+  if kind ~= 'none' and kind ~= wanted[i] then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind)
+  end
+end
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+redis.call('ZREM', KEYS[2], owner)
+redis.call('ZREM', KEYS[3], owner)
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+  redis.call('ZREM', KEYS[2], gone)
+  redis.call('ZREM', KEYS[3], gone)
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('DEL', KEYS[4])
+end
+
+local holder = redis.call('GET', KEYS[1])
+local result = 0
+if holder == owner then
+  redis.call('DEL', KEYS[1])
+  result = 1
+elseif holder then
+  return -1
+end
+
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if head then
+  redis.call('PUBLISH', channel, head)
+end
+return result

@@ -1,0 +1,294 @@
+//! Wake-ups: one subscriber connection per [`Client`](crate::Client), shared by every waiter
+//! in the process.
+//!
+//! Release scripts `PUBLISH` on the lock's wake channel (a name in the lock's slot, see
+//! [`LockKeys::wake_channel`](crate::LockKeys::wake_channel)). A background task owns the
+//! subscriber connection: it subscribes to a channel while at least one waiter of this
+//! process holds a [`Subscription`] to it, and fans each message out to those waiters.
+//! When the connection drops, the task wakes every waiter (a release may have been missed),
+//! marks the subscriptions as not live — waiters then fall back to bounded, jittered polling —
+//! and reconnects with backoff, restoring every subscription.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{broadcast, mpsc, watch};
+
+/// The payload that wakes every waiter of a channel, whoever it is addressed to.
+pub(crate) const WAKE_ALL: &str = "*";
+/// Messages a waiter may fall behind by before it counts as woken anyway.
+const BUFFER: usize = 64;
+/// Pause between reconnect attempts of the subscriber connection, doubling up to a second.
+const RECONNECT_MIN: Duration = Duration::from_millis(20);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
+
+/// The handle a [`Client`](crate::Client) keeps: asks the subscriber task for channels.
+#[derive(Clone)]
+pub(crate) struct Wakeups {
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+struct Shared {
+    channels: StdMutex<HashMap<String, Channel>>,
+    /// Subscribe/unsubscribe round trips and reconnects, for the benchmark's request count.
+    requests: std::sync::atomic::AtomicU64,
+}
+
+struct Channel {
+    refs: usize,
+    messages: broadcast::Sender<Arc<str>>,
+    live: watch::Sender<bool>,
+}
+
+enum Command {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+impl Wakeups {
+    /// Starts the (idle) subscriber task; it connects when the first channel is asked for.
+    pub(crate) fn start(redis: redis::Client, connect_timeout: Duration) -> Wakeups {
+        let shared = Arc::new(Shared {
+            channels: StdMutex::new(HashMap::new()),
+            requests: std::sync::atomic::AtomicU64::new(0),
+        });
+        let (commands, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(run(shared.clone(), redis, connect_timeout, receiver));
+        Wakeups { shared, commands }
+    }
+
+    /// Registers interest in `channel` and waits up to `confirm_within` for the server to
+    /// confirm the subscription. Past that the subscription is returned anyway, not live:
+    /// its waiter polls until it becomes live.
+    pub(crate) async fn subscribe(&self, channel: &str, confirm_within: Duration) -> Subscription {
+        let (messages, mut live, first) = {
+            let mut channels = self.shared.channels.lock().expect("never poisoned");
+            let entry = channels
+                .entry(channel.to_string())
+                .or_insert_with(|| Channel {
+                    refs: 0,
+                    messages: broadcast::channel(BUFFER).0,
+                    live: watch::channel(false).0,
+                });
+            entry.refs += 1;
+            (
+                entry.messages.clone(),
+                entry.live.subscribe(),
+                entry.refs == 1,
+            )
+        };
+        if first {
+            let _ = self.commands.send(Command::Subscribe(channel.to_string()));
+        }
+        let _ = tokio::time::timeout(confirm_within, live.wait_for(|live| *live)).await;
+        Subscription {
+            channel: channel.to_string(),
+            messages,
+            live,
+            wakeups: self.clone(),
+        }
+    }
+
+    /// Requests the subscriber connection has sent (SUBSCRIBE, UNSUBSCRIBE, reconnects).
+    pub(crate) fn requests(&self) -> u64 {
+        self.shared
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// One waiter's interest in a wake channel; the channel stays subscribed while any exists.
+pub(crate) struct Subscription {
+    channel: String,
+    messages: broadcast::Sender<Arc<str>>,
+    live: watch::Receiver<bool>,
+    wakeups: Wakeups,
+}
+
+impl Subscription {
+    /// Whether the server has confirmed the subscription and the connection is up: a release
+    /// published from now on will reach [`Listener::woken`].
+    pub(crate) fn is_live(&self) -> bool {
+        *self.live.borrow()
+    }
+
+    /// Starts listening: the listener sees only messages published after this call, so make
+    /// it *before* an attempt, and wait on it after the attempt failed.
+    pub(crate) fn listen(&self) -> Listener {
+        Listener {
+            messages: self.messages.subscribe(),
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = self.wakeups.shared.channels.lock().expect("never poisoned");
+        if let Some(entry) = channels.get_mut(&self.channel) {
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                channels.remove(&self.channel);
+                let _ = self
+                    .wakeups
+                    .commands
+                    .send(Command::Unsubscribe(self.channel.clone()));
+            }
+        }
+    }
+}
+
+/// Messages of one channel from the moment [`Subscription::listen`] was called.
+pub(crate) struct Listener {
+    messages: broadcast::Receiver<Arc<str>>,
+}
+
+impl Listener {
+    /// Resolves on the first message addressed to `me` (or to everyone); with `me` = `None`,
+    /// on any message. A listener that fell behind counts as woken.
+    pub(crate) async fn woken(&mut self, me: Option<&str>) {
+        loop {
+            match self.messages.recv().await {
+                Ok(payload) => {
+                    if me.is_none_or(|me| &*payload == me || &*payload == WAKE_ALL) {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                // The channel entry is gone: nothing will ever arrive.
+                Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn count_request(&self) {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn wanted(&self) -> Vec<String> {
+        let channels = self.channels.lock().expect("never poisoned");
+        channels.keys().cloned().collect()
+    }
+
+    fn is_wanted(&self, channel: &str) -> bool {
+        let channels = self.channels.lock().expect("never poisoned");
+        channels.contains_key(channel)
+    }
+
+    fn set_live(&self, names: &[String], live: bool) {
+        let channels = self.channels.lock().expect("never poisoned");
+        for name in names {
+            if let Some(entry) = channels.get(name) {
+                entry.live.send_replace(live);
+            }
+        }
+    }
+
+    /// Marks every channel not live and wakes every waiter: whatever was published while the
+    /// connection was down is lost, so each waiter must look again.
+    fn connection_lost(&self) {
+        let channels = self.channels.lock().expect("never poisoned");
+        for entry in channels.values() {
+            entry.live.send_replace(false);
+            let _ = entry.messages.send(Arc::from(WAKE_ALL));
+        }
+    }
+
+    fn deliver(&self, channel: &str, payload: Arc<str>) {
+        let channels = self.channels.lock().expect("never poisoned");
+        if let Some(entry) = channels.get(channel) {
+            let _ = entry.messages.send(payload);
+        }
+    }
+}
+
+/// The subscriber task: idle until a channel is wanted, then connected for as long as the
+/// client lives, reconnecting with backoff whenever the connection drops.
+async fn run(
+    shared: Arc<Shared>,
+    redis: redis::Client,
+    connect_timeout: Duration,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    // Idle until the first subscription is asked for.
+    if commands.recv().await.is_none() {
+        return;
+    }
+    let mut pause = RECONNECT_MIN;
+    loop {
+        shared.count_request();
+        let connected = tokio::time::timeout(connect_timeout, redis.get_async_pubsub()).await;
+        let Ok(Ok(pubsub)) = connected else {
+            tracing::debug!("wake-up connection failed; waiters poll meanwhile");
+            if !sleep_or_closed(&mut commands, pause).await {
+                return;
+            }
+            pause = (pause * 2).min(RECONNECT_MAX);
+            continue;
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        let wanted = shared.wanted();
+        if !wanted.is_empty() {
+            shared.count_request();
+            if sink.subscribe(&wanted).await.is_err() {
+                shared.connection_lost();
+                continue;
+            }
+        }
+        pause = RECONNECT_MIN;
+        shared.set_live(&wanted, true);
+        // Anything published before this subscription was in place may be lost.
+        for name in &wanted {
+            shared.deliver(name, Arc::from(WAKE_ALL));
+        }
+        loop {
+            tokio::select! {
+                message = stream.next() => {
+                    let Some(message) = message else { break };
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    shared.deliver(message.get_channel_name(), Arc::from(payload));
+                }
+                command = commands.recv() => match command {
+                    None => return,
+                    Some(Command::Subscribe(name)) => {
+                        if shared.is_wanted(&name) {
+                            shared.count_request();
+                            if sink.subscribe(&name).await.is_err() {
+                                break;
+                            }
+                            shared.set_live(std::slice::from_ref(&name), true);
+                        }
+                    }
+                    Some(Command::Unsubscribe(name)) => {
+                        if !shared.is_wanted(&name) {
+                            shared.count_request();
+                            if sink.unsubscribe(&name).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tracing::debug!("wake-up connection lost; reconnecting");
+        shared.connection_lost();
+    }
+}
+
+/// Sleeps `pause`, draining commands meanwhile (the reconnect subscribes to every channel
+/// still wanted anyway). False when the client is gone.
+async fn sleep_or_closed(commands: &mut mpsc::UnboundedReceiver<Command>, pause: Duration) -> bool {
+    let sleep = tokio::time::sleep(pause);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return true,
+            command = commands.recv() => if command.is_none() { return false },
+        }
+    }
+}
