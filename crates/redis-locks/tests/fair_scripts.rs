@@ -1,0 +1,211 @@
+//! The FairMutex scripts and the Mutex release's wake-up, called directly on a real server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{pttl, raw, server};
+use redis::{Connection, Script};
+
+const KEYS: [&str; 5] = ["F", "{F}:fence", "{F}:queue", "{F}:places", "{F}:tickets"];
+const CHANNEL: &str = "{F}:wake";
+
+fn acquire(con: &mut Connection, owner: &str, place_ms: u64) -> redis::RedisResult<(i64, i64)> {
+    Script::new(include_str!("../src/scripts/fair_acquire.lua"))
+        .key(&KEYS[..])
+        .arg(owner)
+        .arg(10_000)
+        .arg(place_ms)
+        .arg(CHANNEL)
+        .invoke(con)
+}
+
+fn release(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
+    Script::new(include_str!("../src/scripts/fair_release.lua"))
+        .key(&[KEYS[0], KEYS[2], KEYS[3], KEYS[4]][..])
+        .arg(owner)
+        .arg(CHANNEL)
+        .invoke(con)
+}
+
+fn queue(con: &mut Connection) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(KEYS[2])
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap()
+}
+
+/// A connection subscribed to the wake channel, to read what the scripts publish.
+fn listener(server: &test_support::RedisServer) -> redis::Connection {
+    let mut con = raw(server);
+    con.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    redis::cmd("SUBSCRIBE").arg(CHANNEL).exec(&mut con).unwrap();
+    con
+}
+
+fn next_message(con: &mut Connection) -> Option<String> {
+    let value: redis::Value = con.recv_response().ok()?;
+    let parts: Vec<redis::Value> = redis::FromRedisValue::from_redis_value(value).ok()?;
+    redis::FromRedisValue::from_redis_value(parts.get(2)?.clone()).ok()
+}
+
+#[test]
+fn a_free_lock_with_nobody_waiting_is_granted_at_once() {
+    let server = server();
+    let mut con = raw(&server);
+    let (granted, token) = acquire(&mut con, "a", 0).unwrap();
+    assert_eq!(granted, 1);
+    assert!(token > 1_000_000_000_000_000, "clock-seeded: {token}");
+    assert!(pttl(&server, "F") > 9_000);
+    // A retry by the same owner is granted again with the same token.
+    assert_eq!(acquire(&mut con, "a", 500).unwrap(), (1, token));
+}
+
+#[test]
+fn waiters_queue_in_arrival_order_and_only_the_head_may_take_the_lock() {
+    let server = server();
+    let mut con = raw(&server);
+    acquire(&mut con, "holder", 0).unwrap();
+    let (granted, remaining) = acquire(&mut con, "w1", 5_000).unwrap();
+    assert_eq!(granted, 0);
+    assert!(remaining > 9_000);
+    acquire(&mut con, "w2", 5_000).unwrap();
+    acquire(&mut con, "w3", 5_000).unwrap();
+    // Asking again keeps the place.
+    acquire(&mut con, "w1", 5_000).unwrap();
+    assert_eq!(queue(&mut con), ["w1", "w2", "w3"]);
+    // try-once never joins the queue.
+    assert_eq!(acquire(&mut con, "once", 0).unwrap().0, 0);
+    assert_eq!(queue(&mut con).len(), 3);
+
+    let mut wake = listener(&server);
+    assert_eq!(release(&mut con, "holder").unwrap(), 1);
+    assert_eq!(
+        next_message(&mut wake).as_deref(),
+        Some("w1"),
+        "only the head is woken"
+    );
+    // The lock is free, but w2 is not the head: refused, and the head is prodded again.
+    assert_eq!(acquire(&mut con, "w2", 5_000).unwrap(), (0, -2));
+    assert_eq!(next_message(&mut wake).as_deref(), Some("w1"));
+    assert_eq!(acquire(&mut con, "once", 0).unwrap(), (0, -2), "no barging");
+    assert_eq!(acquire(&mut con, "w1", 5_000).unwrap().0, 1);
+    assert_eq!(queue(&mut con), ["w2", "w3"]);
+}
+
+#[test]
+fn a_waiter_whose_place_lease_ran_out_is_skipped() {
+    let server = server();
+    let mut con = raw(&server);
+    acquire(&mut con, "holder", 0).unwrap();
+    acquire(&mut con, "dead", 50).unwrap();
+    acquire(&mut con, "alive", 5_000).unwrap();
+    std::thread::sleep(Duration::from_millis(80));
+    release(&mut con, "holder").unwrap();
+    assert_eq!(
+        queue(&mut con),
+        ["alive"],
+        "the release purged the dead waiter"
+    );
+    assert_eq!(acquire(&mut con, "alive", 5_000).unwrap().0, 1);
+    assert_eq!(
+        pttl(&server, KEYS[4]),
+        -2,
+        "the ticket counter goes with the empty queue"
+    );
+}
+
+#[test]
+fn giving_up_a_place_wakes_the_next_head_when_the_lock_is_free() {
+    let server = server();
+    let mut con = raw(&server);
+    acquire(&mut con, "holder", 0).unwrap();
+    acquire(&mut con, "w1", 5_000).unwrap();
+    acquire(&mut con, "w2", 5_000).unwrap();
+    // w1 gives up while the lock is held: not the holder (reply -1), place gone, no wake.
+    assert_eq!(release(&mut con, "w1").unwrap(), -1);
+    assert_eq!(queue(&mut con), ["w2"]);
+    assert!(pttl(&server, "F") > 0, "the holder's lock is untouched");
+    release(&mut con, "holder").unwrap();
+    // Now w2 gives up with the lock free: the key is gone (0) and the queue is empty.
+    assert_eq!(release(&mut con, "w2").unwrap(), 0);
+    assert!(queue(&mut con).is_empty());
+}
+
+#[test]
+fn queue_keys_expire_two_place_leases_after_the_last_live_waiter() {
+    let server = server();
+    let mut con = raw(&server);
+    acquire(&mut con, "holder", 0).unwrap();
+    acquire(&mut con, "w1", 1_000).unwrap();
+    for key in &KEYS[2..] {
+        let ttl = pttl(&server, key);
+        assert!(ttl > 1_000 && ttl <= 2_000, "{key}: {ttl}");
+    }
+}
+
+#[test]
+fn fair_scripts_refuse_wrong_types_and_write_nothing() {
+    let server = server();
+    let mut con = raw(&server);
+    redis::cmd("SET")
+        .arg(KEYS[2])
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
+    let err = acquire(&mut con, "a", 500).unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    assert_eq!(pttl(&server, "F"), -2);
+    let err = release(&mut con, "a").unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+}
+
+#[test]
+fn a_mutex_release_publishes_a_wake_up_and_a_refused_one_does_not() {
+    let server = server();
+    let mut con = raw(&server);
+    let release = Script::new(include_str!("../src/scripts/mutex_release.lua"));
+    redis::cmd("SET")
+        .arg("M")
+        .arg("owner")
+        .arg("PX")
+        .arg(10_000)
+        .exec(&mut con)
+        .unwrap();
+    let mut wake = raw(&server);
+    wake.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    redis::cmd("SUBSCRIBE")
+        .arg("{M}:wake")
+        .exec(&mut wake)
+        .unwrap();
+    let refused: i64 = release
+        .key("M")
+        .arg("other")
+        .arg("{M}:wake")
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(refused, -1);
+    // A marker of our own: had the refused release published, its message would come first.
+    redis::cmd("PUBLISH")
+        .arg("{M}:wake")
+        .arg("marker")
+        .exec(&mut con)
+        .unwrap();
+    let released: i64 = release
+        .key("M")
+        .arg("owner")
+        .arg("{M}:wake")
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(released, 1);
+    assert_eq!(
+        next_message(&mut wake).as_deref(),
+        Some("marker"),
+        "a refused release published"
+    );
+    assert_eq!(next_message(&mut wake).as_deref(), Some("*"));
+}

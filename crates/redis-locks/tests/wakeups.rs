@@ -1,0 +1,257 @@
+//! Waiters are woken by the release, not by polling: a release hands over at once, a crashed
+//! holder's lease end is noticed at once, and a lost subscriber connection is survived.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{client, eventually, pttl, raw, server};
+use redis_locks::{Client, MutexOptions};
+use test_support::ChildProcess;
+use tokio::time::Instant;
+
+/// Polling this slowly would make every test below fail: only wake-ups can pass them.
+fn slow_polling(lease: Duration) -> MutexOptions {
+    MutexOptions::default()
+        .lease(lease)
+        .retry_delay(Duration::from_secs(20))
+}
+
+fn subscribers(server: &test_support::RedisServer, channel: &str) -> i64 {
+    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut raw(server))
+        .unwrap();
+    count
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_without_any_retry_delay() {
+    let server = server();
+    let client = client(&server).await;
+    let mutex = client
+        .mutex_with("handoff", slow_polling(Duration::from_secs(30)))
+        .unwrap();
+    let holder = mutex.lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move {
+            let guard = mutex.lock().await.unwrap();
+            (Instant::now(), guard)
+        }
+    });
+    // Wait until the waiter is subscribed (a condition, not a sleep).
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{handoff}:wake") == 1
+        })
+        .await
+    );
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (acquired_at, guard) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap();
+    // The lease had 30 s to run and polling would wait 10-30 s: a wake-up did it.
+    let handoff = acquired_at - released_at;
+    assert!(handoff < Duration::from_secs(1), "handoff took {handoff:?}");
+    guard.release().await.unwrap();
+    // The last waiter gone, the subscription is dropped.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{handoff}:wake") == 0
+        })
+        .await
+    );
+}
+
+#[test]
+#[ignore = "runs only as a child process of a_crashed_holders_waiter_gets_the_lock_when_the_lease_ends"]
+fn crashing_holder_child() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let url = std::env::var("CHILD_REDIS_URL").unwrap();
+        let client = Client::connect(&url).await.unwrap();
+        let mutex = client
+            .mutex_with(
+                "crash",
+                MutexOptions::default().lease(Duration::from_millis(1500)),
+            )
+            .unwrap();
+        let guard = mutex.lock().await.unwrap();
+        println!("acquired {}", guard.fencing_token());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    });
+}
+
+#[tokio::test]
+async fn a_crashed_holders_waiter_gets_the_lock_when_the_lease_ends() {
+    let server = server();
+    let mut child = ChildProcess::spawn_test(
+        "crashing_holder_child",
+        &[("CHILD_REDIS_URL", &server.url())],
+    )
+    .unwrap();
+    child
+        .wait_for_line("acquired", Duration::from_secs(30))
+        .expect("child holds the lock");
+    let client = client(&server).await;
+    let mutex = client
+        .mutex_with("crash", slow_polling(Duration::from_secs(5)))
+        .unwrap();
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await.map(|guard| (Instant::now(), guard)) }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{crash}:wake") == 1
+        })
+        .await
+    );
+    child.kill_hard();
+    let remaining = Duration::from_millis(pttl(&server, "crash").try_into().expect("a lease"));
+    let killed_at = Instant::now();
+    let (acquired_at, guard) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    let waited = acquired_at - killed_at;
+    assert!(
+        waited + Duration::from_millis(5) >= remaining,
+        "{waited:?} < lease {remaining:?}"
+    );
+    // Polling every ~20 s would come far later: the waiter slept exactly until the lease end.
+    assert!(
+        waited < remaining + Duration::from_millis(500),
+        "{waited:?}, lease {remaining:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn waiters_survive_a_killed_subscriber_connection() {
+    let server = server();
+    let client = client(&server).await;
+    // Polling every ~50 ms covers the gap while the subscription is restored.
+    let options = MutexOptions::default()
+        .lease(Duration::from_secs(30))
+        .retry_delay(Duration::from_millis(50));
+    let mutex = client.mutex_with("killed", options).unwrap();
+    let holder = mutex.lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{killed}:wake") == 1
+        })
+        .await
+    );
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(killed, 1);
+    // The subscription comes back by itself.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{killed}:wake") == 1
+        })
+        .await
+    );
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter still got the lock")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_during_the_subscriber_outage_is_not_missed() {
+    let server = server();
+    let client = client(&server).await;
+    let mutex = client
+        .mutex_with("outage", slow_polling(Duration::from_secs(30)))
+        .unwrap();
+    let holder = mutex.lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{outage}:wake") == 1
+        })
+        .await
+    );
+    // Kill the subscriber and release at once: the wake-up is published to nobody.
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut raw(&server))
+        .unwrap();
+    holder.release().await.unwrap();
+    // The reconnect wakes every waiter to look again, so the lock is taken without polling.
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter looked again after the reconnect")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_take_turns_and_only_one_talks_to_redis() {
+    let server = server();
+    let client = client(&server).await;
+    let mutex = client
+        .mutex_with("herd", slow_polling(Duration::from_secs(10)))
+        .unwrap();
+    let holder = mutex.lock().await.unwrap();
+    let before = client.requests_sent();
+    let order = Arc::new(AtomicUsize::new(0));
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let (mutex, order) = (mutex.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = mutex.lock().await.unwrap();
+            let position = order.fetch_add(1, Ordering::SeqCst);
+            guard.release().await.unwrap();
+            (i, position)
+        }));
+        // Queue them in a known order.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // 8 waiters sit out a 300 ms hold: a herd polling every few ms would send hundreds.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(holder); // released in the background
+    let mut positions = Vec::new();
+    for waiter in waiters {
+        positions.push(
+            tokio::time::timeout(Duration::from_secs(10), waiter)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let sent = client.requests_sent() - before;
+    assert!(
+        positions.iter().all(|(i, position)| i == position),
+        "FIFO inside the process: {positions:?}"
+    );
+    // Per waiter: at most a couple of refused attempts, one grant, one release; plus one
+    // subscription and one unsubscription, and the holder's release.
+    assert!(sent <= 8 * 5 + 3, "{sent} requests for 8 waiters");
+}
