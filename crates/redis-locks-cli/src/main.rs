@@ -4,6 +4,7 @@
 //! by `--redis` / `REDIS_URL`). Exit codes: 0 success, 1 a check failed, 64 bad usage,
 //! 69 Redis unreachable, 70 an unexpected lock error.
 
+mod bench;
 mod contend;
 mod demo;
 mod exit;
@@ -38,6 +39,17 @@ enum Commands {
         redis: Option<String>,
         #[command(flatten)]
         args: demo::DemoArgs,
+    },
+    /// Measure performance: `throughput` (lock cost) and `handoff` (one contended lock).
+    Bench {
+        /// Redis to use; without it a private redis-server is started.
+        #[arg(long, env = "REDIS_URL", global = true)]
+        redis: Option<String>,
+        /// Print one JSON object per run instead of tables.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        bench: bench::Bench,
     },
     /// One worker process of the demo (started by `demo`).
     #[command(hide = true)]
@@ -93,6 +105,10 @@ async fn run(command: Commands) -> Result<(), CliError> {
         Commands::Demo { redis, args } => {
             let target = redis_target::RedisTarget::resolve(redis)?;
             demo::run(&target, &args).await
+        }
+        Commands::Bench { redis, json, bench } => {
+            let target = redis_target::RedisTarget::resolve(redis)?;
+            bench::run(&target, &bench, json).await
         }
         Commands::DemoWorker {
             role,

@@ -240,6 +240,10 @@ impl Client {
         self.inner.local_queues.get(lock)
     }
 
+    pub(crate) fn has_local_waiters(&self, lock: &str) -> bool {
+        self.inner.local_queues.contains(lock)
+    }
+
     /// The options this client was made with.
     pub fn options(&self) -> &ClientOptions {
         &self.inner.options

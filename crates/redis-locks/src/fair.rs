@@ -264,7 +264,8 @@ impl FairMutex {
         let backoff = Backoff::new(self.options.retry_delay);
         let refresh = self.options.place_lease / 3;
         let channel = self.keys.wake_channel();
-        let mut subscription: Option<Subscription> = None;
+        // Others of this process may be waiting already: then listen from the first attempt.
+        let mut subscription = self.client.wakeups().subscribe_live(&channel);
         loop {
             let mut listener = subscription.as_ref().map(Subscription::listen);
             let retry_after = match self.attempt(&owed, self.options.place_lease).await? {
@@ -318,7 +319,7 @@ impl FairMutex {
                 &FAIR_ACQUIRE,
                 &[
                     self.keys.lock(),
-                    &self.keys.fence(),
+                    self.keys.fence(),
                     &queue,
                     &places,
                     &tickets,
@@ -327,7 +328,7 @@ impl FairMutex {
                     owed.owner().as_str(),
                     &millis,
                     &place,
-                    &self.keys.wake_channel(),
+                    self.keys.wake_channel(),
                 ],
             )
             .await?;

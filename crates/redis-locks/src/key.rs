@@ -32,8 +32,9 @@ pub const MAX_NAME_LEN: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
     name: String,
-    lock: String,
     prefix: String,
+    fence: String,
+    wake: String,
 }
 
 impl LockKeys {
@@ -65,7 +66,8 @@ impl LockKeys {
         };
         Ok(LockKeys {
             name: name.to_string(),
-            lock: name.to_string(),
+            fence: format!("{prefix}:fence"),
+            wake: format!("{prefix}:wake"),
             prefix,
         })
     }
@@ -77,18 +79,18 @@ impl LockKeys {
 
     /// The key that holds the owner token while the lock is held.
     pub fn lock(&self) -> &str {
-        &self.lock
+        &self.name
     }
 
     /// The fencing counter: an integer that only grows, one step per acquisition.
-    pub fn fence(&self) -> String {
-        self.companion("fence")
+    pub fn fence(&self) -> &str {
+        &self.fence
     }
 
     /// The pub/sub channel on which releases wake this lock's waiters (in the lock's slot, so
     /// a cluster-aware client can use sharded pub/sub).
-    pub fn wake_channel(&self) -> String {
-        self.companion("wake")
+    pub fn wake_channel(&self) -> &str {
+        &self.wake
     }
 
     /// A companion key `<prefix>:<suffix>` in the lock's slot.

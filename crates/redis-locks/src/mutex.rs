@@ -133,6 +133,8 @@ pub struct Mutex {
     client: Client,
     keys: Arc<LockKeys>,
     options: MutexOptions,
+    /// The lease in milliseconds, as the acquire script takes it.
+    lease_ms: Arc<str>,
 }
 
 /// What one acquire attempt found.
@@ -147,6 +149,7 @@ impl Mutex {
         Ok(Mutex {
             client,
             keys: Arc::new(keys),
+            lease_ms: lease_millis(options.lease)?.to_string().into(),
             options,
         })
     }
@@ -243,6 +246,16 @@ impl Mutex {
             waited: started.elapsed(),
             retry_after,
         };
+        // With no other waiter of this lock in this process, try at once.
+        if !self.client.has_local_waiters(self.keys.lock()) {
+            let retry_after = match self.attempt().await? {
+                Attempt::Acquired(guard) => return Ok(guard),
+                Attempt::Held(retry_after) => retry_after,
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(timeout(retry_after));
+            }
+        }
         // Waiters of this lock in this process take turns; only the one whose turn it is
         // talks to Redis.
         let queue = self.client.local_queue(self.keys.lock());
@@ -290,7 +303,6 @@ impl Mutex {
     }
 
     async fn attempt(&self) -> Result<Attempt> {
-        let millis = lease_millis(self.options.lease)?.to_string();
         let owed = OwedRelease::new(
             self.client.clone(),
             self.keys.clone(),
@@ -303,8 +315,8 @@ impl Mutex {
             .run_script::<(i64, i64)>(
                 "acquire",
                 &MUTEX_ACQUIRE,
-                &[self.keys.lock(), &self.keys.fence()],
-                &[owed.owner().as_str(), &millis],
+                &[self.keys.lock(), self.keys.fence()],
+                &[owed.owner().as_str(), &self.lease_ms],
             )
             .await;
         match reply {

@@ -11,12 +11,7 @@ use crate::token::FencingToken;
 /// Reads a lock's state in one script call (the same layout for `Mutex` and `FairMutex`).
 pub(crate) async fn inspect(client: &Client, keys: &LockKeys) -> Result<LockState> {
     let (owner, pttl, counter): (String, i64, u64) = client
-        .run_script(
-            "inspect",
-            &MUTEX_INSPECT,
-            &[keys.lock(), &keys.fence()],
-            &[],
-        )
+        .run_script("inspect", &MUTEX_INSPECT, &[keys.lock(), keys.fence()], &[])
         .await?;
     let fencing_counter = (counter > 0).then_some(FencingToken::new(counter));
     let holder = (!owner.is_empty()).then(|| Holder {

@@ -131,6 +131,14 @@ pub(crate) struct LocalQueues {
 }
 
 impl LocalQueues {
+    /// Whether a waiter of `lock` holds its queue now.
+    pub(crate) fn contains(&self, lock: &str) -> bool {
+        let queues = self.queues.lock().expect("never poisoned");
+        queues
+            .get(lock)
+            .is_some_and(|queue| queue.strong_count() > 0)
+    }
+
     /// The queue of `lock`, made if no waiter holds one now.
     pub(crate) fn get(&self, lock: &str) -> Arc<LocalQueue> {
         let mut queues = self.queues.lock().expect("never poisoned");

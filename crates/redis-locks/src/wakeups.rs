@@ -92,6 +92,23 @@ impl Wakeups {
         }
     }
 
+    /// A new reference to `channel`'s subscription if one is live already: no request is
+    /// sent, so a waiter can listen before its very first attempt when others wait too.
+    pub(crate) fn subscribe_live(&self, channel: &str) -> Option<Subscription> {
+        let mut channels = self.shared.channels.lock().expect("never poisoned");
+        let entry = channels.get_mut(channel)?;
+        if !*entry.live.borrow() {
+            return None;
+        }
+        entry.refs += 1;
+        Some(Subscription {
+            channel: channel.to_string(),
+            messages: entry.messages.clone(),
+            live: entry.live.subscribe(),
+            wakeups: self.clone(),
+        })
+    }
+
     /// Requests the subscriber connection has sent (SUBSCRIBE, UNSUBSCRIBE, reconnects).
     pub(crate) fn requests(&self) -> u64 {
         self.shared

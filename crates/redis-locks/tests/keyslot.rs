@@ -50,9 +50,11 @@ fn every_companion_key_hashes_to_the_lock_keys_slot() {
         };
         let lock_slot = slot(&mut con, keys.lock());
         for companion in [
-            keys.fence(),
-            keys.companion("wake"),
+            keys.fence().to_string(),
+            keys.wake_channel().to_string(),
             keys.companion("queue"),
+            keys.companion("places"),
+            keys.companion("tickets"),
         ] {
             assert_eq!(
                 slot(&mut con, &companion),

@@ -14,28 +14,29 @@
 --               set again and the token is the current counter, not a new one.
 --   {0, pttl}   held by another owner; pttl is its remaining lease in milliseconds,
 --               or -1 if the key has no expiry (it was not written by this library).
--- Errors:
---   WRONGTYPE   KEYS[1] is not a string, or KEYS[2] is not a string.
+-- Errors (nothing is left written):
+--   WRONGTYPE   KEYS[1] is not a string (raised by GET), or KEYS[2] is not a string (INCR).
 --   ERR ...     KEYS[2] is a string that is not an integer (raised by INCR).
+
+-- The common case first: the lock is free. SET NX PX writes the key with its lease at once.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local token = redis.pcall('INCR', KEYS[2])
+  if type(token) == 'table' and token.err then
+    -- A broken counter: take the lock back, so the error leaves nothing behind.
+    redis.call('DEL', KEYS[1])
+    return token
+  end
+  if token == 1 then
+    local now = redis.call('TIME')
+    token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('SET', KEYS[2], token)
+  end
+  return {1, token}
+end
 
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-
-local kind = redis.call('TYPE', KEYS[2]).ok
-if kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' holds a ' .. kind)
-end
-local token = redis.call('INCR', KEYS[2])
-if token == 1 then
-  local now = redis.call('TIME')
-  token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  redis.call('SET', KEYS[2], token)
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, token}
+return {0, redis.call('PTTL', KEYS[1])}

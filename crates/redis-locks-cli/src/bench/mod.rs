@@ -1,0 +1,42 @@
+//! `redis-locks bench`: measured performance, printed as tables (or JSON lines).
+
+mod baseline;
+mod handoff;
+mod stats;
+mod throughput;
+
+use std::time::Duration;
+
+use crate::exit::CliError;
+use crate::redis_target::RedisTarget;
+
+pub use handoff::HandoffArgs;
+pub use throughput::ThroughputArgs;
+
+/// Which benchmark to run.
+#[derive(Debug, clap::Subcommand)]
+pub enum Bench {
+    /// C workers acquire+release their own locks: lock cost against bare SET NX + delete.
+    Throughput(ThroughputArgs),
+    /// W workers contend for one lock: handoff speed, fairness, requests per acquisition,
+    /// for Mutex, FairMutex and a 50 ms polling loop.
+    Handoff(HandoffArgs),
+}
+
+/// Runs one benchmark against `target`.
+pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), CliError> {
+    if !json {
+        println!("Redis: {}\n", target.describe());
+    }
+    match bench {
+        Bench::Throughput(args) => throughput::run(&target.url, args, json).await,
+        Bench::Handoff(args) => handoff::run(&target.url, args, json).await,
+    }
+}
+
+/// Parses `500ms`, `5s`, `2m` (humantime) for clap; a zero or negative duration is refused
+/// where it makes no sense by the caller.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|err| format!("{err} (write durations like 500ms, 5s, 2m)"))
+}

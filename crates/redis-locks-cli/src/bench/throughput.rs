@@ -1,0 +1,228 @@
+//! `bench throughput`: C workers acquire and release their own distinct locks as fast as they
+//! can — the library's cost per lock against the bare minimum on the same connection.
+
+use std::time::Duration;
+
+use redis_locks::{Client, MutexOptions, OwnerToken};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::baseline::BareLock;
+use super::stats::{Latencies, Summary, print_table, progress, tick};
+use crate::exit::CliError;
+
+/// Options of `bench throughput`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ThroughputArgs {
+    /// Concurrent workers, each with its own lock.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub workers: u16,
+    /// How long each variant runs (split into two alternating halves), e.g. 5s, 500ms.
+    #[arg(long, default_value = "5s", value_parser = super::parse_duration)]
+    pub duration: Duration,
+}
+
+/// One variant's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Variant {
+    name: &'static str,
+    acquisitions: u64,
+    per_second: f64,
+    acquire: Summary,
+    requests_per_acquisition: f64,
+}
+
+/// What `MEMORY USAGE` says a lock costs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Memory {
+    held_lock_key_bytes: i64,
+    fencing_counter_bytes: i64,
+}
+
+/// The whole run, as `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    bench: &'static str,
+    workers: u16,
+    seconds_per_variant: f64,
+    ours: Variant,
+    bare: Variant,
+    ratio_ours_to_bare: f64,
+    memory: Memory,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Ours,
+    Bare,
+}
+
+/// Runs the benchmark against `url` and prints a table, or one JSON object with `json`.
+pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), CliError> {
+    let client = Client::connect(url).await?;
+    let bare = BareLock::new(client.connection(), Duration::from_secs(30));
+    let run_id = format!("{:08x}", rand::random::<u32>());
+    let half = args.duration / 2;
+    let mut totals = [
+        (0u64, Latencies::default(), 0u64),
+        (0, Latencies::default(), 0),
+    ];
+    // Alternate the variants, so a noisy moment of the machine hits both alike.
+    for round in 0..2 {
+        for kind in [Kind::Ours, Kind::Bare] {
+            let label = match kind {
+                Kind::Ours => format!("redis-locks, round {}", round + 1),
+                Kind::Bare => format!("bare, round {}", round + 1),
+            };
+            let bar = progress(&label, half, json);
+            let requests_before = client.requests_sent() + bare.requests();
+            let ticker = tokio::spawn(tick(bar, Instant::now(), half));
+            let (count, latencies) =
+                phase(&client, &bare, kind, args.workers, half, &run_id).await?;
+            let _ = ticker.await;
+            let slot = &mut totals[kind as usize];
+            slot.0 += count;
+            slot.1.add(&latencies);
+            slot.2 += client.requests_sent() + bare.requests() - requests_before;
+        }
+    }
+    let seconds = args.duration.as_secs_f64();
+    let variant = |name, (count, latencies, requests): &(u64, Latencies, u64)| Variant {
+        name,
+        acquisitions: *count,
+        per_second: *count as f64 / seconds,
+        acquire: latencies.summary(),
+        requests_per_acquisition: *requests as f64 / (*count).max(1) as f64,
+    };
+    let ours = variant("redis-locks Mutex", &totals[0]);
+    let bare_v = variant("bare SET NX PX + compare-and-delete", &totals[1]);
+    let report = Report {
+        bench: "throughput",
+        workers: args.workers,
+        seconds_per_variant: seconds,
+        ratio_ours_to_bare: ours.per_second / bare_v.per_second.max(f64::MIN_POSITIVE),
+        ours,
+        bare: bare_v,
+        memory: memory(&client, &run_id).await?,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report).expect("plain data"));
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+async fn phase(
+    client: &Client,
+    bare: &BareLock,
+    kind: Kind,
+    workers: u16,
+    duration: Duration,
+    run_id: &str,
+) -> Result<(u64, Latencies), CliError> {
+    let deadline = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let key = format!("bench:throughput:{run_id}:{worker}");
+        let (client, bare) = (client.clone(), bare.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Latencies::default();
+            let mut count = 0u64;
+            let mutex = client.mutex_with(&key, MutexOptions::default())?;
+            while Instant::now() < deadline {
+                let started = Instant::now();
+                match kind {
+                    Kind::Ours => {
+                        let guard = mutex.lock().await?;
+                        latencies.record(started.elapsed());
+                        guard.release().await?;
+                    }
+                    Kind::Bare => {
+                        let token = OwnerToken::random();
+                        let taken = bare.try_acquire(&key, token.as_str()).await;
+                        latencies.record(started.elapsed());
+                        let released = bare.release(&key, token.as_str()).await;
+                        if !matches!((taken, released), (Ok(true), Ok(true))) {
+                            return Err(CliError::CheckFailed(format!(
+                                "the bare lock on {key} failed"
+                            )));
+                        }
+                    }
+                }
+                count += 1;
+            }
+            Ok::<_, CliError>((count, latencies))
+        }));
+    }
+    let mut total = 0;
+    let mut all = Latencies::default();
+    for task in tasks {
+        let (count, latencies) = task.await.expect("bench worker does not panic")?;
+        total += count;
+        all.add(&latencies);
+    }
+    Ok((total, all))
+}
+
+async fn memory(client: &Client, run_id: &str) -> Result<Memory, CliError> {
+    let mutex = client.mutex(&format!("bench:memory:{run_id}"))?;
+    let guard = mutex.lock().await?;
+    let usage = |key: String| {
+        let mut connection = client.connection();
+        async move {
+            redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .query_async::<Option<i64>>(&mut connection)
+                .await
+                .map(Option::unwrap_or_default)
+                .map_err(|err| CliError::Unavailable(format!("MEMORY USAGE: {err}")))
+        }
+    };
+    let held = usage(mutex.keys().lock().to_string()).await?;
+    let counter = usage(mutex.keys().fence().to_string()).await?;
+    guard.release().await?;
+    // Leave nothing behind on a shared server.
+    let _: Result<i64, _> = redis::cmd("DEL")
+        .arg(mutex.keys().fence())
+        .query_async(&mut client.connection())
+        .await;
+    Ok(Memory {
+        held_lock_key_bytes: held,
+        fencing_counter_bytes: counter,
+    })
+}
+
+fn print_report(report: &Report) {
+    println!(
+        "bench throughput: {} workers, each acquiring and releasing its own lock; {:.1} s per variant, alternating halves, one connection\n",
+        report.workers, report.seconds_per_variant
+    );
+    let mut rows = vec![vec![
+        "variant".to_string(),
+        "acquisitions/s".into(),
+        "acquire p50".into(),
+        "acquire p99".into(),
+        "requests/acq".into(),
+    ]];
+    for v in [&report.ours, &report.bare] {
+        rows.push(vec![
+            v.name.to_string(),
+            format!("{:.0}", v.per_second),
+            format!("{:.3} ms", v.acquire.p50_ms),
+            format!("{:.3} ms", v.acquire.p99_ms),
+            format!("{:.2}", v.requests_per_acquisition),
+        ]);
+    }
+    print_table(&rows);
+    println!("\n  ratio ours/bare: {:.2}", report.ratio_ours_to_bare);
+    let m = &report.memory;
+    println!(
+        "  memory (MEMORY USAGE): a held lock {} B (lock key {} B + fencing counter {} B); an idle lock name {} B (its counter)",
+        m.held_lock_key_bytes + m.fencing_counter_bytes,
+        m.held_lock_key_bytes,
+        m.fencing_counter_bytes,
+        m.fencing_counter_bytes
+    );
+}
