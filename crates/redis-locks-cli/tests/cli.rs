@@ -107,3 +107,115 @@ fn bad_usage_exits_64_and_help_exits_0() {
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).contains("Exit codes"));
 }
+
+fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    stdout(out)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect()
+}
+
+#[test]
+fn bench_throughput_reports_both_variants_and_the_ratio() {
+    let server = RedisServer::start().unwrap();
+    let out = redis_locks(&[
+        "bench",
+        "throughput",
+        "--redis",
+        &server.url(),
+        "--workers",
+        "4",
+        "--duration",
+        "300ms",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = json_lines(&out);
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(run["bench"], "throughput");
+    for variant in ["ours", "bare", "bare_fenced"] {
+        assert!(
+            run[variant]["acquisitions"].as_u64().unwrap() > 0,
+            "{variant}: {run}"
+        );
+        assert_eq!(
+            run[variant]["requests_per_acquisition"].as_f64().unwrap(),
+            2.0,
+            "{variant}"
+        );
+    }
+    assert!(run["ratio_ours_to_bare"].as_f64().unwrap() > 0.0);
+    assert!(run["memory"]["held_lock_key_bytes"].as_i64().unwrap() > 0);
+    assert!(run["memory"]["fencing_counter_bytes"].as_i64().unwrap() > 0);
+}
+
+#[test]
+fn bench_handoff_runs_three_variants_without_overlap() {
+    let server = RedisServer::start().unwrap();
+    let out = redis_locks(&[
+        "bench",
+        "handoff",
+        "--redis",
+        &server.url(),
+        "--workers",
+        "3",
+        "--duration",
+        "400ms",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = json_lines(&out);
+    let variants: Vec<&str> = runs
+        .iter()
+        .map(|r| r["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(variants, ["mutex", "fair_mutex", "polling"]);
+    for run in &runs {
+        assert!(run["acquisitions"].as_u64().unwrap() > 0, "{run}");
+        assert_eq!(run["overlaps"], 0, "{run}");
+        assert_eq!(run["token_regressions"], 0, "{run}");
+    }
+    // The table form prints the rows a reader looks for.
+    let out = redis_locks(&[
+        "bench",
+        "handoff",
+        "--redis",
+        &server.url(),
+        "--workers",
+        "2",
+        "--duration",
+        "200ms",
+    ]);
+    let text = stdout(&out);
+    for row in [
+        "idle gap p50",
+        "utilisation",
+        "wait max",
+        "requests/acq",
+        "to longest waiter",
+    ] {
+        assert!(text.contains(row), "{row} missing:\n{text}");
+    }
+}
+
+#[test]
+fn bench_refuses_bad_durations_and_counts() {
+    for args in [
+        &["bench", "handoff", "--duration", "soon"][..],
+        &["bench", "handoff", "--hold", "-1ms"],
+        &["bench", "throughput", "--workers", "0"],
+        &["bench", "nothing"],
+    ] {
+        let out = redis_locks(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+    }
+}

@@ -265,7 +265,7 @@ impl FairMutex {
         let refresh = self.options.place_lease / 3;
         let channel = self.keys.wake_channel();
         // Others of this process may be waiting already: then listen from the first attempt.
-        let mut subscription = self.client.wakeups().subscribe_live(&channel);
+        let mut subscription = self.client.wakeups().subscribe_live(channel);
         loop {
             let mut listener = subscription.as_ref().map(Subscription::listen);
             let retry_after = match self.attempt(&owed, self.options.place_lease).await? {
@@ -285,7 +285,7 @@ impl FairMutex {
                 subscription = Some(
                     self.client
                         .wakeups()
-                        .subscribe(&channel, CONFIRM_WITHIN)
+                        .subscribe(channel, CONFIRM_WITHIN)
                         .await,
                 );
                 continue;

@@ -120,7 +120,7 @@ async fn release(
                     "release",
                     &MUTEX_RELEASE,
                     &[keys.lock()],
-                    &[owner.as_str(), &channel],
+                    &[owner.as_str(), channel],
                 )
                 .await?
         }
@@ -131,7 +131,7 @@ async fn release(
                     "release",
                     &FAIR_RELEASE,
                     &[keys.lock(), &queue, &places, &tickets],
-                    &[owner.as_str(), &channel],
+                    &[owner.as_str(), channel],
                 )
                 .await?
         }

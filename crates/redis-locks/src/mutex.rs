@@ -293,7 +293,7 @@ impl Mutex {
             if listener.is_none() {
                 // The first wait: subscribe, then look again at once, since a release between
                 // the attempt above and the subscription would not wake us.
-                queue.subscribe(self.client.wakeups(), &channel).await;
+                queue.subscribe(self.client.wakeups(), channel).await;
                 continue;
             }
             let live = queue.subscription().is_some_and(Subscription::is_live);

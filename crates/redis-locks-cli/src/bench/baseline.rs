@@ -8,6 +8,14 @@ use std::time::Duration;
 use redis::Script;
 use redis::aio::ConnectionManager;
 
+/// The library's own acquire script (`SET NX PX` + fencing counter), run bare: it separates
+/// the cost of fencing from the cost of the library around it.
+static FENCED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(include_str!(
+        "../../../redis-locks/src/scripts/mutex_acquire.lua"
+    ))
+});
+
 /// The compare-and-delete release.
 static BARE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("bare_release.lua")));
@@ -42,6 +50,24 @@ impl BareLock {
             .query_async(&mut self.connection.clone())
             .await?;
         Ok(reply.is_some())
+    }
+
+    /// The library's acquire script, called directly: true when taken.
+    pub async fn try_acquire_fenced(
+        &self,
+        key: &str,
+        fence: &str,
+        token: &str,
+    ) -> redis::RedisResult<bool> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let (granted, _token): (i64, i64) = FENCED_ACQUIRE
+            .key(key)
+            .key(fence)
+            .arg(token)
+            .arg(self.lease_ms)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(granted == 1)
     }
 
     /// Polls every `retry` (fixed, as the peers' defaults do) until the lock is taken.

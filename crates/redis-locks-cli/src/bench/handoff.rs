@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::baseline::BareLock;
-use super::stats::{Latencies, Summary, print_table, progress, tick};
+use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use crate::exit::CliError;
 
 /// Options of `bench handoff`.
@@ -97,9 +97,9 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
         let client = Client::connect(url).await?;
         let lock = format!("bench:handoff:{run_id}:{}", kind.label());
         let bar = progress(kind.label(), args.duration, json);
-        let ticker = tokio::spawn(tick(bar, Instant::now(), args.duration));
+        let ticker = Ticker::start(bar);
         let (records, requests) = variant(&client, kind, &lock, args).await?;
-        let _ = ticker.await;
+        drop(ticker);
         let report = analyse(kind, args, &records, requests);
         if json {
             println!("{}", serde_json::to_string(&report).expect("plain data"));

@@ -102,11 +102,32 @@ pub fn progress(label: &str, duration: Duration, quiet: bool) -> indicatif::Prog
     bar
 }
 
-/// Ticks `bar` every 100 ms until `duration` has passed since `start`.
-pub async fn tick(bar: indicatif::ProgressBar, start: tokio::time::Instant, duration: Duration) {
-    while start.elapsed() < duration {
-        bar.set_position(start.elapsed().as_millis() as u64);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+/// Shows `bar` moving while a timed run goes on; clears it when dropped.
+pub struct Ticker {
+    bar: indicatif::ProgressBar,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Ticker {
+    /// Starts moving `bar` every 100 ms.
+    pub fn start(bar: indicatif::ProgressBar) -> Ticker {
+        let start = tokio::time::Instant::now();
+        let task = tokio::spawn({
+            let bar = bar.clone();
+            async move {
+                loop {
+                    bar.set_position(start.elapsed().as_millis() as u64);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        });
+        Ticker { bar, task }
     }
-    bar.finish_and_clear();
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.bar.finish_and_clear();
+    }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::baseline::BareLock;
-use super::stats::{Latencies, Summary, print_table, progress, tick};
+use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use crate::exit::CliError;
 
 /// Options of `bench throughput`.
@@ -17,7 +17,7 @@ pub struct ThroughputArgs {
     /// Concurrent workers, each with its own lock.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub workers: u16,
-    /// How long each variant runs (split into two alternating halves), e.g. 5s, 500ms.
+    /// How long each variant runs in all (in alternating slices), e.g. 5s, 500ms.
     #[arg(long, default_value = "5s", value_parser = super::parse_duration)]
     pub duration: Duration,
 }
@@ -47,14 +47,20 @@ pub struct Report {
     seconds_per_variant: f64,
     ours: Variant,
     bare: Variant,
+    bare_fenced: Variant,
     ratio_ours_to_bare: f64,
+    ratio_ours_to_bare_fenced: f64,
     memory: Memory,
 }
+
+/// How many alternating slices each variant runs in.
+const SLICES: u32 = 10;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Ours,
     Bare,
+    BareFenced,
 }
 
 /// Runs the benchmark against `url` and prints a table, or one JSON object with `json`.
@@ -62,24 +68,22 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
     let client = Client::connect(url).await?;
     let bare = BareLock::new(client.connection(), Duration::from_secs(30));
     let run_id = format!("{:08x}", rand::random::<u32>());
-    let half = args.duration / 2;
-    let mut totals = [
-        (0u64, Latencies::default(), 0u64),
-        (0, Latencies::default(), 0),
-    ];
-    // Alternate the variants, so a noisy moment of the machine hits both alike.
-    for round in 0..2 {
-        for kind in [Kind::Ours, Kind::Bare] {
+    let slice = args.duration / SLICES;
+    let mut totals: [(u64, Latencies, u64); 3] = Default::default();
+    // Alternate the variants in short slices, so a noisy moment of the machine hits both alike.
+    for round in 0..SLICES {
+        for kind in [Kind::Ours, Kind::Bare, Kind::BareFenced] {
             let label = match kind {
-                Kind::Ours => format!("redis-locks, round {}", round + 1),
-                Kind::Bare => format!("bare, round {}", round + 1),
+                Kind::Ours => format!("redis-locks, slice {}/{SLICES}", round + 1),
+                Kind::Bare => format!("bare, slice {}/{SLICES}", round + 1),
+                Kind::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
             };
-            let bar = progress(&label, half, json);
+            let bar = progress(&label, slice, json);
             let requests_before = client.requests_sent() + bare.requests();
-            let ticker = tokio::spawn(tick(bar, Instant::now(), half));
+            let ticker = Ticker::start(bar);
             let (count, latencies) =
-                phase(&client, &bare, kind, args.workers, half, &run_id).await?;
-            let _ = ticker.await;
+                phase(&client, &bare, kind, args.workers, slice, &run_id).await?;
+            drop(ticker);
             let slot = &mut totals[kind as usize];
             slot.0 += count;
             slot.1.add(&latencies);
@@ -96,13 +100,17 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
     };
     let ours = variant("redis-locks Mutex", &totals[0]);
     let bare_v = variant("bare SET NX PX + compare-and-delete", &totals[1]);
+    let fenced = variant("bare fenced: acquire script + c-a-d", &totals[2]);
+    let ratio = |other: &Variant| ours.per_second / other.per_second.max(f64::MIN_POSITIVE);
     let report = Report {
         bench: "throughput",
         workers: args.workers,
         seconds_per_variant: seconds,
-        ratio_ours_to_bare: ours.per_second / bare_v.per_second.max(f64::MIN_POSITIVE),
+        ratio_ours_to_bare: ratio(&bare_v),
+        ratio_ours_to_bare_fenced: ratio(&fenced),
         ours,
         bare: bare_v,
+        bare_fenced: fenced,
         memory: memory(&client, &run_id).await?,
     };
     if json {
@@ -138,9 +146,14 @@ async fn phase(
                         latencies.record(started.elapsed());
                         guard.release().await?;
                     }
-                    Kind::Bare => {
+                    Kind::Bare | Kind::BareFenced => {
                         let token = OwnerToken::random();
-                        let taken = bare.try_acquire(&key, token.as_str()).await;
+                        let taken = if kind == Kind::Bare {
+                            bare.try_acquire(&key, token.as_str()).await
+                        } else {
+                            bare.try_acquire_fenced(&key, mutex.keys().fence(), token.as_str())
+                                .await
+                        };
                         latencies.record(started.elapsed());
                         let released = bare.release(&key, token.as_str()).await;
                         if !matches!((taken, released), (Ok(true), Ok(true))) {
@@ -196,7 +209,7 @@ async fn memory(client: &Client, run_id: &str) -> Result<Memory, CliError> {
 
 fn print_report(report: &Report) {
     println!(
-        "bench throughput: {} workers, each acquiring and releasing its own lock; {:.1} s per variant, alternating halves, one connection\n",
+        "bench throughput: {} workers, each acquiring and releasing its own lock; {:.1} s per variant in 10 alternating slices, one connection\n",
         report.workers, report.seconds_per_variant
     );
     let mut rows = vec![vec![
@@ -206,7 +219,7 @@ fn print_report(report: &Report) {
         "acquire p99".into(),
         "requests/acq".into(),
     ]];
-    for v in [&report.ours, &report.bare] {
+    for v in [&report.ours, &report.bare, &report.bare_fenced] {
         rows.push(vec![
             v.name.to_string(),
             format!("{:.0}", v.per_second),
@@ -216,7 +229,14 @@ fn print_report(report: &Report) {
         ]);
     }
     print_table(&rows);
-    println!("\n  ratio ours/bare: {:.2}", report.ratio_ours_to_bare);
+    println!(
+        "\n  ratio ours/bare: {:.2}   (what fencing tokens, owner checks and wake-ups cost in all)",
+        report.ratio_ours_to_bare
+    );
+    println!(
+        "  ratio ours/bare fenced: {:.2}   (the library's own overhead: same scripts' work, called bare)",
+        report.ratio_ours_to_bare_fenced
+    );
     let m = &report.memory;
     println!(
         "  memory (MEMORY USAGE): a held lock {} B (lock key {} B + fencing counter {} B); an idle lock name {} B (its counter)",
