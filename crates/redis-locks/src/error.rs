@@ -15,6 +15,13 @@ pub enum LostReason {
     Expired,
     /// The lock key holds another owner's token: the lease ran out and somebody else took it.
     Taken,
+    /// The lease deadline passed without a renewal the server confirmed (no watchdog, or
+    /// Redis unreachable or too slow): the lock can no longer be proven held.
+    LeaseEnded,
+    /// The watchdog stopped at its cap (maximum renewals or hold time) and the lease ran out.
+    RenewalCapReached,
+    /// The guard was released or dropped: the lock was given up, not lost.
+    Released,
 }
 
 impl std::fmt::Display for LostReason {
@@ -22,6 +29,9 @@ impl std::fmt::Display for LostReason {
         f.write_str(match self {
             LostReason::Expired => "its lease ran out and the key is gone",
             LostReason::Taken => "its lease ran out and another owner holds it now",
+            LostReason::LeaseEnded => "its lease deadline passed without a confirmed renewal",
+            LostReason::RenewalCapReached => "the renewal cap was reached and its lease ran out",
+            LostReason::Released => "it was released by its guard",
         })
     }
 }

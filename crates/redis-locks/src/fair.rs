@@ -9,8 +9,8 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{LockKind, MutexGuard, OwedRelease};
 use crate::key::LockKeys;
-use crate::lease::{lease_deadline, lease_millis};
-use crate::mutex::{DEFAULT_LEASE, DEFAULT_RETRY_DELAY};
+use crate::lease::lease_millis;
+use crate::mutex::MutexOptions;
 use crate::scripts::FAIR_ACQUIRE;
 use crate::state::{LockState, inspect};
 use crate::token::{FencingToken, OwnerToken};
@@ -20,42 +20,52 @@ use crate::wakeups::Subscription;
 /// How long a waiter keeps its place in the queue without renewing it, by default.
 pub const DEFAULT_PLACE_LEASE: Duration = Duration::from_secs(2);
 const MIN_PLACE_LEASE: Duration = Duration::from_millis(3);
-const MAX_SETTING: Duration = Duration::from_secs(3600);
+const MAX_PLACE_LEASE: Duration = Duration::from_secs(3600);
 
-/// How a [`FairMutex`] acquires: the lease, the place lease of a waiter, the polling delay.
+/// How a [`FairMutex`] acquires: the lease and watchdog (as for a [`Mutex`]), and the place
+/// lease of a waiter in the queue.
 ///
 /// ```
 /// use std::time::Duration;
-/// use redis_locks::FairMutexOptions;
+/// use redis_locks::{FairMutexOptions, MutexOptions};
 ///
 /// let options = FairMutexOptions::default()
 ///     .lease(Duration::from_secs(5))
 ///     .place_lease(Duration::from_millis(500));
 /// assert_eq!(options.get_place_lease(), Duration::from_millis(500));
+/// assert!(!options.get_lease_options().get_watchdog());
+///
+/// // Everything a Mutex takes, at once:
+/// let renewed = FairMutexOptions::default().lease_options(MutexOptions::default().max_renewals(3));
+/// assert!(renewed.get_lease_options().get_watchdog());
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct FairMutexOptions {
-    lease: Duration,
+    base: MutexOptions,
     place_lease: Duration,
-    retry_delay: Duration,
 }
 
 impl Default for FairMutexOptions {
-    /// A 30 s lease, 2 s place leases, 25 ms polling while wake-ups are down.
+    /// As [`MutexOptions::default`] (a 30 s lease renewed by a watchdog), 2 s place leases.
     fn default() -> Self {
         FairMutexOptions {
-            lease: DEFAULT_LEASE,
+            base: MutexOptions::default(),
             place_lease: DEFAULT_PLACE_LEASE,
-            retry_delay: DEFAULT_RETRY_DELAY,
         }
     }
 }
 
 impl FairMutexOptions {
-    /// The lease each acquisition asks for (1 ms to 100 years).
+    /// The lease, watchdog, caps and polling delay, as for a [`Mutex`].
+    pub fn lease_options(mut self, options: MutexOptions) -> Self {
+        self.base = options;
+        self
+    }
+
+    /// Shorthand for [`MutexOptions::lease`].
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.base = self.base.lease(lease);
         self
     }
 
@@ -67,15 +77,9 @@ impl FairMutexOptions {
         self
     }
 
-    /// The average polling delay while the wake-up connection is down (at most 1 hour).
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
-        self
-    }
-
-    /// The lease in force.
-    pub fn get_lease(&self) -> Duration {
-        self.lease
+    /// The lease options in force.
+    pub fn get_lease_options(&self) -> &MutexOptions {
+        &self.base
     }
 
     /// The place lease in force.
@@ -84,27 +88,13 @@ impl FairMutexOptions {
     }
 
     fn validate(&self) -> Result<()> {
-        lease_millis(self.lease)?;
-        let invalid = |what, value, reason: &str| {
-            Err(Error::InvalidDuration {
-                what,
-                value,
-                reason: reason.into(),
-            })
-        };
-        if !(MIN_PLACE_LEASE..=MAX_SETTING).contains(&self.place_lease) {
-            return invalid(
-                "place lease",
-                self.place_lease,
-                "a place lease must be 3 ms to 1 hour",
-            );
-        }
-        if self.retry_delay > MAX_SETTING {
-            return invalid(
-                "retry delay",
-                self.retry_delay,
-                "a retry delay must be at most 1 hour",
-            );
+        self.base.validate()?;
+        if !(MIN_PLACE_LEASE..=MAX_PLACE_LEASE).contains(&self.place_lease) {
+            return Err(Error::InvalidDuration {
+                what: "place lease",
+                value: self.place_lease,
+                reason: "a place lease must be 3 ms to 1 hour".into(),
+            });
         }
         Ok(())
     }
@@ -252,7 +242,7 @@ impl FairMutex {
     }
 
     fn guard(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> MutexGuard {
-        MutexGuard::new(owed, token, lease_deadline(sent_at, self.options.lease))
+        MutexGuard::new(owed, token, sent_at, &self.options.base)
     }
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
@@ -261,7 +251,7 @@ impl FairMutex {
         // becomes the lock's owner token when the turn comes. Until then, dropping `owed`
         // gives the place up in the background.
         let owed = self.owed();
-        let backoff = Backoff::new(self.options.retry_delay);
+        let backoff = Backoff::new(self.options.base.get_retry_delay());
         let refresh = self.options.place_lease / 3;
         let channel = self.keys.wake_channel();
         // Others of this process may be waiting already: then listen from the first attempt.
@@ -308,7 +298,7 @@ impl FairMutex {
         owed: &OwedRelease,
         place_lease: Duration,
     ) -> Result<std::result::Result<(FencingToken, Instant), Option<Duration>>> {
-        let millis = lease_millis(self.options.lease)?.to_string();
+        let millis = lease_millis(self.options.base.get_lease())?.to_string();
         let place = place_lease.as_millis().to_string();
         let (queue, places, tickets) = queue_keys(&self.keys);
         let sent_at = Instant::now();

@@ -9,8 +9,10 @@ use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
 use crate::key::LockKeys;
 use crate::lease::{lease_deadline, lease_millis};
+use crate::mutex::MutexOptions;
 use crate::scripts::{FAIR_RELEASE, MUTEX_EXTEND, MUTEX_RELEASE};
 use crate::token::{FencingToken, OwnerToken};
+use crate::watchdog::{LeaseState, Watchdog};
 
 /// A release this process owes the server: made before an acquire request goes out, and paid
 /// either by an explicit release or, when dropped while still armed, by a background task.
@@ -53,8 +55,8 @@ impl OwedRelease {
         &self.owner
     }
 
-    pub(crate) fn keys(&self) -> &LockKeys {
-        &self.keys
+    pub(crate) fn keys_arc(&self) -> Arc<LockKeys> {
+        self.keys.clone()
     }
 
     pub(crate) fn client(&self) -> &Client {
@@ -158,13 +160,36 @@ fn owner_reply(keys: &LockKeys, phase: &'static str, reply: i64) -> Result<()> {
     }
 }
 
+/// The owner-checked extension, as one script call: the new lease deadline when granted.
+pub(crate) async fn extend_lease(
+    client: &Client,
+    keys: &LockKeys,
+    owner: &OwnerToken,
+    lease: Duration,
+) -> Result<Instant> {
+    let millis = lease_millis(lease)?.to_string();
+    let sent_at = Instant::now();
+    let reply: i64 = client
+        .run_script(
+            "extend",
+            &MUTEX_EXTEND,
+            &[keys.lock()],
+            &[owner.as_str(), &millis],
+        )
+        .await?;
+    owner_reply(keys, "extend", reply)?;
+    Ok(lease_deadline(sent_at, lease))
+}
+
 /// Proof that this process holds a [`Mutex`](crate::Mutex) or a
 /// [`FairMutex`](crate::FairMutex): its fencing token and its lease.
 ///
 /// The lock is held until [`release`](MutexGuard::release) or until the lease runs out,
-/// whichever comes first; check [`lease_remaining`](MutexGuard::lease_remaining) before acting
-/// on the protected resource, and pass [`fencing_token`](MutexGuard::fencing_token) along with
-/// every write so the resource can refuse a stale holder.
+/// whichever comes first. With the watchdog on (the default when no lease was set), the lease
+/// is renewed in the background while the guard lives. Either way, [`lost`](MutexGuard::lost)
+/// tells the holder the moment the lock is lost or can no longer be proven held: stop acting
+/// then. Pass [`fencing_token`](MutexGuard::fencing_token) along with every write, so the
+/// resource can refuse a holder that did not stop in time.
 ///
 /// # Examples
 /// ```
@@ -175,23 +200,29 @@ fn owner_reply(keys: &LockKeys, phase: &'static str, reply: i64) -> Result<()> {
 /// let client = redis_locks::Client::connect(&server.url()).await?;
 /// let guard = client.mutex("report")?.lock().await?;
 /// assert!(guard.lease_remaining() > Duration::from_secs(25));
-/// guard.extend(Duration::from_secs(60)).await?;
-/// assert!(guard.lease_remaining() > Duration::from_secs(55));
+/// tokio::select! {
+///     reason = guard.lost() => println!("stop: the lock was lost ({reason})"),
+///     () = tokio::time::sleep(Duration::from_millis(50)) => println!("work done"),
+/// }
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
 ///
 /// # Drop behaviour
-/// Dropping a guard without calling [`release`](MutexGuard::release) releases the lock in a
-/// background task on the current Tokio runtime: the drop never blocks. Outside a runtime
-/// nothing can be sent, and the lease ends the lock. Prefer `release().await`, which reports
-/// whether the lock was still held.
+/// Dropping a guard without calling [`release`](MutexGuard::release) stops its watchdog and
+/// releases the lock in a background task on the current Tokio runtime: the drop never
+/// blocks. Outside a runtime nothing can be sent, and the lease ends the lock. Prefer
+/// `release().await`, which reports whether the lock was still held.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct MutexGuard {
-    owed: OwedRelease,
+    /// Stopped before the release is sent, so no renewal can follow a release.
+    watchdog: Option<Watchdog>,
+    owed: Option<OwedRelease>,
+    state: Arc<LeaseState>,
     token: FencingToken,
-    deadline: std::sync::Mutex<Instant>,
+    name: Arc<LockKeys>,
+    owner: OwnerToken,
 }
 
 impl std::fmt::Debug for MutexGuard {
@@ -200,22 +231,44 @@ impl std::fmt::Debug for MutexGuard {
             .field("name", &self.name())
             .field("fencing_token", &self.token)
             .field("lease_remaining", &self.lease_remaining())
+            .field("watchdog", &self.watchdog.is_some())
             .finish()
     }
 }
 
 impl MutexGuard {
-    pub(crate) fn new(owed: OwedRelease, token: FencingToken, deadline: Instant) -> MutexGuard {
+    pub(crate) fn new(
+        owed: OwedRelease,
+        token: FencingToken,
+        sent_at: Instant,
+        options: &MutexOptions,
+    ) -> MutexGuard {
+        let state = LeaseState::new(lease_deadline(sent_at, options.get_lease()));
+        let keys = owed.keys_arc();
+        let owner = owed.owner().clone();
+        let watchdog = options.renewal().map(|renewal| {
+            Watchdog::spawn(
+                owed.client().clone(),
+                keys.clone(),
+                owner.clone(),
+                state.clone(),
+                renewal,
+                sent_at,
+            )
+        });
         MutexGuard {
-            owed,
+            watchdog,
+            owed: Some(owed),
+            state,
             token,
-            deadline: std::sync::Mutex::new(deadline),
+            name: keys,
+            owner,
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.owed.keys().name()
+        self.name.name()
     }
 
     /// This acquisition's fencing token: greater than that of every earlier holder of the lock.
@@ -225,16 +278,14 @@ impl MutexGuard {
 
     /// The random owner token stored in the lock key while this guard holds it.
     pub fn owner_token(&self) -> &OwnerToken {
-        self.owed.owner()
+        &self.owner
     }
 
     /// The instant (local monotonic clock) until which the lock is certainly held: the lease
-    /// counted from when the acquire or extend request was *sent*, less a drift allowance.
+    /// counted from when the last acquire, extend or renewal request was *sent*, less a drift
+    /// allowance.
     pub fn lease_deadline(&self) -> Instant {
-        *self
-            .deadline
-            .lock()
-            .expect("deadline lock is never poisoned")
+        self.state.status().deadline
     }
 
     /// How much of the lease is certainly left; zero once it may have run out.
@@ -243,39 +294,58 @@ impl MutexGuard {
             .saturating_duration_since(Instant::now())
     }
 
+    /// Resolves the moment the lock is known lost — a renewal or extension found it gone or
+    /// taken — or can no longer be proven held: the lease deadline passed without a confirmed
+    /// renewal (no watchdog, Redis unreachable, or the renewal cap reached). Use it in
+    /// `tokio::select!` beside the work the lock protects. The future does not borrow the
+    /// guard; once the guard is released or dropped it resolves with
+    /// [`LostReason::Released`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future changes nothing.
+    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
+        self.state.lost()
+    }
+
+    /// Why the lock is not held any more, if that is known now (a passed lease deadline
+    /// counts); `None` while it is held.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.state.loss()
+    }
+
+    /// Whether the watchdog renews this guard's lease.
+    pub fn is_renewed(&self) -> bool {
+        self.watchdog.is_some()
+    }
+
     /// Sets the lease to `lease` from now, if the lock is still this guard's.
     ///
     /// # Errors
     /// [`Error::InvalidDuration`] for a lease under 1 ms or over 100 years;
-    /// [`Error::NotHeld`] when the lock is gone or another owner's (nothing was changed);
-    /// [`Error::Connection`] when the outcome is unknown (the old lease still bounds it).
+    /// [`Error::NotHeld`] when the lock is gone or another owner's (nothing was changed, and
+    /// [`lost`](MutexGuard::lost) resolves); [`Error::Connection`] when the outcome is unknown
+    /// (the old lease still bounds it).
     ///
     /// # Cancel safety
     /// Dropping the future may or may not have extended the lease; the guard keeps its old
     /// deadline, which is never later than the truth.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        let millis = lease_millis(lease)?.to_string();
-        let keys = self.owed.keys();
-        let sent_at = Instant::now();
-        let reply: i64 = self
-            .owed
-            .client()
-            .run_script(
-                "extend",
-                &MUTEX_EXTEND,
-                &[keys.lock()],
-                &[self.owed.owner().as_str(), &millis],
-            )
-            .await?;
-        owner_reply(keys, "extend", reply)?;
-        *self
-            .deadline
-            .lock()
-            .expect("deadline lock is never poisoned") = lease_deadline(sent_at, lease);
-        Ok(())
+        match extend_lease(self.client(), &self.name, &self.owner, lease).await {
+            Ok(deadline) => {
+                self.state.extended(deadline);
+                Ok(())
+            }
+            Err(err) => {
+                if let Error::NotHeld { reason, .. } = &err {
+                    self.state.lose(*reason);
+                }
+                Err(err)
+            }
+        }
     }
 
-    /// Releases the lock and says whether it was still this guard's.
+    /// Releases the lock and says whether it was still this guard's. The watchdog is stopped
+    /// first, so no renewal is ever sent after the release.
     ///
     /// # Errors
     /// [`Error::NotHeld`] with [`LostReason::Expired`] when the lease had run out,
@@ -284,7 +354,32 @@ impl MutexGuard {
     ///
     /// # Cancel safety
     /// Dropping the future before the reply still releases the lock, in the background.
-    pub async fn release(self) -> Result<()> {
-        self.owed.pay().await
+    pub async fn release(mut self) -> Result<()> {
+        self.watchdog.take();
+        let owed = self
+            .owed
+            .take()
+            .expect("a guard owes its release until released");
+        let outcome = owed.pay().await;
+        if let Err(Error::NotHeld { reason, .. }) = &outcome {
+            self.state.lose(*reason);
+        }
+        outcome
+    }
+
+    fn client(&self) -> &Client {
+        self.owed
+            .as_ref()
+            .expect("a guard owes its release until released")
+            .client()
+    }
+}
+
+impl Drop for MutexGuard {
+    fn drop(&mut self) {
+        // Stop renewing before the release goes out; `owed` (if still here) releases in the
+        // background as it drops.
+        self.watchdog.take();
+        self.state.lose(LostReason::Released);
     }
 }

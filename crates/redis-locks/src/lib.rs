@@ -15,6 +15,7 @@ mod state;
 mod token;
 mod wait;
 mod wakeups;
+mod watchdog;
 
 pub use client::{Client, ClientOptions};
 pub use error::{Error, LostReason, Result};

@@ -9,79 +9,130 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{LockKind, MutexGuard, OwedRelease};
 use crate::key::LockKeys;
-use crate::lease::{lease_deadline, lease_millis};
+use crate::lease::lease_millis;
 use crate::scripts::MUTEX_ACQUIRE;
 use crate::state::{LockState, inspect};
 use crate::token::{FencingToken, OwnerToken};
 use crate::wait::{Backoff, pause, sleep_limit};
 use crate::wakeups::Subscription;
+use crate::watchdog::Renewal;
 
 /// The lease a [`Mutex`] grants when none is asked for.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The average pause between two attempts of a waiting `lock()`.
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(25);
 
-/// How a [`Mutex`] acquires: the lease it asks for and how it waits.
+/// How a [`Mutex`] acquires: the lease it asks for, whether a watchdog renews it, how it
+/// waits.
+///
+/// Without an explicit [`lease`](MutexOptions::lease), a lock gets a 30 s lease that a
+/// watchdog renews every 10 s for as long as the guard lives (as Redisson does): a crashed
+/// holder blocks others for at most 30 s, a live one keeps the lock. With an explicit lease
+/// the watchdog is off unless [`watchdog(true)`](MutexOptions::watchdog) turns it on.
 ///
 /// ```
 /// use std::time::Duration;
 /// use redis_locks::MutexOptions;
 ///
-/// let options = MutexOptions::default()
-///     .lease(Duration::from_secs(5))
-///     .retry_delay(Duration::from_millis(10));
-/// assert_eq!(options.get_lease(), Duration::from_secs(5));
+/// let renewed = MutexOptions::default();
+/// assert!(renewed.get_watchdog());
+///
+/// let fixed = MutexOptions::default().lease(Duration::from_secs(5));
+/// assert!(!fixed.get_watchdog());
+///
+/// let capped = MutexOptions::default()
+///     .lease(Duration::from_millis(500))
+///     .watchdog(true)
+///     .max_renewals(10);
+/// assert!(capped.get_watchdog());
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct MutexOptions {
-    lease: Duration,
-    retry_delay: Duration,
-}
-
-impl Default for MutexOptions {
-    /// A 30 s lease; waiters retry every 25 ms on average (jittered), or as soon as the
-    /// holder's lease ends if that is sooner.
-    fn default() -> Self {
-        MutexOptions {
-            lease: DEFAULT_LEASE,
-            retry_delay: DEFAULT_RETRY_DELAY,
-        }
-    }
+    lease: Option<Duration>,
+    watchdog: Option<bool>,
+    max_renewals: Option<u32>,
+    max_hold: Option<Duration>,
+    retry_delay: Option<Duration>,
 }
 
 impl MutexOptions {
     /// The lease each acquisition asks for: how long the lock outlives a crashed holder.
-    /// Checked when the handle is made ([`Client::mutex_with`]): 1 ms to 100 years.
+    /// Checked when the handle is made ([`Client::mutex_with`]): 1 ms to 100 years. Turns the
+    /// watchdog off unless [`watchdog(true)`](MutexOptions::watchdog) says otherwise.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.lease = Some(lease);
         self
     }
 
-    /// The average pause between two attempts while waiting (each pause is drawn from
-    /// half to one and a half times it, and is never under 1 ms). At most one hour.
+    /// Whether a background watchdog renews the lease every third of it while the guard
+    /// lives (owner-checked; it stops at release or drop, and when the lock is found lost).
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = Some(on);
+        self
+    }
+
+    /// The watchdog renews at most this many times; then the lease runs out and
+    /// [`MutexGuard::lost`] resolves with [`LostReason::RenewalCapReached`](crate::LostReason).
+    pub fn max_renewals(mut self, renewals: u32) -> Self {
+        self.max_renewals = Some(renewals);
+        self
+    }
+
+    /// The watchdog never renews past this much time after the acquisition; then the lease
+    /// runs out as with [`max_renewals`](MutexOptions::max_renewals).
+    pub fn max_hold(mut self, hold: Duration) -> Self {
+        self.max_hold = Some(hold);
+        self
+    }
+
+    /// The average pause between two attempts while wake-ups are down (each pause is drawn
+    /// from half to one and a half times it, and is never under 1 ms). At most one hour;
+    /// 25 ms by default.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
+        self.retry_delay = Some(delay);
         self
     }
 
-    /// The lease in force.
+    /// The lease in force (30 s unless set).
     pub fn get_lease(&self) -> Duration {
-        self.lease
+        self.lease.unwrap_or(DEFAULT_LEASE)
+    }
+
+    /// Whether the watchdog is on: as set, or on exactly when no lease was set.
+    pub fn get_watchdog(&self) -> bool {
+        self.watchdog.unwrap_or(self.lease.is_none())
     }
 
     /// The retry delay in force.
     pub fn get_retry_delay(&self) -> Duration {
-        self.retry_delay
+        self.retry_delay.unwrap_or(DEFAULT_RETRY_DELAY)
+    }
+
+    /// What the watchdog does, if it is on.
+    pub(crate) fn renewal(&self) -> Option<Renewal> {
+        self.get_watchdog().then(|| Renewal {
+            lease: self.get_lease(),
+            max_renewals: self.max_renewals,
+            max_hold: self.max_hold,
+        })
     }
 
     /// Checks every value, so a bad one is reported when the handle is made.
     pub(crate) fn validate(&self) -> Result<()> {
-        lease_millis(self.lease)?;
-        if self.retry_delay > MAX_RETRY_DELAY {
+        let lease = self.get_lease();
+        lease_millis(lease)?;
+        if self.get_watchdog() && lease < MIN_RENEWED_LEASE {
+            return Err(Error::InvalidDuration {
+                what: "lease",
+                value: lease,
+                reason: "a lease renewed by the watchdog must be at least 30 ms".into(),
+            });
+        }
+        if self.get_retry_delay() > MAX_RETRY_DELAY {
             return Err(Error::InvalidDuration {
                 what: "retry delay",
-                value: self.retry_delay,
+                value: self.get_retry_delay(),
                 reason: "a retry delay must be at most 1 hour".into(),
             });
         }
@@ -91,6 +142,8 @@ impl MutexOptions {
 
 /// The longest retry delay accepted.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
+/// The shortest lease a watchdog can keep alive (it renews every third of it).
+const MIN_RENEWED_LEASE: Duration = Duration::from_millis(30);
 
 /// A distributed mutual-exclusion lock on one Redis server: at most one holder at a time.
 ///
@@ -149,7 +202,7 @@ impl Mutex {
         Ok(Mutex {
             client,
             keys: Arc::new(keys),
-            lease_ms: lease_millis(options.lease)?.to_string().into(),
+            lease_ms: lease_millis(options.get_lease())?.to_string().into(),
             options,
         })
     }
@@ -278,7 +331,7 @@ impl Mutex {
                 }
             },
         };
-        let backoff = Backoff::new(self.options.retry_delay);
+        let backoff = Backoff::new(self.options.get_retry_delay());
         let channel = self.keys.wake_channel();
         loop {
             // Listen before the attempt, so a release right after it still wakes us.
@@ -322,8 +375,12 @@ impl Mutex {
         match reply {
             Ok((1, token)) => {
                 let token = FencingToken::new(token as u64);
-                let deadline = lease_deadline(sent_at, self.options.lease);
-                Ok(Attempt::Acquired(MutexGuard::new(owed, token, deadline)))
+                Ok(Attempt::Acquired(MutexGuard::new(
+                    owed,
+                    token,
+                    sent_at,
+                    &self.options,
+                )))
             }
             Ok((0, pttl)) => {
                 owed.disarm();
