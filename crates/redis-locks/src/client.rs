@@ -9,6 +9,7 @@ use redis::{FromRedisValue, Script};
 
 use crate::error::{Error, Result};
 use crate::fair::{FairMutex, FairMutexOptions};
+use crate::fenced::FencedKey;
 use crate::key::LockKeys;
 use crate::mutex::{Mutex, MutexOptions};
 use crate::wait::{LocalQueue, LocalQueues};
@@ -223,6 +224,14 @@ impl Client {
     /// 3 ms or over an hour.
     pub fn fair_mutex_with(&self, name: &str, options: FairMutexOptions) -> Result<FairMutex> {
         FairMutex::new(self.clone(), LockKeys::new(name)?, options)
+    }
+
+    /// A [`FencedKey`]: a string value that only the newest lock holder may write.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] as for [`Client::mutex`].
+    pub fn fenced_key(&self, name: &str) -> Result<FencedKey> {
+        FencedKey::new(self.clone(), name)
     }
 
     /// How many requests this client has sent to Redis: lock scripts on the main connection

@@ -108,6 +108,19 @@ pub enum Error {
         /// Gone, or taken by another owner.
         reason: LostReason,
     },
+    /// A fenced write carried a token lower than one that already wrote the resource: the
+    /// writer's lock was lost and taken by a newer holder. Nothing was written.
+    #[error(
+        "stale fencing token {token} for {key:?}: a holder with token {highest} wrote it already"
+    )]
+    StaleToken {
+        /// The resource key.
+        key: String,
+        /// The writer's token.
+        token: crate::token::FencingToken,
+        /// The highest token that wrote the resource.
+        highest: crate::token::FencingToken,
+    },
     /// A key of this lock holds a value of another Redis type than the lock uses; nothing was
     /// written.
     #[error("key {key:?} holds another Redis type than this lock uses: {detail}")]

@@ -5,6 +5,7 @@
 mod client;
 mod error;
 mod fair;
+mod fenced;
 mod guard;
 pub mod history;
 pub mod key;
@@ -20,6 +21,7 @@ mod watchdog;
 pub use client::{Client, ClientOptions};
 pub use error::{Error, LostReason, Result};
 pub use fair::{DEFAULT_PLACE_LEASE, FairMutex, FairMutexOptions};
+pub use fenced::FencedKey;
 pub use guard::MutexGuard;
 pub use key::LockKeys;
 pub use mutex::{DEFAULT_LEASE, DEFAULT_RETRY_DELAY, Mutex, MutexOptions};

@@ -28,3 +28,7 @@ pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
 /// Leave a FairMutex (release and/or give up a place), waking only the next waiter.
 pub(crate) static FAIR_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fair_release.lua")));
+
+/// A write applied only for a fencing token ≥ the highest seen: `{1, previous}` or `{0, highest}`.
+pub(crate) static FENCED_SET: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fenced_set.lua")));

@@ -1,0 +1,104 @@
+//! Resources that check fencing tokens: a write from a holder whose lease ran out is refused.
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::key::LockKeys;
+use crate::scripts::FENCED_SET;
+use crate::token::FencingToken;
+
+/// A string value in Redis that only the newest lock holder may write.
+///
+/// Each write carries the writer's [`FencingToken`]; the key remembers the highest token that
+/// wrote it and refuses lower ones ([`Error::StaleToken`]). A holder that was paused past its
+/// lease (GC, SIGSTOP, swap) and wakes up still believing it holds the lock therefore cannot
+/// overwrite what the next holder wrote. The value and its highest token live in one cluster
+/// slot (the key layout of [`LockKeys`]: the highest token is at `{name}:fenced`).
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = test_support::RedisServer::start()?;
+/// use redis_locks::{Client, Error, FencingToken};
+///
+/// let client = Client::connect(&server.url()).await?;
+/// let report = client.fenced_key("report:today")?;
+/// report.set(FencingToken::new(7), "from holder 7").await?;
+/// let stale = report.set(FencingToken::new(6), "from holder 6").await.unwrap_err();
+/// assert!(matches!(stale, Error::StaleToken { .. }));
+/// assert_eq!(report.get().await?.as_deref(), Some("from holder 7"));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedKey {
+    client: Client,
+    keys: LockKeys,
+}
+
+impl FencedKey {
+    pub(crate) fn new(client: Client, name: &str) -> Result<FencedKey> {
+        Ok(FencedKey {
+            client,
+            keys: LockKeys::new(name)?,
+        })
+    }
+
+    /// The key that holds the value.
+    pub fn key(&self) -> &str {
+        self.keys.lock()
+    }
+
+    /// Writes `value` if `token` is at least the highest token that wrote this key before.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when a newer holder has written already (nothing is written);
+    /// [`Error::WrongType`] when the key holds another type than a string;
+    /// [`Error::Connection`] when Redis did not answer (the write may or may not have landed).
+    pub async fn set(&self, token: FencingToken, value: &str) -> Result<()> {
+        let fenced = self.keys.companion("fenced");
+        let (written, highest): (i64, u64) = self
+            .client
+            .run_script(
+                "fenced write",
+                &FENCED_SET,
+                &[self.keys.lock(), &fenced],
+                &[&token.get().to_string(), value],
+            )
+            .await?;
+        if written == 1 {
+            Ok(())
+        } else {
+            Err(Error::StaleToken {
+                key: self.key().to_string(),
+                token,
+                highest: FencingToken::new(highest),
+            })
+        }
+    }
+
+    /// Reads the value.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] for a key of another type; [`Error::Connection`].
+    pub async fn get(&self) -> Result<Option<String>> {
+        redis::cmd("GET")
+            .arg(self.key())
+            .query_async(&mut self.client.connection())
+            .await
+            .map_err(|err| Error::from_redis("fenced read", self.key(), err))
+    }
+
+    /// The highest token that has written the key, if any.
+    ///
+    /// # Errors
+    /// As [`FencedKey::get`].
+    pub async fn highest_token(&self) -> Result<Option<FencingToken>> {
+        let fenced = self.keys.companion("fenced");
+        let highest: Option<u64> = redis::cmd("GET")
+            .arg(&fenced)
+            .query_async(&mut self.client.connection())
+            .await
+            .map_err(|err| Error::from_redis("fenced read", &fenced, err))?;
+        Ok(highest.map(FencingToken::new))
+    }
+}
