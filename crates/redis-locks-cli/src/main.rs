@@ -1,14 +1,16 @@
 //! `redis-locks`: the command-line tool of the redis-locks library.
 //!
 //! `redis-locks demo` shows the library working on a private redis-server (or the one named
-//! by `--redis` / `REDIS_URL`). Exit codes: 0 success, 1 a check failed, 64 bad usage,
-//! 69 Redis unreachable, 70 an unexpected lock error.
+//! by `--redis` / `REDIS_URL`); `run` is a distributed `flock(1)`; `status` shows a lock;
+//! `bench` measures. Exit codes are listed in `--help`.
 
 mod bench;
 mod contend;
 mod demo;
 mod exit;
 mod redis_target;
+mod run;
+mod status;
 mod worker;
 
 use std::process::ExitCode;
@@ -25,8 +27,13 @@ struct Cli {
     command: Commands,
 }
 
-const EXIT_CODES: &str = "Exit codes: 0 success; 1 a check failed; 64 bad usage; \
-69 Redis unreachable or no private server; 70 an unexpected lock error.";
+const EXIT_CODES: &str = "Exit codes: 0 success (run: the command's own code, or 128+N if a \
+signal N ended it); 1 a check failed (demo); 64 bad usage; 69 Redis unreachable or no private \
+server; 70 the lock was lost during the run (or another lock error); 75 the lock was not \
+acquired within --wait; 127 the command could not be started.";
+
+/// Where `run` and `status` look for Redis without `--redis` / `REDIS_URL`.
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 #[derive(Debug, Subcommand)]
 enum Commands {
@@ -39,6 +46,28 @@ enum Commands {
         redis: Option<String>,
         #[command(flatten)]
         args: demo::DemoArgs,
+    },
+    /// Run a command while holding a lock (a distributed flock): acquire, run it with the
+    /// lease renewed in the background, release when it exits. The command gets the fencing
+    /// token in REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME; if the lock is lost
+    /// it gets SIGTERM, then SIGKILL after --grace. Ctrl-C / SIGTERM are passed on to it.
+    Run {
+        /// Redis to use [default: redis://127.0.0.1:6379].
+        #[arg(long, env = "REDIS_URL")]
+        redis: Option<String>,
+        #[command(flatten)]
+        args: run::RunArgs,
+    },
+    /// Show a lock: held or free, the holder's fencing token, the fencing counter, the lease.
+    Status {
+        /// The lock's name.
+        name: String,
+        /// Redis to use [default: redis://127.0.0.1:6379].
+        #[arg(long, env = "REDIS_URL")]
+        redis: Option<String>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Measure performance: `throughput` (lock cost) and `handoff` (one contended lock).
     Bench {
@@ -92,7 +121,7 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(err) => {
             eprintln!("redis-locks: {err}");
             err.exit_code()
@@ -100,15 +129,23 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Commands) -> Result<(), CliError> {
+async fn run(command: Commands) -> Result<u8, CliError> {
     match command {
         Commands::Demo { redis, args } => {
             let target = redis_target::RedisTarget::resolve(redis)?;
-            demo::run(&target, &args).await
+            demo::run(&target, &args).await.map(|()| 0)
+        }
+        Commands::Run { redis, args } => {
+            run::run(redis.as_deref().unwrap_or(DEFAULT_URL), &args).await
+        }
+        Commands::Status { name, redis, json } => {
+            status::run(redis.as_deref().unwrap_or(DEFAULT_URL), &name, json)
+                .await
+                .map(|()| 0)
         }
         Commands::Bench { redis, json, bench } => {
             let target = redis_target::RedisTarget::resolve(redis)?;
-            bench::run(&target, &bench, json).await
+            bench::run(&target, &bench, json).await.map(|()| 0)
         }
         Commands::DemoWorker {
             role,
@@ -117,6 +154,8 @@ async fn run(command: Commands) -> Result<(), CliError> {
             worker,
             start_at_ms,
             count,
-        } => worker::run(&redis, &lock, worker, role, start_at_ms, count).await,
+        } => worker::run(&redis, &lock, worker, role, start_at_ms, count)
+            .await
+            .map(|()| 0),
     }
 }

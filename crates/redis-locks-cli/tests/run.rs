@@ -1,0 +1,271 @@
+//! `redis-locks run` and `status` as real processes against a real server.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use test_support::{ChildProcess, RedisServer};
+
+fn redis_locks() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-locks"));
+    cmd.env_remove("REDIS_URL");
+    cmd
+}
+
+fn run(server: &RedisServer, args: &[&str], command: &[&str]) -> Command {
+    let mut cmd = redis_locks();
+    cmd.args(["run", "--redis", &server.url()])
+        .args(args)
+        .arg("--")
+        .args(command);
+    cmd
+}
+
+fn output(mut cmd: Command) -> Output {
+    cmd.output().expect("run redis-locks")
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    n == 1
+}
+
+#[test]
+fn the_command_gets_the_token_and_name_and_its_exit_code_is_kept() {
+    let server = RedisServer::start().unwrap();
+    let script = "echo token=$REDIS_LOCKS_TOKEN name=$REDIS_LOCKS_NAME; exit 3";
+    let first = output(run(&server, &["job"], &["sh", "-c", script]));
+    assert_eq!(first.status.code(), Some(3));
+    let second = output(run(&server, &["job"], &["sh", "-c", script]));
+    let token = |out: &Output| -> u64 {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let field = text.split_whitespace().next().unwrap();
+        field.strip_prefix("token=").unwrap().parse().unwrap()
+    };
+    assert!(
+        token(&second) > token(&first),
+        "tokens increase across runs"
+    );
+    assert!(String::from_utf8_lossy(&second.stdout).contains("name=job"));
+    assert!(!exists(&server, "job"), "released after the command");
+}
+
+#[test]
+fn of_two_runs_with_wait_zero_exactly_one_runs_the_command() {
+    let server = RedisServer::start().unwrap();
+    let spawn = || {
+        run(
+            &server,
+            &["once", "--wait", "0"],
+            &["sh", "-c", "echo ran; sleep 1"],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let mut codes = [a.status.code().unwrap(), b.status.code().unwrap()];
+    codes.sort();
+    assert_eq!(codes, [0, 75], "one ran, one was told the lock is held");
+    let ran = [&a, &b]
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.stdout).contains("ran"))
+        .count();
+    assert_eq!(ran, 1);
+    let loser = if a.status.code() == Some(75) { &a } else { &b };
+    assert!(String::from_utf8_lossy(&loser.stderr).contains("held by another owner"));
+}
+
+#[test]
+fn a_waiting_run_starts_after_a_killed_holders_ttl() {
+    let server = RedisServer::start().unwrap();
+    let mut holder = ChildProcess::spawn(run(
+        &server,
+        &["crash", "--ttl", "1s"],
+        &["sh", "-c", "echo holding $$; exec sleep 4"],
+    ))
+    .unwrap();
+    let line = holder
+        .wait_for_line("holding", Duration::from_secs(30))
+        .unwrap();
+    // The command outlives a SIGKILLed `run` (as with flock); end it with the test.
+    let orphan: i32 = line["holding ".len()..].parse().unwrap();
+    let mut waiter =
+        ChildProcess::spawn(run(&server, &["crash"], &["sh", "-c", "echo started"])).unwrap();
+    holder.kill_hard();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("crash")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    let killed_at = Instant::now();
+    waiter
+        .wait_for_line("started", Duration::from_secs(10))
+        .expect("the waiting run started");
+    let waited = killed_at.elapsed();
+    let remaining = Duration::from_millis(ttl as u64);
+    assert!(
+        waited + Duration::from_millis(5) >= remaining,
+        "{waited:?} < {remaining:?}"
+    );
+    assert!(
+        waited < remaining + Duration::from_secs(1),
+        "{waited:?}, ttl {remaining:?}"
+    );
+    assert_eq!(waiter.wait_exit(Duration::from_secs(10)), Some(0));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(orphan),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+#[test]
+fn a_lock_lost_mid_run_stops_the_command_and_exits_70() {
+    let server = RedisServer::start().unwrap();
+    let script = "trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut runner = ChildProcess::spawn(run(
+        &server,
+        &["lost", "--ttl", "600ms", "--grace", "5s"],
+        &["sh", "-c", script],
+    ))
+    .unwrap();
+    runner
+        .wait_for_line("ready", Duration::from_secs(30))
+        .unwrap();
+    redis::cmd("DEL")
+        .arg("lost")
+        .exec(&mut server.connection().unwrap())
+        .unwrap();
+    runner
+        .wait_for_line("got-term", Duration::from_secs(5))
+        .expect("the command got SIGTERM");
+    assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let server = RedisServer::start().unwrap();
+    let script = "trap '' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut runner = ChildProcess::spawn(run(
+        &server,
+        &["stubborn", "--ttl", "600ms", "--grace", "300ms"],
+        &["sh", "-c", script],
+    ))
+    .unwrap();
+    runner
+        .wait_for_line("ready", Duration::from_secs(30))
+        .unwrap();
+    redis::cmd("DEL")
+        .arg("stubborn")
+        .exec(&mut server.connection().unwrap())
+        .unwrap();
+    assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
+}
+
+#[test]
+fn ctrl_c_is_passed_to_the_command_and_the_lock_released() {
+    let server = RedisServer::start().unwrap();
+    let script = "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.05; done";
+    let mut runner =
+        ChildProcess::spawn(run(&server, &["interrupted"], &["sh", "-c", script])).unwrap();
+    runner
+        .wait_for_line("ready", Duration::from_secs(30))
+        .unwrap();
+    assert!(exists(&server, "interrupted"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.pid() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    runner
+        .wait_for_line("got-int", Duration::from_secs(5))
+        .expect("the command got SIGINT");
+    assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(7));
+    assert!(
+        !exists(&server, "interrupted"),
+        "released after the command exited"
+    );
+}
+
+#[test]
+fn run_exit_codes_for_bad_usage_unreachable_redis_and_a_missing_command() {
+    let server = RedisServer::start().unwrap();
+    let bad = [
+        &["run", "x", "--wait", "-1s", "--", "true"][..],
+        &["run", "x", "--ttl", "soon", "--", "true"],
+        &["run", "x"],
+        &["run", "", "--", "true"],
+        &["run", "x", "--ttl", "0s", "--", "true"],
+    ];
+    for args in bad {
+        let out = output({
+            let mut cmd = redis_locks();
+            cmd.args(["run", "--redis", &server.url()]).args(&args[1..]);
+            cmd
+        });
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dead = {
+        let mut dead = RedisServer::start().unwrap();
+        dead.kill();
+        dead
+    };
+    let out = output(run(&dead, &["x"], &["true"]));
+    assert_eq!(out.status.code(), Some(69));
+    let out = output(run(&server, &["x"], &["/no/such/command"]));
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        !exists(&server, "x"),
+        "the lock was released when the command could not start"
+    );
+}
+
+#[test]
+fn status_shows_holder_counter_and_lease() {
+    let server = RedisServer::start().unwrap();
+    let status = |name: &str| -> serde_json::Value {
+        let out = output({
+            let mut cmd = redis_locks();
+            cmd.args(["status", name, "--json", "--redis", &server.url()]);
+            cmd
+        });
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let free = status("shown");
+    assert_eq!(free["held"], false);
+    assert_eq!(free["fencing_counter"], serde_json::Value::Null);
+    let mut holder = ChildProcess::spawn(run(
+        &server,
+        &["shown", "--ttl", "5s"],
+        &["sh", "-c", "echo token=$REDIS_LOCKS_TOKEN; sleep 2"],
+    ))
+    .unwrap();
+    let line = holder
+        .wait_for_line("token=", Duration::from_secs(30))
+        .unwrap();
+    let token: u64 = line["token=".len()..].parse().unwrap();
+    let held = status("shown");
+    assert_eq!(held["held"], true);
+    assert_eq!(held["holder_fencing_token"], token);
+    assert_eq!(held["fencing_counter"], token);
+    assert!(held["lease_remaining_ms"].as_u64().unwrap() > 1_000);
+    // The table form, for people.
+    let out = output({
+        let mut cmd = redis_locks();
+        cmd.args(["status", "shown", "--redis", &server.url()]);
+        cmd
+    });
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("state           held"), "{text}");
+    assert!(text.contains(&format!("holder token    {token}")), "{text}");
+    assert_eq!(holder.wait_exit(Duration::from_secs(10)), Some(0));
+}
