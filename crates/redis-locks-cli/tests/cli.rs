@@ -219,3 +219,59 @@ fn bench_refuses_bad_durations_and_counts() {
         assert_eq!(out.status.code(), Some(64), "{args:?}");
     }
 }
+
+#[test]
+fn bench_market_keeps_every_invariant_in_every_strategy() {
+    let server = RedisServer::start().unwrap();
+    let chart = std::env::temp_dir().join(format!("market-{}.svg", std::process::id()));
+    let out = redis_locks(&[
+        "bench",
+        "market",
+        "--redis",
+        &server.url(),
+        "--duration",
+        "700ms",
+        "--sellers",
+        "3",
+        "--buyers",
+        "3",
+        "--chart",
+        chart.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs = json_lines(&out);
+    let strategies: Vec<&str> = runs
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(strategies, ["watch", "coarse", "fine", "fair"]);
+    for run in &runs {
+        assert_eq!(run["invariants_ok"], true, "{run}");
+        assert!(run["listed"].as_u64().unwrap() > 0, "{run}");
+        assert!(run["bought"].as_u64().unwrap() > 0, "{run}");
+        if run["strategy"] != "watch" {
+            assert_eq!(run["purchase_retries"], 0, "locks never retry: {run}");
+        }
+    }
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("fine-grained"),
+        "chart written"
+    );
+    let _ = std::fs::remove_file(&chart);
+    // Nothing of the runs is left on the server.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    assert!(
+        keys.is_empty(),
+        "left behind: {:?}",
+        &keys[..keys.len().min(5)]
+    );
+}

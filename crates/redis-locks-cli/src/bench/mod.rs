@@ -2,6 +2,7 @@
 
 mod baseline;
 mod handoff;
+mod market;
 mod stats;
 mod throughput;
 
@@ -11,6 +12,7 @@ use crate::exit::CliError;
 use crate::redis_target::RedisTarget;
 
 pub use handoff::HandoffArgs;
+pub use market::MarketArgs;
 pub use throughput::ThroughputArgs;
 
 /// Which benchmark to run.
@@ -21,6 +23,9 @@ pub enum Bench {
     /// W workers contend for one lock: handoff speed, fairness, requests per acquisition,
     /// for Mutex, FairMutex and a 50 ms polling loop.
     Handoff(HandoffArgs),
+    /// The market of "Redis in Action" 6.2: WATCH vs a coarse lock vs fine-grained locks,
+    /// scenarios 1/1, 5/1, 5/5; table, JSON, an SVG chart, invariants checked.
+    Market(MarketArgs),
 }
 
 /// Runs one benchmark against `target`.
@@ -31,6 +36,7 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
     match bench {
         Bench::Throughput(args) => throughput::run(&target.url, args, json).await,
         Bench::Handoff(args) => handoff::run(&target.url, args, json).await,
+        Bench::Market(args) => market::run(&target.url, args, json).await,
     }
 }
 

@@ -1,0 +1,100 @@
+//! The market comparison as an SVG chart: operations per second and p99 purchase latency,
+//! grouped by scenario, one bar per strategy.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::RunReport;
+use crate::exit::CliError;
+
+const COLOURS: [RGBColor; 4] = [
+    RGBColor(214, 69, 65),
+    RGBColor(244, 162, 38),
+    RGBColor(38, 120, 178),
+    RGBColor(76, 160, 90),
+];
+
+/// One figure of a run, drawn as a bar.
+type Metric = fn(&RunReport) -> f64;
+
+/// Draws `runs` into an SVG file at `path`.
+pub fn draw(path: &Path, runs: &[RunReport]) -> Result<(), CliError> {
+    let failed = |err: String| CliError::CheckFailed(format!("chart {}: {err}", path.display()));
+    let mut scenarios: Vec<String> = Vec::new();
+    let mut strategies: Vec<&'static str> = Vec::new();
+    for run in runs {
+        if !scenarios.contains(&run.scenario) {
+            scenarios.push(run.scenario.clone());
+        }
+        if !strategies.contains(&run.strategy_label) {
+            strategies.push(run.strategy_label);
+        }
+    }
+    let root = SVGBackend::new(path, (1000, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| failed(e.to_string()))?;
+    let panels = root.split_evenly((1, 2));
+    let metrics: [(&str, Metric); 2] = [
+        ("operations per second (listed + bought)", |r| {
+            r.ops_per_second
+        }),
+        ("p99 purchase latency (ms)", |r| r.purchase_p99_ms),
+    ];
+    let width = strategies.len() as f64 + 1.0;
+    for (panel, (title, metric)) in panels.iter().zip(metrics) {
+        let top = runs.iter().map(metric).fold(0.0f64, f64::max).max(1.0) * 1.15;
+        let mut chart = ChartBuilder::on(panel)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..width * scenarios.len() as f64, 0f64..top)
+            .map_err(|e| failed(e.to_string()))?;
+        let names = scenarios.clone();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(scenarios.len() * 2 + 1)
+            .x_label_formatter(&|x| {
+                let group = (x / width).floor() as usize;
+                let inside = x - group as f64 * width;
+                if (inside - width / 2.0).abs() < width / 4.0 {
+                    names.get(group).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .draw()
+            .map_err(|e| failed(e.to_string()))?;
+        for (s, strategy) in strategies.iter().enumerate() {
+            let colour = COLOURS[s % COLOURS.len()];
+            let bars = runs
+                .iter()
+                .filter(|r| r.strategy_label == *strategy)
+                .filter_map(|r| {
+                    let group = scenarios.iter().position(|x| *x == r.scenario)? as f64;
+                    let x0 = group * width + 0.5 + s as f64;
+                    Some(Rectangle::new(
+                        [(x0, 0.0), (x0 + 0.9, metric(r))],
+                        colour.filled(),
+                    ))
+                });
+            chart
+                .draw_series(bars)
+                .map_err(|e| failed(e.to_string()))?
+                .label(*strategy)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| failed(e.to_string()))?;
+    }
+    root.present().map_err(|e| failed(e.to_string()))?;
+    Ok(())
+}
