@@ -14,11 +14,7 @@ use redis_locks::{Client, Error, MutexOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let private = match std::env::var("REDIS_URL") {
-        Ok(_) => None,
-        Err(_) => Some(test_support::RedisServer::start()?),
-    };
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| private.as_ref().unwrap().url());
+    let (url, _private_server) = test_support::url_or_private_server()?;
     let client = Client::connect(&url).await?;
     let short = MutexOptions::default().lease(Duration::from_millis(200));
     let lock = client.mutex_with("example:report-lock", short)?;

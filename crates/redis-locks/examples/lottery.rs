@@ -9,11 +9,7 @@ use redis_locks::{Client, MutexOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let private = match std::env::var("REDIS_URL") {
-        Ok(_) => None,
-        Err(_) => Some(test_support::RedisServer::start()?),
-    };
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| private.as_ref().unwrap().url());
+    let (url, _private_server) = test_support::url_or_private_server()?;
     let mut instances = Vec::new();
     for instance in 1..=8 {
         // Each instance has its own connection, as separate services would.

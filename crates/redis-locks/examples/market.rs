@@ -54,11 +54,7 @@ async fn purchase(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let private = match std::env::var("REDIS_URL") {
-        Ok(_) => None,
-        Err(_) => Some(test_support::RedisServer::start()?),
-    };
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| private.as_ref().unwrap().url());
+    let (url, _private_server) = test_support::url_or_private_server()?;
     let locks = Client::connect(&url).await?;
     let mut con = locks.connection();
     let _: () = con.hset("users:alice", "funds", 0).await?;

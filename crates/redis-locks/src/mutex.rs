@@ -14,7 +14,6 @@ use crate::scripts::MUTEX_ACQUIRE;
 use crate::state::{LockState, inspect};
 use crate::token::{FencingToken, OwnerToken};
 use crate::wait::{Backoff, pause, sleep_limit};
-use crate::wakeups::Subscription;
 use crate::watchdog::Renewal;
 
 /// The lease a [`Mutex`] grants when none is asked for.
@@ -334,8 +333,10 @@ impl Mutex {
         let backoff = Backoff::new(self.options.get_retry_delay());
         let channel = self.keys.wake_channel();
         loop {
-            // Listen before the attempt, so a release right after it still wakes us.
-            let mut listener = queue.subscription().map(Subscription::listen);
+            // Subscribe and listen before the attempt, so a release right after it still
+            // wakes us (the subscription is kept while any waiter of this process queues).
+            let subscription = queue.subscribe(self.client.wakeups(), channel).await;
+            let mut listener = Some(subscription.listen());
             let retry_after = match self.attempt().await? {
                 Attempt::Acquired(guard) => return Ok(guard),
                 Attempt::Held(retry_after) => retry_after,
@@ -343,13 +344,7 @@ impl Mutex {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(timeout(retry_after));
             }
-            if listener.is_none() {
-                // The first wait: subscribe, then look again at once, since a release between
-                // the attempt above and the subscription would not wake us.
-                queue.subscribe(self.client.wakeups(), channel).await;
-                continue;
-            }
-            let live = queue.subscription().is_some_and(Subscription::is_live);
+            let live = subscription.is_live();
             let limit = sleep_limit(live, &backoff, retry_after, None, deadline, Instant::now());
             pause(listener.as_mut(), None, limit).await;
         }

@@ -110,11 +110,6 @@ pub(crate) struct LocalQueue {
 }
 
 impl LocalQueue {
-    /// The subscription, if made already.
-    pub(crate) fn subscription(&self) -> Option<&Subscription> {
-        self.subscription.get()
-    }
-
     /// The subscription, made (and confirmed, or given up on after [`CONFIRM_WITHIN`]) now
     /// if needed.
     pub(crate) async fn subscribe(&self, wakeups: &Wakeups, channel: &str) -> &Subscription {

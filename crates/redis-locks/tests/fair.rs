@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, eventually, server};
+use common::{child_main, client, eventually, server};
 use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{Client, Error, FairMutex, FairMutexOptions};
 use test_support::ChildProcess;
@@ -99,11 +99,7 @@ async fn try_lock_does_not_barge_past_waiters() {
 #[test]
 #[ignore = "runs only as a child process of a_waiter_that_dies_in_the_queue_is_skipped"]
 fn queued_waiter_child() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let client = Client::connect(&std::env::var("CHILD_REDIS_URL").unwrap())
-            .await
-            .unwrap();
+    child_main(|client| async move {
         let lock = client.fair_mutex_with("dies", options(300)).unwrap();
         println!("queueing");
         let _guard = lock.lock().await.unwrap();

@@ -4,8 +4,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, eventually, exists, pttl, server};
-use redis_locks::{Client, Error, FencingToken, LostReason, MutexOptions};
+use common::{child_main, client, eventually, exists, pttl, server};
+use redis_locks::{Error, FencingToken, LostReason, MutexOptions};
 use test_support::ChildProcess;
 use tokio::time::Instant;
 
@@ -15,16 +15,10 @@ fn renewed(lease_ms: u64) -> MutexOptions {
         .watchdog(true)
 }
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent test"))
-}
-
 #[test]
 #[ignore = "runs only as a child process of the watchdog test"]
 fn competitor_child() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let client = Client::connect(&env("CHILD_REDIS_URL")).await.unwrap();
+    child_main(|client| async move {
         let mutex = client.mutex("renewed").unwrap();
         println!("trying");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -260,9 +254,7 @@ async fn lost_fires_by_the_lease_deadline_when_the_server_dies() {
 #[test]
 #[ignore = "runs only as a child process of a_paused_holder_cannot_overwrite_the_next_holders_write"]
 fn paused_holder_child() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let client = Client::connect(&env("CHILD_REDIS_URL")).await.unwrap();
+    child_main(|client| async move {
         let mutex = client.mutex_with("resource-lock", renewed(300)).unwrap();
         let guard = mutex.lock().await.unwrap();
         println!("acquired {}", guard.fencing_token());

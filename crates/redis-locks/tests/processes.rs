@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, pttl, server};
+use common::{child_main, client, env, pttl, server};
 use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{Client, MutexOptions};
 use test_support::ChildProcess;
@@ -18,10 +18,6 @@ const TASKS: usize = 16;
 const PER_TASK: usize = 100;
 const PROCESSES: usize = 2;
 const PER_PROCESS: usize = 250;
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent test"))
-}
 
 fn contention_options() -> MutexOptions {
     MutexOptions::default()
@@ -53,9 +49,7 @@ async fn contend(client: Client, name: &str, worker: String, count: usize, histo
 #[test]
 #[ignore = "runs only as a child process of mutual_exclusion_across_tasks_and_processes"]
 fn contender_child() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let client = Client::connect(&env("CHILD_REDIS_URL")).await.unwrap();
+    child_main(|client| async move {
         // Start together with the parent's tasks: wait for its "go" key.
         println!("ready");
         let mut con = client.connection();
@@ -163,9 +157,7 @@ async fn mutual_exclusion_across_tasks_and_processes() {
 #[test]
 #[ignore = "runs only as a child process of a_holder_killed_with_sigkill_blocks_others_for_its_lease"]
 fn holder_child() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let client = Client::connect(&env("CHILD_REDIS_URL")).await.unwrap();
+    child_main(|client| async move {
         let lease = Duration::from_millis(env("CHILD_LEASE_MS").parse().unwrap());
         let mutex = client
             .mutex_with("victim", MutexOptions::default().lease(lease))

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{client, eventually, pttl, raw, server};
-use redis_locks::{Client, MutexOptions};
+use common::{child_main, client, eventually, pttl, raw, server};
+use redis_locks::MutexOptions;
 use test_support::ChildProcess;
 use tokio::time::Instant;
 
@@ -72,10 +72,7 @@ async fn a_release_wakes_a_waiter_without_any_retry_delay() {
 #[test]
 #[ignore = "runs only as a child process of a_crashed_holders_waiter_gets_the_lock_when_the_lease_ends"]
 fn crashing_holder_child() {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let url = std::env::var("CHILD_REDIS_URL").unwrap();
-        let client = Client::connect(&url).await.unwrap();
+    child_main(|client| async move {
         let mutex = client
             .mutex_with(
                 "crash",

@@ -17,4 +17,6 @@ mod child;
 mod server;
 
 pub use child::ChildProcess;
-pub use server::{RedisServer, SpawnError, redis_server_installed, start_many};
+pub use server::{
+    RedisServer, SpawnError, redis_server_installed, start_many, url_or_private_server,
+};

@@ -298,6 +298,26 @@ impl Drop for RedisServer {
     }
 }
 
+/// The Redis to use for an example or a tool: `REDIS_URL` when set, otherwise a private
+/// server started now (returned too, so it lives as long as the caller keeps it).
+///
+/// # Errors
+/// As [`RedisServer::start`], when a private server is needed.
+///
+/// ```
+/// let (url, _server) = test_support::url_or_private_server().unwrap();
+/// assert!(url.starts_with("redis://"));
+/// ```
+pub fn url_or_private_server() -> Result<(String, Option<RedisServer>), SpawnError> {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => Ok((url, None)),
+        Err(_) => {
+            let server = RedisServer::start()?;
+            Ok((server.url(), Some(server)))
+        }
+    }
+}
+
 /// Starts `n` independent servers (for Redlock), each on its own free port.
 ///
 /// # Errors

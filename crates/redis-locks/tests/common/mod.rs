@@ -59,3 +59,22 @@ pub fn exists(server: &RedisServer, key: &str) -> bool {
 pub fn pttl(server: &RedisServer, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(&mut raw(server)).unwrap()
 }
+
+/// An environment variable the parent test set for a child process.
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent test"))
+}
+
+/// The body of a child process (an `#[ignore]`d test run by `ChildProcess::spawn_test`): a
+/// runtime, and a client connected to the parent's server (`CHILD_REDIS_URL`).
+pub fn child_main<F, Fut>(body: F)
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = Client::connect(&env("CHILD_REDIS_URL")).await.unwrap();
+        body(client).await;
+    });
+}

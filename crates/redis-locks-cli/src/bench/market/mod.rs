@@ -159,10 +159,8 @@ async fn one_run(
     duration: Duration,
 ) -> Result<RunReport, CliError> {
     let failed = |err: redis::RedisError| CliError::Unavailable(format!("market: {err}"));
-    let mut setup = redis
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(failed)?;
+    // The checks read every listing and inventory at once: give big replies time.
+    let mut setup = connect(redis, Duration::from_secs(120)).await?;
     for seller in 0..sellers {
         let _: () = setup
             .hset(keys.user(&format!("seller{seller}")), "funds", 0)
@@ -181,10 +179,7 @@ async fn one_run(
     for (role, count) in [("seller", sellers), ("buyer", buyers)] {
         for index in 0..count as usize {
             let worker = Worker {
-                data: redis
-                    .get_multiplexed_async_connection()
-                    .await
-                    .map_err(failed)?,
+                data: connect(redis, Duration::from_secs(10)).await?,
                 locks: Client::connect(url).await?,
                 keys: keys.clone(),
                 strategy,
@@ -237,6 +232,19 @@ async fn one_run(
         invariants_ok: violations.is_empty(),
         violations,
     })
+}
+
+/// A data connection whose requests fail only after `response_timeout` (the redis crate's
+/// default of 500 ms is too short for a loaded 2-core machine and for the end-of-run reads).
+async fn connect(
+    redis: &redis::Client,
+    response_timeout: Duration,
+) -> Result<redis::aio::MultiplexedConnection, CliError> {
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(response_timeout));
+    redis
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|err| CliError::Unavailable(format!("market: {err}")))
 }
 
 /// A seller: creates items in its inventory and lists each at its fixed price.
