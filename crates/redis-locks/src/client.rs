@@ -88,6 +88,9 @@ impl ClientOptions {
 ///   [`Error::Connection`] rather than wait.
 /// - No request is ever retried by this crate: a failed release or extension has an unknown
 ///   outcome, and the lease bounds it.
+/// - An acquire that failed with a connection error may still have been granted; its owner
+///   token is released in the background. If the connection was replaced meanwhile, that
+///   release can reach the server before the late acquire does; the lease then ends the lock.
 /// - Waiters are woken through one extra subscriber connection, opened the first time a
 ///   lock must be waited for. If it drops, waiters poll (jittered) until it is back.
 /// - A request that gets no reply within the response timeout fails with [`Error::Connection`].
@@ -285,12 +288,13 @@ impl Client {
             .invoke_async::<T>(&mut connection)
             .await
             .map_err(|err| match err.kind() {
-                redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse => {
-                    Error::UnexpectedReply {
-                        phase,
-                        detail: err.to_string(),
-                    }
-                }
+                // A reply that could not be parsed leaves the connection (and the outcome of
+                // the request) in doubt, like any other broken connection.
+                redis::ErrorKind::Parse => Error::Connection { phase, source: err },
+                redis::ErrorKind::UnexpectedReturnType => Error::UnexpectedReply {
+                    phase,
+                    detail: err.to_string(),
+                },
                 _ => Error::from_redis(phase, keys.first().copied().unwrap_or_default(), err),
             })
     }

@@ -87,7 +87,8 @@ pub enum Error {
         /// The lock name.
         name: String,
         /// How long the holder's lease still runs, as the server measured it; `None` when the
-        /// key has no expiry (it was not written by this library).
+        /// key has no expiry (it was not written by this library), or for a `FairMutex` that
+        /// is free but has waiters ahead.
         retry_after: Option<Duration>,
     },
     /// The wait budget ran out while the lock stayed held by others.
@@ -161,7 +162,7 @@ pub enum Error {
 fn fmt_retry(retry_after: Option<Duration>) -> String {
     match retry_after {
         Some(d) => format!(" (its lease ends in {d:?})"),
-        None => " (its key has no expiry)".to_string(),
+        None => " (no lease to wait out: others queue first, or its key has no expiry)".to_string(),
     }
 }
 

@@ -14,7 +14,7 @@ use crate::mutex::MutexOptions;
 use crate::scripts::FAIR_ACQUIRE;
 use crate::state::{LockState, inspect};
 use crate::token::{FencingToken, OwnerToken};
-use crate::wait::{Backoff, CONFIRM_WITHIN, pause, sleep_limit};
+use crate::wait::{Backoff, confirm_limit, pause, sleep_limit};
 use crate::wakeups::Subscription;
 
 /// How long a waiter keeps its place in the queue without renewing it, by default.
@@ -272,10 +272,11 @@ impl FairMutex {
                 });
             }
             let Some(sub) = &subscription else {
+                let confirm_within = confirm_limit(deadline, Some(refresh));
                 subscription = Some(
                     self.client
                         .wakeups()
-                        .subscribe(channel, CONFIRM_WITHIN)
+                        .subscribe(channel, confirm_within)
                         .await,
                 );
                 continue;

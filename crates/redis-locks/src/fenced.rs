@@ -12,7 +12,8 @@ use crate::token::FencingToken;
 /// wrote it and refuses lower ones ([`Error::StaleToken`]). A holder that was paused past its
 /// lease (GC, SIGSTOP, swap) and wakes up still believing it holds the lock therefore cannot
 /// overwrite what the next holder wrote. The value and its highest token live in one cluster
-/// slot (the key layout of [`LockKeys`]: the highest token is at `{name}:fenced`).
+/// slot (the key layout of [`LockKeys`]: the highest token is at `{name}:fenced`). Name it
+/// apart from every lock: a `FencedKey` and a lock of the same name would share a key.
 ///
 /// # Examples
 /// ```

@@ -327,9 +327,14 @@ impl MutexGuard {
     /// (the old lease still bounds it).
     ///
     /// # Cancel safety
-    /// Dropping the future may or may not have extended the lease; the guard keeps its old
-    /// deadline, which is never later than the truth.
+    /// Dropping the future may or may not have changed the lease; the guard counts on the
+    /// earlier of the old and the new deadline, never later than the truth.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
+        lease_millis(lease)?;
+        let _gate = self.state.gate.lock().await;
+        // A shorter lease applies on the server as soon as the request lands: count on no
+        // more than it from now on, whatever happens to the reply.
+        self.state.at_most(lease_deadline(Instant::now(), lease));
         match extend_lease(self.client(), &self.name, &self.owner, lease).await {
             Ok(deadline) => {
                 self.state.extended(deadline);
@@ -344,8 +349,9 @@ impl MutexGuard {
         }
     }
 
-    /// Releases the lock and says whether it was still this guard's. The watchdog is stopped
-    /// first, so no renewal is ever sent after the release.
+    /// Releases the lock and says whether it was still this guard's. A renewal under way is
+    /// let finish and the watchdog stopped before the release is sent, so no renewal ever
+    /// follows the release.
     ///
     /// # Errors
     /// [`Error::NotHeld`] with [`LostReason::Expired`] when the lease had run out,
@@ -355,6 +361,9 @@ impl MutexGuard {
     /// # Cancel safety
     /// Dropping the future before the reply still releases the lock, in the background.
     pub async fn release(mut self) -> Result<()> {
+        let state = self.state.clone();
+        // Wait for a renewal under way, and stop the watchdog before the release is sent.
+        let _gate = state.gate.lock().await;
         self.watchdog.take();
         let owed = self
             .owed
@@ -377,9 +386,21 @@ impl MutexGuard {
 
 impl Drop for MutexGuard {
     fn drop(&mut self) {
-        // Stop renewing before the release goes out; `owed` (if still here) releases in the
-        // background as it drops.
         self.watchdog.take();
         self.state.lose(LostReason::Released);
+        let Some(owed) = self.owed.take() else {
+            return;
+        };
+        // Release in the background, after any renewal already under way (see
+        // `LeaseState::gate`). Without a runtime, `owed` says so as it drops.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let state = self.state.clone();
+            runtime.spawn(async move {
+                let _gate = state.gate.lock().await;
+                if let Err(err) = owed.pay().await {
+                    tracing::debug!(%err, "background release of a dropped guard");
+                }
+            });
+        }
     }
 }

@@ -15,6 +15,9 @@ use crate::error::{Error, Result};
 /// long is a mistake (a payload passed as a name), and every request carries it.
 pub const MAX_NAME_LEN: usize = 1024;
 
+/// The suffixes of companion keys; a lock name may not end in one of them.
+pub const COMPANION_SUFFIXES: [&str; 6] = ["fence", "wake", "queue", "places", "tickets", "fenced"];
+
 /// The Redis keys of one lock: the lock key itself and its companions, all in one slot.
 ///
 /// ```
@@ -53,6 +56,21 @@ impl LockKeys {
         }
         if name.len() > MAX_NAME_LEN {
             return Err(invalid("a lock name must be at most 1024 bytes"));
+        }
+        if hash_tag(name).is_some_and(|tag| tag.len() + 2 == name.len()) {
+            return Err(invalid(
+                "a name that is only a hash tag, like {x}, would share its keys with the lock \
+                 named x; add something outside the braces, like {x}:lock",
+            ));
+        }
+        if COMPANION_SUFFIXES.iter().any(|suffix| {
+            name.strip_suffix(suffix)
+                .is_some_and(|rest| rest.ends_with(':'))
+        }) {
+            return Err(invalid(
+                "a name ending in :fence, :wake, :queue, :places, :tickets or :fenced would be \
+                 another lock's companion key",
+            ));
         }
         let prefix = if hash_tag(name).is_some() {
             name.to_string()

@@ -13,7 +13,7 @@ use crate::lease::lease_millis;
 use crate::scripts::MUTEX_ACQUIRE;
 use crate::state::{LockState, inspect};
 use crate::token::{FencingToken, OwnerToken};
-use crate::wait::{Backoff, pause, sleep_limit};
+use crate::wait::{Backoff, confirm_limit, pause, sleep_limit};
 use crate::watchdog::Renewal;
 
 /// The lease a [`Mutex`] grants when none is asked for.
@@ -325,7 +325,13 @@ impl Mutex {
                 Some(deadline) => {
                     match tokio::time::timeout_at(deadline, queue.turn.lock()).await {
                         Ok(turn) => turn,
-                        Err(_) => return Err(timeout(None)),
+                        // Never give up without having asked Redis once.
+                        Err(_) => {
+                            return match self.attempt().await? {
+                                Attempt::Acquired(guard) => Ok(guard),
+                                Attempt::Held(retry_after) => Err(timeout(retry_after)),
+                            };
+                        }
                     }
                 }
             },
@@ -335,7 +341,10 @@ impl Mutex {
         loop {
             // Subscribe and listen before the attempt, so a release right after it still
             // wakes us (the subscription is kept while any waiter of this process queues).
-            let subscription = queue.subscribe(self.client.wakeups(), channel).await;
+            let confirm_within = confirm_limit(deadline, None);
+            let subscription = queue
+                .subscribe(self.client.wakeups(), channel, confirm_within)
+                .await;
             let mut listener = Some(subscription.listen());
             let retry_after = match self.attempt().await? {
                 Attempt::Acquired(guard) => return Ok(guard),
@@ -383,17 +392,19 @@ impl Mutex {
                     u64::try_from(pttl).ok().map(Duration::from_millis),
                 ))
             }
+            // A reply the script never gives: keep `owed` armed, just in case.
             Ok((granted, value)) => Err(Error::UnexpectedReply {
                 phase: "acquire",
                 detail: format!("[{granted}, {value}]"),
             }),
-            // A connection error leaves the outcome open: `owed` is dropped armed and releases
-            // by owner token in the background. Any other error wrote nothing.
-            Err(err) if err.is_connection() => Err(err),
-            Err(err) => {
+            // An error reply from the server means the script wrote nothing. Anything else
+            // (a broken connection, an unreadable reply) leaves the outcome open: `owed` is
+            // dropped armed and releases by owner token in the background.
+            Err(err @ (Error::WrongType { .. } | Error::Redis { .. })) => {
                 owed.disarm();
                 Err(err)
             }
+            Err(err) => Err(err),
         }
     }
 }

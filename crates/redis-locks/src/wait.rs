@@ -88,6 +88,19 @@ pub(crate) fn sleep_limit(
     limit.max(MIN_PAUSE)
 }
 
+/// How long a waiter may wait for the server to confirm its subscription: at most
+/// [`CONFIRM_WITHIN`], and never past its deadline or its next place-lease renewal.
+pub(crate) fn confirm_limit(deadline: Option<Instant>, refresh: Option<Duration>) -> Duration {
+    let mut limit = CONFIRM_WITHIN;
+    if let Some(deadline) = deadline {
+        limit = limit.min(deadline.saturating_duration_since(Instant::now()));
+    }
+    if let Some(refresh) = refresh {
+        limit = limit.min(refresh);
+    }
+    limit
+}
+
 /// Sleeps until `listener` hears a wake-up for `me` or `limit` passes.
 pub(crate) async fn pause(listener: Option<&mut Listener>, me: Option<&str>, limit: Duration) {
     match listener {
@@ -110,11 +123,16 @@ pub(crate) struct LocalQueue {
 }
 
 impl LocalQueue {
-    /// The subscription, made (and confirmed, or given up on after [`CONFIRM_WITHIN`]) now
-    /// if needed.
-    pub(crate) async fn subscribe(&self, wakeups: &Wakeups, channel: &str) -> &Subscription {
+    /// The subscription, made (and confirmed, or given up on after `confirm_within`) now if
+    /// needed.
+    pub(crate) async fn subscribe(
+        &self,
+        wakeups: &Wakeups,
+        channel: &str,
+        confirm_within: Duration,
+    ) -> &Subscription {
         self.subscription
-            .get_or_init(|| wakeups.subscribe(channel, CONFIRM_WITHIN))
+            .get_or_init(|| wakeups.subscribe(channel, confirm_within))
             .await
     }
 }

@@ -64,32 +64,35 @@ impl Wakeups {
     /// confirm the subscription. Past that the subscription is returned anyway, not live:
     /// its waiter polls until it becomes live.
     pub(crate) async fn subscribe(&self, channel: &str, confirm_within: Duration) -> Subscription {
-        let (messages, mut live, first) = {
-            let mut channels = self.shared.channels.lock().expect("never poisoned");
-            let entry = channels
-                .entry(channel.to_string())
-                .or_insert_with(|| Channel {
-                    refs: 0,
-                    messages: broadcast::channel(BUFFER).0,
-                    live: watch::channel(false).0,
-                });
-            entry.refs += 1;
-            (
-                entry.messages.clone(),
-                entry.live.subscribe(),
-                entry.refs == 1,
-            )
-        };
+        let (subscription, first) = self.register(channel);
         if first {
             let _ = self.commands.send(Command::Subscribe(channel.to_string()));
         }
+        // The subscription exists before this wait, so a caller dropped during it still
+        // gives its reference back.
+        let mut live = subscription.live.clone();
         let _ = tokio::time::timeout(confirm_within, live.wait_for(|live| *live)).await;
-        Subscription {
+        subscription
+    }
+
+    /// Counts one more reference to `channel`; true when it is the first.
+    fn register(&self, channel: &str) -> (Subscription, bool) {
+        let mut channels = self.shared.channels.lock().expect("never poisoned");
+        let entry = channels
+            .entry(channel.to_string())
+            .or_insert_with(|| Channel {
+                refs: 0,
+                messages: broadcast::channel(BUFFER).0,
+                live: watch::channel(false).0,
+            });
+        entry.refs += 1;
+        let subscription = Subscription {
             channel: channel.to_string(),
-            messages,
-            live,
+            messages: entry.messages.clone(),
+            live: entry.live.subscribe(),
             wakeups: self.clone(),
-        }
+        };
+        (subscription, entry.refs == 1)
     }
 
     /// A new reference to `channel`'s subscription if one is live already: no request is
@@ -253,7 +256,13 @@ async fn run(
         if !wanted.is_empty() {
             shared.count_request();
             if sink.subscribe(&wanted).await.is_err() {
+                // Refused (an ACL, say) or dropped: back off before trying again, so neither
+                // the server nor the waiters see a storm.
                 shared.connection_lost();
+                if !sleep_or_closed(&mut commands, pause).await {
+                    return;
+                }
+                pause = (pause * 2).min(RECONNECT_MAX);
                 continue;
             }
         }
@@ -279,6 +288,9 @@ async fn run(
                                 break;
                             }
                             shared.set_live(std::slice::from_ref(&name), true);
+                            // A release published before the server confirmed was not heard:
+                            // have the channel's waiters look again.
+                            shared.deliver(&name, Arc::from(WAKE_ALL));
                         }
                     }
                     Some(Command::Unsubscribe(name)) => {

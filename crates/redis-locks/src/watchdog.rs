@@ -33,6 +33,10 @@ pub(crate) struct Status {
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     status: watch::Sender<Status>,
+    /// Held while a renewal, an extension or the release is under way, so they never
+    /// overlap: no renewal is sent once a release has begun, and the deadline always follows
+    /// the request the server applied last.
+    pub(crate) gate: tokio::sync::Mutex<()>,
 }
 
 impl LeaseState {
@@ -43,6 +47,7 @@ impl LeaseState {
                 lost: None,
                 ending: LostReason::LeaseEnded,
             }),
+            gate: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -58,10 +63,23 @@ impl LeaseState {
             .or((status.deadline <= Instant::now()).then_some(status.ending))
     }
 
-    /// A renewal or extension was granted: the lease now runs until `deadline`.
+    /// A renewal or extension was granted: the lease now runs until `deadline` — later or
+    /// earlier than before, as the server's new TTL says.
     pub(crate) fn extended(&self, deadline: Instant) {
         self.status.send_if_modified(|s| {
-            let change = s.lost.is_none() && deadline > s.deadline;
+            let change = s.lost.is_none() && deadline != s.deadline;
+            if change {
+                s.deadline = deadline;
+            }
+            change
+        });
+    }
+
+    /// A request that may shorten the lease is about to go out: until its outcome is known,
+    /// count on no more than `deadline`.
+    pub(crate) fn at_most(&self, deadline: Instant) {
+        self.status.send_if_modified(|s| {
+            let change = s.lost.is_none() && deadline < s.deadline;
             if change {
                 s.deadline = deadline;
             }
@@ -148,8 +166,15 @@ impl Watchdog {
             let mut renewals = 0u32;
             loop {
                 tokio::time::sleep_until(next).await;
+                // Never beside an extension or the release (see `LeaseState::gate`).
+                let _gate = state.gate.lock().await;
                 let status = state.status();
                 if status.lost.is_some() {
+                    return;
+                }
+                if status.deadline <= Instant::now() {
+                    // Too late: the lease may be gone, so no renewal may revive it now.
+                    state.lose(status.ending);
                     return;
                 }
                 let capped = renewal.max_renewals.is_some_and(|max| renewals >= max)
@@ -163,6 +188,8 @@ impl Watchdog {
                     return;
                 }
                 let sent_at = Instant::now();
+                // After a longer `extend`, a renewal shortens the lease: count on that at once.
+                state.at_most(crate::lease::lease_deadline(sent_at, renewal.lease));
                 match extend_lease(&client, &keys, &owner, renewal.lease).await {
                     Ok(deadline) => {
                         renewals += 1;
@@ -171,6 +198,11 @@ impl Watchdog {
                     }
                     Err(Error::NotHeld { reason, .. }) => {
                         state.lose(reason);
+                        return;
+                    }
+                    Err(Error::WrongType { .. }) => {
+                        // The lock key was replaced by a value of another type.
+                        state.lose(LostReason::Taken);
                         return;
                     }
                     Err(err) => {

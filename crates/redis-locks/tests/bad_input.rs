@@ -12,7 +12,18 @@ use tokio::time::Instant;
 async fn empty_long_and_brace_broken_names_are_refused() {
     let server = server();
     let client = client(&server).await;
-    for name in ["", "a{}b}", "x}y"] {
+    for name in [
+        "",
+        "a{}b}",
+        "x}y",
+        "{jobs}",
+        "jobs:fence",
+        "{t}:x:wake",
+        "a:queue",
+        "a:places",
+        "a:tickets",
+        "doc:fenced",
+    ] {
         let err = client.mutex(name).unwrap_err();
         assert!(matches!(err, Error::InvalidName { .. }), "{name:?}: {err}");
     }
@@ -22,7 +33,15 @@ async fn empty_long_and_brace_broken_names_are_refused() {
         Error::InvalidName { .. }
     ));
     // Names that are fine: a hash tag, a lone '{', unicode, exactly 1024 bytes.
-    for name in ["{t}x", "a{b", "schloß", &"n".repeat(1024)] {
+    for name in [
+        "{t}x",
+        "a{b",
+        "schloß",
+        "{jobs}:lock",
+        "fence",
+        "a:fences",
+        &"n".repeat(1024),
+    ] {
         client.mutex(name).unwrap();
     }
 }

@@ -43,11 +43,15 @@ fn every_companion_key_hashes_to_the_lock_keys_slot() {
     }
     let mut checked = 0;
     for name in names {
+        let tag = redis_locks::key::hash_tag(&name);
+        let only_a_tag = tag.is_some_and(|t| t.len() + 2 == name.len());
+        let broken_brace = name.contains('}') && tag.is_none();
         let Ok(keys) = LockKeys::new(&name) else {
-            // Refused names are exactly those with '}' and no hash tag.
-            assert!(name.contains('}') && redis_locks::key::hash_tag(&name).is_none());
+            // Refused names are exactly these (no random name ends in a companion suffix).
+            assert!(only_a_tag || broken_brace, "{name:?} refused");
             continue;
         };
+        assert!(!only_a_tag && !broken_brace, "{name:?} accepted");
         let lock_slot = slot(&mut con, keys.lock());
         for companion in [
             keys.fence().to_string(),

@@ -354,3 +354,47 @@ async fn fenced_writes_accept_equal_and_higher_tokens_only() {
         Err(Error::WrongType { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_shorter_extension_shortens_the_guards_deadline_too() {
+    let server = server();
+    let client = client(&server).await;
+    let options = MutexOptions::default().lease(Duration::from_secs(30));
+    let guard = client
+        .mutex_with("shorter", options)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_millis(400)).await.unwrap();
+    assert!(guard.lease_remaining() <= Duration::from_millis(400));
+    assert!(pttl(&server, "shorter") <= 400);
+    // lost() follows the server's 400 ms, not the 30 s the lock started with.
+    let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, LostReason::LeaseEnded);
+}
+
+#[tokio::test]
+async fn after_a_long_extension_the_watchdogs_renewal_sets_the_deadline() {
+    let server = server();
+    let client = client(&server).await;
+    let guard = client
+        .mutex_with("mixed", renewed(300))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(60)).await.unwrap();
+    assert!(guard.lease_remaining() > Duration::from_secs(50));
+    // The next renewal (within 100 ms) sets a 300 ms lease again, and the guard says so.
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            guard.lease_remaining() <= Duration::from_millis(300)
+        })
+        .await
+    );
+    assert!(pttl(&server, "mixed") <= 300);
+    guard.release().await.unwrap();
+}

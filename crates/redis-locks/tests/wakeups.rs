@@ -252,3 +252,33 @@ async fn local_waiters_take_turns_and_only_one_talks_to_redis() {
     // subscription and one unsubscription, and the holder's release.
     assert!(sent <= 8 * 5 + 3, "{sent} requests for 8 waiters");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_cancelled_at_random_points_leave_no_subscription_behind() {
+    use rand::Rng;
+    let server = server();
+    let client = client(&server).await;
+    let mutex = client
+        .mutex_with("abandoned-waits", slow_polling(Duration::from_secs(30)))
+        .unwrap();
+    let holder = mutex.lock().await.unwrap();
+    for _ in 0..40 {
+        let waiter = tokio::spawn({
+            let mutex = mutex.clone();
+            async move { mutex.lock().await }
+        });
+        let micros = rand::rng().random_range(0..3_000);
+        tokio::time::sleep(Duration::from_micros(micros)).await;
+        waiter.abort();
+        let _ = waiter.await;
+    }
+    // Every reference was given back: the channel is unsubscribed.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{abandoned-waits}:wake") == 0
+        })
+        .await,
+        "a cancelled waiter kept the subscription"
+    );
+    holder.release().await.unwrap();
+}

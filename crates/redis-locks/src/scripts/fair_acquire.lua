@@ -29,7 +29,7 @@
 --               it had one), leased until now + ARGV[3].
 -- Errors:
 --   WRONGTYPE   one of the keys holds another Redis type; nothing was written.
---   ERR ...     KEYS[2] is a string that is not an integer (raised by INCR).
+--   ERR ...     KEYS[2] is a string that is not an integer; nothing was written.
 
 local owner, lease, place_lease, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local wanted = {'string', 'string', 'zset', 'zset', 'string'}
@@ -38,6 +38,10 @@ for i = 1, 5 do
   if kind ~= 'none' and kind ~= wanted[i] then
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind)
   end
+end
+local counter = redis.call('GET', KEYS[2])
+if counter and not tonumber(counter) then
+  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is not an integer')
 end
 
 local clock = redis.call('TIME')
