@@ -40,7 +40,9 @@ pub fn draw(path: &Path, runs: &[RunReport]) -> Result<(), CliError> {
         }),
         ("p99 purchase latency (ms)", |r| r.purchase_p99_ms),
     ];
-    let width = strategies.len() as f64 + 1.0;
+    // Each scenario is a group of one slot per strategy plus a gap slot.
+    let width = strategies.len() as u32 + 1;
+    let slots = width * scenarios.len() as u32;
     for (panel, (title, metric)) in panels.iter().zip(metrics) {
         let top = runs.iter().map(metric).fold(0.0f64, f64::max).max(1.0) * 1.15;
         let mut chart = ChartBuilder::on(panel)
@@ -48,21 +50,20 @@ pub fn draw(path: &Path, runs: &[RunReport]) -> Result<(), CliError> {
             .margin(12)
             .x_label_area_size(30)
             .y_label_area_size(60)
-            .build_cartesian_2d(0f64..width * scenarios.len() as f64, 0f64..top)
+            .build_cartesian_2d((0u32..slots).into_segmented(), 0f64..top)
             .map_err(|e| failed(e.to_string()))?;
         let names = scenarios.clone();
+        let middle = (width - 1) / 2;
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(scenarios.len() * 2 + 1)
-            .x_label_formatter(&|x| {
-                let group = (x / width).floor() as usize;
-                let inside = x - group as f64 * width;
-                if (inside - width / 2.0).abs() < width / 4.0 {
-                    names.get(group).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
+            .x_labels(slots as usize)
+            .x_label_formatter(&|slot| match slot {
+                SegmentValue::CenterOf(slot) if slot % width == middle => names
+                    .get((slot / width) as usize)
+                    .map(|name| format!("{name} (sellers/buyers)"))
+                    .unwrap_or_default(),
+                _ => String::new(),
             })
             .draw()
             .map_err(|e| failed(e.to_string()))?;
@@ -72,12 +73,17 @@ pub fn draw(path: &Path, runs: &[RunReport]) -> Result<(), CliError> {
                 .iter()
                 .filter(|r| r.strategy_label == *strategy)
                 .filter_map(|r| {
-                    let group = scenarios.iter().position(|x| *x == r.scenario)? as f64;
-                    let x0 = group * width + 0.5 + s as f64;
-                    Some(Rectangle::new(
-                        [(x0, 0.0), (x0 + 0.9, metric(r))],
+                    let group = scenarios.iter().position(|x| *x == r.scenario)? as u32;
+                    let slot = group * width + s as u32;
+                    let mut bar = Rectangle::new(
+                        [
+                            (SegmentValue::Exact(slot), 0.0),
+                            (SegmentValue::Exact(slot + 1), metric(r)),
+                        ],
                         colour.filled(),
-                    ))
+                    );
+                    bar.set_margin(0, 0, 3, 3);
+                    Some(bar)
                 });
             chart
                 .draw_series(bars)
