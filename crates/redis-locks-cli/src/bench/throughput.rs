@@ -20,6 +20,10 @@ pub struct ThroughputArgs {
     /// How long each variant runs in all (in alternating slices), e.g. 5s, 500ms.
     #[arg(long, default_value = "5s", value_parser = super::parse_duration)]
     pub duration: Duration,
+    /// Give each lock this explicit lease (no watchdog) instead of the library's default
+    /// (a 30 s lease renewed by a watchdog task per guard).
+    #[arg(long, value_parser = super::parse_duration)]
+    pub lease: Option<Duration>,
 }
 
 /// One variant's figures.
@@ -45,6 +49,7 @@ pub struct Report {
     bench: &'static str,
     workers: u16,
     seconds_per_variant: f64,
+    lease_ms: Option<u64>,
     ours: Variant,
     bare: Variant,
     bare_fenced: Variant,
@@ -68,6 +73,9 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
     let client = Client::connect(url).await?;
     let bare = BareLock::new(client.connection(), Duration::from_secs(30));
     let run_id = format!("{:08x}", rand::random::<u32>());
+    // Load the scripts (or the function library) before anything is measured.
+    let warm_up = client.mutex(&format!("bench:warm-up:{run_id}"))?;
+    warm_up.lock().await?.release().await?;
     let slice = args.duration / SLICES;
     let mut totals: [(u64, Latencies, u64); 3] = Default::default();
     // Alternate the variants in short slices, so a noisy moment of the machine hits both alike.
@@ -81,8 +89,7 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
             let bar = progress(&label, slice, json);
             let requests_before = client.requests_sent() + bare.requests();
             let ticker = Ticker::start(bar);
-            let (count, latencies) =
-                phase(&client, &bare, kind, args.workers, slice, &run_id).await?;
+            let (count, latencies) = phase(&client, &bare, kind, args, slice, &run_id).await?;
             drop(ticker);
             let slot = &mut totals[kind as usize];
             slot.0 += count;
@@ -106,6 +113,7 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
         bench: "throughput",
         workers: args.workers,
         seconds_per_variant: seconds,
+        lease_ms: args.lease.map(|lease| lease.as_millis() as u64),
         ratio_ours_to_bare: ratio(&bare_v),
         ratio_ours_to_bare_fenced: ratio(&fenced),
         ours,
@@ -125,19 +133,24 @@ async fn phase(
     client: &Client,
     bare: &BareLock,
     kind: Kind,
-    workers: u16,
+    args: &ThroughputArgs,
     duration: Duration,
     run_id: &str,
 ) -> Result<(u64, Latencies), CliError> {
     let deadline = Instant::now() + duration;
+    let options = match args.lease {
+        Some(lease) => MutexOptions::default().lease(lease),
+        None => MutexOptions::default(),
+    };
     let mut tasks = Vec::new();
-    for worker in 0..workers {
+    for worker in 0..args.workers {
+        let options = options.clone();
         let key = format!("bench:throughput:{run_id}:{worker}");
         let (client, bare) = (client.clone(), bare.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Latencies::default();
             let mut count = 0u64;
-            let mutex = client.mutex_with(&key, MutexOptions::default())?;
+            let mutex = client.mutex_with(&key, options)?;
             while Instant::now() < deadline {
                 let started = Instant::now();
                 match kind {
@@ -209,8 +222,13 @@ async fn memory(client: &Client, run_id: &str) -> Result<Memory, CliError> {
 
 fn print_report(report: &Report) {
     println!(
-        "bench throughput: {} workers, each acquiring and releasing its own lock; {:.1} s per variant in 10 alternating slices, one connection\n",
-        report.workers, report.seconds_per_variant
+        "bench throughput: {} workers, each acquiring and releasing its own lock; {:.1} s per variant in 10 alternating slices, one connection; {}\n",
+        report.workers,
+        report.seconds_per_variant,
+        match report.lease_ms {
+            Some(ms) => format!("explicit {ms} ms lease, no watchdog"),
+            None => "default options (30 s lease renewed by a watchdog)".to_string(),
+        }
     );
     let mut rows = vec![vec![
         "variant".to_string(),
