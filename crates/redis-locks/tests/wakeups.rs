@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{child_main, client, eventually, pttl, raw, server};
-use redis_locks::MutexOptions;
+use redis_locks::{Mutex, MutexGuard, MutexOptions};
 use test_support::ChildProcess;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// Polling this slowly would make every test below fail: only wake-ups can pass them.
@@ -28,6 +29,37 @@ fn subscribers(server: &test_support::RedisServer, channel: &str) -> i64 {
     count
 }
 
+/// Spawns `mutex.lock()` and returns once the waiter listens on the lock's wake channel (a
+/// condition, not a sleep); the task yields when it got the lock, and the instant it did.
+async fn spawn_subscribed_waiter(
+    server: &test_support::RedisServer,
+    mutex: &Mutex,
+) -> JoinHandle<redis_locks::Result<(Instant, MutexGuard)>> {
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await.map(|guard| (Instant::now(), guard)) }
+    });
+    let channel = mutex.keys().wake_channel().to_string();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(server, &channel) == 1
+        })
+        .await,
+        "the waiter subscribed"
+    );
+    waiter
+}
+
+/// `CLIENT KILL TYPE pubsub`: how many subscriber connections were cut.
+fn kill_subscriber_connections(server: &test_support::RedisServer) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut raw(server))
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_release_wakes_a_waiter_without_any_retry_delay() {
     let server = server();
@@ -36,25 +68,13 @@ async fn a_release_wakes_a_waiter_without_any_retry_delay() {
         .mutex_with("handoff", slow_polling(Duration::from_secs(30)))
         .unwrap();
     let holder = mutex.lock().await.unwrap();
-    let waiter = tokio::spawn({
-        let mutex = mutex.clone();
-        async move {
-            let guard = mutex.lock().await.unwrap();
-            (Instant::now(), guard)
-        }
-    });
-    // Wait until the waiter is subscribed (a condition, not a sleep).
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            subscribers(&server, "{handoff}:wake") == 1
-        })
-        .await
-    );
+    let waiter = spawn_subscribed_waiter(&server, &mutex).await;
     let released_at = Instant::now();
     holder.release().await.unwrap();
     let (acquired_at, guard) = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .expect("the waiter was woken")
+        .unwrap()
         .unwrap();
     // The lease had 30 s to run and polling would wait 10-30 s: a wake-up did it.
     let handoff = acquired_at - released_at;
@@ -100,16 +120,7 @@ async fn a_crashed_holders_waiter_gets_the_lock_when_the_lease_ends() {
     let mutex = client
         .mutex_with("crash", slow_polling(Duration::from_secs(5)))
         .unwrap();
-    let waiter = tokio::spawn({
-        let mutex = mutex.clone();
-        async move { mutex.lock().await.map(|guard| (Instant::now(), guard)) }
-    });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            subscribers(&server, "{crash}:wake") == 1
-        })
-        .await
-    );
+    let waiter = spawn_subscribed_waiter(&server, &mutex).await;
     child.kill_hard();
     let remaining = Duration::from_millis(pttl(&server, "crash").try_into().expect("a lease"));
     let killed_at = Instant::now();
@@ -141,23 +152,8 @@ async fn waiters_survive_a_killed_subscriber_connection() {
         .retry_delay(Duration::from_millis(50));
     let mutex = client.mutex_with("killed", options).unwrap();
     let holder = mutex.lock().await.unwrap();
-    let waiter = tokio::spawn({
-        let mutex = mutex.clone();
-        async move { mutex.lock().await }
-    });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            subscribers(&server, "{killed}:wake") == 1
-        })
-        .await
-    );
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut raw(&server))
-        .unwrap();
-    assert_eq!(killed, 1);
+    let waiter = spawn_subscribed_waiter(&server, &mutex).await;
+    assert_eq!(kill_subscriber_connections(&server), 1);
     // The subscription comes back by itself.
     assert!(
         eventually(Duration::from_secs(5), || async {
@@ -166,7 +162,7 @@ async fn waiters_survive_a_killed_subscriber_connection() {
         .await
     );
     holder.release().await.unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+    let (_, guard) = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .expect("the waiter still got the lock")
         .unwrap()
@@ -182,26 +178,12 @@ async fn a_release_during_the_subscriber_outage_is_not_missed() {
         .mutex_with("outage", slow_polling(Duration::from_secs(30)))
         .unwrap();
     let holder = mutex.lock().await.unwrap();
-    let waiter = tokio::spawn({
-        let mutex = mutex.clone();
-        async move { mutex.lock().await }
-    });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            subscribers(&server, "{outage}:wake") == 1
-        })
-        .await
-    );
+    let waiter = spawn_subscribed_waiter(&server, &mutex).await;
     // Kill the subscriber and release at once: the wake-up is published to nobody.
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut raw(&server))
-        .unwrap();
+    kill_subscriber_connections(&server);
     holder.release().await.unwrap();
     // The reconnect wakes every waiter to look again, so the lock is taken without polling.
-    let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+    let (_, guard) = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("the waiter looked again after the reconnect")
         .unwrap()
