@@ -243,7 +243,9 @@ impl Mutex {
     ///
     /// # Cancel safety
     /// As [`Mutex::try_lock`]: dropping the future at any point leaves no lock behind beyond
-    /// the background release.
+    /// the background release. A future that is kept but no longer polled (say, pinned in a
+    /// `select!` whose other branch won) holds its turn among this process's waiters of the
+    /// lock, as a held `tokio::sync::MutexGuard` would: drop it rather than park it.
     pub async fn lock(&self) -> Result<MutexGuard> {
         self.acquire_until(None).await
     }
