@@ -22,7 +22,7 @@ pub const DEFAULT_PLACE_LEASE: Duration = Duration::from_secs(2);
 const MIN_PLACE_LEASE: Duration = Duration::from_millis(3);
 const MAX_PLACE_LEASE: Duration = Duration::from_secs(3600);
 
-/// How a [`FairMutex`] acquires: the lease and watchdog (as for a [`Mutex`]), and the place
+/// How a [`FairMutex`] acquires: the lease and watchdog (as for a [`Mutex`](crate::Mutex)), and the place
 /// lease of a waiter in the queue.
 ///
 /// ```
@@ -57,7 +57,7 @@ impl Default for FairMutexOptions {
 }
 
 impl FairMutexOptions {
-    /// The lease, watchdog, caps and polling delay, as for a [`Mutex`].
+    /// The lease, watchdog, caps and polling delay, as for a [`Mutex`](crate::Mutex).
     pub fn lease_options(mut self, options: MutexOptions) -> Self {
         self.base = options;
         self
