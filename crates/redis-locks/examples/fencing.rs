@@ -15,7 +15,12 @@ use redis_locks::{Client, Error, MutexOptions};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _private_server) = test_support::url_or_private_server()?;
-    let client = Client::connect(&url).await?;
+    run(&url).await
+}
+
+/// The example against the Redis at `url` (the tests call this with a server of their own).
+pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let client = Client::connect(url).await?;
     let short = MutexOptions::default().lease(Duration::from_millis(200));
     let lock = client.mutex_with("example:report-lock", short)?;
     let report = client.fenced_key("example:report")?;

@@ -10,10 +10,15 @@ use redis_locks::{Client, MutexOptions};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _private_server) = test_support::url_or_private_server()?;
+    run(&url).await
+}
+
+/// The example against the Redis at `url` (the tests call this with a server of their own).
+pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let mut instances = Vec::new();
     for instance in 1..=8 {
         // Each instance has its own connection, as separate services would.
-        let client = Client::connect(&url).await?;
+        let client = Client::connect(url).await?;
         instances.push(tokio::spawn(async move {
             let lock = client.mutex_with(
                 "example:lottery:draw",

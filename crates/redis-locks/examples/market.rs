@@ -55,7 +55,12 @@ async fn purchase(
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _private_server) = test_support::url_or_private_server()?;
-    let locks = Client::connect(&url).await?;
+    run(&url).await
+}
+
+/// The example against the Redis at `url` (the tests call this with a server of their own).
+pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let locks = Client::connect(url).await?;
     let mut con = locks.connection();
     let _: () = con.hset("users:alice", "funds", 0).await?;
     let _: () = con.hset("users:bob", "funds", 100).await?;
