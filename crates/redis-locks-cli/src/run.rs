@@ -46,6 +46,9 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
         Some(wait) if wait.is_zero() => mutex.try_lock().await?,
         Some(wait) => mutex.lock_timeout(wait).await?,
     };
+    // Listen for signals before the command exists, so none sent once it runs is missed
+    // (with the default action, a Ctrl-C would kill this process and orphan the command).
+    let signals = Signals::listen()?;
     let mut child = match Command::new(&args.command[0])
         .args(&args.command[1..])
         .env("REDIS_LOCKS_TOKEN", guard.fencing_token().to_string())
@@ -62,15 +65,34 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
             )));
         }
     };
-    supervise(&mut child, guard, args.grace).await
+    supervise(&mut child, guard, args.grace, signals).await
+}
+
+/// The signals `run` passes on to the command.
+struct Signals {
+    interrupts: tokio::signal::unix::Signal,
+    terminates: tokio::signal::unix::Signal,
+    hangups: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> Result<Signals, CliError> {
+        let failed = |err: std::io::Error| CliError::CannotRun(format!("signal handling: {err}"));
+        Ok(Signals {
+            interrupts: signal(SignalKind::interrupt()).map_err(failed)?,
+            terminates: signal(SignalKind::terminate()).map_err(failed)?,
+            hangups: signal(SignalKind::hangup()).map_err(failed)?,
+        })
+    }
 }
 
 /// Waits for the command while watching the lock and this process's signals.
-async fn supervise(child: &mut Child, guard: MutexGuard, grace: Duration) -> Result<u8, CliError> {
-    let signal_error = |err: std::io::Error| CliError::CannotRun(format!("signal handling: {err}"));
-    let mut interrupts = signal(SignalKind::interrupt()).map_err(signal_error)?;
-    let mut terminates = signal(SignalKind::terminate()).map_err(signal_error)?;
-    let mut hangups = signal(SignalKind::hangup()).map_err(signal_error)?;
+async fn supervise(
+    child: &mut Child,
+    guard: MutexGuard,
+    grace: Duration,
+    mut signals: Signals,
+) -> Result<u8, CliError> {
     let lost = guard.lost();
     tokio::pin!(lost);
     loop {
@@ -94,9 +116,9 @@ async fn supervise(child: &mut Child, guard: MutexGuard, grace: Duration) -> Res
                 stop(child, grace).await;
                 return Err(CliError::Lost(format!("lock {:?} was lost while the command ran: {reason}", guard.name())));
             }
-            _ = interrupts.recv() => forward(child, Signal::SIGINT),
-            _ = terminates.recv() => forward(child, Signal::SIGTERM),
-            _ = hangups.recv() => forward(child, Signal::SIGHUP),
+            _ = signals.interrupts.recv() => forward(child, Signal::SIGINT),
+            _ = signals.terminates.recv() => forward(child, Signal::SIGTERM),
+            _ = signals.hangups.recv() => forward(child, Signal::SIGHUP),
         }
     }
 }

@@ -122,23 +122,42 @@ fn a_waiting_run_starts_after_a_killed_holders_ttl() {
     );
 }
 
-#[test]
-fn a_lock_lost_mid_run_stops_the_command_and_exits_70() {
-    let server = RedisServer::start().unwrap();
-    let script = "trap 'echo got-term; exit 0' TERM; echo ready; while :; do sleep 0.05; done";
+/// Starts `run NAME --ttl 600ms --grace GRACE -- sh -c SCRIPT`, waits for the script's
+/// `ready <pid>` line, then deletes the lock key by hand, as an operator or an expiry would.
+/// Returns the runner and the command's pid.
+fn run_and_lose_the_lock(
+    server: &RedisServer,
+    name: &str,
+    grace: &str,
+    script: &str,
+) -> (ChildProcess, i32) {
     let mut runner = ChildProcess::spawn(run(
-        &server,
-        &["lost", "--ttl", "600ms", "--grace", "5s"],
+        server,
+        &[name, "--ttl", "600ms", "--grace", grace],
         &["sh", "-c", script],
     ))
     .unwrap();
-    runner
+    let ready = runner
         .wait_for_line("ready", Duration::from_secs(30))
         .unwrap();
+    let pid: i32 = ready["ready ".len()..].parse().unwrap();
     redis::cmd("DEL")
-        .arg("lost")
+        .arg(name)
         .exec(&mut server.connection().unwrap())
         .unwrap();
+    (runner, pid)
+}
+
+/// Whether process `pid` still exists (signal 0 probes without signalling).
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+#[test]
+fn a_lock_lost_mid_run_stops_the_command_and_exits_70() {
+    let server = RedisServer::start().unwrap();
+    let script = "trap 'echo got-term; exit 0' TERM; echo ready $$; while :; do sleep 0.05; done";
+    let (mut runner, _) = run_and_lose_the_lock(&server, "lost", "5s", script);
     runner
         .wait_for_line("got-term", Duration::from_secs(5))
         .expect("the command got SIGTERM");
@@ -148,21 +167,11 @@ fn a_lock_lost_mid_run_stops_the_command_and_exits_70() {
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let server = RedisServer::start().unwrap();
-    let script = "trap '' TERM; echo ready; while :; do sleep 0.05; done";
-    let mut runner = ChildProcess::spawn(run(
-        &server,
-        &["stubborn", "--ttl", "600ms", "--grace", "300ms"],
-        &["sh", "-c", script],
-    ))
-    .unwrap();
-    runner
-        .wait_for_line("ready", Duration::from_secs(30))
-        .unwrap();
-    redis::cmd("DEL")
-        .arg("stubborn")
-        .exec(&mut server.connection().unwrap())
-        .unwrap();
+    let script = "trap '' TERM; echo ready $$; while :; do sleep 0.05; done";
+    let (mut runner, pid) = run_and_lose_the_lock(&server, "stubborn", "300ms", script);
     assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
+    // `run` waited for it, so the command is reaped: gone, not orphaned.
+    assert!(!alive(pid), "the command survived its SIGKILL");
 }
 
 #[test]

@@ -85,13 +85,7 @@ impl Wakeups {
                 messages: broadcast::channel(BUFFER).0,
                 live: watch::channel(false).0,
             });
-        entry.refs += 1;
-        let subscription = Subscription {
-            channel: channel.to_string(),
-            messages: entry.messages.clone(),
-            live: entry.live.subscribe(),
-            wakeups: self.clone(),
-        };
+        let subscription = self.reference(channel, entry);
         (subscription, entry.refs == 1)
     }
 
@@ -103,13 +97,18 @@ impl Wakeups {
         if !*entry.live.borrow() {
             return None;
         }
+        Some(self.reference(channel, entry))
+    }
+
+    /// One more reference to the channel `entry`, counted.
+    fn reference(&self, channel: &str, entry: &mut Channel) -> Subscription {
         entry.refs += 1;
-        Some(Subscription {
+        Subscription {
             channel: channel.to_string(),
             messages: entry.messages.clone(),
             live: entry.live.subscribe(),
             wakeups: self.clone(),
-        })
+        }
     }
 
     /// Requests the subscriber connection has sent (SUBSCRIBE, UNSUBSCRIBE, reconnects).

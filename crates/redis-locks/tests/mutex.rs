@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, eventually, exists, pttl, server};
+use common::{assert_not_held, client, eventually, exists, pttl, server};
 use redis_locks::{Error, LostReason, MutexOptions};
 use tokio::time::Instant;
 
@@ -153,28 +153,11 @@ async fn an_expired_holder_cannot_release_or_extend_the_next_holders_lock() {
         .lock()
         .await
         .unwrap();
-    let err = stale.extend(Duration::from_secs(60)).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotHeld {
-                reason: LostReason::Taken,
-                ..
-            }
-        ),
-        "{err}"
+    assert_not_held(
+        stale.extend(Duration::from_secs(60)).await,
+        LostReason::Taken,
     );
-    let err = stale.release().await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotHeld {
-                reason: LostReason::Taken,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_not_held(stale.release().await, LostReason::Taken);
     // The new holder's lock is intact: its own release succeeds.
     assert!(pttl(&server, "stale") > 25_000, "extend did not touch it");
     fresh.release().await.unwrap();
@@ -196,17 +179,7 @@ async fn release_after_expiry_says_the_lock_is_gone() {
         })
         .await
     );
-    let err = guard.release().await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::NotHeld {
-                reason: LostReason::Expired,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert_not_held(guard.release().await, LostReason::Expired);
 }
 
 #[tokio::test]

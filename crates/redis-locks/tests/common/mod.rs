@@ -78,3 +78,14 @@ where
         body(client).await;
     });
 }
+
+/// Asserts that `result` failed with `Error::NotHeld` for `reason`.
+pub fn assert_not_held<T: std::fmt::Debug>(
+    result: redis_locks::Result<T>,
+    reason: redis_locks::LostReason,
+) {
+    match result {
+        Err(redis_locks::Error::NotHeld { reason: got, .. }) => assert_eq!(got, reason),
+        other => panic!("expected NotHeld({reason:?}), got {other:?}"),
+    }
+}
