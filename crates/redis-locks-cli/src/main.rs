@@ -58,7 +58,7 @@ enum Commands {
         #[command(flatten)]
         args: run::RunArgs,
     },
-    /// Show a lock: held or free, the holder's fencing token, the fencing counter, the lease.
+    /// Show a lock: held or free, the holder, its lease, whether anyone waits, the fencing counter.
     Status {
         /// The lock's name.
         name: String,

@@ -1,4 +1,5 @@
-//! `redis-locks status NAME`: who holds a lock, its fencing token and counter, its lease.
+//! `redis-locks status NAME`: who holds a lock, its lease, whether anyone waits, the
+//! fencing counter.
 
 use redis_locks::Client;
 use serde::Serialize;
@@ -10,7 +11,8 @@ use crate::exit::CliError;
 struct Status<'a> {
     name: &'a str,
     held: bool,
-    holder_fencing_token: Option<u64>,
+    holder_owner: Option<&'a str>,
+    waited_for: bool,
     fencing_counter: Option<u64>,
     lease_remaining_ms: Option<u64>,
 }
@@ -23,7 +25,8 @@ pub async fn run(url: &str, name: &str, json: bool) -> Result<(), CliError> {
     let status = Status {
         name,
         held: holder.is_some(),
-        holder_fencing_token: holder.map(|h| h.fencing_token.get()),
+        holder_owner: holder.map(|h| h.owner.as_str()),
+        waited_for: holder.is_some_and(|h| h.waited_for),
         fencing_counter: state.fencing_counter.map(|t| t.get()),
         lease_remaining_ms: holder
             .and_then(|h| h.lease_remaining)
@@ -37,17 +40,23 @@ pub async fn run(url: &str, name: &str, json: bool) -> Result<(), CliError> {
     match holder {
         Some(holder) => {
             println!("state           held");
-            println!("holder token    {}", holder.fencing_token);
+            println!("holder owner    {}", holder.owner);
             match holder.lease_remaining {
                 Some(left) => println!("lease remaining {}", humantime::format_duration(left)),
                 None => {
                     println!("lease remaining none: the key has no expiry (not set by redis-locks)")
                 }
             }
+            if holder.waited_for {
+                println!("waiters         yes: its release will wake them");
+            }
         }
         None => println!("state           free"),
     }
     match state.fencing_counter {
+        Some(counter) if holder.is_some() => {
+            println!("fencing counter {counter} (the holder's token is at most this)")
+        }
         Some(counter) => println!("fencing counter {counter}"),
         None => println!("fencing counter none (never taken)"),
     }

@@ -264,8 +264,10 @@ fn status_shows_holder_counter_and_lease() {
     let token: u64 = line["token=".len()..].parse().unwrap();
     let held = status("shown");
     assert_eq!(held["held"], true);
-    assert_eq!(held["holder_fencing_token"], token);
+    // Nobody else asked for the lock, so the counter is still the holder's token.
     assert_eq!(held["fencing_counter"], token);
+    assert_eq!(held["holder_owner"].as_str().unwrap().len(), 32);
+    assert_eq!(held["waited_for"], false);
     assert!(held["lease_remaining_ms"].as_u64().unwrap() > 1_000);
     // The table form, for people.
     let out = output({
@@ -275,6 +277,6 @@ fn status_shows_holder_counter_and_lease() {
     });
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("state           held"), "{text}");
-    assert!(text.contains(&format!("holder token    {token}")), "{text}");
+    assert!(text.contains(&format!("fencing counter {token}")), "{text}");
     assert_eq!(holder.wait_exit(Duration::from_secs(10)), Some(0));
 }

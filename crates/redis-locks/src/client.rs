@@ -287,16 +287,38 @@ impl Client {
         invocation
             .invoke_async::<T>(&mut connection)
             .await
-            .map_err(|err| match err.kind() {
-                // A reply that could not be parsed leaves the connection (and the outcome of
-                // the request) in doubt, like any other broken connection.
-                redis::ErrorKind::Parse => Error::Connection { phase, source: err },
-                redis::ErrorKind::UnexpectedReturnType => Error::UnexpectedReply {
-                    phase,
-                    detail: err.to_string(),
-                },
-                _ => Error::from_redis(phase, keys.first().copied().unwrap_or_default(), err),
-            })
+            .map_err(|err| request_error(phase, keys.first().copied().unwrap_or_default(), err))
+    }
+
+    /// Sends `pipe` (plain commands, not a transaction, built with
+    /// [`ignore_errors`](redis::Pipeline::ignore_errors)) in one round trip and returns each
+    /// command's reply, server errors included as [`redis::Value::ServerError`]: the caller
+    /// decides what a failed command means. `key` names the lock in errors.
+    pub(crate) async fn run_pipeline(
+        &self,
+        phase: &'static str,
+        pipe: &redis::Pipeline,
+        key: &str,
+    ) -> Result<Vec<redis::Value>> {
+        let mut connection = self.inner.connection.clone();
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
+        pipe.query_async(&mut connection)
+            .await
+            .map_err(|err| request_error(phase, key, err))
+    }
+}
+
+/// What a failed request means for the caller.
+fn request_error(phase: &'static str, key: &str, err: redis::RedisError) -> Error {
+    match err.kind() {
+        // A reply that could not be parsed leaves the connection (and the outcome of the
+        // request) in doubt, like any other broken connection.
+        redis::ErrorKind::Parse => Error::Connection { phase, source: err },
+        redis::ErrorKind::UnexpectedReturnType => Error::UnexpectedReply {
+            phase,
+            detail: err.to_string(),
+        },
+        _ => Error::from_redis(phase, key, err),
     }
 }
 

@@ -7,14 +7,16 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::{LockKind, MutexGuard, OwedRelease};
+use crate::guard::MutexGuard;
 use crate::key::LockKeys;
 use crate::lease::lease_millis;
-use crate::scripts::MUTEX_ACQUIRE;
 use crate::state::{LockState, inspect};
-use crate::token::{FencingToken, OwnerToken};
 use crate::wait::{Backoff, confirm_limit, pause, sleep_limit};
 use crate::watchdog::Renewal;
+
+mod attempt;
+
+use attempt::{Ask, Attempt};
 
 /// The lease a [`Mutex`] grants when none is asked for.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -189,12 +191,6 @@ pub struct Mutex {
     lease_ms: Arc<str>,
 }
 
-/// What one acquire attempt found.
-enum Attempt {
-    Acquired(MutexGuard),
-    Held(Option<Duration>),
-}
-
 impl Mutex {
     pub(crate) fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Result<Mutex> {
         options.validate()?;
@@ -227,7 +223,7 @@ impl Mutex {
     /// If the future is dropped after the request went out, the server may have granted the
     /// lock; it is then released by owner token in a background task.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
-        match self.attempt().await? {
+        match self.attempt(Ask::Fast { pttl: true }).await? {
             Attempt::Acquired(guard) => Ok(guard),
             Attempt::Held(retry_after) => Err(Error::Held {
                 name: self.name().to_string(),
@@ -302,7 +298,9 @@ impl Mutex {
         };
         // With no other waiter of this lock in this process, try at once.
         if !self.client.has_local_waiters(self.keys.lock()) {
-            let retry_after = match self.attempt().await? {
+            // A zero budget means one attempt: then say how long the holder's lease lasts.
+            let once = deadline.is_some_and(|d| d <= started);
+            let retry_after = match self.attempt(Ask::Fast { pttl: once }).await? {
                 Attempt::Acquired(guard) => return Ok(guard),
                 Attempt::Held(retry_after) => retry_after,
             };
@@ -319,7 +317,7 @@ impl Mutex {
                 None => queue.turn.lock().await,
                 // A zero budget means one attempt, even with local waiters queued.
                 Some(deadline) if deadline <= Instant::now() => {
-                    return match self.attempt().await? {
+                    return match self.attempt(Ask::Fast { pttl: true }).await? {
                         Attempt::Acquired(guard) => Ok(guard),
                         Attempt::Held(retry_after) => Err(timeout(retry_after)),
                     };
@@ -329,7 +327,7 @@ impl Mutex {
                         Ok(turn) => turn,
                         // Never give up without having asked Redis once.
                         Err(_) => {
-                            return match self.attempt().await? {
+                            return match self.attempt(Ask::Fast { pttl: true }).await? {
                                 Attempt::Acquired(guard) => Ok(guard),
                                 Attempt::Held(retry_after) => Err(timeout(retry_after)),
                             };
@@ -348,7 +346,7 @@ impl Mutex {
                 .subscribe(self.client.wakeups(), channel, confirm_within)
                 .await;
             let mut listener = Some(subscription.listen());
-            let retry_after = match self.attempt().await? {
+            let retry_after = match self.attempt(Ask::Waiting).await? {
                 Attempt::Acquired(guard) => return Ok(guard),
                 Attempt::Held(retry_after) => retry_after,
             };
@@ -358,55 +356,6 @@ impl Mutex {
             let live = subscription.is_live();
             let limit = sleep_limit(live, &backoff, retry_after, None, deadline, Instant::now());
             pause(listener.as_mut(), None, limit).await;
-        }
-    }
-
-    async fn attempt(&self) -> Result<Attempt> {
-        let owed = OwedRelease::new(
-            self.client.clone(),
-            self.keys.clone(),
-            OwnerToken::random(),
-            LockKind::Mutex,
-        );
-        let sent_at = Instant::now();
-        let reply = self
-            .client
-            .run_script::<(i64, i64)>(
-                "acquire",
-                &MUTEX_ACQUIRE,
-                &[self.keys.lock(), self.keys.fence()],
-                &[owed.owner().as_str(), &self.lease_ms],
-            )
-            .await;
-        match reply {
-            Ok((1, token)) => {
-                let token = FencingToken::new(token as u64);
-                Ok(Attempt::Acquired(MutexGuard::new(
-                    owed,
-                    token,
-                    sent_at,
-                    &self.options,
-                )))
-            }
-            Ok((0, pttl)) => {
-                owed.disarm();
-                Ok(Attempt::Held(
-                    u64::try_from(pttl).ok().map(Duration::from_millis),
-                ))
-            }
-            // A reply the script never gives: keep `owed` armed, just in case.
-            Ok((granted, value)) => Err(Error::UnexpectedReply {
-                phase: "acquire",
-                detail: format!("[{granted}, {value}]"),
-            }),
-            // An error reply from the server means the script wrote nothing. Anything else
-            // (a broken connection, an unreadable reply) leaves the outcome open: `owed` is
-            // dropped armed and releases by owner token in the background.
-            Err(err @ (Error::WrongType { .. } | Error::Redis { .. })) => {
-                owed.disarm();
-                Err(err)
-            }
-            Err(err) => Err(err),
         }
     }
 }

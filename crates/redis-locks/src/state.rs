@@ -10,14 +10,14 @@ use crate::token::FencingToken;
 
 /// Reads a lock's state in one script call (the same layout for `Mutex` and `FairMutex`).
 pub(crate) async fn inspect(client: &Client, keys: &LockKeys) -> Result<LockState> {
-    let (owner, pttl, counter): (String, i64, u64) = client
+    let (owner, pttl, counter, marked): (String, i64, u64, i64) = client
         .run_script("inspect", &MUTEX_INSPECT, &[keys.lock(), keys.fence()], &[])
         .await?;
     let fencing_counter = (counter > 0).then_some(FencingToken::new(counter));
     let holder = (!owner.is_empty()).then(|| Holder {
         owner,
-        fencing_token: FencingToken::new(counter),
         lease_remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+        waited_for: marked == 1,
     });
     Ok(LockState {
         holder,
@@ -37,8 +37,11 @@ pub(crate) async fn inspect(client: &Client, keys: &LockKeys) -> Result<LockStat
 pub struct LockState {
     /// Who holds the lock, if anyone.
     pub holder: Option<Holder>,
-    /// The token of the latest acquisition, `None` if the lock was never taken (or the
-    /// server lost its counter).
+    /// The latest fencing token handed out for this lock: the holder's token, or a later
+    /// one (an attempt refused on its fast path takes a token too, so the holder's own
+    /// token is at most this; [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token)
+    /// tells the holder its own). The next holder's token is greater. `None` if the lock was
+    /// never taken (or the server lost its counter).
     pub fencing_counter: Option<FencingToken>,
 }
 
@@ -48,9 +51,12 @@ pub struct LockState {
 pub struct Holder {
     /// The holder's owner token.
     pub owner: String,
-    /// The holder's fencing token.
-    pub fencing_token: FencingToken,
     /// How long its lease still runs on the server's clock; `None` if the key has no expiry
     /// (it was not written by this library).
     pub lease_remaining: Option<Duration>,
+    /// Whether a [`Mutex`](crate::Mutex) waiter found the lock held during this holder's
+    /// tenure and marked it, so that its release publishes a wake-up (a release nobody
+    /// waited for publishes nothing). A [`FairMutex`](crate::FairMutex)'s waiters queue
+    /// instead: see [`FairMutex::waiting`](crate::FairMutex::waiting).
+    pub waited_for: bool,
 }

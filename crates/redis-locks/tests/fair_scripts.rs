@@ -164,17 +164,27 @@ fn fair_scripts_refuse_wrong_types_and_write_nothing() {
 }
 
 #[test]
-fn a_mutex_release_publishes_a_wake_up_and_a_refused_one_does_not() {
+fn a_mutex_release_publishes_a_wake_up_only_when_a_waiter_marked_it() {
     let server = server();
     let mut con = raw(&server);
     let release = Script::new(include_str!("../src/scripts/mutex_release.lua"));
-    redis::cmd("SET")
-        .arg("M")
-        .arg("owner")
-        .arg("PX")
-        .arg(10_000)
-        .exec(&mut con)
-        .unwrap();
+    let set = |con: &mut redis::Connection, value: &str| {
+        redis::cmd("SET")
+            .arg("M")
+            .arg(value)
+            .arg("PX")
+            .arg(10_000)
+            .exec(con)
+            .unwrap();
+    };
+    let release_as = |con: &mut redis::Connection, owner: &str| -> i64 {
+        release
+            .key("M")
+            .arg(owner)
+            .arg("{M}:wake")
+            .invoke(con)
+            .unwrap()
+    };
     let mut wake = raw(&server);
     wake.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
@@ -182,26 +192,30 @@ fn a_mutex_release_publishes_a_wake_up_and_a_refused_one_does_not() {
         .arg("{M}:wake")
         .exec(&mut wake)
         .unwrap();
-    let refused: i64 = release
-        .key("M")
-        .arg("other")
-        .arg("{M}:wake")
-        .invoke(&mut con)
-        .unwrap();
-    assert_eq!(refused, -1);
-    // A marker of our own: had the refused release published, its message would come first.
+    // Nobody marked it: the release is silent.
+    set(&mut con, "owner");
+    assert_eq!(release_as(&mut con, "owner"), 1);
+    // A marker of our own: had the release published, its message would come first.
     redis::cmd("PUBLISH")
         .arg("{M}:wake")
         .arg("marker")
         .exec(&mut con)
         .unwrap();
-    let released: i64 = release
-        .key("M")
-        .arg("owner")
+    assert_eq!(
+        next_message(&mut wake).as_deref(),
+        Some("marker"),
+        "an unmarked release published"
+    );
+    // Marked by a waiter: a refused release stays silent, the owner's wakes everyone.
+    set(&mut con, "owner+w");
+    assert_eq!(release_as(&mut con, "other"), -1);
+    redis::cmd("PUBLISH")
         .arg("{M}:wake")
-        .invoke(&mut con)
+        .arg("marker")
+        .exec(&mut con)
         .unwrap();
-    assert_eq!(released, 1);
+    assert_eq!(release_as(&mut con, "owner"), 1);
+    assert_eq!(pttl(&server, "M"), -2);
     assert_eq!(
         next_message(&mut wake).as_deref(),
         Some("marker"),

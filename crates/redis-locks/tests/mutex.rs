@@ -183,7 +183,7 @@ async fn release_after_expiry_says_the_lock_is_gone() {
 }
 
 #[tokio::test]
-async fn state_reports_holder_token_lease_and_counter() {
+async fn state_reports_holder_lease_waiters_and_counter() {
     let server = server();
     let client = client(&server).await;
     let mutex = client.mutex_with("state", lease(10_000)).unwrap();
@@ -196,20 +196,38 @@ async fn state_reports_holder_token_lease_and_counter() {
     let held = mutex.state().await.unwrap();
     let holder = held.holder.clone().unwrap();
     assert_eq!(holder.owner, guard.owner_token().as_str());
-    assert_eq!(holder.fencing_token, guard.fencing_token());
     assert!(holder.lease_remaining.unwrap() > Duration::from_secs(9));
+    assert!(!holder.waited_for);
     assert_eq!(held.fencing_counter, Some(guard.fencing_token()));
     assert!(mutex.is_locked().await.unwrap());
 
-    let token = guard.fencing_token();
+    // A waiter that gives up: its attempts leave the mark, and the holder is unchanged.
+    let err = mutex
+        .lock_timeout(Duration::from_millis(50))
+        .await
+        .unwrap_err();
+    assert!(err.is_held(), "{err}");
+    let waited = mutex.state().await.unwrap();
+    let holder = waited.holder.unwrap();
+    assert_eq!(holder.owner, guard.owner_token().as_str());
+    assert!(holder.waited_for);
+    let counter = waited.fencing_counter.unwrap();
+    assert!(
+        counter > guard.fencing_token(),
+        "the refused fast attempt took a token"
+    );
+
     guard.release().await.unwrap();
     let after = mutex.state().await.unwrap();
     assert!(after.holder.is_none());
     assert_eq!(
         after.fencing_counter,
-        Some(token),
+        Some(counter),
         "the counter outlives the lock"
     );
+    let next = mutex.lock().await.unwrap();
+    assert!(next.fencing_token() > counter);
+    next.release().await.unwrap();
 }
 
 #[tokio::test]

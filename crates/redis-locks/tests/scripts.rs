@@ -52,20 +52,56 @@ fn acquire_grants_a_free_lock_with_a_clock_seeded_token_and_a_ttl() {
 }
 
 #[test]
-fn acquire_on_a_held_lock_returns_the_holders_pttl_and_leaves_it_alone() {
+fn acquire_on_a_held_lock_returns_the_holders_pttl_and_marks_it_once() {
     let server = server();
     let mut con = raw(&server);
     let (_, first) = run_acquire(&mut con, "owner-a", 10_000).unwrap();
-    let (granted, remaining) = run_acquire(&mut con, "owner-b", 50_000).unwrap();
-    assert_eq!(granted, 0);
-    assert!(remaining > 9_000 && remaining <= 10_000, "pttl {remaining}");
-    let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();
-    assert_eq!(value, "owner-a");
+    for _ in 0..2 {
+        let (granted, remaining) = run_acquire(&mut con, "owner-b", 50_000).unwrap();
+        assert_eq!(granted, 0);
+        assert!(remaining > 9_000 && remaining <= 10_000, "pttl {remaining}");
+        let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();
+        assert_eq!(value, "owner-a+w", "marked for a wake-up, once");
+        assert!(pttl(&server, "L") <= 10_000, "the holder's lease is kept");
+    }
     let counter: i64 = redis::cmd("GET").arg("{L}:fence").query(&mut con).unwrap();
     assert_eq!(
         counter, first,
         "a refused attempt does not advance the counter"
     );
+}
+
+#[test]
+fn acquire_regrants_a_marked_lock_to_its_owner_and_seeds_a_low_counter() {
+    let server = server();
+    let mut con = raw(&server);
+    // What a fast attempt leaves behind on a counter that was lost: the lock taken, the
+    // counter restarted at 1 (then bumped by a refused attempt), and a waiter's mark.
+    redis::cmd("SET")
+        .arg("L")
+        .arg("a+w")
+        .arg("PX")
+        .arg(1_000)
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("{L}:fence")
+        .arg(2)
+        .exec(&mut con)
+        .unwrap();
+    let before = server_micros(&mut con);
+    let (granted, token) = run_acquire(&mut con, "a", 20_000).unwrap();
+    assert_eq!(granted, 1);
+    assert!(
+        token >= before,
+        "seeded from the clock: {token} >= {before}"
+    );
+    let counter: i64 = redis::cmd("GET").arg("{L}:fence").query(&mut con).unwrap();
+    assert_eq!(counter, token, "the next token starts above this one");
+    assert!(pttl(&server, "L") > 15_000, "the lease was set again");
+    // A seeded counter is left as it is.
+    let (_, again) = run_acquire(&mut con, "a", 20_000).unwrap();
+    assert_eq!(again, token);
 }
 
 #[test]
@@ -98,6 +134,8 @@ fn acquire_reports_a_foreign_key_without_expiry_as_pttl_minus_one() {
         .exec(&mut con)
         .unwrap();
     assert_eq!(run_acquire(&mut con, "a", 1_000).unwrap(), (0, -1));
+    let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();
+    assert_eq!(value, "someone", "a key without expiry is not ours to mark");
 }
 
 #[test]
@@ -222,6 +260,18 @@ fn extend_sets_a_new_lease_only_for_the_owner() {
         .unwrap();
     assert_eq!(own, 1);
     assert!(pttl(&server, "L") > 59_000);
+    // A waiter's mark does not make the owner a stranger, and the mark stays.
+    run_acquire(&mut con, "b", 1_000).unwrap();
+    let marked: i64 = extend()
+        .key("L")
+        .arg("a")
+        .arg(30_000)
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(marked, 1);
+    assert!(pttl(&server, "L") <= 30_000);
+    let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();
+    assert_eq!(value, "a+w");
     redis::cmd("DEL").arg("L").exec(&mut con).unwrap();
     let gone: i64 = extend()
         .key("L")
@@ -237,28 +287,37 @@ fn extend_sets_a_new_lease_only_for_the_owner() {
 fn inspect_reports_free_held_and_foreign_states() {
     let server = server();
     let mut con = raw(&server);
-    let free: (String, i64, i64) = inspect()
+    let free: (String, i64, i64, i64) = inspect()
         .key("L")
         .key("{L}:fence")
         .invoke(&mut con)
         .unwrap();
-    assert_eq!(free, (String::new(), -2, 0));
+    assert_eq!(free, (String::new(), -2, 0, 0));
 
     let (_, token) = run_acquire(&mut con, "a", 10_000).unwrap();
-    let (owner, ttl, counter): (String, i64, i64) = inspect()
+    let (owner, ttl, counter, marked): (String, i64, i64, i64) = inspect()
         .key("L")
         .key("{L}:fence")
         .invoke(&mut con)
         .unwrap();
-    assert_eq!((owner.as_str(), counter), ("a", token));
+    assert_eq!((owner.as_str(), counter, marked), ("a", token, 0));
     assert!(ttl > 9_000 && ttl <= 10_000);
+
+    // A waiter's mark is not part of the owner token.
+    run_acquire(&mut con, "b", 10_000).unwrap();
+    let (owner, _, _, marked): (String, i64, i64, i64) = inspect()
+        .key("L")
+        .key("{L}:fence")
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!((owner.as_str(), marked), ("a", 1));
 
     redis::cmd("SET")
         .arg("L")
         .arg("manual")
         .exec(&mut con)
         .unwrap();
-    let (_, ttl, _): (String, i64, i64) = inspect()
+    let (_, ttl, _, _): (String, i64, i64, i64) = inspect()
         .key("L")
         .key("{L}:fence")
         .invoke(&mut con)

@@ -10,13 +10,6 @@ use redis::aio::ConnectionManager;
 
 /// The library's own acquire script (`SET NX PX` + fencing counter), run bare: it separates
 /// the cost of fencing from the cost of the library around it.
-static FENCED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(include_str!(
-        "../../../redis-locks/src/scripts/mutex_acquire.lua"
-    ))
-});
-
-/// The compare-and-delete release.
 static BARE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("bare_release.lua")));
 
@@ -52,7 +45,8 @@ impl BareLock {
         Ok(reply.is_some())
     }
 
-    /// The library's acquire script, called directly: true when taken.
+    /// `SET NX PX` + `INCR` of a fencing counter in one round trip (what the library's fast
+    /// attempt sends), without the library around it: true when taken.
     pub async fn try_acquire_fenced(
         &self,
         key: &str,
@@ -60,14 +54,18 @@ impl BareLock {
         token: &str,
     ) -> redis::RedisResult<bool> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let (granted, _token): (i64, i64) = FENCED_ACQUIRE
-            .key(key)
-            .key(fence)
+        let (taken, _token): (Option<String>, i64) = redis::pipe()
+            .cmd("SET")
+            .arg(key)
             .arg(token)
+            .arg("NX")
+            .arg("PX")
             .arg(self.lease_ms)
-            .invoke_async(&mut self.connection.clone())
+            .cmd("INCR")
+            .arg(fence)
+            .query_async(&mut self.connection.clone())
             .await?;
-        Ok(granted == 1)
+        Ok(taken.is_some())
     }
 
     /// Polls every `retry` (fixed, as the peers' defaults do) until the lock is taken.

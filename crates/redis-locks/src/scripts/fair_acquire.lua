@@ -54,6 +54,10 @@ for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
 end
 
 local holder = redis.call('GET', KEYS[1])
+-- A Mutex waiter's mark (see mutex_acquire.lua) is not part of the owner token.
+if holder and string.sub(holder, -2) == '+w' then
+  holder = string.sub(holder, 1, -3)
+end
 if holder == owner then
   redis.call('PEXPIRE', KEYS[1], lease)
   return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
@@ -67,8 +71,9 @@ if not holder and (head == nil or head == owner) then
     redis.call('DEL', KEYS[5])
   end
   local token = redis.call('INCR', KEYS[2])
-  if token == 1 then
-    token = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  if token < 1000000000000000 and micros > token then
+    token = micros
     redis.call('SET', KEYS[2], token)
   end
   redis.call('SET', KEYS[1], owner, 'PX', lease)

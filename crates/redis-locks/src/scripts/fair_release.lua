@@ -40,6 +40,10 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
 end
 
 local holder = redis.call('GET', KEYS[1])
+-- A Mutex waiter's mark (see mutex_acquire.lua) is not part of the owner token.
+if holder and string.sub(holder, -2) == '+w' then
+  holder = string.sub(holder, 1, -3)
+end
 local result = 0
 if holder == owner then
   redis.call('DEL', KEYS[1])

@@ -1,22 +1,45 @@
--- mutex_acquire.lua: take a Mutex if it is free, and number the acquisition.
+-- mutex_acquire.lua: take a Mutex if it is free, and number the acquisition. The waiting
+-- path calls it (a waiter marks the lock so its release wakes it); the first, fast attempt
+-- of a `lock` sends `SET NX PX` + `INCR` instead and calls this script only to number a
+-- grant whose counter still needs its clock seed (see below).
 --
--- KEYS[1]  the lock key: a string holding the owner token while the lock is held.
+-- KEYS[1]  the lock key: a string holding the owner token while the lock is held, with
+--          '+w' appended once a waiter has marked it (see "Replies").
 -- KEYS[2]  the fencing counter: an integer that only grows and never expires.
 -- ARGV[1]  the owner token of this acquisition (32 lowercase hex characters).
 -- ARGV[2]  the lease in milliseconds (a positive integer).
 --
 -- Replies:
 --   {1, token}  acquired. token is the new fencing token, the counter after INCR.
---               A counter that did not exist (first use, or lost in a restart without
---               persistence) starts at the server clock in microseconds, so tokens keep
+--               A counter below 10^15 (missing: first use, or lost in a restart without
+--               persistence) jumps to the server clock in microseconds, so tokens keep
 --               growing across such a loss. Also the reply when KEYS[1] already holds
---               ARGV[1] (a retry of a request whose first try was granted): the lease is
---               set again and the token is the current counter, not a new one.
+--               ARGV[1] (a grant by the fast attempt, or a retried request): the lease is
+--               set again and the token is the current counter (seeded if below 10^15),
+--               not a new one.
 --   {0, pttl}   held by another owner; pttl is its remaining lease in milliseconds,
 --               or -1 if the key has no expiry (it was not written by this library).
+--               A key with a lease is marked: '+w' is appended to its value (its TTL
+--               stays), so its release publishes a wake-up, which it skips while nobody
+--               waits. A key without expiry is not ours and is left untouched.
 -- Errors (nothing is left written):
 --   WRONGTYPE   KEYS[1] is not a string (raised by GET), or KEYS[2] is not a string (INCR).
 --   ERR ...     KEYS[2] is a string that is not an integer (raised by INCR).
+
+local SEEDED = 1000000000000000
+
+-- A counter below 10^15 was never seeded from the clock: move it to the clock.
+local function seeded(token)
+  if token < SEEDED then
+    local now = redis.call('TIME')
+    local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    if micros > token then
+      token = micros
+      redis.call('SET', KEYS[2], token)
+    end
+  end
+  return token
+end
 
 -- The common case first: the lock is free. SET NX PX writes the key with its lease at once.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -26,17 +49,21 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('DEL', KEYS[1])
     return token
   end
-  if token == 1 then
-    local now = redis.call('TIME')
-    token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('SET', KEYS[2], token)
-  end
-  return {1, token}
+  return {1, seeded(token)}
 end
 
 local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
+if holder == ARGV[1] or holder == ARGV[1] .. '+w' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  local counter = redis.call('GET', KEYS[2])
+  local token = tonumber(counter or '0')
+  if not token then
+    return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is not an integer')
+  end
+  return {1, seeded(token)}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl >= 0 and string.sub(holder, -2) ~= '+w' then
+  redis.call('APPEND', KEYS[1], '+w')
+end
+return {0, pttl}

@@ -5,7 +5,8 @@
 -- ARGV[2]  the new lease in milliseconds, counted from now (a positive integer).
 --
 -- Replies:
---    1  extended: the key held ARGV[1] and now expires ARGV[2] ms from now.
+--    1  extended: the key held ARGV[1] (marked by a waiter or not, see mutex_acquire.lua)
+--       and now expires ARGV[2] ms from now; the mark is kept.
 --    0  not extended: the key is gone (the lease ran out).
 --   -1  not extended: the key holds another owner's token; it is left untouched.
 -- Errors:
@@ -15,7 +16,7 @@ local holder = redis.call('GET', KEYS[1])
 if not holder then
   return 0
 end
-if holder ~= ARGV[1] then
+if holder ~= ARGV[1] and holder ~= ARGV[1] .. '+w' then
   return -1
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

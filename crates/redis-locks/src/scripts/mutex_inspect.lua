@@ -4,20 +4,28 @@
 -- KEYS[2]  the fencing counter.
 --
 -- Replies:
---   {owner, pttl, counter}
---     owner    the holder's owner token, or '' when the lock is free.
+--   {owner, pttl, counter, marked}
+--     owner    the holder's owner token (without a waiter's '+w' mark, see
+--              mutex_acquire.lua), or '' when the lock is free.
 --     pttl     the holder's remaining lease in ms; -2 when free; -1 when the key has no
 --              expiry (it was not written by this library).
---     counter  the fencing counter: the token of the latest acquisition, which is the
---              holder's token while the lock is held; 0 if the lock was never taken.
+--     counter  the fencing counter: the latest fencing token handed out (the holder's, or a
+--              later one taken by a refused fast attempt); 0 if the lock was never taken.
+--     marked   1 if a waiter marked the holder's key (its release will publish a wake-up),
+--              else 0.
 -- Errors:
 --   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] is not a string.
 --   ERR ...    KEYS[2] is a string that is not an integer.
 
 local owner = redis.call('GET', KEYS[1])
 local pttl = -2
+local marked = 0
 if owner then
   pttl = redis.call('PTTL', KEYS[1])
+  if string.sub(owner, -2) == '+w' then
+    owner = string.sub(owner, 1, -3)
+    marked = 1
+  end
 else
   owner = ''
 end
@@ -30,4 +38,4 @@ if counter then
 else
   counter = 0
 end
-return {owner, pttl, counter}
+return {owner, pttl, counter, marked}
