@@ -14,6 +14,7 @@ use crate::key::LockKeys;
 use crate::mutex::{Mutex, MutexOptions};
 use crate::wait::{LocalQueue, LocalQueues};
 use crate::wakeups::Wakeups;
+use crate::watchdog::Renewals;
 
 /// How a [`Client`] talks to Redis: bounded connect and response times, bounded reconnects.
 ///
@@ -117,6 +118,7 @@ struct Inner {
     url: String,
     options: ClientOptions,
     wakeups: Wakeups,
+    renewals: Renewals,
     local_queues: LocalQueues,
     requests: AtomicU64,
 }
@@ -187,6 +189,7 @@ impl Client {
                 url: url.to_string(),
                 options,
                 wakeups,
+                renewals: Renewals::default(),
                 local_queues: LocalQueues::default(),
                 requests: AtomicU64::new(0),
             }),
@@ -246,6 +249,10 @@ impl Client {
 
     pub(crate) fn wakeups(&self) -> &Wakeups {
         &self.inner.wakeups
+    }
+
+    pub(crate) fn renewals(&self) -> &Renewals {
+        &self.inner.renewals
     }
 
     pub(crate) fn local_queue(&self, lock: &str) -> Arc<LocalQueue> {

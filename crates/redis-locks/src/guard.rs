@@ -9,10 +9,11 @@ use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
 use crate::key::LockKeys;
 use crate::lease::{lease_deadline, lease_millis};
+use crate::lease_state::LeaseState;
 use crate::mutex::MutexOptions;
 use crate::scripts::{FAIR_RELEASE, MUTEX_EXTEND, MUTEX_RELEASE};
 use crate::token::{FencingToken, OwnerToken};
-use crate::watchdog::{LeaseState, Watchdog};
+use crate::watchdog::Watchdog;
 
 /// A release this process owes the server: made before an acquire request goes out, and paid
 /// either by an explicit release or, when dropped while still armed, by a background task.
@@ -247,7 +248,7 @@ impl MutexGuard {
         let keys = owed.keys_arc();
         let owner = owed.owner().clone();
         let watchdog = options.renewal().map(|renewal| {
-            Watchdog::spawn(
+            owed.client().renewals().watch(
                 owed.client().clone(),
                 keys.clone(),
                 owner.clone(),

@@ -10,6 +10,7 @@ mod guard;
 pub mod history;
 pub mod key;
 pub mod lease;
+mod lease_state;
 mod mutex;
 mod scripts;
 mod state;

@@ -1,135 +1,29 @@
-//! A held lease as the guard sees it — its deadline and whether it was lost — and the watchdog
-//! that renews it in the background.
+//! The watchdog: renews the leases of held locks in the background, owner-checked.
+//!
+//! One scheduler task per [`Client`] keeps every renewed lease in a queue ordered by when its
+//! next renewal is due, sleeps until the earliest, and starts each due renewal as a task of
+//! its own. Taking a lock adds an entry and releasing it removes one — a map insert and
+//! remove under a mutex, with no task spawned and no timer armed per lock. The scheduler is
+//! started with the first renewed lease and ends with the client.
 
-use std::future::Future;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, LostReason};
 use crate::guard::extend_lease;
 use crate::key::LockKeys;
+use crate::lease::lease_deadline;
+use crate::lease_state::LeaseState;
 use crate::token::OwnerToken;
 
 /// The shortest pause between two renewal tries after a failed renewal.
 const MIN_RETRY: Duration = Duration::from_millis(5);
-
-/// A lease's state, shared by its guard, its watchdog and every `lost()` future.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Status {
-    /// Until when (local monotonic clock) the lock is certainly held.
-    pub(crate) deadline: Instant,
-    /// Why the lock is no longer held, once that is known.
-    pub(crate) lost: Option<LostReason>,
-    /// The reason to give if the deadline passes without a renewal.
-    ending: LostReason,
-}
-
-/// The shared cell behind [`Status`].
-#[derive(Debug)]
-pub(crate) struct LeaseState {
-    status: watch::Sender<Status>,
-    /// Held while a renewal, an extension or the release is under way, so they never
-    /// overlap: no renewal is sent once a release has begun, and the deadline always follows
-    /// the request the server applied last.
-    pub(crate) gate: tokio::sync::Mutex<()>,
-}
-
-impl LeaseState {
-    pub(crate) fn new(deadline: Instant) -> Arc<LeaseState> {
-        Arc::new(LeaseState {
-            status: watch::Sender::new(Status {
-                deadline,
-                lost: None,
-                ending: LostReason::LeaseEnded,
-            }),
-            gate: tokio::sync::Mutex::new(()),
-        })
-    }
-
-    pub(crate) fn status(&self) -> Status {
-        *self.status.borrow()
-    }
-
-    /// Why the lock is not held, if that is known now (a passed deadline counts).
-    pub(crate) fn loss(&self) -> Option<LostReason> {
-        let status = self.status();
-        status
-            .lost
-            .or((status.deadline <= Instant::now()).then_some(status.ending))
-    }
-
-    /// A renewal or extension was granted: the lease now runs until `deadline` — later or
-    /// earlier than before, as the server's new TTL says.
-    pub(crate) fn extended(&self, deadline: Instant) {
-        self.status.send_if_modified(|s| {
-            let change = s.lost.is_none() && deadline != s.deadline;
-            if change {
-                s.deadline = deadline;
-            }
-            change
-        });
-    }
-
-    /// A request that may shorten the lease is about to go out: until its outcome is known,
-    /// count on no more than `deadline`.
-    pub(crate) fn at_most(&self, deadline: Instant) {
-        self.status.send_if_modified(|s| {
-            let change = s.lost.is_none() && deadline < s.deadline;
-            if change {
-                s.deadline = deadline;
-            }
-            change
-        });
-    }
-
-    /// The lock is known not to be held any more; the first reason given stays.
-    pub(crate) fn lose(&self, reason: LostReason) {
-        self.status.send_if_modified(|s| {
-            let change = s.lost.is_none();
-            if change {
-                s.lost = Some(reason);
-            }
-            change
-        });
-    }
-
-    /// Resolves with the reason once the lock is lost, or at the lease deadline if it passes
-    /// without a renewal.
-    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = LostReason> + Send + 'static {
-        let state = self.clone();
-        let mut changes = self.status.subscribe();
-        async move {
-            loop {
-                let Status { deadline, lost, .. } = *changes.borrow_and_update();
-                if let Some(reason) = lost {
-                    return reason;
-                }
-                tokio::select! {
-                    changed = changes.changed() => {
-                        if changed.is_err() {
-                            return LostReason::Released;
-                        }
-                    }
-                    () = tokio::time::sleep_until(deadline) => {
-                        // No renewal moved the deadline: the lock can no longer be proven held.
-                        state.status.send_if_modified(|s| {
-                            let change = s.lost.is_none() && s.deadline <= Instant::now();
-                            if change {
-                                s.lost = Some(s.ending);
-                            }
-                            change
-                        });
-                    }
-                }
-            }
-        }
-    }
-}
 
 /// When the watchdog stops renewing on its own.
 #[derive(Debug, Clone, Copy)]
@@ -139,20 +33,61 @@ pub(crate) struct Renewal {
     pub(crate) max_hold: Option<Duration>,
 }
 
-/// The watchdog task; aborted (so it sends nothing more) when dropped.
-#[derive(Debug)]
-pub(crate) struct Watchdog(JoinHandle<()>);
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// One client's renewal queue and its scheduler task.
+#[derive(Debug, Default)]
+pub(crate) struct Renewals {
+    shared: Arc<Shared>,
 }
 
-impl Watchdog {
-    /// Renews the lease every third of it, owner-checked, until dropped, until the lock is
-    /// found lost, or until a cap is reached (then the lease simply runs out).
-    pub(crate) fn spawn(
+#[derive(Debug, Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Nudges the scheduler: an entry due sooner than it planned to wake, or the end.
+    nudge: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// Waiting renewals by due time (ties broken by id).
+    due: BTreeMap<(Instant, u64), Arc<Job>>,
+    /// Every live renewal: when it is due, or `None` while its renewal runs. A job missing
+    /// here was stopped (its guard released or dropped) and is never renewed again.
+    live: HashMap<u64, Option<Instant>>,
+    next_id: u64,
+    /// When the scheduler wakes on its own next (`None`: only when nudged).
+    wakes_at: Option<Instant>,
+    started: bool,
+    closed: bool,
+}
+
+/// What one held lease needs renewed.
+#[derive(Debug)]
+struct Job {
+    id: u64,
+    client: Client,
+    keys: Arc<LockKeys>,
+    owner: OwnerToken,
+    state: Arc<LeaseState>,
+    renewal: Renewal,
+    acquired_at: Instant,
+    /// Renewals so far.
+    renewals: AtomicU32,
+}
+
+/// A guard's place in the watchdog; dropping it stops the renewals (a renewal already sent
+/// still lands, which is why release and renewals share [`LeaseState::gate`]).
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Renewals {
+    /// Renews `state`'s lease every third of it, owner-checked, until the returned handle is
+    /// dropped, until the lock is found lost, or until a cap is reached (then the lease
+    /// simply runs out).
+    pub(crate) fn watch(
+        &self,
         client: Client,
         keys: Arc<LockKeys>,
         owner: OwnerToken,
@@ -160,70 +95,167 @@ impl Watchdog {
         renewal: Renewal,
         acquired_at: Instant,
     ) -> Watchdog {
-        Watchdog(tokio::spawn(async move {
-            let period = renewal.lease / 3;
-            let mut next = acquired_at + period;
-            let mut renewals = 0u32;
-            loop {
-                tokio::time::sleep_until(next).await;
-                // Never beside an extension or the release (see `LeaseState::gate`).
-                let _gate = state.gate.lock().await;
-                let status = state.status();
-                if status.lost.is_some() {
-                    return;
-                }
-                if status.deadline <= Instant::now() {
-                    // Too late: the lease may be gone, so no renewal may revive it now.
-                    state.lose(status.ending);
-                    return;
-                }
-                let capped = renewal.max_renewals.is_some_and(|max| renewals >= max)
-                    || renewal
-                        .max_hold
-                        .is_some_and(|max| Instant::now() + renewal.lease > acquired_at + max);
-                if capped {
-                    // Let the lease run out; `lost()` tells the holder at its deadline.
-                    tracing::debug!(lock = keys.name(), renewals, "renewal cap reached");
-                    state.ending_as(LostReason::RenewalCapReached);
-                    return;
-                }
-                let sent_at = Instant::now();
-                // After a longer `extend`, a renewal shortens the lease: count on that at once.
-                state.at_most(crate::lease::lease_deadline(sent_at, renewal.lease));
-                match extend_lease(&client, &keys, &owner, renewal.lease).await {
-                    Ok(deadline) => {
-                        renewals += 1;
-                        state.extended(deadline);
-                        next = sent_at + period;
-                    }
-                    Err(Error::NotHeld { reason, .. }) => {
-                        state.lose(reason);
-                        return;
-                    }
-                    Err(Error::WrongType { .. }) => {
-                        // The lock key was replaced by a value of another type.
-                        state.lose(LostReason::Taken);
-                        return;
-                    }
-                    Err(err) => {
-                        // Redis unreachable or slow: keep trying while the lease lasts.
-                        tracing::debug!(lock = keys.name(), %err, "renewal failed; retrying");
-                        let left = status.deadline.saturating_duration_since(Instant::now());
-                        if left.is_zero() {
-                            state.lose(LostReason::LeaseEnded);
-                            return;
-                        }
-                        next = Instant::now() + (left / 4).clamp(MIN_RETRY, period);
-                    }
-                }
-            }
-        }))
+        let mut queue = self.shared.lock();
+        let id = queue.next_id;
+        queue.next_id += 1;
+        let job = Arc::new(Job {
+            id,
+            client,
+            keys,
+            owner,
+            state,
+            renewal,
+            acquired_at,
+            renewals: AtomicU32::new(0),
+        });
+        queue.live.insert(id, None);
+        self.shared
+            .schedule(&mut queue, job, acquired_at + renewal.lease / 3);
+        if !queue.started {
+            queue.started = true;
+            tokio::spawn(run_scheduler(self.shared.clone()));
+        }
+        Watchdog {
+            shared: self.shared.clone(),
+            id,
+        }
     }
 }
 
-impl LeaseState {
-    /// Renewing stops on purpose: if the deadline passes, `reason` is why.
-    fn ending_as(&self, reason: LostReason) {
-        self.status.send_modify(|s| s.ending = reason);
+impl Drop for Renewals {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.nudge.notify_one();
     }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let mut queue = self.shared.lock();
+        if let Some(Some(due)) = queue.live.remove(&self.id) {
+            queue.due.remove(&(due, self.id));
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> StdGuard<'_, Queue> {
+        // The queue is left consistent at every step, so a panic elsewhere does not spoil it.
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Queues `job` for `at`, unless it was stopped meanwhile; nudges the scheduler if it
+    /// would otherwise sleep past `at`.
+    fn schedule(&self, queue: &mut Queue, job: Arc<Job>, at: Instant) {
+        let Some(slot) = queue.live.get_mut(&job.id) else {
+            return;
+        };
+        *slot = Some(at);
+        queue.due.insert((at, job.id), job);
+        if queue.started && queue.wakes_at.is_none_or(|wakes| at < wakes) {
+            queue.wakes_at = Some(at);
+            self.nudge.notify_one();
+        }
+    }
+}
+
+/// Starts every due renewal, then sleeps until the next is due or a nudge comes.
+async fn run_scheduler(shared: Arc<Shared>) {
+    loop {
+        let wakes_at = {
+            let mut queue = shared.lock();
+            if queue.closed {
+                return;
+            }
+            let now = Instant::now();
+            while let Some(entry) = queue.due.first_entry() {
+                if entry.key().0 > now {
+                    break;
+                }
+                let job = entry.remove();
+                queue.live.insert(job.id, None);
+                tokio::spawn(renew(shared.clone(), job));
+            }
+            queue.wakes_at = queue.due.keys().next().map(|(at, _)| *at);
+            queue.wakes_at
+        };
+        match wakes_at {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = shared.nudge.notified() => {}
+                }
+            }
+            None => shared.nudge.notified().await,
+        }
+    }
+}
+
+/// One renewal of `job`'s lease; queues the next one unless the lease is over.
+async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
+    let Job {
+        keys,
+        state,
+        renewal,
+        ..
+    } = &*job;
+    // Never beside an extension or the release (see `LeaseState::gate`).
+    let _gate = state.gate.lock().await;
+    if !shared.lock().live.contains_key(&job.id) {
+        return; // released while this renewal waited for the gate
+    }
+    let status = state.status();
+    if status.lost.is_some() {
+        return;
+    }
+    if status.deadline <= Instant::now() {
+        // Too late: the lease may be gone, so no renewal may revive it now.
+        state.lose(status.ending);
+        return;
+    }
+    let renewals = job.renewals.load(Ordering::Relaxed);
+    let capped = renewal.max_renewals.is_some_and(|max| renewals >= max)
+        || renewal
+            .max_hold
+            .is_some_and(|max| Instant::now() + renewal.lease > job.acquired_at + max);
+    if capped {
+        // Let the lease run out; `lost()` tells the holder at its deadline.
+        tracing::debug!(lock = keys.name(), renewals, "renewal cap reached");
+        state.ending_as(LostReason::RenewalCapReached);
+        return;
+    }
+    let period = renewal.lease / 3;
+    let sent_at = Instant::now();
+    // After a longer `extend`, a renewal shortens the lease: count on that at once.
+    state.at_most(lease_deadline(sent_at, renewal.lease));
+    let next = match extend_lease(&job.client, keys, &job.owner, renewal.lease).await {
+        Ok(deadline) => {
+            state.extended(deadline);
+            job.renewals.fetch_add(1, Ordering::Relaxed);
+            sent_at + period
+        }
+        Err(Error::NotHeld { reason, .. }) => {
+            state.lose(reason);
+            return;
+        }
+        Err(Error::WrongType { .. }) => {
+            // The lock key was replaced by a value of another type.
+            state.lose(LostReason::Taken);
+            return;
+        }
+        Err(err) => {
+            // Redis unreachable or slow: keep trying while the lease lasts.
+            tracing::debug!(lock = keys.name(), %err, "renewal failed; retrying");
+            let left = status.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                state.lose(LostReason::LeaseEnded);
+                return;
+            }
+            Instant::now() + (left / 4).clamp(MIN_RETRY, period)
+        }
+    };
+    let mut queue = shared.lock();
+    shared.schedule(&mut queue, job.clone(), next);
 }

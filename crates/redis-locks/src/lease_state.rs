@@ -1,0 +1,129 @@
+//! A held lease as the guard sees it: its deadline, and whether (and why) it was lost.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::LostReason;
+
+/// A lease's state, shared by its guard, its watchdog and every `lost()` future.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Status {
+    /// Until when (local monotonic clock) the lock is certainly held.
+    pub(crate) deadline: Instant,
+    /// Why the lock is no longer held, once that is known.
+    pub(crate) lost: Option<LostReason>,
+    /// The reason to give if the deadline passes without a renewal.
+    pub(crate) ending: LostReason,
+}
+
+/// The shared cell behind [`Status`].
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    status: watch::Sender<Status>,
+    /// Held while a renewal, an extension or the release is under way, so they never
+    /// overlap: no renewal is sent once a release has begun, and the deadline always follows
+    /// the request the server applied last.
+    pub(crate) gate: tokio::sync::Mutex<()>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(deadline: Instant) -> Arc<LeaseState> {
+        Arc::new(LeaseState {
+            status: watch::Sender::new(Status {
+                deadline,
+                lost: None,
+                ending: LostReason::LeaseEnded,
+            }),
+            gate: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub(crate) fn status(&self) -> Status {
+        *self.status.borrow()
+    }
+
+    /// Why the lock is not held, if that is known now (a passed deadline counts).
+    pub(crate) fn loss(&self) -> Option<LostReason> {
+        let status = self.status();
+        status
+            .lost
+            .or((status.deadline <= Instant::now()).then_some(status.ending))
+    }
+
+    /// A renewal or extension was granted: the lease now runs until `deadline` — later or
+    /// earlier than before, as the server's new TTL says.
+    pub(crate) fn extended(&self, deadline: Instant) {
+        self.status.send_if_modified(|s| {
+            let change = s.lost.is_none() && deadline != s.deadline;
+            if change {
+                s.deadline = deadline;
+            }
+            change
+        });
+    }
+
+    /// A request that may shorten the lease is about to go out: until its outcome is known,
+    /// count on no more than `deadline`.
+    pub(crate) fn at_most(&self, deadline: Instant) {
+        self.status.send_if_modified(|s| {
+            let change = s.lost.is_none() && deadline < s.deadline;
+            if change {
+                s.deadline = deadline;
+            }
+            change
+        });
+    }
+
+    /// The lock is known not to be held any more; the first reason given stays.
+    pub(crate) fn lose(&self, reason: LostReason) {
+        self.status.send_if_modified(|s| {
+            let change = s.lost.is_none();
+            if change {
+                s.lost = Some(reason);
+            }
+            change
+        });
+    }
+
+    /// Resolves with the reason once the lock is lost, or at the lease deadline if it passes
+    /// without a renewal.
+    pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = LostReason> + Send + 'static {
+        let state = self.clone();
+        let mut changes = self.status.subscribe();
+        async move {
+            loop {
+                let Status { deadline, lost, .. } = *changes.borrow_and_update();
+                if let Some(reason) = lost {
+                    return reason;
+                }
+                tokio::select! {
+                    changed = changes.changed() => {
+                        if changed.is_err() {
+                            return LostReason::Released;
+                        }
+                    }
+                    () = tokio::time::sleep_until(deadline) => {
+                        // No renewal moved the deadline: the lock can no longer be proven held.
+                        state.status.send_if_modified(|s| {
+                            let change = s.lost.is_none() && s.deadline <= Instant::now();
+                            if change {
+                                s.lost = Some(s.ending);
+                            }
+                            change
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl LeaseState {
+    /// Renewing stops on purpose: if the deadline passes, `reason` is why.
+    pub(crate) fn ending_as(&self, reason: LostReason) {
+        self.status.send_modify(|s| s.ending = reason);
+    }
+}
