@@ -388,7 +388,7 @@ impl MutexGuard {
 impl Drop for MutexGuard {
     fn drop(&mut self) {
         self.watchdog.take();
-        self.state.lose(LostReason::Released);
+        self.state.end();
         let Some(owed) = self.owed.take() else {
             return;
         };

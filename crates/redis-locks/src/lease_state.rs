@@ -88,6 +88,20 @@ impl LeaseState {
         });
     }
 
+    /// The guard is gone: records [`LostReason::Released`]. Only `lost()` futures made
+    /// before can listen now (making one takes the guard), so with none of them the change
+    /// is stored without a round of notifications.
+    pub(crate) fn end(&self) {
+        let listened = self.status.receiver_count() > 0;
+        self.status.send_if_modified(|s| {
+            let change = s.lost.is_none();
+            if change {
+                s.lost = Some(LostReason::Released);
+            }
+            change && listened
+        });
+    }
+
     /// Resolves with the reason once the lock is lost, or at the lease deadline if it passes
     /// without a renewal.
     pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = LostReason> + Send + 'static {

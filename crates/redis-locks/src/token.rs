@@ -1,6 +1,7 @@
 //! Owner tokens (who holds a lock) and fencing tokens (which acquisition this is).
 
 use std::fmt;
+use std::sync::Arc;
 
 /// A fencing token: a number per acquisition of one lock that only grows.
 ///
@@ -50,12 +51,12 @@ impl fmt::Display for FencingToken {
 /// assert_ne!(a, OwnerToken::random());
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct OwnerToken(String);
+pub struct OwnerToken(Arc<str>);
 
 impl OwnerToken {
     /// A fresh token from the thread-local cryptographically secure generator.
     pub fn random() -> OwnerToken {
-        OwnerToken(format!("{:032x}", rand::random::<u128>()))
+        OwnerToken(format!("{:032x}", rand::random::<u128>()).into())
     }
 
     /// The token as stored in the lock key.
