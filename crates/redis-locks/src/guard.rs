@@ -13,6 +13,7 @@ use crate::lease_state::LeaseState;
 use crate::mutex::MutexOptions;
 use crate::scripts::{FAIR_RELEASE, MUTEX_EXTEND, MUTEX_RELEASE};
 use crate::token::{FencingToken, OwnerToken};
+use crate::wait::{LocalHolder, LocalQueue};
 use crate::watchdog::Watchdog;
 
 /// A release this process owes the server: made before an acquire request goes out, and paid
@@ -224,6 +225,9 @@ pub struct MutexGuard {
     token: FencingToken,
     name: Arc<LockKeys>,
     owner: OwnerToken,
+    /// Set when waiters of this process queue behind this guard; cleared before the release
+    /// is sent.
+    local: Option<LocalHolder>,
 }
 
 impl std::fmt::Debug for MutexGuard {
@@ -264,7 +268,14 @@ impl MutexGuard {
             token,
             name: keys,
             owner,
+            local: None,
         }
+    }
+
+    /// Tells the waiters of this process queued behind this guard that it holds the lock
+    /// with its key marked, so its release will wake them without their asking Redis.
+    pub(crate) fn hold_for_local_waiters(&mut self, queue: Arc<LocalQueue>) {
+        self.local = Some(LocalHolder::new(queue, self.state.clone()));
     }
 
     /// The lock's name.
@@ -366,6 +377,7 @@ impl MutexGuard {
         // Wait for a renewal under way, and stop the watchdog before the release is sent.
         let _gate = state.gate.lock().await;
         self.watchdog.take();
+        self.local.take();
         let owed = self
             .owed
             .take()
@@ -388,6 +400,7 @@ impl MutexGuard {
 impl Drop for MutexGuard {
     fn drop(&mut self) {
         self.watchdog.take();
+        self.local.take();
         self.state.end();
         let Some(owed) = self.owed.take() else {
             return;

@@ -346,14 +346,34 @@ impl Mutex {
                 .subscribe(self.client.wakeups(), channel, confirm_within)
                 .await;
             let mut listener = Some(subscription.listen());
-            let retry_after = match self.attempt(Ask::Waiting).await? {
-                Attempt::Acquired(guard) => return Ok(guard),
+            let live = subscription.is_live();
+            // A guard of this process holds the lock with its key marked: its release will
+            // wake us, so there is nothing to ask Redis until then.
+            if let Some(left) = queue
+                .local_holder_lease()
+                .filter(|left| live && !left.is_zero())
+            {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(timeout(Some(left)));
+                }
+                let limit = sleep_limit(live, &backoff, Some(left), None, deadline, Instant::now());
+                pause(listener.as_mut(), None, limit).await;
+                continue;
+            }
+            // Waiters of this process queued behind this one: mark a grant at once.
+            let mark = Arc::strong_count(&queue) > 1;
+            let retry_after = match self.attempt(Ask::Waiting { mark }).await? {
+                Attempt::Acquired(mut guard) => {
+                    if mark {
+                        guard.hold_for_local_waiters(queue.clone());
+                    }
+                    return Ok(guard);
+                }
                 Attempt::Held(retry_after) => retry_after,
             };
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(timeout(retry_after));
             }
-            let live = subscription.is_live();
             let limit = sleep_limit(live, &backoff, retry_after, None, deadline, Instant::now());
             pause(listener.as_mut(), None, limit).await;
         }

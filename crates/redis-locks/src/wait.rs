@@ -15,6 +15,7 @@ use rand::Rng;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
+use crate::lease_state::LeaseState;
 use crate::wakeups::{Listener, Subscription, Wakeups};
 
 /// The shortest pause between two attempts: there is no tight loop, whatever the server says.
@@ -120,9 +121,50 @@ pub(crate) async fn pause(listener: Option<&mut Listener>, me: Option<&str>, lim
 pub(crate) struct LocalQueue {
     pub(crate) turn: tokio::sync::Mutex<()>,
     subscription: OnceCell<Subscription>,
+    /// The lease of a guard of this process that holds the lock with its key marked for a
+    /// wake-up (see [`LocalHolder`]).
+    holder: StdMutex<Option<Arc<LeaseState>>>,
+}
+
+/// A guard that took the lock from the head of its process's local queue, with waiters
+/// behind it, and marked its key at once: its release publishes a wake-up, so the next
+/// waiter need not ask Redis while the guard holds. Dropping it says the guard is done
+/// holding — before its release is sent, so a waiter that still sees it is certain to be
+/// listening when the wake-up comes.
+pub(crate) struct LocalHolder {
+    queue: Arc<LocalQueue>,
+}
+
+impl LocalHolder {
+    pub(crate) fn new(queue: Arc<LocalQueue>, state: Arc<LeaseState>) -> LocalHolder {
+        *queue.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
+        LocalHolder { queue }
+    }
+}
+
+impl Drop for LocalHolder {
+    fn drop(&mut self) {
+        *self.queue.holder.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
 }
 
 impl LocalQueue {
+    /// How long a guard of this process is still certain to hold the lock with its key
+    /// marked (see [`LocalHolder`]); `None` when no such guard holds it.
+    pub(crate) fn local_holder_lease(&self) -> Option<Duration> {
+        let holder = self.holder.lock().unwrap_or_else(|p| p.into_inner());
+        let state = holder.as_ref()?;
+        if state.loss().is_some() {
+            return None;
+        }
+        Some(
+            state
+                .status()
+                .deadline
+                .saturating_duration_since(Instant::now()),
+        )
+    }
+
     /// The subscription, made (and confirmed, or given up on after `confirm_within`) now if
     /// needed.
     pub(crate) async fn subscribe(

@@ -24,8 +24,9 @@ pub(super) enum Ask {
     /// lasts). Used by the first attempt of a `lock` and by every try-once call.
     Fast { pttl: bool },
     /// The acquire script, which marks a held lock so that its release publishes a wake-up.
-    /// Used by waiters, after they listen on the wake channel.
-    Waiting,
+    /// Used by waiters, after they listen on the wake channel. With `mark`, a granted lock
+    /// is marked at once, for the waiters of this process queued behind this one.
+    Waiting { mark: bool },
 }
 
 /// What one acquire attempt found.
@@ -46,7 +47,7 @@ impl Mutex {
         );
         match ask {
             Ask::Fast { pttl } => self.ask_fast(owed, pttl).await,
-            Ask::Waiting => self.ask_script(owed, false).await,
+            Ask::Waiting { mark } => self.ask_script(owed, false, mark).await,
         }
     }
 
@@ -92,7 +93,7 @@ impl Mutex {
             (Value::Okay, Value::Int(token)) => {
                 let late = Instant::now() >= lease_deadline(sent_at, self.options.get_lease());
                 if late || *token < SEEDED {
-                    return self.ask_script(owed, true).await;
+                    return self.ask_script(owed, true, false).await;
                 }
                 Ok(Attempt::Acquired(MutexGuard::new(
                     owed,
@@ -110,7 +111,7 @@ impl Mutex {
             // A key without expiry was not written by this library (perhaps not even a
             // string): the script says what it is, as the waiting path would.
             (Value::Nil, _) if matches!(pttl, Some(Value::Int(-1))) => {
-                self.ask_script(owed, false).await
+                self.ask_script(owed, false, false).await
             }
             (Value::Nil, _) => {
                 owed.disarm();
@@ -131,16 +132,17 @@ impl Mutex {
 
     /// The acquire script: grants a free lock (or re-grants one this owner already holds),
     /// or marks the holder's key so that its release wakes the waiters. `granted` says the
-    /// fast attempt already took the lock with this owner token.
-    async fn ask_script(&self, owed: OwedRelease, granted: bool) -> Result<Attempt> {
+    /// fast attempt already took the lock with this owner token; `mark` marks a grant.
+    async fn ask_script(&self, owed: OwedRelease, granted: bool, mark: bool) -> Result<Attempt> {
         let sent_at = Instant::now();
+        let mark = if mark { "1" } else { "0" };
         let reply = self
             .client
             .run_script::<(i64, i64)>(
                 "acquire",
                 &MUTEX_ACQUIRE,
                 &[self.keys.lock(), self.keys.fence()],
-                &[owed.owner().as_str(), &self.lease_ms],
+                &[owed.owner().as_str(), &self.lease_ms, mark],
             )
             .await;
         match reply {

@@ -8,6 +8,9 @@
 -- KEYS[2]  the fencing counter: an integer that only grows and never expires.
 -- ARGV[1]  the owner token of this acquisition (32 lowercase hex characters).
 -- ARGV[2]  the lease in milliseconds (a positive integer).
+-- ARGV[3]  optional; '1' marks the lock at once when granted (its value is ARGV[1] .. '+w'):
+--          the caller has waiters of its own queued behind it, which then need not ask
+--          Redis to be woken by its release.
 --
 -- Replies:
 --   {1, token}  acquired. token is the new fencing token, the counter after INCR.
@@ -42,7 +45,11 @@ local function seeded(token)
 end
 
 -- The common case first: the lock is free. SET NX PX writes the key with its lease at once.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local value = ARGV[1]
+if ARGV[3] == '1' then
+  value = value .. '+w'
+end
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'table' and token.err then
     -- A broken counter: take the lock back, so the error leaves nothing behind.

@@ -1,0 +1,79 @@
+//! A waiter queued behind a guard of its own process asks Redis nothing while that guard
+//! holds: the guard marked its key when it was granted, so its release wakes the waiter.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, eventually, raw, server};
+use redis::Commands;
+use redis_locks::MutexOptions;
+
+fn subscribers(server: &test_support::RedisServer, channel: &str) -> i64 {
+    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut raw(server))
+        .unwrap();
+    count
+}
+
+#[tokio::test]
+async fn a_waiter_behind_a_local_holder_asks_redis_nothing_until_the_release() {
+    let server = server();
+    let client = client(&server).await;
+    // Polling this slowly (and re-checking a live subscription every 2 s) could not pass.
+    let options = MutexOptions::default()
+        .lease(Duration::from_secs(30))
+        .retry_delay(Duration::from_secs(20));
+    let mutex = client.mutex_with("relay", options).unwrap();
+    let first = mutex.lock().await.unwrap();
+    let second = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let value: String = raw(&server).get("relay").unwrap();
+            subscribers(&server, "{relay}:wake") == 1 && value.ends_with("+w")
+        })
+        .await,
+        "the second waiter listens, and its refused attempt marked the lock"
+    );
+    let third = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    // One turn of this single-threaded runtime: the third waiter queues behind the second.
+    tokio::task::yield_now().await;
+    let before = client.requests_sent();
+    first.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the second waiter was woken")
+        .unwrap()
+        .unwrap();
+    // Granted with the third waiter queued behind it: its key is marked already.
+    let value: String = raw(&server).get("relay").unwrap();
+    assert_eq!(value, format!("{}+w", second.owner_token().as_str()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        client.requests_sent() - before,
+        2,
+        "beyond the release and the grant, the third waiter asked Redis while a local guard held the lock"
+    );
+    assert!(!third.is_finished());
+    let second_token = second.fencing_token();
+    second.release().await.unwrap();
+    // Woken by the release, long before a 2 s re-check or a 20 s poll would come.
+    let third = tokio::time::timeout(Duration::from_millis(1_500), third)
+        .await
+        .expect("the third waiter was woken by the release")
+        .unwrap()
+        .unwrap();
+    assert!(third.fencing_token() > second_token);
+    // Then the release, the third waiter's one attempt, and its unsubscription.
+    let sent = client.requests_sent() - before;
+    assert!(sent <= 5, "{sent} requests for two handoffs");
+    third.release().await.unwrap();
+}
