@@ -274,7 +274,7 @@ impl MutexGuard {
 
     /// Tells the waiters of this process queued behind this guard that it holds the lock
     /// with its key marked, so its release will wake them without their asking Redis.
-    pub(crate) fn hold_for_local_waiters(&mut self, queue: Arc<LocalQueue>) {
+    pub(crate) fn hold_for_local_waiters(&mut self, queue: &Arc<LocalQueue>) {
         self.local = Some(LocalHolder::new(queue, self.state.clone()));
     }
 

@@ -274,7 +274,8 @@ impl Mutex {
     /// assert!(mutex.state().await?.holder.is_none());
     /// let guard = mutex.lock().await?;
     /// let state = mutex.state().await?;
-    /// assert_eq!(state.holder.unwrap().fencing_token, guard.fencing_token());
+    /// assert_eq!(state.holder.unwrap().owner, guard.owner_token().as_str());
+    /// assert!(state.fencing_counter.unwrap() >= guard.fencing_token());
     /// # Ok(()) }
     /// ```
     pub async fn state(&self) -> Result<LockState> {
@@ -298,9 +299,10 @@ impl Mutex {
         };
         // With no other waiter of this lock in this process, try at once.
         if !self.client.has_local_waiters(self.keys.lock()) {
-            // A zero budget means one attempt: then say how long the holder's lease lasts.
-            let once = deadline.is_some_and(|d| d <= started);
-            let retry_after = match self.attempt(Ask::Fast { pttl: once }).await? {
+            // With a budget, a refusal may end the wait: then say how long the holder's
+            // lease lasts.
+            let pttl = deadline.is_some();
+            let retry_after = match self.attempt(Ask::Fast { pttl }).await? {
                 Attempt::Acquired(guard) => return Ok(guard),
                 Attempt::Held(retry_after) => retry_after,
             };
@@ -348,14 +350,13 @@ impl Mutex {
             let mut listener = Some(subscription.listen());
             let live = subscription.is_live();
             // A guard of this process holds the lock with its key marked: its release will
-            // wake us, so there is nothing to ask Redis until then.
+            // wake us, so there is nothing to ask Redis until then (but a wait that is over
+            // still asks once, below).
+            let over = deadline.is_some_and(|d| Instant::now() >= d);
             if let Some(left) = queue
                 .local_holder_lease()
-                .filter(|left| live && !left.is_zero())
+                .filter(|left| live && !over && !left.is_zero())
             {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(timeout(Some(left)));
-                }
                 let limit = sleep_limit(live, &backoff, Some(left), None, deadline, Instant::now());
                 pause(listener.as_mut(), None, limit).await;
                 continue;
@@ -365,7 +366,7 @@ impl Mutex {
             let retry_after = match self.attempt(Ask::Waiting { mark }).await? {
                 Attempt::Acquired(mut guard) => {
                     if mark {
-                        guard.hold_for_local_waiters(queue.clone());
+                        guard.hold_for_local_waiters(&queue);
                     }
                     return Ok(guard);
                 }

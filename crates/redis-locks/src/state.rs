@@ -54,9 +54,10 @@ pub struct Holder {
     /// How long its lease still runs on the server's clock; `None` if the key has no expiry
     /// (it was not written by this library).
     pub lease_remaining: Option<Duration>,
-    /// Whether a [`Mutex`](crate::Mutex) waiter found the lock held during this holder's
-    /// tenure and marked it, so that its release publishes a wake-up (a release nobody
-    /// waited for publishes nothing). A [`FairMutex`](crate::FairMutex)'s waiters queue
-    /// instead: see [`FairMutex::waiting`](crate::FairMutex::waiting).
+    /// Whether the lock is marked for a wake-up, so that its release publishes one (a release
+    /// nobody waits for publishes nothing): a [`Mutex`](crate::Mutex) waiter found it held
+    /// during this holder's tenure, or the holder was granted it with waiters of its own
+    /// process queued behind it. A [`FairMutex`](crate::FairMutex)'s waiters queue instead:
+    /// see [`FairMutex::waiting`](crate::FairMutex::waiting).
     pub waited_for: bool,
 }

@@ -131,20 +131,36 @@ pub(crate) struct LocalQueue {
 /// waiter need not ask Redis while the guard holds. Dropping it says the guard is done
 /// holding — before its release is sent, so a waiter that still sees it is certain to be
 /// listening when the wake-up comes.
+///
+/// It does not keep the queue alive: with no waiter left, the queue (and this note) goes.
 pub(crate) struct LocalHolder {
-    queue: Arc<LocalQueue>,
+    queue: Weak<LocalQueue>,
+    state: Arc<LeaseState>,
 }
 
 impl LocalHolder {
-    pub(crate) fn new(queue: Arc<LocalQueue>, state: Arc<LeaseState>) -> LocalHolder {
-        *queue.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
-        LocalHolder { queue }
+    pub(crate) fn new(queue: &Arc<LocalQueue>, state: Arc<LeaseState>) -> LocalHolder {
+        *queue.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.clone());
+        LocalHolder {
+            queue: Arc::downgrade(queue),
+            state,
+        }
     }
 }
 
 impl Drop for LocalHolder {
     fn drop(&mut self) {
-        *self.queue.holder.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let Some(queue) = self.queue.upgrade() else {
+            return;
+        };
+        let mut holder = queue.holder.lock().unwrap_or_else(|p| p.into_inner());
+        // Only this guard's note: a later holder's stays.
+        if holder
+            .as_ref()
+            .is_some_and(|state| Arc::ptr_eq(state, &self.state))
+        {
+            *holder = None;
+        }
     }
 }
 

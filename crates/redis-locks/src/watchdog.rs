@@ -4,7 +4,8 @@
 //! next renewal is due, sleeps until the earliest, and starts each due renewal as a task of
 //! its own. Taking a lock adds an entry and releasing it removes one — a map insert and
 //! remove under a mutex, with no task spawned and no timer armed per lock. The scheduler is
-//! started with the first renewed lease and ends with the client.
+//! started with the first renewed lease (again if the runtime it ran on shut down) and ends
+//! with the client.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -12,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::Client;
@@ -56,7 +58,8 @@ struct Queue {
     next_id: u64,
     /// When the scheduler wakes on its own next (`None`: only when nudged).
     wakes_at: Option<Instant>,
-    started: bool,
+    /// The scheduler task, once started; started again if its runtime shut down.
+    scheduler: Option<JoinHandle<()>>,
     closed: bool,
 }
 
@@ -109,12 +112,12 @@ impl Renewals {
             renewals: AtomicU32::new(0),
         });
         queue.live.insert(id, None);
+        if queue.scheduler.as_ref().is_none_or(JoinHandle::is_finished) {
+            queue.wakes_at = None;
+            queue.scheduler = Some(tokio::spawn(run_scheduler(self.shared.clone())));
+        }
         self.shared
             .schedule(&mut queue, job, acquired_at + renewal.lease / 3);
-        if !queue.started {
-            queue.started = true;
-            tokio::spawn(run_scheduler(self.shared.clone()));
-        }
         Watchdog {
             shared: self.shared.clone(),
             id,
@@ -132,9 +135,13 @@ impl Drop for Renewals {
 impl Drop for Watchdog {
     fn drop(&mut self) {
         let mut queue = self.shared.lock();
-        if let Some(Some(due)) = queue.live.remove(&self.id) {
-            queue.due.remove(&(due, self.id));
-        }
+        let job = match queue.live.remove(&self.id) {
+            Some(Some(due)) => queue.due.remove(&(due, self.id)),
+            _ => None,
+        };
+        drop(queue);
+        // The job holds a `Client`: let it go only after the queue is unlocked.
+        drop(job);
     }
 }
 
@@ -154,7 +161,7 @@ impl Shared {
         };
         *slot = Some(at);
         queue.due.insert((at, job.id), job);
-        if queue.started && queue.wakes_at.is_none_or(|wakes| at < wakes) {
+        if queue.wakes_at.is_none_or(|wakes| at < wakes) {
             queue.wakes_at = Some(at);
             self.nudge.notify_one();
         }
@@ -164,6 +171,7 @@ impl Shared {
 /// Starts every due renewal, then sleeps until the next is due or a nudge comes.
 async fn run_scheduler(shared: Arc<Shared>) {
     loop {
+        let mut due = Vec::new();
         let wakes_at = {
             let mut queue = shared.lock();
             if queue.closed {
@@ -176,11 +184,15 @@ async fn run_scheduler(shared: Arc<Shared>) {
                 }
                 let job = entry.remove();
                 queue.live.insert(job.id, None);
-                tokio::spawn(renew(shared.clone(), job));
+                due.push(job);
             }
             queue.wakes_at = queue.due.keys().next().map(|(at, _)| *at);
             queue.wakes_at
         };
+        // Spawned with the queue unlocked: a job holds a `Client`, whose drop locks it.
+        for job in due {
+            tokio::spawn(renew(shared.clone(), job));
+        }
         match wakes_at {
             Some(at) => {
                 tokio::select! {

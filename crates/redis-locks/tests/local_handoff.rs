@@ -77,3 +77,46 @@ async fn a_waiter_behind_a_local_holder_asks_redis_nothing_until_the_release() {
     assert!(sent <= 5, "{sent} requests for two handoffs");
     third.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_zero_budget_beside_a_local_holder_still_asks_redis_once() {
+    let server = server();
+    let client = client(&server).await;
+    let mutex = client.mutex("beside").unwrap();
+    let first = mutex.lock().await.unwrap();
+    let second = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{beside}:wake") == 1
+        })
+        .await
+    );
+    let third = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    tokio::task::yield_now().await;
+    first.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    // The waiter behind it gives up: nobody of this process waits any more.
+    third.abort();
+    let _ = third.await;
+    for budget in [Duration::ZERO, Duration::from_micros(50)] {
+        let before = client.requests_sent();
+        let err = mutex.lock_timeout(budget).await.unwrap_err();
+        assert!(err.is_held(), "{err}");
+        assert!(
+            err.retry_after().unwrap() > Duration::from_secs(20),
+            "the holder's lease: {err:?}"
+        );
+        assert!(client.requests_sent() > before, "Redis was asked");
+    }
+    second.release().await.unwrap();
+}

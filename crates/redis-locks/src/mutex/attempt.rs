@@ -105,7 +105,7 @@ impl Mutex {
             (Value::Okay, Value::ServerError(err)) => {
                 // Taken, but the counter is broken: give the lock back before saying so.
                 let err = Error::from_redis("acquire", fence, err.clone().into());
-                owed.pay().await?;
+                give_back(owed).await;
                 Err(err)
             }
             // A key without expiry was not written by this library (perhaps not even a
@@ -169,7 +169,7 @@ impl Mutex {
             // by owner token in the background.
             Err(err @ (Error::WrongType { .. } | Error::Redis { .. })) => {
                 if granted {
-                    owed.pay().await?;
+                    give_back(owed).await;
                 } else {
                     owed.disarm();
                 }
@@ -177,5 +177,14 @@ impl Mutex {
             }
             Err(err) => Err(err),
         }
+    }
+}
+
+/// Releases a grant the caller will not get, because the acquisition failed after it; the
+/// acquisition's error is what the caller hears about, so this one is only logged (the lease
+/// ends the lock anyway).
+async fn give_back(owed: OwedRelease) {
+    if let Err(err) = owed.pay().await {
+        tracing::debug!(%err, "giving back a grant after a failed acquisition");
     }
 }

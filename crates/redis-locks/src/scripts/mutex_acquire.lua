@@ -1,7 +1,8 @@
 -- mutex_acquire.lua: take a Mutex if it is free, and number the acquisition. The waiting
 -- path calls it (a waiter marks the lock so its release wakes it); the first, fast attempt
--- of a `lock` sends `SET NX PX` + `INCR` instead and calls this script only to number a
--- grant whose counter still needs its clock seed (see below).
+-- of a `lock` sends `SET NX PX` + `INCR` instead and calls this script only for what the
+-- pipeline cannot decide alone: a grant whose reply came back after its lease, a counter
+-- that still needs its clock seed (see below), a held key without expiry.
 --
 -- KEYS[1]  the lock key: a string holding the owner token while the lock is held, with
 --          '+w' appended once a waiter has marked it (see "Replies").
@@ -25,9 +26,11 @@
 --               A key with a lease is marked: '+w' is appended to its value (its TTL
 --               stays), so its release publishes a wake-up, which it skips while nobody
 --               waits. A key without expiry is not ours and is left untouched.
--- Errors (nothing is left written):
+-- Errors (a grant is taken back, so no lock is left held):
 --   WRONGTYPE   KEYS[1] is not a string (raised by GET), or KEYS[2] is not a string (INCR).
---   ERR ...     KEYS[2] is a string that is not an integer (raised by INCR).
+--   ERR ...     KEYS[2] is a string that is not an integer (raised by INCR; or in the
+--               re-grant branch, after the lease of the caller's own key was set again: the
+--               caller then releases it).
 
 local SEEDED = 1000000000000000
 

@@ -11,7 +11,8 @@
 --              expiry (it was not written by this library).
 --     counter  the fencing counter: the latest fencing token handed out (the holder's, or a
 --              later one taken by a refused fast attempt); 0 if the lock was never taken.
---     marked   1 if a waiter marked the holder's key (its release will publish a wake-up),
+--     marked   1 if the holder's key is marked for a wake-up (by a waiter, or at its grant
+--              for waiters queued in the holder's process): its release will publish one;
 --              else 0.
 -- Errors:
 --   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] is not a string.
