@@ -14,7 +14,7 @@ use crate::mutex::MutexOptions;
 use crate::scripts::{FAIR_RELEASE, MUTEX_EXTEND, MUTEX_RELEASE};
 use crate::token::{FencingToken, OwnerToken};
 use crate::wait::{LocalHolder, LocalQueue};
-use crate::watchdog::Watchdog;
+use crate::watchdog::{Watchdog, Watched};
 
 /// A release this process owes the server: made before an acquire request goes out, and paid
 /// either by an explicit release or, when dropped while still armed, by a background task.
@@ -252,14 +252,14 @@ impl MutexGuard {
         let keys = owed.keys_arc();
         let owner = owed.owner().clone();
         let watchdog = options.renewal().map(|renewal| {
-            owed.client().renewals().watch(
-                owed.client().clone(),
-                keys.clone(),
-                owner.clone(),
-                state.clone(),
+            owed.client().renewals().watch(Watched {
+                client: owed.client().clone(),
+                keys: keys.clone(),
+                owner: owner.clone(),
+                state: state.clone(),
                 renewal,
-                sent_at,
-            )
+                acquired_at: sent_at,
+            })
         });
         MutexGuard {
             watchdog,

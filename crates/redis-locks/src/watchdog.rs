@@ -63,16 +63,22 @@ struct Queue {
     closed: bool,
 }
 
-/// What one held lease needs renewed.
+/// A held lease to renew: whose, on which lock, how, since when.
+#[derive(Debug)]
+pub(crate) struct Watched {
+    pub(crate) client: Client,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) owner: OwnerToken,
+    pub(crate) state: Arc<LeaseState>,
+    pub(crate) renewal: Renewal,
+    pub(crate) acquired_at: Instant,
+}
+
+/// A watched lease in the queue.
 #[derive(Debug)]
 struct Job {
     id: u64,
-    client: Client,
-    keys: Arc<LockKeys>,
-    owner: OwnerToken,
-    state: Arc<LeaseState>,
-    renewal: Renewal,
-    acquired_at: Instant,
+    lease: Watched,
     /// Renewals so far.
     renewals: AtomicU32,
 }
@@ -86,29 +92,17 @@ pub(crate) struct Watchdog {
 }
 
 impl Renewals {
-    /// Renews `state`'s lease every third of it, owner-checked, until the returned handle is
+    /// Renews the lease every third of it, owner-checked, until the returned handle is
     /// dropped, until the lock is found lost, or until a cap is reached (then the lease
     /// simply runs out).
-    pub(crate) fn watch(
-        &self,
-        client: Client,
-        keys: Arc<LockKeys>,
-        owner: OwnerToken,
-        state: Arc<LeaseState>,
-        renewal: Renewal,
-        acquired_at: Instant,
-    ) -> Watchdog {
+    pub(crate) fn watch(&self, lease: Watched) -> Watchdog {
+        let first = lease.acquired_at + lease.renewal.lease / 3;
         let mut queue = self.shared.lock();
         let id = queue.next_id;
         queue.next_id += 1;
         let job = Arc::new(Job {
             id,
-            client,
-            keys,
-            owner,
-            state,
-            renewal,
-            acquired_at,
+            lease,
             renewals: AtomicU32::new(0),
         });
         queue.live.insert(id, None);
@@ -116,8 +110,7 @@ impl Renewals {
             queue.wakes_at = None;
             queue.scheduler = Some(tokio::spawn(run_scheduler(self.shared.clone())));
         }
-        self.shared
-            .schedule(&mut queue, job, acquired_at + renewal.lease / 3);
+        self.shared.schedule(&mut queue, job, first);
         Watchdog {
             shared: self.shared.clone(),
             id,
@@ -207,12 +200,14 @@ async fn run_scheduler(shared: Arc<Shared>) {
 
 /// One renewal of `job`'s lease; queues the next one unless the lease is over.
 async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
-    let Job {
+    let Watched {
+        client,
         keys,
+        owner,
         state,
         renewal,
-        ..
-    } = &*job;
+        acquired_at,
+    } = &job.lease;
     // Never beside an extension or the release (see `LeaseState::gate`).
     let _gate = state.gate.lock().await;
     if !shared.lock().live.contains_key(&job.id) {
@@ -231,7 +226,7 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     let capped = renewal.max_renewals.is_some_and(|max| renewals >= max)
         || renewal
             .max_hold
-            .is_some_and(|max| Instant::now() + renewal.lease > job.acquired_at + max);
+            .is_some_and(|max| Instant::now() + renewal.lease > *acquired_at + max);
     if capped {
         // Let the lease run out; `lost()` tells the holder at its deadline.
         tracing::debug!(lock = keys.name(), renewals, "renewal cap reached");
@@ -242,7 +237,7 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     let sent_at = Instant::now();
     // After a longer `extend`, a renewal shortens the lease: count on that at once.
     state.at_most(lease_deadline(sent_at, renewal.lease));
-    let next = match extend_lease(&job.client, keys, &job.owner, renewal.lease).await {
+    let next = match extend_lease(client, keys, owner, renewal.lease).await {
         Ok(deadline) => {
             state.extended(deadline);
             job.renewals.fetch_add(1, Ordering::Relaxed);

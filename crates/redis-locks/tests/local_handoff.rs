@@ -5,17 +5,47 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, eventually, raw, server};
+use common::{client, eventually, raw, server, subscribers};
 use redis::Commands;
-use redis_locks::MutexOptions;
+use redis_locks::{Client, Mutex, MutexGuard, MutexOptions, Result};
+use test_support::RedisServer;
+use tokio::task::JoinHandle;
 
-fn subscribers(server: &test_support::RedisServer, channel: &str) -> i64 {
-    let (_, count): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(&mut raw(server))
+/// Three callers of `mutex` in this process: the first holds; the second waits (listening,
+/// its refused attempt marked the lock); the third queues behind the second. Then the first
+/// releases. Returns the second's guard — granted with the third behind it — and the third's
+/// pending `lock()`, with the requests sent since just before the release.
+async fn second_holds_with_third_queued(
+    server: &RedisServer,
+    client: &Client,
+    mutex: &Mutex,
+) -> (MutexGuard, JoinHandle<Result<MutexGuard>>, u64) {
+    let lock = || {
+        let mutex = mutex.clone();
+        tokio::spawn(async move { mutex.lock().await })
+    };
+    let first = mutex.lock().await.unwrap();
+    let second = lock();
+    let (name, channel) = (mutex.name(), mutex.keys().wake_channel());
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let value: String = raw(server).get(name).unwrap();
+            subscribers(server, channel) == 1 && value.ends_with("+w")
+        })
+        .await,
+        "the second waiter listens, and its refused attempt marked the lock"
+    );
+    let third = lock();
+    // One turn of this single-threaded runtime: the third waiter queues behind the second.
+    tokio::task::yield_now().await;
+    let before = client.requests_sent();
+    first.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the second waiter was woken")
+        .unwrap()
         .unwrap();
-    count
+    (second, third, before)
 }
 
 #[tokio::test]
@@ -27,32 +57,7 @@ async fn a_waiter_behind_a_local_holder_asks_redis_nothing_until_the_release() {
         .lease(Duration::from_secs(30))
         .retry_delay(Duration::from_secs(20));
     let mutex = client.mutex_with("relay", options).unwrap();
-    let first = mutex.lock().await.unwrap();
-    let second = tokio::spawn({
-        let mutex = mutex.clone();
-        async move { mutex.lock().await }
-    });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            let value: String = raw(&server).get("relay").unwrap();
-            subscribers(&server, "{relay}:wake") == 1 && value.ends_with("+w")
-        })
-        .await,
-        "the second waiter listens, and its refused attempt marked the lock"
-    );
-    let third = tokio::spawn({
-        let mutex = mutex.clone();
-        async move { mutex.lock().await }
-    });
-    // One turn of this single-threaded runtime: the third waiter queues behind the second.
-    tokio::task::yield_now().await;
-    let before = client.requests_sent();
-    first.release().await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(5), second)
-        .await
-        .expect("the second waiter was woken")
-        .unwrap()
-        .unwrap();
+    let (second, third, before) = second_holds_with_third_queued(&server, &client, &mutex).await;
     // Granted with the third waiter queued behind it: its key is marked already.
     let value: String = raw(&server).get("relay").unwrap();
     assert_eq!(value, format!("{}+w", second.owner_token().as_str()));
@@ -83,28 +88,7 @@ async fn a_zero_budget_beside_a_local_holder_still_asks_redis_once() {
     let server = server();
     let client = client(&server).await;
     let mutex = client.mutex("beside").unwrap();
-    let first = mutex.lock().await.unwrap();
-    let second = tokio::spawn({
-        let mutex = mutex.clone();
-        async move { mutex.lock().await }
-    });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            subscribers(&server, "{beside}:wake") == 1
-        })
-        .await
-    );
-    let third = tokio::spawn({
-        let mutex = mutex.clone();
-        async move { mutex.lock().await }
-    });
-    tokio::task::yield_now().await;
-    first.release().await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(5), second)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let (second, third, _) = second_holds_with_third_queued(&server, &client, &mutex).await;
     // The waiter behind it gives up: nobody of this process waits any more.
     third.abort();
     let _ = third.await;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{child_main, client, eventually, pttl, raw, server};
+use common::{child_main, client, eventually, pttl, raw, server, subscribers};
 use redis_locks::{Mutex, MutexGuard, MutexOptions};
 use test_support::ChildProcess;
 use tokio::task::JoinHandle;
@@ -18,15 +18,6 @@ fn slow_polling(lease: Duration) -> MutexOptions {
     MutexOptions::default()
         .lease(lease)
         .retry_delay(Duration::from_secs(20))
-}
-
-fn subscribers(server: &test_support::RedisServer, channel: &str) -> i64 {
-    let (_, count): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(&mut raw(server))
-        .unwrap();
-    count
 }
 
 /// Spawns `mutex.lock()` and returns once the waiter listens on the lock's wake channel (a

@@ -89,3 +89,13 @@ pub fn assert_not_held<T: std::fmt::Debug>(
         other => panic!("expected NotHeld({reason:?}), got {other:?}"),
     }
 }
+
+/// How many connections subscribe to `channel` (`PUBSUB NUMSUB`).
+pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut raw(server))
+        .unwrap();
+    count
+}
