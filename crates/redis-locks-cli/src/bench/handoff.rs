@@ -314,12 +314,12 @@ fn print_reports(args: &HandoffArgs, reports: &[VariantReport]) {
         format!("{:.1}%", r.longest_waiter_share * 100.0)
     });
     row("requests/acq", &|r| {
-        format!("{:.2}", r.requests_per_acquisition)
+        format!("{:.3}", r.requests_per_acquisition)
     });
     row("overlaps", &|r| r.overlaps.to_string());
     print_table(&rows);
     println!(
-        "\n  idle gap: from a release returning to the next acquisition returning; utilisation: share of the run the lock was held;\n  re-took / longest waiter: of the handoffs that had someone waiting."
+        "\n  idle gap: from a release returning to the next acquisition returning; utilisation: share of the run the lock was held;\n  re-took / longest waiter: of the handoffs that had someone waiting;\n  requests/acq: every round trip of the run (the workers' arrival and the wake-up subscription too) per acquisition."
     );
 }
 
