@@ -100,7 +100,8 @@ impl LockKeys {
         &self.name
     }
 
-    /// The fencing counter: an integer that only grows, one step per acquisition.
+    /// The fencing counter: an integer that only grows, at least one step per acquisition
+    /// (an attempt refused on the fast path takes a step too).
     pub fn fence(&self) -> &str {
         &self.fence
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 /// highest token it has seen and refuses lower ones can never be written by a holder whose
 /// lease ran out while it was paused. Tokens are not dense: a lock's counter starts at the
 /// Redis server's clock in microseconds, so tokens keep growing even when the server loses
-/// the counter (a restart without persistence).
+/// the counter (a restart without persistence), and a refused attempt takes a number too.
 ///
 /// ```
 /// use redis_locks::FencingToken;
