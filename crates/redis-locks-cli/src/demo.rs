@@ -12,6 +12,7 @@ use test_support::ChildProcess;
 
 use crate::contend::{LotteryOutcome, contend, lottery, wait_until};
 use crate::exit::CliError;
+use crate::leftovers::delete_counters;
 use crate::redis_target::RedisTarget;
 use crate::worker::Role;
 
@@ -47,7 +48,7 @@ pub async fn run(target: &RedisTarget, args: &DemoArgs) -> Result<(), CliError> 
 
     let lottery_ok = lottery_round(&client, target, &lottery_lock, args).await?;
     let contention_ok = contention_round(&client, target, &contended_lock, args).await?;
-    cleanup(&client, &[&lottery_lock, &contended_lock]).await;
+    delete_counters(&client, &[&lottery_lock, &contended_lock]).await?;
 
     if lottery_ok && contention_ok {
         println!("All checks passed.");
@@ -280,17 +281,4 @@ fn parse<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, CliError> {
 
 fn now_ms() -> u64 {
     now_nanos() / 1_000_000
-}
-
-/// Deletes the demo's fencing counters, so a demo against a shared server leaves nothing.
-async fn cleanup(client: &Client, locks: &[&str]) {
-    let mut connection = client.connection();
-    for lock in locks {
-        if let Ok(mutex) = client.mutex(lock) {
-            let _: Result<i64, _> = redis::cmd("DEL")
-                .arg(mutex.keys().fence())
-                .query_async(&mut connection)
-                .await;
-        }
-    }
 }

@@ -8,6 +8,7 @@ mod bench;
 mod contend;
 mod demo;
 mod exit;
+mod leftovers;
 mod redis_target;
 mod run;
 mod status;

@@ -46,10 +46,7 @@ fn demo_against_a_given_server_reports_one_winner_and_no_overlap() {
     assert!(text.contains("strictly increasing"), "{text}");
     assert!(text.contains("All checks passed."), "{text}");
     // The demo cleans up after itself on a server it did not start.
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query(&mut server.connection().unwrap())
-        .unwrap();
+    let keys = all_keys(&server);
     assert!(keys.is_empty(), "left behind: {keys:?}");
 }
 
@@ -108,17 +105,48 @@ fn bad_usage_exits_64_and_help_exits_0() {
     assert!(stdout(&out).contains("Exit codes"));
 }
 
-fn json_lines(out: &Output) -> Vec<serde_json::Value> {
-    stdout(out)
+/// Runs `redis-locks` with `args` (a `--json` command), checks it succeeded, and returns its
+/// JSON objects, one per line.
+fn json_runs(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = redis_locks(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(&out)
         .lines()
         .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect()
+}
+
+/// Every key on `server` (a test server: a handful of keys).
+fn all_keys(server: &RedisServer) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection().unwrap())
+        .unwrap()
+}
+
+/// The keys on `server` that never expire: a run must leave none behind.
+fn keys_without_expiry(server: &RedisServer) -> Vec<String> {
+    let mut connection = server.connection().unwrap();
+    all_keys(server)
+        .into_iter()
+        .filter(|key| {
+            redis::cmd("PTTL")
+                .arg(key)
+                .query::<i64>(&mut connection)
+                .unwrap()
+                == -1
+        })
         .collect()
 }
 
 #[test]
 fn bench_throughput_reports_both_variants_and_the_ratio() {
     let server = RedisServer::start().unwrap();
-    let out = redis_locks(&[
+    let runs = json_runs(&[
         "bench",
         "throughput",
         "--redis",
@@ -129,12 +157,6 @@ fn bench_throughput_reports_both_variants_and_the_ratio() {
         "300ms",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let runs = json_lines(&out);
     assert_eq!(runs.len(), 1);
     let run = &runs[0];
     assert_eq!(run["bench"], "throughput");
@@ -152,12 +174,14 @@ fn bench_throughput_reports_both_variants_and_the_ratio() {
     assert!(run["ratio_ours_to_bare"].as_f64().unwrap() > 0.0);
     assert!(run["memory"]["held_lock_key_bytes"].as_i64().unwrap() > 0);
     assert!(run["memory"]["fencing_counter_bytes"].as_i64().unwrap() > 0);
+    let left = keys_without_expiry(&server);
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]
 fn bench_handoff_runs_three_variants_without_overlap() {
     let server = RedisServer::start().unwrap();
-    let out = redis_locks(&[
+    let runs = json_runs(&[
         "bench",
         "handoff",
         "--redis",
@@ -168,12 +192,6 @@ fn bench_handoff_runs_three_variants_without_overlap() {
         "400ms",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let runs = json_lines(&out);
     let variants: Vec<&str> = runs
         .iter()
         .map(|r| r["variant"].as_str().unwrap())
@@ -184,6 +202,9 @@ fn bench_handoff_runs_three_variants_without_overlap() {
         assert_eq!(run["overlaps"], 0, "{run}");
         assert_eq!(run["token_regressions"], 0, "{run}");
     }
+    // The fair queue's keys expire on their own; nothing is left that never would.
+    let left = keys_without_expiry(&server);
+    assert!(left.is_empty(), "left behind: {left:?}");
     // The table form prints the rows a reader looks for.
     let out = redis_locks(&[
         "bench",
@@ -224,7 +245,7 @@ fn bench_refuses_bad_durations_and_counts() {
 fn bench_market_keeps_every_invariant_in_every_strategy() {
     let server = RedisServer::start().unwrap();
     let chart = std::env::temp_dir().join(format!("market-{}.svg", std::process::id()));
-    let out = redis_locks(&[
+    let runs = json_runs(&[
         "bench",
         "market",
         "--redis",
@@ -239,12 +260,6 @@ fn bench_market_keeps_every_invariant_in_every_strategy() {
         chart.to_str().unwrap(),
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let runs = json_lines(&out);
     let strategies: Vec<&str> = runs
         .iter()
         .map(|r| r["strategy"].as_str().unwrap())
@@ -265,10 +280,7 @@ fn bench_market_keeps_every_invariant_in_every_strategy() {
     );
     let _ = std::fs::remove_file(&chart);
     // Nothing of the runs is left on the server.
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query(&mut server.connection().unwrap())
-        .unwrap();
+    let keys = all_keys(&server);
     assert!(
         keys.is_empty(),
         "left behind: {:?}",

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::baseline::BareLock;
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use crate::exit::CliError;
+use crate::leftovers::delete_counters;
 
 /// Options of `bench handoff`.
 #[derive(Debug, Clone, clap::Args)]
@@ -105,7 +106,7 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
             println!("{}", serde_json::to_string(&report).expect("plain data"));
         }
         reports.push(report);
-        cleanup(&client, &lock).await;
+        delete_counters(&client, &[&lock]).await?;
     }
     if !json {
         print_reports(args, &reports);
@@ -326,14 +327,5 @@ fn print_reports(args: &HandoffArgs, reports: &[VariantReport]) {
 impl VariantReport {
     fn variant_label(&self) -> &'static str {
         self.variant.label()
-    }
-}
-
-async fn cleanup(client: &Client, lock: &str) {
-    if let Ok(mutex) = client.mutex(lock) {
-        let _: Result<i64, _> = redis::cmd("DEL")
-            .arg(mutex.keys().fence())
-            .query_async(&mut client.connection())
-            .await;
     }
 }

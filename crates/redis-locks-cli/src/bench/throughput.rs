@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::baseline::BareLock;
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use crate::exit::CliError;
+use crate::leftovers::delete_counters;
 
 /// Options of `bench throughput`.
 #[derive(Debug, Clone, clap::Args)]
@@ -124,6 +125,9 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
         bare_fenced: fenced,
         memory: memory(&client, &run_id).await?,
     };
+    let workers: Vec<String> = (0..args.workers).map(|w| worker_key(&run_id, w)).collect();
+    let workers: Vec<&str> = workers.iter().map(String::as_str).collect();
+    delete_counters(&client, &workers).await?;
     if json {
         println!("{}", serde_json::to_string(&report).expect("plain data"));
     } else {
@@ -217,11 +221,7 @@ async fn memory(client: &Client, run_id: &str) -> Result<Memory, CliError> {
     let held = usage(mutex.keys().lock().to_string()).await?;
     let counter = usage(mutex.keys().fence().to_string()).await?;
     guard.release().await?;
-    // Leave nothing behind on a shared server.
-    let _: Result<i64, _> = redis::cmd("DEL")
-        .arg(mutex.keys().fence())
-        .query_async(&mut client.connection())
-        .await;
+    delete_counters(client, &[mutex.name()]).await?;
     Ok(Memory {
         held_lock_key_bytes: held,
         fencing_counter_bytes: counter,

@@ -1,0 +1,29 @@
+//! What a run of the CLI leaves on a server it did not start: the fencing counters of its
+//! locks, the only keys of a lock that never expire. Every run deletes them at its end.
+
+use redis_locks::Client;
+
+use crate::exit::CliError;
+
+/// Deletes the fencing counters of `locks`.
+///
+/// # Errors
+/// [`CliError::Unavailable`] when Redis refused or did not answer: the counters stay, and
+/// the user should hear that the run left keys behind.
+pub async fn delete_counters(client: &Client, locks: &[&str]) -> Result<(), CliError> {
+    let mut connection = client.connection();
+    for lock in locks {
+        let mutex = client.mutex(lock)?;
+        redis::cmd("DEL")
+            .arg(mutex.keys().fence())
+            .query_async::<i64>(&mut connection)
+            .await
+            .map_err(|err| {
+                CliError::Unavailable(format!(
+                    "deleting the fencing counter {}: {err}",
+                    mutex.keys().fence()
+                ))
+            })?;
+    }
+    Ok(())
+}
