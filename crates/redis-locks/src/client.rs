@@ -199,8 +199,8 @@ impl Client {
     /// A [`Mutex`] handle for the lock `name`, with default options (a 30 s lease).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty name, one over 1024 bytes, or one with `}` but no
-    /// hash tag (see [`LockKeys`]).
+    /// [`Error::InvalidName`] for a name [`LockKeys::new`] refuses (empty, over 1024 bytes, a
+    /// broken hash tag, or one that would share keys with another lock).
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
         self.mutex_with(name, MutexOptions::default())
     }
@@ -240,9 +240,10 @@ impl Client {
         FencedKey::new(self.clone(), name)
     }
 
-    /// How many requests this client has sent to Redis: lock scripts on the main connection
-    /// plus subscription commands and reconnects of the wake-up connection. A diagnostic for
-    /// benchmarks ("requests per acquisition").
+    /// How many requests (round trips) this client has sent to Redis: script calls and
+    /// pipelines on the main connection (a pipeline counts once), plus subscription commands
+    /// and reconnects of the wake-up connection. A diagnostic for benchmarks ("requests per
+    /// acquisition").
     pub fn requests_sent(&self) -> u64 {
         self.inner.requests.load(Ordering::Relaxed) + self.inner.wakeups.requests()
     }

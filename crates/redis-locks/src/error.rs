@@ -54,7 +54,8 @@ impl std::fmt::Display for LostReason {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The lock name cannot be used (empty, too long, or a `}` that breaks the slot rule).
+    /// The lock name cannot be used (see [`LockKeys::new`](crate::LockKeys::new): empty, too
+    /// long, a `}` that breaks the slot rule, or a name that would share keys with another).
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName {
         /// The name as given.
@@ -62,8 +63,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// A duration argument is out of range (a zero or sub-millisecond lease, or one so long
-    /// that Redis's millisecond expiry would overflow).
+    /// A duration argument is out of range: a zero or sub-millisecond lease, one so long that
+    /// Redis's millisecond expiry would overflow, a lease under 30 ms for the watchdog to
+    /// renew, a retry delay over an hour, or a place lease out of its range.
     #[error("invalid {what} {value:?}: {reason}")]
     InvalidDuration {
         /// Which argument ("lease", "retry delay", ...).
@@ -199,13 +201,11 @@ impl Error {
             return Error::Connection { phase, source };
         }
         let text = source.to_string();
-        if source.code() == Some("WRONGTYPE") || text.contains("WRONGTYPE") {
-            return Error::WrongType {
-                key: key.to_string(),
-                detail: text,
-            };
-        }
-        if text.contains("not an integer") {
+        // A key of another type, or a fencing counter that is not an integer.
+        let wrong_type = source.code() == Some("WRONGTYPE")
+            || text.contains("WRONGTYPE")
+            || text.contains("not an integer");
+        if wrong_type {
             return Error::WrongType {
                 key: key.to_string(),
                 detail: text,

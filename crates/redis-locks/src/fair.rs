@@ -140,6 +140,8 @@ pub struct FairMutex {
     client: Client,
     keys: Arc<LockKeys>,
     options: FairMutexOptions,
+    /// The lease in milliseconds, as the acquire script takes it.
+    lease_ms: Arc<str>,
 }
 
 impl FairMutex {
@@ -152,6 +154,7 @@ impl FairMutex {
         Ok(FairMutex {
             client,
             keys: Arc::new(keys),
+            lease_ms: lease_millis(options.base.get_lease())?.to_string().into(),
             options,
         })
     }
@@ -263,8 +266,12 @@ impl FairMutex {
                 Err(retry_after) => retry_after,
             };
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                // Give the place up now (the reply is "not held", as expected).
-                let _ = owed.pay().await;
+                // Give the place up now. The reply is "not held", as expected; anything else
+                // (Redis gone, say) leaves the place to run out with its place lease.
+                match owed.pay().await {
+                    Ok(()) | Err(Error::NotHeld { .. }) => {}
+                    Err(err) => tracing::debug!(%err, "giving up a place in the queue"),
+                }
                 return Err(Error::WaitTimeout {
                     name: self.name().to_string(),
                     waited: started.elapsed(),
@@ -299,7 +306,6 @@ impl FairMutex {
         owed: &OwedRelease,
         place_lease: Duration,
     ) -> Result<std::result::Result<(FencingToken, Instant), Option<Duration>>> {
-        let millis = lease_millis(self.options.base.get_lease())?.to_string();
         let place = place_lease.as_millis().to_string();
         let (queue, places, tickets) = queue_keys(&self.keys);
         let sent_at = Instant::now();
@@ -317,7 +323,7 @@ impl FairMutex {
                 ],
                 &[
                     owed.owner().as_str(),
-                    &millis,
+                    &self.lease_ms,
                     &place,
                     self.keys.wake_channel(),
                 ],

@@ -31,7 +31,7 @@ pub(crate) struct OwedRelease {
 /// Which primitive a guard belongs to: it decides how a release is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LockKind {
-    /// Delete the key and wake every waiter.
+    /// Delete the key and, if a waiter marked it, wake every waiter.
     Mutex,
     /// Delete the key (or give up the queue place) and wake only the next waiter.
     Fair,
@@ -55,10 +55,6 @@ impl OwedRelease {
 
     pub(crate) fn owner(&self) -> &OwnerToken {
         &self.owner
-    }
-
-    pub(crate) fn keys_arc(&self) -> Arc<LockKeys> {
-        self.keys.clone()
     }
 
     pub(crate) fn client(&self) -> &Client {
@@ -223,8 +219,6 @@ pub struct MutexGuard {
     owed: Option<OwedRelease>,
     state: Arc<LeaseState>,
     token: FencingToken,
-    name: Arc<LockKeys>,
-    owner: OwnerToken,
     /// Set when waiters of this process queue behind this guard; cleared before the release
     /// is sent.
     local: Option<LocalHolder>,
@@ -249,13 +243,11 @@ impl MutexGuard {
         options: &MutexOptions,
     ) -> MutexGuard {
         let state = LeaseState::new(lease_deadline(sent_at, options.get_lease()));
-        let keys = owed.keys_arc();
-        let owner = owed.owner().clone();
         let watchdog = options.renewal().map(|renewal| {
             owed.client().renewals().watch(Watched {
                 client: owed.client().clone(),
-                keys: keys.clone(),
-                owner: owner.clone(),
+                keys: owed.keys.clone(),
+                owner: owed.owner.clone(),
                 state: state.clone(),
                 renewal,
                 acquired_at: sent_at,
@@ -266,8 +258,6 @@ impl MutexGuard {
             owed: Some(owed),
             state,
             token,
-            name: keys,
-            owner,
             local: None,
         }
     }
@@ -280,7 +270,7 @@ impl MutexGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.name.name()
+        self.owed().keys.name()
     }
 
     /// This acquisition's fencing token: greater than that of every earlier holder of the lock.
@@ -290,7 +280,7 @@ impl MutexGuard {
 
     /// The random owner token stored in the lock key while this guard holds it.
     pub fn owner_token(&self) -> &OwnerToken {
-        &self.owner
+        &self.owed().owner
     }
 
     /// The instant (local monotonic clock) until which the lock is certainly held: the lease
@@ -347,7 +337,8 @@ impl MutexGuard {
         // A shorter lease applies on the server as soon as the request lands: count on no
         // more than it from now on, whatever happens to the reply.
         self.state.at_most(lease_deadline(Instant::now(), lease));
-        match extend_lease(self.client(), &self.name, &self.owner, lease).await {
+        let owed = self.owed();
+        match extend_lease(&owed.client, &owed.keys, &owed.owner, lease).await {
             Ok(deadline) => {
                 self.state.extended(deadline);
                 Ok(())
@@ -389,11 +380,11 @@ impl MutexGuard {
         outcome
     }
 
-    fn client(&self) -> &Client {
+    /// The release this guard owes: there from acquisition until `release` or drop.
+    fn owed(&self) -> &OwedRelease {
         self.owed
             .as_ref()
             .expect("a guard owes its release until released")
-            .client()
     }
 }
 

@@ -44,8 +44,9 @@ impl LockKeys {
     /// Checks a lock name and derives its keys.
     ///
     /// # Errors
-    /// [`Error::InvalidName`] when the name is empty, longer than [`MAX_NAME_LEN`] bytes, or
-    /// contains `}` without having a hash tag.
+    /// [`Error::InvalidName`] when the name is empty, longer than [`MAX_NAME_LEN`] bytes,
+    /// contains `}` without having a hash tag, is only a hash tag (`{x}`), or ends in a
+    /// companion suffix (`:fence`, `:wake`, ...) and so would share keys with another lock.
     pub fn new(name: &str) -> Result<LockKeys> {
         let invalid = |reason| Error::InvalidName {
             name: name.to_string(),

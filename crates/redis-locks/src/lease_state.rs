@@ -78,6 +78,11 @@ impl LeaseState {
     }
 
     /// The lock is known not to be held any more; the first reason given stays.
+    /// Renewing stops on purpose: if the deadline passes, `reason` is why.
+    pub(crate) fn ending_as(&self, reason: LostReason) {
+        self.status.send_modify(|s| s.ending = reason);
+    }
+
     pub(crate) fn lose(&self, reason: LostReason) {
         self.status.send_if_modified(|s| {
             let change = s.lost.is_none();
@@ -132,12 +137,5 @@ impl LeaseState {
                 }
             }
         }
-    }
-}
-
-impl LeaseState {
-    /// Renewing stops on purpose: if the deadline passes, `reason` is why.
-    pub(crate) fn ending_as(&self, reason: LostReason) {
-        self.status.send_modify(|s| s.ending = reason);
     }
 }

@@ -20,7 +20,8 @@ use attempt::{Ask, Attempt};
 
 /// The lease a [`Mutex`] grants when none is asked for.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-/// The average pause between two attempts of a waiting `lock()`.
+/// The average pause between two attempts of a waiting `lock()` while wake-ups are down
+/// (with them, a release wakes the waiter).
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(25);
 
 /// How a [`Mutex`] acquires: the lease it asks for, whether a watchdog renews it, how it
@@ -187,7 +188,7 @@ pub struct Mutex {
     client: Client,
     keys: Arc<LockKeys>,
     options: MutexOptions,
-    /// The lease in milliseconds, as the acquire script takes it.
+    /// The lease in milliseconds, as `SET ... PX` and the acquire script take it.
     lease_ms: Arc<str>,
 }
 
@@ -216,19 +217,29 @@ impl Mutex {
     ///
     /// # Errors
     /// [`Error::Held`] when another owner holds it, with how long its lease still runs;
-    /// [`Error::WrongType`] when the lock key holds another Redis type;
+    /// [`Error::WrongType`] when the lock key holds another Redis type, or its fencing
+    /// counter is not an integer (a grant taken meanwhile is given back);
     /// [`Error::Connection`] when Redis did not answer.
     ///
     /// # Cancel safety
     /// If the future is dropped after the request went out, the server may have granted the
     /// lock; it is then released by owner token in a background task.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
+        self.try_once(|retry_after| Error::Held {
+            name: self.name().to_string(),
+            retry_after,
+        })
+        .await
+    }
+
+    /// One fast attempt that says how long a refusal lasts; `refused` makes the error.
+    async fn try_once(
+        &self,
+        refused: impl FnOnce(Option<Duration>) -> Error,
+    ) -> Result<MutexGuard> {
         match self.attempt(Ask::Fast { pttl: true }).await? {
             Attempt::Acquired(guard) => Ok(guard),
-            Attempt::Held(retry_after) => Err(Error::Held {
-                name: self.name().to_string(),
-                retry_after,
-            }),
+            Attempt::Held(retry_after) => Err(refused(retry_after)),
         }
     }
 
@@ -319,21 +330,13 @@ impl Mutex {
                 None => queue.turn.lock().await,
                 // A zero budget means one attempt, even with local waiters queued.
                 Some(deadline) if deadline <= Instant::now() => {
-                    return match self.attempt(Ask::Fast { pttl: true }).await? {
-                        Attempt::Acquired(guard) => Ok(guard),
-                        Attempt::Held(retry_after) => Err(timeout(retry_after)),
-                    };
+                    return self.try_once(timeout).await;
                 }
                 Some(deadline) => {
                     match tokio::time::timeout_at(deadline, queue.turn.lock()).await {
                         Ok(turn) => turn,
                         // Never give up without having asked Redis once.
-                        Err(_) => {
-                            return match self.attempt(Ask::Fast { pttl: true }).await? {
-                                Attempt::Acquired(guard) => Ok(guard),
-                                Attempt::Held(retry_after) => Err(timeout(retry_after)),
-                            };
-                        }
+                        Err(_) => return self.try_once(timeout).await,
                     }
                 }
             },

@@ -17,7 +17,7 @@ pub(crate) static MUTEX_RELEASE: LazyLock<Script> =
 pub(crate) static MUTEX_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/mutex_extend.lua")));
 
-/// Read-only state: `{owner or '', pttl, counter}`.
+/// Read-only state: `{owner or '', pttl, counter, marked}`.
 pub(crate) static MUTEX_INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/mutex_inspect.lua")));
 

@@ -4,8 +4,9 @@
 //! wake channel (see [`crate::wakeups`]) and sleeps until a release wakes it, or until the
 //! holder's lease ends (the key expires then, so a crashed holder is noticed at once), or until
 //! the caller's wait budget runs out. While the wake-up connection is not live, it polls with
-//! a jittered delay instead. Waiters of one lock inside one process queue locally
-//! ([`LocalQueue`]), so only one of them talks to Redis at a time.
+//! a jittered delay instead. A `Mutex`'s waiters of one lock inside one process queue
+//! locally ([`LocalQueue`]), so only one of them talks to Redis at a time (a `FairMutex`'s
+//! each keep their own place in the server's queue).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
@@ -39,13 +40,8 @@ impl Backoff {
     }
 
     /// How long to pause before the next attempt, given the holder's remaining lease (as the
-    /// failed attempt reported it) and the caller's deadline.
-    pub(crate) fn next_pause(
-        &self,
-        retry_after: Option<Duration>,
-        deadline: Option<Instant>,
-        now: Instant,
-    ) -> Duration {
+    /// failed attempt reported it). The caller's deadline is [`sleep_limit`]'s business.
+    pub(crate) fn next_pause(&self, retry_after: Option<Duration>) -> Duration {
         let half = self.delay / 2;
         let jitter = Duration::from_nanos(
             rand::rng().random_range(0..=self.delay.as_nanos().min(u64::MAX as u128) as u64),
@@ -54,9 +50,6 @@ impl Backoff {
         if let Some(lease_left) = retry_after {
             // The key expires when the holder's lease ends: try right after that.
             pause = pause.min(lease_left + MIN_PAUSE);
-        }
-        if let Some(deadline) = deadline {
-            pause = pause.min(deadline.saturating_duration_since(now));
         }
         pause.max(MIN_PAUSE)
     }
@@ -78,7 +71,7 @@ pub(crate) fn sleep_limit(
     let mut limit = match (live, retry_after) {
         (true, Some(lease_left)) => (lease_left + MIN_PAUSE).min(LIVE_RECHECK),
         (true, None) => LIVE_RECHECK,
-        (false, _) => backoff.next_pause(retry_after, None, now),
+        (false, _) => backoff.next_pause(retry_after),
     };
     if let Some(refresh) = refresh {
         limit = limit.min(refresh);
@@ -232,10 +225,7 @@ mod tests {
     #[test]
     fn pauses_are_jittered_around_the_delay() {
         let backoff = Backoff::new(Duration::from_millis(40));
-        let now = Instant::now();
-        let pauses: Vec<Duration> = (0..200)
-            .map(|_| backoff.next_pause(None, None, now))
-            .collect();
+        let pauses: Vec<Duration> = (0..200).map(|_| backoff.next_pause(None)).collect();
         assert!(pauses.iter().all(|p| *p >= Duration::from_millis(20)));
         assert!(pauses.iter().all(|p| *p <= Duration::from_millis(60)));
         let distinct: std::collections::HashSet<_> = pauses.iter().collect();
@@ -247,13 +237,10 @@ mod tests {
         let backoff = Backoff::new(Duration::from_millis(500));
         let now = Instant::now();
         let lease_left = Some(Duration::from_millis(3));
-        assert_eq!(
-            backoff.next_pause(lease_left, None, now),
-            Duration::from_millis(4)
-        );
+        assert_eq!(backoff.next_pause(lease_left), Duration::from_millis(4));
         let deadline = Some(now + Duration::from_millis(2));
         assert_eq!(
-            backoff.next_pause(None, deadline, now),
+            sleep_limit(false, &backoff, None, None, deadline, now),
             Duration::from_millis(2)
         );
     }
@@ -262,10 +249,7 @@ mod tests {
     fn never_a_zero_pause() {
         let backoff = Backoff::new(Duration::ZERO);
         let now = Instant::now();
-        assert_eq!(
-            backoff.next_pause(Some(Duration::ZERO), Some(now), now),
-            MIN_PAUSE
-        );
+        assert_eq!(backoff.next_pause(Some(Duration::ZERO)), MIN_PAUSE);
         assert_eq!(
             sleep_limit(true, &backoff, Some(Duration::ZERO), None, Some(now), now),
             MIN_PAUSE

@@ -2,7 +2,9 @@
 //! in the process.
 //!
 //! Release scripts `PUBLISH` on the lock's wake channel (a name in the lock's slot, see
-//! [`LockKeys::wake_channel`](crate::LockKeys::wake_channel)). A background task owns the
+//! [`LockKeys::wake_channel`](crate::LockKeys::wake_channel)) when somebody waits: a `Mutex`
+//! waiter marks the holder's key, a `FairMutex` release wakes its queue's head. A background
+//! task owns the
 //! subscriber connection: it subscribes to a channel while at least one waiter of this
 //! process holds a [`Subscription`] to it, and fans each message out to those waiters.
 //! When the connection drops, the task wakes every waiter (a release may have been missed),

@@ -115,12 +115,17 @@ async fn an_overlong_retry_delay_is_refused_and_zero_still_pauses() {
     let mutex = client.mutex_with("r", zero).unwrap();
     let _held = mutex.lock().await.unwrap();
     let started = Instant::now();
+    let before = client.requests_sent();
     let err = mutex
         .lock_timeout(Duration::from_millis(100))
         .await
         .unwrap_err();
     assert!(err.is_held());
     assert!(started.elapsed() >= Duration::from_millis(100));
+    // Woken by wake-ups, the waiter asks a few times; even polling, at most once a
+    // millisecond. A spinning waiter would send thousands.
+    let sent = client.requests_sent() - before;
+    assert!(sent <= 110, "{sent} requests in 100 ms");
 }
 
 #[tokio::test]

@@ -68,7 +68,9 @@ async fn cancelled_lock_calls_on_a_free_lock_leave_no_key_behind() {
             "a cancelled lock() left the key behind"
         );
     }
-    // Every grant advanced the counter; grants the caller never saw were cancelled in flight.
+    // Every grant advanced the counter, and no attempt here found the lock held (each starts
+    // after the key is gone), so the counter counts grants; those the caller never saw were
+    // cancelled in flight.
     let grants = counter().await.unwrap() - start_token;
     let granted_unseen = grants - completed;
     eprintln!(

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, raw, server};
+use common::{client, exists, raw, server};
 use redis::Commands;
 use redis_locks::{Error, LostReason, MutexOptions};
 
@@ -120,9 +120,32 @@ async fn a_broken_counter_gives_the_fast_grant_back() {
             matches!(&err, Error::WrongType { key, .. } if key == "{broken}:fence"),
             "{err}"
         );
-        let exists: bool = raw(&server).exists("broken").unwrap();
-        assert!(!exists, "the lock taken by the SET was given back");
+        assert!(
+            !exists(&server, "broken"),
+            "the lock taken by the SET was given back"
+        );
     }
+}
+
+#[tokio::test]
+async fn a_held_lock_with_a_broken_counter_is_reported_not_just_held() {
+    let server = server();
+    let client = client(&server).await;
+    let mutex = client.mutex("spoiled").unwrap();
+    let holder = mutex.lock().await.unwrap();
+    let _: () = raw(&server).set("{spoiled}:fence", "not-a-number").unwrap();
+    let err = mutex.try_lock().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { key, .. } if key == "{spoiled}:fence"),
+        "{err}"
+    );
+    let value: String = raw(&server).get("spoiled").unwrap();
+    assert_eq!(
+        value,
+        holder.owner_token().as_str(),
+        "the holder's lock is untouched"
+    );
+    holder.release().await.unwrap();
 }
 
 #[tokio::test]

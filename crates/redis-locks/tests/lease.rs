@@ -4,16 +4,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_not_held, child_main, client, eventually, exists, pttl, server};
+use common::{assert_not_held, child_main, client, eventually, exists, pttl, renewed, server};
 use redis_locks::{Error, FencingToken, LostReason, MutexOptions};
 use test_support::ChildProcess;
 use tokio::time::Instant;
-
-fn renewed(lease_ms: u64) -> MutexOptions {
-    MutexOptions::default()
-        .lease(Duration::from_millis(lease_ms))
-        .watchdog(true)
-}
 
 #[test]
 #[ignore = "runs only as a child process of the watchdog test"]
@@ -169,7 +163,12 @@ async fn the_renewal_cap_lets_the_lease_run_out_and_says_so() {
         .await
         .unwrap();
     let started = Instant::now();
-    assert_eq!(guard.lost().await, LostReason::RenewalCapReached);
+    let before = client.requests_sent();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the lease ran out after the cap");
+    assert_eq!(lost, LostReason::RenewalCapReached);
+    assert_eq!(client.requests_sent() - before, 2, "exactly two renewals");
     // Two renewals at 50 ms and 100 ms, then the last 150 ms lease: about 250 ms in all.
     assert!(
         started.elapsed() >= Duration::from_millis(200),

@@ -5,27 +5,34 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, eventually, raw, server, subscribers};
+use common::{client, eventually, raw, server, slow_polling, subscribers};
 use redis::Commands;
-use redis_locks::{Client, Mutex, MutexGuard, MutexOptions, Result};
+use redis_locks::{Client, Mutex, MutexGuard, Result};
 use test_support::RedisServer;
 use tokio::task::JoinHandle;
 
 /// Three callers of `mutex` in this process: the first holds; the second waits (listening,
-/// its refused attempt marked the lock); the third queues behind the second. Then the first
-/// releases. Returns the second's guard — granted with the third behind it — and the third's
-/// pending `lock()`, with the requests sent since just before the release.
+/// its refused attempt marked the lock); the third queues behind the second, with a wait
+/// budget of `third_waits` (`None`: as long as it takes). Then the first releases. Returns
+/// the second's guard — granted with the third behind it — and the third's pending call,
+/// with the requests sent since just before the release.
 async fn second_holds_with_third_queued(
     server: &RedisServer,
     client: &Client,
     mutex: &Mutex,
+    third_waits: Option<Duration>,
 ) -> (MutexGuard, JoinHandle<Result<MutexGuard>>, u64) {
-    let lock = || {
+    let lock = |budget: Option<Duration>| {
         let mutex = mutex.clone();
-        tokio::spawn(async move { mutex.lock().await })
+        tokio::spawn(async move {
+            match budget {
+                Some(budget) => mutex.lock_timeout(budget).await,
+                None => mutex.lock().await,
+            }
+        })
     };
     let first = mutex.lock().await.unwrap();
-    let second = lock();
+    let second = lock(None);
     let (name, channel) = (mutex.name(), mutex.keys().wake_channel());
     assert!(
         eventually(Duration::from_secs(5), || async {
@@ -35,7 +42,7 @@ async fn second_holds_with_third_queued(
         .await,
         "the second waiter listens, and its refused attempt marked the lock"
     );
-    let third = lock();
+    let third = lock(third_waits);
     // One turn of this single-threaded runtime: the third waiter queues behind the second.
     tokio::task::yield_now().await;
     let before = client.requests_sent();
@@ -53,11 +60,11 @@ async fn a_waiter_behind_a_local_holder_asks_redis_nothing_until_the_release() {
     let server = server();
     let client = client(&server).await;
     // Polling this slowly (and re-checking a live subscription every 2 s) could not pass.
-    let options = MutexOptions::default()
-        .lease(Duration::from_secs(30))
-        .retry_delay(Duration::from_secs(20));
-    let mutex = client.mutex_with("relay", options).unwrap();
-    let (second, third, before) = second_holds_with_third_queued(&server, &client, &mutex).await;
+    let mutex = client
+        .mutex_with("relay", slow_polling(Duration::from_secs(30)))
+        .unwrap();
+    let (second, third, before) =
+        second_holds_with_third_queued(&server, &client, &mutex, None).await;
     // Granted with the third waiter queued behind it: its key is marked already.
     let value: String = raw(&server).get("relay").unwrap();
     assert_eq!(value, format!("{}+w", second.owner_token().as_str()));
@@ -84,23 +91,51 @@ async fn a_waiter_behind_a_local_holder_asks_redis_nothing_until_the_release() {
 }
 
 #[tokio::test]
-async fn a_zero_budget_beside_a_local_holder_still_asks_redis_once() {
+async fn a_wait_behind_a_local_holder_still_ends_on_time_and_asks_redis_once() {
     let server = server();
     let client = client(&server).await;
     let mutex = client.mutex("beside").unwrap();
-    let (second, third, _) = second_holds_with_third_queued(&server, &client, &mutex).await;
-    // The waiter behind it gives up: nobody of this process waits any more.
-    third.abort();
-    let _ = third.await;
-    for budget in [Duration::ZERO, Duration::from_micros(50)] {
-        let before = client.requests_sent();
-        let err = mutex.lock_timeout(budget).await.unwrap_err();
-        assert!(err.is_held(), "{err}");
-        assert!(
-            err.retry_after().unwrap() > Duration::from_secs(20),
-            "the holder's lease: {err:?}"
-        );
-        assert!(client.requests_sent() > before, "Redis was asked");
-    }
+    // The third waiter has 300 ms: it becomes first in line behind the second (a local
+    // holder), so it sleeps without asking Redis, and when its time is up it asks once.
+    let budget = Duration::from_millis(300);
+    let (second, third, _) =
+        second_holds_with_third_queued(&server, &client, &mutex, Some(budget)).await;
+    let before = client.requests_sent();
+    let err = tokio::time::timeout(Duration::from_secs(2), third)
+        .await
+        .expect("the wait ended while the local holder still held the lock")
+        .unwrap()
+        .unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(
+        err.retry_after().unwrap() > Duration::from_secs(20),
+        "the holder's lease: {err:?}"
+    );
+    // Its one attempt, and the unsubscription as the last waiter leaves.
+    let sent = client.requests_sent() - before;
+    assert!((1..=2).contains(&sent), "{sent} requests");
+
+    // A zero budget with a waiter of this process queued (its turn is taken): one attempt.
+    let fourth = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribers(&server, "{beside}:wake") == 1
+        })
+        .await
+    );
+    let before = client.requests_sent();
+    let err = mutex.lock_timeout(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(err.retry_after().unwrap() > Duration::from_secs(20));
+    assert_eq!(client.requests_sent() - before, 1, "exactly one attempt");
     second.release().await.unwrap();
+    let fourth = tokio::time::timeout(Duration::from_secs(5), fourth)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    fourth.release().await.unwrap();
 }

@@ -7,18 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{child_main, client, eventually, pttl, raw, server, subscribers};
+use common::{child_main, client, eventually, pttl, raw, server, slow_polling, subscribers};
 use redis_locks::{Mutex, MutexGuard, MutexOptions};
 use test_support::ChildProcess;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-
-/// Polling this slowly would make every test below fail: only wake-ups can pass them.
-fn slow_polling(lease: Duration) -> MutexOptions {
-    MutexOptions::default()
-        .lease(lease)
-        .retry_delay(Duration::from_secs(20))
-}
 
 /// Spawns `mutex.lock()` and returns once the waiter listens on the lock's wake channel (a
 /// condition, not a sleep); the task yields when it got the lock, and the instant it did.

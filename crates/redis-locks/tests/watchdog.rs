@@ -5,14 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, exists, pttl, server};
-use redis_locks::MutexOptions;
-
-fn renewed(lease_ms: u64) -> MutexOptions {
-    MutexOptions::default()
-        .lease(Duration::from_millis(lease_ms))
-        .watchdog(true)
-}
+use common::{client, exists, pttl, renewed, server};
 
 #[tokio::test]
 async fn a_short_lease_taken_after_a_long_one_is_renewed_in_time() {

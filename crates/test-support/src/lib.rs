@@ -3,7 +3,8 @@
 //! [`RedisServer::start`] launches a private server on a free loopback port (through the
 //! published `redis-test` crate), waits until it answers `PING`, and stops it when dropped.
 //! Fault helpers pause ([`RedisServer::pause`], SIGSTOP), resume, kill (SIGKILL) and restart
-//! a server on the same port. [`start_many`] gives N independent servers (Redlock), and
+//! a server on the same port. [`start_many`] gives N independent servers (for locks over
+//! several masters, such as Redlock), and
 //! [`ChildProcess`] runs a piece of a test in another OS process (a lock holder to kill -9).
 //!
 //! ```

@@ -96,9 +96,6 @@ impl RedisServer {
     /// As [`RedisServer::start`].
     pub fn start_with_args(args: &[&str]) -> Result<RedisServer, SpawnError> {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        if !redis_server_installed() {
-            return Err(SpawnError::NotInstalled);
-        }
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();

@@ -113,6 +113,12 @@ impl Mutex {
             (Value::Nil, _) if matches!(pttl, Some(Value::Int(-1))) => {
                 self.ask_script(owed, false, false).await
             }
+            (Value::Nil, Value::ServerError(err)) => {
+                // Refused, and the counter is broken too: the next holder could not be
+                // numbered, so say so now rather than "held".
+                owed.disarm();
+                Err(Error::from_redis("acquire", fence, err.clone().into()))
+            }
             (Value::Nil, _) => {
                 owed.disarm();
                 let retry_after = match pttl {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, ClientOptions};
+use redis_locks::{Client, ClientOptions, MutexOptions};
 use test_support::RedisServer;
 use tokio::time::Instant;
 
@@ -98,4 +98,19 @@ pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
         .query(&mut raw(server))
         .unwrap();
     count
+}
+
+/// A lease of `lease_ms` that the watchdog renews.
+pub fn renewed(lease_ms: u64) -> MutexOptions {
+    MutexOptions::default()
+        .lease(Duration::from_millis(lease_ms))
+        .watchdog(true)
+}
+
+/// A `lease`, and a 20 s retry delay: polling this slowly would fail any test that a waiter
+/// passes only by being woken.
+pub fn slow_polling(lease: Duration) -> MutexOptions {
+    MutexOptions::default()
+        .lease(lease)
+        .retry_delay(Duration::from_secs(20))
 }
