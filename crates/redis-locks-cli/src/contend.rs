@@ -72,8 +72,8 @@ pub async fn contend(
     count: usize,
     history: &History,
 ) -> Result<(), redis_locks::Error> {
-    // Waiters are woken by each release; the short retry delay only matters while the
-    // wake-up connection is down.
+    // Waiters mark the lock, so the release wakes them; the short retry delay only matters
+    // while the wake-up connection is down.
     let options = MutexOptions::default()
         .lease(DEMO_LEASE)
         .retry_delay(Duration::from_millis(2));

@@ -2,7 +2,8 @@
 
 use std::process::ExitCode;
 
-/// A check failed: the demo found an overlap, a token that did not grow, or two winners.
+/// A check failed: the demo found an overlap, a token that did not grow, or two winners; a
+/// benchmark found an overlap or a broken market invariant; a chart could not be written.
 pub const CHECK_FAILED: u8 = 1;
 /// Bad usage: unknown flag, malformed duration, empty lock name.
 pub const USAGE: u8 = 64;

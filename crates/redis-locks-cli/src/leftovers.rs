@@ -1,5 +1,7 @@
 //! What a run of the CLI leaves on a server it did not start: the fencing counters of its
-//! locks, the only keys of a lock that never expire. Every run deletes them at its end.
+//! locks, the only keys of a lock that never expire. The demo and the benchmarks delete them
+//! at their end, whether or not they got through (`run` keeps its lock's counter on purpose:
+//! the next holder's token must be greater).
 
 use redis_locks::Client;
 

@@ -29,7 +29,7 @@ struct Cli {
 }
 
 const EXIT_CODES: &str = "Exit codes: 0 success (run: the command's own code, or 128+N if a \
-signal N ended it); 1 a check failed (demo); 64 bad usage; 69 Redis unreachable or no private \
+signal N ended it); 1 a check failed (demo, bench) or a chart could not be written; 64 bad usage; 69 Redis unreachable or no private \
 server; 70 the lock was lost during the run (or another lock error); 75 the lock was not \
 acquired within --wait; 127 the command could not be started.";
 
@@ -118,7 +118,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("redis-locks: cannot start the async runtime: {err}");
-            return ExitCode::from(70);
+            return ExitCode::from(exit::LOST);
         }
     };
     match runtime.block_on(run(cli.command)) {

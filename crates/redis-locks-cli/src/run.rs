@@ -48,7 +48,13 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
     };
     // Listen for signals before the command exists, so none sent once it runs is missed
     // (with the default action, a Ctrl-C would kill this process and orphan the command).
-    let signals = Signals::listen()?;
+    let signals = match Signals::listen() {
+        Ok(signals) => signals,
+        Err(err) => {
+            release_after_failure(guard, &args.name).await;
+            return Err(err);
+        }
+    };
     let mut child = match Command::new(&args.command[0])
         .args(&args.command[1..])
         .env("REDIS_LOCKS_TOKEN", guard.fencing_token().to_string())
@@ -58,7 +64,7 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
     {
         Ok(child) => child,
         Err(err) => {
-            let _ = guard.release().await;
+            release_after_failure(guard, &args.name).await;
             return Err(CliError::CannotRun(format!(
                 "cannot run {:?}: {err}",
                 args.command[0]
@@ -66,6 +72,14 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
         }
     };
     supervise(&mut child, guard, args.grace, signals).await
+}
+
+/// Releases the lock of a run that failed before its command ran; the failure is what the
+/// user hears about, and a release that went wrong is said beside it.
+async fn release_after_failure(guard: MutexGuard, name: &str) {
+    if let Err(err) = guard.release().await {
+        eprintln!("redis-locks: releasing {name:?}: {err}");
+    }
 }
 
 /// The signals `run` passes on to the command.

@@ -216,6 +216,11 @@ fn bench_handoff_runs_three_variants_without_overlap() {
         "--duration",
         "200ms",
     ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = stdout(&out);
     for row in [
         "idle gap p50",
@@ -232,6 +237,8 @@ fn bench_handoff_runs_three_variants_without_overlap() {
 fn bench_refuses_bad_durations_and_counts() {
     for args in [
         &["bench", "handoff", "--duration", "soon"][..],
+        &["bench", "throughput", "--duration", "0s"],
+        &["bench", "market", "--duration", "300000y"],
         &["bench", "handoff", "--hold", "-1ms"],
         &["bench", "throughput", "--workers", "0"],
         &["bench", "nothing"],
@@ -269,9 +276,6 @@ fn bench_market_keeps_every_invariant_in_every_strategy() {
         assert_eq!(run["invariants_ok"], true, "{run}");
         assert!(run["listed"].as_u64().unwrap() > 0, "{run}");
         assert!(run["bought"].as_u64().unwrap() > 0, "{run}");
-        if run["strategy"] != "watch" {
-            assert_eq!(run["purchase_retries"], 0, "locks never retry: {run}");
-        }
     }
     let svg = std::fs::read_to_string(&chart).unwrap();
     assert!(

@@ -255,7 +255,7 @@ fn status_shows_holder_counter_and_lease() {
     let mut holder = ChildProcess::spawn(run(
         &server,
         &["shown", "--ttl", "5s"],
-        &["sh", "-c", "echo token=$REDIS_LOCKS_TOKEN; sleep 2"],
+        &["sh", "-c", "echo token=$REDIS_LOCKS_TOKEN; sleep 3"],
     ))
     .unwrap();
     let line = holder
@@ -278,5 +278,17 @@ fn status_shows_holder_counter_and_lease() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("state           held"), "{text}");
     assert!(text.contains(&format!("fencing counter {token}")), "{text}");
+    // A second run waits: its attempt marks the lock, and status says someone waits.
+    let mut waiter =
+        ChildProcess::spawn(run(&server, &["shown", "--wait", "20s"], &["true"])).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while status("shown")["waited_for"] != true {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "status never showed the waiter"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(holder.wait_exit(Duration::from_secs(10)), Some(0));
+    assert_eq!(waiter.wait_exit(Duration::from_secs(10)), Some(0));
 }

@@ -210,7 +210,8 @@ impl FairMutex {
     /// # Cancel safety
     /// As [`FairMutex::lock`].
     pub async fn lock_timeout(&self, wait: Duration) -> Result<MutexGuard> {
-        self.acquire_until(Some(Instant::now() + wait)).await
+        // A wait too long for the clock to represent is a wait as long as it takes.
+        self.acquire_until(Instant::now().checked_add(wait)).await
     }
 
     /// Who holds the lock, for how long, and the fencing counter, read in one step.

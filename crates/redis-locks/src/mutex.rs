@@ -266,7 +266,8 @@ impl Mutex {
     /// # Cancel safety
     /// As [`Mutex::lock`].
     pub async fn lock_timeout(&self, wait: Duration) -> Result<MutexGuard> {
-        self.acquire_until(Some(Instant::now() + wait)).await
+        // A wait too long for the clock to represent is a wait as long as it takes.
+        self.acquire_until(Instant::now().checked_add(wait)).await
     }
 
     /// Reads who holds the lock, for how long, and the fencing counter, in one step.

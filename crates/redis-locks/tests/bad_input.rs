@@ -250,3 +250,21 @@ async fn a_server_restart_between_acquire_and_release_is_reported_not_hidden() {
     assert!(next.fencing_token() > token);
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_wait_too_long_for_the_clock_waits_without_panicking() {
+    let server = server();
+    let client = client(&server).await;
+    let mutex = client.mutex("forever").unwrap();
+    let holder = mutex.lock().await.unwrap();
+    for wait in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
+        // Still waiting (not panicked, not given up) when the test stops it.
+        let waiting = tokio::time::timeout(Duration::from_millis(100), mutex.lock_timeout(wait));
+        assert!(waiting.await.is_err(), "{wait:?}");
+        let fair = client.fair_mutex("forever-fair").unwrap();
+        let _fair_holder = fair.lock().await.unwrap();
+        let waiting = tokio::time::timeout(Duration::from_millis(100), fair.lock_timeout(wait));
+        assert!(waiting.await.is_err(), "fair {wait:?}");
+    }
+    holder.release().await.unwrap();
+}

@@ -1,5 +1,6 @@
 //! What the benchmarks measure the library against: the bare minimum a lock needs
-//! (`SET NX PX` + compare-and-delete), and the polling loop most peers use to wait.
+//! (`SET NX PX` + compare-and-delete), the same with a fencing counter (`SET NX PX` + `INCR`,
+//! the library's own commands sent bare), and the polling loop most peers use to wait.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,8 +9,7 @@ use std::time::Duration;
 use redis::Script;
 use redis::aio::ConnectionManager;
 
-/// The library's own acquire script (`SET NX PX` + fencing counter), run bare: it separates
-/// the cost of fencing from the cost of the library around it.
+/// The bare owner-checked release: delete the key if it still holds the caller's token.
 static BARE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("bare_release.lua")));
 

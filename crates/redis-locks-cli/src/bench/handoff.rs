@@ -28,7 +28,7 @@ pub struct HandoffArgs {
     #[arg(long, default_value = "1ms", value_parser = super::parse_duration)]
     pub think: Duration,
     /// How long each variant runs, e.g. 5s.
-    #[arg(long, default_value = "5s", value_parser = super::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = super::parse_run_length)]
     pub duration: Duration,
     /// The polling baseline's fixed retry delay (about the peers' defaults).
     #[arg(long, default_value = "50ms", value_parser = super::parse_duration)]
@@ -99,14 +99,17 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
         let lock = format!("bench:handoff:{run_id}:{}", kind.label());
         let bar = progress(kind.label(), args.duration, json);
         let ticker = Ticker::start(bar);
-        let (records, requests) = variant(&client, kind, &lock, args).await?;
+        let measured = variant(&client, kind, &lock, args).await;
         drop(ticker);
+        // The lock's fencing counter goes, whether or not the variant got through.
+        let cleaned = delete_counters(&client, &[&lock]).await;
+        let (records, requests) = measured?;
+        cleaned?;
         let report = analyse(kind, args, &records, requests);
         if json {
             println!("{}", serde_json::to_string(&report).expect("plain data"));
         }
         reports.push(report);
-        delete_counters(&client, &[&lock]).await?;
     }
     if !json {
         print_reports(args, &reports);

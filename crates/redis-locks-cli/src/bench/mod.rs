@@ -18,7 +18,8 @@ pub use throughput::ThroughputArgs;
 /// Which benchmark to run.
 #[derive(Debug, clap::Subcommand)]
 pub enum Bench {
-    /// C workers acquire+release their own locks: lock cost against bare SET NX + delete.
+    /// C workers acquire+release their own locks: lock cost against bare SET NX PX +
+    /// compare-and-delete, with and without a fencing counter.
     Throughput(ThroughputArgs),
     /// W workers contend for one lock: handoff speed, fairness, requests per acquisition,
     /// for Mutex, FairMutex and a 50 ms polling loop.
@@ -45,4 +46,20 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|err| format!("{err} (write durations like 500ms, 5s, 2m)"))
+}
+
+/// The longest a benchmark may run.
+const MAX_RUN: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses how long a benchmark runs: more than zero (rates per second need some time) and
+/// at most a day.
+pub fn parse_run_length(text: &str) -> Result<Duration, String> {
+    let length = parse_duration(text)?;
+    if length.is_zero() || length > MAX_RUN {
+        return Err(format!(
+            "a benchmark runs for more than 0s and at most {}",
+            humantime::format_duration(MAX_RUN)
+        ));
+    }
+    Ok(length)
 }

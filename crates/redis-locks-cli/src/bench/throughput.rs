@@ -19,10 +19,10 @@ pub struct ThroughputArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub workers: u16,
     /// How long each variant runs in all (in alternating slices), e.g. 5s, 500ms.
-    #[arg(long, default_value = "5s", value_parser = super::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = super::parse_run_length)]
     pub duration: Duration,
     /// Give each lock this explicit lease (no watchdog) instead of the library's default
-    /// (a 30 s lease renewed by a watchdog task per guard).
+    /// (a 30 s lease renewed by the client's watchdog).
     #[arg(long, value_parser = super::parse_duration)]
     pub lease: Option<Duration>,
 }
@@ -56,7 +56,8 @@ pub struct Report {
     bare_fenced: Variant,
     ratio_ours_to_bare: f64,
     ratio_ours_to_bare_fenced: f64,
-    memory: Memory,
+    /// `None` where the server refuses `MEMORY USAGE`.
+    memory: Option<Memory>,
 }
 
 /// How many alternating slices each variant runs in.
@@ -72,12 +73,36 @@ enum Kind {
 /// Runs the benchmark against `url` and prints a table, or one JSON object with `json`.
 pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), CliError> {
     let client = Client::connect(url).await?;
-    let bare = BareLock::new(client.connection(), Duration::from_secs(30));
     let run_id = format!("{:08x}", rand::random::<u32>());
-    // Before anything is measured: load the scripts, and take every worker's lock once, so
-    // its fencing counter is seeded (a first acquisition costs one more round trip).
+    let measured = measure(&client, args, &run_id, json).await;
+    // The run's fencing counters go, whether or not it got through.
+    let mut locks: Vec<String> = (0..args.workers).map(|w| worker_key(&run_id, w)).collect();
+    locks.push(memory_key(&run_id));
+    let locks: Vec<&str> = locks.iter().map(String::as_str).collect();
+    let cleaned = delete_counters(&client, &locks).await;
+    let report = measured?;
+    cleaned?;
+    if json {
+        println!("{}", serde_json::to_string(&report).expect("plain data"));
+    } else {
+        print_report(&report);
+    }
+    Ok(())
+}
+
+/// Warms up, runs every variant in alternating slices, and measures what a lock costs in
+/// memory.
+async fn measure(
+    client: &Client,
+    args: &ThroughputArgs,
+    run_id: &str,
+    json: bool,
+) -> Result<Report, CliError> {
+    let bare = BareLock::new(client.connection(), Duration::from_secs(30));
+    // Before anything is measured: take every worker's lock once, so its fencing counter is
+    // seeded (a first acquisition costs one more round trip) and the release script loaded.
     for worker in 0..args.workers {
-        let mutex = client.mutex(&worker_key(&run_id, worker))?;
+        let mutex = client.mutex(&worker_key(run_id, worker))?;
         mutex.lock().await?.release().await?;
     }
     let slice = args.duration / SLICES;
@@ -93,7 +118,7 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
             let bar = progress(&label, slice, json);
             let requests_before = client.requests_sent() + bare.requests();
             let ticker = Ticker::start(bar);
-            let (count, latencies) = phase(&client, &bare, kind, args, slice, &run_id).await?;
+            let (count, latencies) = phase(client, &bare, kind, args, slice, run_id).await?;
             drop(ticker);
             let slot = &mut totals[kind as usize];
             slot.0 += count;
@@ -113,7 +138,7 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
     let bare_v = variant("bare SET NX PX + compare-and-delete", &totals[1]);
     let fenced = variant("bare fenced: SET NX PX + INCR + c-a-d", &totals[2]);
     let ratio = |other: &Variant| ours.per_second / other.per_second.max(f64::MIN_POSITIVE);
-    let report = Report {
+    Ok(Report {
         bench: "throughput",
         workers: args.workers,
         seconds_per_variant: seconds,
@@ -123,17 +148,8 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
         ours,
         bare: bare_v,
         bare_fenced: fenced,
-        memory: memory(&client, &run_id).await?,
-    };
-    let workers: Vec<String> = (0..args.workers).map(|w| worker_key(&run_id, w)).collect();
-    let workers: Vec<&str> = workers.iter().map(String::as_str).collect();
-    delete_counters(&client, &workers).await?;
-    if json {
-        println!("{}", serde_json::to_string(&report).expect("plain data"));
-    } else {
-        print_report(&report);
-    }
-    Ok(())
+        memory: memory(client, run_id).await?,
+    })
 }
 
 async fn phase(
@@ -203,8 +219,15 @@ fn worker_key(run_id: &str, worker: u16) -> String {
     format!("bench:throughput:{run_id}:{worker}")
 }
 
-async fn memory(client: &Client, run_id: &str) -> Result<Memory, CliError> {
-    let mutex = client.mutex(&format!("bench:memory:{run_id}"))?;
+/// The lock whose keys `MEMORY USAGE` measures.
+fn memory_key(run_id: &str) -> String {
+    format!("bench:memory:{run_id}")
+}
+
+/// What a held lock costs in memory; `None` (with a word on stderr) where the server refuses
+/// `MEMORY USAGE`, as some managed services do.
+async fn memory(client: &Client, run_id: &str) -> Result<Option<Memory>, CliError> {
+    let mutex = client.mutex(&memory_key(run_id))?;
     let guard = mutex.lock().await?;
     let usage = |key: String| {
         let mut connection = client.connection();
@@ -215,17 +238,21 @@ async fn memory(client: &Client, run_id: &str) -> Result<Memory, CliError> {
                 .query_async::<Option<i64>>(&mut connection)
                 .await
                 .map(Option::unwrap_or_default)
-                .map_err(|err| CliError::Unavailable(format!("MEMORY USAGE: {err}")))
         }
     };
-    let held = usage(mutex.keys().lock().to_string()).await?;
-    let counter = usage(mutex.keys().fence().to_string()).await?;
+    let held = usage(mutex.keys().lock().to_string()).await;
+    let counter = usage(mutex.keys().fence().to_string()).await;
     guard.release().await?;
-    delete_counters(client, &[mutex.name()]).await?;
-    Ok(Memory {
-        held_lock_key_bytes: held,
-        fencing_counter_bytes: counter,
-    })
+    match (held, counter) {
+        (Ok(held), Ok(counter)) => Ok(Some(Memory {
+            held_lock_key_bytes: held,
+            fencing_counter_bytes: counter,
+        })),
+        (Err(err), _) | (_, Err(err)) => {
+            eprintln!("redis-locks: memory not measured: MEMORY USAGE failed: {err}");
+            Ok(None)
+        }
+    }
 }
 
 fn print_report(report: &Report) {
@@ -266,12 +293,14 @@ fn print_report(report: &Report) {
     println!(
         "  requests/acq: round trips to Redis per acquire + release (SET NX PX + INCR go as one pipeline)"
     );
-    let m = &report.memory;
-    println!(
-        "  memory (MEMORY USAGE): a held lock {} B (lock key {} B + fencing counter {} B); an idle lock name {} B (its counter)",
-        m.held_lock_key_bytes + m.fencing_counter_bytes,
-        m.held_lock_key_bytes,
-        m.fencing_counter_bytes,
-        m.fencing_counter_bytes
-    );
+    match &report.memory {
+        Some(m) => println!(
+            "  memory (MEMORY USAGE): a held lock {} B (lock key {} B + fencing counter {} B); an idle lock name {} B (its counter)",
+            m.held_lock_key_bytes + m.fencing_counter_bytes,
+            m.held_lock_key_bytes,
+            m.fencing_counter_bytes,
+            m.fencing_counter_bytes
+        ),
+        None => println!("  memory: not measured (the server refused MEMORY USAGE)"),
+    }
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use self::invariants::Ledger;
-use self::model::{BUYER_FUNDS, Keys, Strategy, Worker, price_of};
+use self::model::{BUYER_FUNDS, Keys, Strategy, Worker, price_of, redis_failed};
 use super::stats::{Latencies, Ticker, print_table, progress};
 use crate::exit::CliError;
 
@@ -24,9 +24,10 @@ use crate::exit::CliError;
 #[derive(Debug, Clone, clap::Args)]
 pub struct MarketArgs {
     /// How long each run (one scenario, one strategy) lasts, e.g. 60s, 2s.
-    #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = super::parse_run_length)]
     pub duration: Duration,
-    /// Sellers; with --buyers, runs only that scenario instead of 1/1, 5/1 and 5/5.
+    /// Sellers; given (with or without --buyers, which then defaults to 1), runs only that
+    /// scenario instead of 1/1, 5/1 and 5/5.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub sellers: Option<u16>,
     /// Buyers; see --sellers.
@@ -99,15 +100,16 @@ pub async fn run(url: &str, args: &MarketArgs, json: bool) -> Result<(), CliErro
                 json,
             );
             let ticker = Ticker::start(bar);
-            let report = one_run(
-                &redis,
+            let report = OneRun {
+                redis: &redis,
                 url,
-                &keys,
-                *strategy,
+                keys: &keys,
+                strategy: *strategy,
                 sellers,
                 buyers,
-                args.duration,
-            )
+                duration: args.duration,
+            }
+            .run()
             .await?;
             drop(ticker);
             if json {
@@ -149,89 +151,116 @@ pub async fn run(url: &str, args: &MarketArgs, json: bool) -> Result<(), CliErro
     }
 }
 
-async fn one_run(
-    redis: &redis::Client,
-    url: &str,
-    keys: &Keys,
+/// One run of the market: one scenario (sellers/buyers), one strategy.
+#[derive(Clone, Copy)]
+struct OneRun<'a> {
+    redis: &'a redis::Client,
+    url: &'a str,
+    keys: &'a Keys,
     strategy: Strategy,
     sellers: u16,
     buyers: u16,
     duration: Duration,
-) -> Result<RunReport, CliError> {
-    let failed = |err: redis::RedisError| CliError::Unavailable(format!("market: {err}"));
-    // The checks read every listing and inventory at once: give big replies time.
-    let mut setup = connect(redis, Duration::from_secs(120)).await?;
-    for seller in 0..sellers {
-        let _: () = setup
-            .hset(keys.user(&format!("seller{seller}")), "funds", 0)
-            .await
-            .map_err(failed)?;
+}
+
+impl OneRun<'_> {
+    /// Runs the market and reports it; the run's keys are deleted either way.
+    async fn run(self) -> Result<RunReport, CliError> {
+        // The checks read every listing and inventory at once: give big replies time.
+        let mut setup = connect(self.redis, Duration::from_secs(120)).await?;
+        let outcome = self.simulate(&mut setup).await;
+        let cleaned = cleanup(&mut setup, self.keys).await;
+        let report = outcome?;
+        cleaned?;
+        Ok(report)
     }
-    for buyer in 0..buyers {
-        let _: () = setup
-            .hset(keys.user(&format!("buyer{buyer}")), "funds", BUYER_FUNDS)
-            .await
-            .map_err(failed)?;
-    }
-    let start = Instant::now();
-    let deadline = start + duration;
-    let mut tasks = Vec::new();
-    for (role, count) in [("seller", sellers), ("buyer", buyers)] {
-        for index in 0..count as usize {
-            let worker = Worker {
-                data: connect(redis, Duration::from_secs(10)).await?,
-                locks: Client::connect(url).await?,
-                keys: keys.clone(),
-                strategy,
-            };
-            let id = format!("{role}{index}");
-            tasks.push(tokio::spawn(async move {
-                let result = if role == "seller" {
-                    sell(worker, index, &id, deadline).await
-                } else {
-                    buy(worker, &id, deadline).await
+
+    /// Sets the users up, runs the sellers and buyers until the run's time is over, and
+    /// checks the market's invariants.
+    async fn simulate(
+        self,
+        setup: &mut redis::aio::MultiplexedConnection,
+    ) -> Result<RunReport, CliError> {
+        let OneRun {
+            redis,
+            url,
+            keys,
+            strategy,
+            sellers,
+            buyers,
+            duration,
+        } = self;
+        for seller in 0..sellers {
+            let _: () = setup
+                .hset(keys.user(&format!("seller{seller}")), "funds", 0)
+                .await
+                .map_err(redis_failed)?;
+        }
+        for buyer in 0..buyers {
+            let _: () = setup
+                .hset(keys.user(&format!("buyer{buyer}")), "funds", BUYER_FUNDS)
+                .await
+                .map_err(redis_failed)?;
+        }
+        let start = Instant::now();
+        let deadline = start + duration;
+        let mut tasks = Vec::new();
+        for (role, count) in [("seller", sellers), ("buyer", buyers)] {
+            for index in 0..count as usize {
+                let worker = Worker {
+                    data: connect(redis, Duration::from_secs(10)).await?,
+                    locks: Client::connect(url).await?,
+                    keys: keys.clone(),
+                    strategy,
                 };
-                result.map(|r| (id, r))
-            }));
+                let id = format!("{role}{index}");
+                tasks.push(tokio::spawn(async move {
+                    let result = if role == "seller" {
+                        sell(worker, index, &id, deadline).await
+                    } else {
+                        buy(worker, &id, deadline).await
+                    };
+                    result.map(|r| (id, r))
+                }));
+            }
         }
-    }
-    let mut total = WorkerResult::default();
-    let mut ledger = Ledger::default();
-    for task in tasks {
-        let (id, result) = task.await.expect("market worker does not panic")?;
-        total.listed += result.listed;
-        total.bought += result.bought;
-        total.purchase_retries += result.purchase_retries;
-        total.listing_retries += result.listing_retries;
-        total.missed += result.missed;
-        total.latencies.add(&result.latencies);
-        if id.starts_with("seller") {
-            ledger.created.insert(id, result.created);
-        } else {
-            ledger.purchases.insert(id, result.purchases);
+        let mut total = WorkerResult::default();
+        let mut ledger = Ledger::default();
+        for task in tasks {
+            let (id, result) = task.await.expect("market worker does not panic")?;
+            total.listed += result.listed;
+            total.bought += result.bought;
+            total.purchase_retries += result.purchase_retries;
+            total.listing_retries += result.listing_retries;
+            total.missed += result.missed;
+            total.latencies.add(&result.latencies);
+            if id.starts_with("seller") {
+                ledger.created.insert(id, result.created);
+            } else {
+                ledger.purchases.insert(id, result.purchases);
+            }
         }
+        let elapsed = start.elapsed().as_secs_f64();
+        let violations = invariants::check(setup, keys, &ledger).await?;
+        let latency = total.latencies.summary();
+        Ok(RunReport {
+            bench: "market",
+            scenario: format!("{sellers}/{buyers}"),
+            strategy,
+            strategy_label: strategy.label(),
+            seconds: elapsed,
+            listed: total.listed,
+            bought: total.bought,
+            purchase_retries: total.purchase_retries,
+            listing_retries: total.listing_retries,
+            missed: total.missed,
+            purchase_avg_ms: latency.mean_ms,
+            purchase_p99_ms: latency.p99_ms,
+            ops_per_second: (total.listed + total.bought) as f64 / elapsed,
+            invariants_ok: violations.is_empty(),
+            violations,
+        })
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let violations = invariants::check(&mut setup, keys, &ledger).await?;
-    cleanup(&mut setup, keys).await;
-    let latency = total.latencies.summary();
-    Ok(RunReport {
-        bench: "market",
-        scenario: format!("{sellers}/{buyers}"),
-        strategy,
-        strategy_label: strategy.label(),
-        seconds: elapsed,
-        listed: total.listed,
-        bought: total.bought,
-        purchase_retries: total.purchase_retries,
-        listing_retries: total.listing_retries,
-        missed: total.missed,
-        purchase_avg_ms: latency.mean_ms,
-        purchase_p99_ms: latency.p99_ms,
-        ops_per_second: (total.listed + total.bought) as f64 / elapsed,
-        invariants_ok: violations.is_empty(),
-        violations,
-    })
 }
 
 /// A data connection whose requests fail only after `response_timeout` (the redis crate's
@@ -244,7 +273,7 @@ async fn connect(
     redis
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(|err| CliError::Unavailable(format!("market: {err}")))
+        .map_err(redis_failed)
 }
 
 /// A seller: creates items in its inventory and lists each at its fixed price.
@@ -264,7 +293,7 @@ async fn sell(
             .data
             .sadd(&inventory, &item)
             .await
-            .map_err(|err| CliError::Unavailable(format!("market: {err}")))?;
+            .map_err(redis_failed)?;
         result.created.push(item.clone());
         result.listing_retries += worker.list(id, &item, price_of(index, n)).await?;
         result.listed += 1;
@@ -299,24 +328,30 @@ async fn buy(mut worker: Worker, id: &str, deadline: Instant) -> Result<WorkerRe
 }
 
 /// Deletes the run's keys (a shared server keeps nothing of it).
-async fn cleanup(data: &mut redis::aio::MultiplexedConnection, keys: &Keys) {
+///
+/// # Errors
+/// [`CliError::Unavailable`] when Redis failed: the user hears that keys were left behind.
+async fn cleanup(
+    data: &mut redis::aio::MultiplexedConnection,
+    keys: &Keys,
+) -> Result<(), CliError> {
+    use futures_util::TryStreamExt;
     for pattern in [
         format!("{}*", keys.prefix()),
         format!("{{{}*", keys.prefix()),
     ] {
-        let found: Vec<String> = match data.scan_match::<_, String>(&pattern).await {
-            Ok(iter) => {
-                use futures_util::StreamExt;
-                iter.filter_map(|key| async move { key.ok() })
-                    .collect()
-                    .await
-            }
-            Err(_) => continue,
-        };
+        let found: Vec<String> = data
+            .scan_match::<_, String>(&pattern)
+            .await
+            .map_err(redis_failed)?
+            .try_collect()
+            .await
+            .map_err(redis_failed)?;
         for chunk in found.chunks(500) {
-            let _: Result<i64, _> = data.del(chunk).await;
+            let _: i64 = data.del(chunk).await.map_err(redis_failed)?;
         }
     }
+    Ok(())
 }
 
 fn print_report(args: &MarketArgs, reports: &[RunReport]) {

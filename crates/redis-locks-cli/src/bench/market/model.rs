@@ -104,7 +104,8 @@ pub struct Worker {
     pub strategy: Strategy,
 }
 
-fn redis_failed(err: redis::RedisError) -> CliError {
+/// A Redis failure of the market's own commands, as the CLI reports it.
+pub(super) fn redis_failed(err: redis::RedisError) -> CliError {
     CliError::Unavailable(format!("market: {err}"))
 }
 
