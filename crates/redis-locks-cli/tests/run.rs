@@ -168,10 +168,40 @@ fn a_lock_lost_mid_run_stops_the_command_and_exits_70() {
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let server = RedisServer::start().unwrap();
     let script = "trap '' TERM; echo ready $$; while :; do sleep 0.05; done";
-    let (mut runner, pid) = run_and_lose_the_lock(&server, "stubborn", "300ms", script);
+    let (mut runner, pid) = run_and_lose_the_lock(&server, "stubborn", "1s", script);
+    let lost = std::time::Instant::now();
     assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
+    // SIGTERM comes after the loss, SIGKILL a whole grace period later, not at once.
+    assert!(
+        lost.elapsed() >= Duration::from_secs(1),
+        "killed {:?} after the loss, before the 1 s grace",
+        lost.elapsed()
+    );
     // `run` waited for it, so the command is reaped: gone, not orphaned.
     assert!(!alive(pid), "the command survived its SIGKILL");
+}
+
+#[test]
+fn a_run_that_waits_in_vain_exits_75_without_running_the_command() {
+    let server = RedisServer::start().unwrap();
+    let mut holder = ChildProcess::spawn(run(
+        &server,
+        &["busy"],
+        &["sh", "-c", "echo ready; sleep 3"],
+    ))
+    .unwrap();
+    holder
+        .wait_for_line("ready", Duration::from_secs(30))
+        .unwrap();
+    let out = output({
+        let mut cmd = redis_locks();
+        cmd.args(["run", "busy", "--wait", "200ms", "--redis", &server.url()])
+            .args(["--", "sh", "-c", "echo ran"]);
+        cmd
+    });
+    assert_eq!(out.status.code(), Some(75));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    assert_eq!(holder.wait_exit(Duration::from_secs(10)), Some(0));
 }
 
 #[test]
