@@ -150,9 +150,13 @@ impl Client {
     /// # Cancel safety
     /// Dropping the future drops the half-made connection; nothing is left behind.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Client> {
+        check_url(url).map_err(|reason| Error::InvalidUrl {
+            url: redact(url),
+            reason,
+        })?;
         let client = redis::Client::open(url).map_err(|source| Error::InvalidUrl {
             url: redact(url),
-            source,
+            reason: source.to_string(),
         })?;
         let wakeups = Wakeups::start(client.clone(), options.connect_timeout);
         let config = ConnectionManagerConfig::new()
@@ -165,14 +169,9 @@ impl Client {
         let budget = (options.connect_timeout + Duration::from_secs(1))
             * (options.reconnect_attempts as u32 + 1);
         let connect = ConnectionManager::new_with_config(client, config);
-        let connection = match tokio::time::timeout(budget, connect).await {
+        let mut connection = match tokio::time::timeout(budget, connect).await {
             Ok(Ok(connection)) => connection,
-            Ok(Err(source)) => {
-                return Err(Error::Connection {
-                    phase: "connect",
-                    source,
-                });
-            }
+            Ok(Err(source)) => return Err(connect_error(url, source)),
             Err(_) => {
                 return Err(Error::Connection {
                     phase: "connect",
@@ -183,6 +182,21 @@ impl Client {
                 });
             }
         };
+        // One PING, so that a server that is not Redis, or one that wants a password, is
+        // reported now and as such, not at the first lock as something else.
+        match redis::cmd("PING")
+            .query_async::<redis::Value>(&mut connection)
+            .await
+        {
+            Ok(redis::Value::SimpleString(_) | redis::Value::BulkString(_)) => {}
+            Ok(other) => {
+                return Err(Error::NotRedis {
+                    url: redact(url),
+                    detail: format!("PING was answered with {other:?}"),
+                });
+            }
+            Err(source) => return Err(connect_error(url, source)),
+        }
         Ok(Client {
             inner: Arc::new(Inner {
                 connection,
@@ -208,7 +222,7 @@ impl Client {
     /// A [`Mutex`] handle for the lock `name` with the given options.
     ///
     /// # Errors
-    /// As [`Client::mutex`]; also [`Error::InvalidDuration`] for a lease under 1 ms or over
+    /// As [`Client::mutex`]; also [`Error::InvalidDuration`] for a lease under 3 ms or over
     /// 100 years, or a retry delay over 1 hour.
     pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
         Mutex::new(self.clone(), LockKeys::new(name)?, options)
@@ -295,7 +309,46 @@ impl Client {
         invocation
             .invoke_async::<T>(&mut connection)
             .await
-            .map_err(|err| request_error(phase, keys.first().copied().unwrap_or_default(), err))
+            .map_err(|err| request_error(phase, keys, err))
+    }
+
+    /// Runs `source` (one of the crate's scripts) with `EVAL` in a pipeline after
+    /// `CLIENT SETNAME name`, so the script surely runs on the connection that the name was
+    /// given to (see `mutex_acquire.lua`, KEYS[3]). Used only on the rare path that brings
+    /// a fencing counter up to the clock; the name itself may be refused (an ACL without
+    /// `CLIENT`), which only means that later fast attempts keep asking the script.
+    pub(crate) async fn run_script_naming<T: FromRedisValue>(
+        &self,
+        phase: &'static str,
+        name: &str,
+        source: &str,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(name)
+            .cmd("EVAL")
+            .arg(source)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        let mut replies = self.run_pipeline(phase, &pipe, keys).await?;
+        let reply = match replies.pop() {
+            Some(redis::Value::ServerError(err)) => {
+                return Err(request_error(phase, keys, err.into()));
+            }
+            Some(reply) if replies.len() == 1 => reply,
+            _ => {
+                return Err(Error::UnexpectedReply {
+                    phase,
+                    detail: "a pipeline of two commands did not get two replies".into(),
+                });
+            }
+        };
+        T::from_redis_value(reply).map_err(|err| request_error(phase, keys, err.into()))
     }
 
     /// Sends `pipe` (plain commands, not a transaction, built with
@@ -306,18 +359,18 @@ impl Client {
         &self,
         phase: &'static str,
         pipe: &redis::Pipeline,
-        key: &str,
+        keys: &[&str],
     ) -> Result<Vec<redis::Value>> {
         let mut connection = self.inner.connection.clone();
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
         pipe.query_async(&mut connection)
             .await
-            .map_err(|err| request_error(phase, key, err))
+            .map_err(|err| request_error(phase, keys, err))
     }
 }
 
 /// What a failed request means for the caller.
-fn request_error(phase: &'static str, key: &str, err: redis::RedisError) -> Error {
+fn request_error(phase: &'static str, keys: &[&str], err: redis::RedisError) -> Error {
     match err.kind() {
         // A reply that could not be parsed leaves the connection (and the outcome of the
         // request) in doubt, like any other broken connection.
@@ -326,8 +379,73 @@ fn request_error(phase: &'static str, key: &str, err: redis::RedisError) -> Erro
             phase,
             detail: err.to_string(),
         },
-        _ => Error::from_redis(phase, key, err),
+        _ => Error::from_redis(phase, keys, err),
     }
+}
+
+/// What a failure to connect means: refused access, something that is not Redis, or no
+/// connection.
+fn connect_error(url: &str, source: redis::RedisError) -> Error {
+    if crate::error::is_auth_failure(&source) {
+        return Error::Auth {
+            phase: "connect",
+            source,
+        };
+    }
+    // Bytes that do not parse as RESP: something else listens on that port.
+    if source.kind() == redis::ErrorKind::Parse {
+        return Error::NotRedis {
+            url: redact(url),
+            detail: source.to_string(),
+        };
+    }
+    match Error::from_redis("connect", &[], source) {
+        Error::WrongType { detail, .. } => Error::NotRedis {
+            url: redact(url),
+            detail,
+        },
+        other => other,
+    }
+}
+
+/// Says what is wrong with a URL that cannot name a Redis server, in words: empty, no scheme,
+/// a scheme other than `redis`, `rediss`, `unix` or `redis+unix`, no host, a bad port.
+fn check_url(text: &str) -> std::result::Result<(), String> {
+    if text.trim().is_empty() {
+        return Err("the URL is empty; write it like redis://host:6379".into());
+    }
+    let url = url::Url::parse(text).map_err(|err| match err {
+        url::ParseError::RelativeUrlWithoutBase => {
+            "it has no scheme; write it like redis://host:6379".to_string()
+        }
+        url::ParseError::InvalidPort => "the port must be a number from 1 to 65535".to_string(),
+        other => format!("{other}; write it like redis://host:6379"),
+    })?;
+    match url.scheme() {
+        "redis" => {}
+        "rediss" => {
+            return Err("rediss:// (TLS) is not supported by this build; use redis://".into());
+        }
+        "unix" | "redis+unix" => return Ok(()),
+        other => {
+            return Err(format!(
+                "the scheme {other:?} is not Redis's; write it like redis://host:6379"
+            ));
+        }
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("it names no host; write it like redis://host:6379".into());
+    }
+    if url.port() == Some(0) {
+        return Err("the port must be a number from 1 to 65535".into());
+    }
+    let db = url.path().trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(format!(
+            "the database {db:?} is not a number (redis://host:6379/0)"
+        ));
+    }
+    Ok(())
 }
 
 /// The URL with any password replaced, for messages and `Debug`.
@@ -346,6 +464,34 @@ fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::redact;
+
+    #[test]
+    fn url_errors_say_what_is_wrong() {
+        let reason = |url: &str| super::check_url(url).unwrap_err();
+        assert!(reason("").contains("empty"));
+        assert!(
+            reason("localhost:6379").contains("scheme"),
+            "{}",
+            reason("localhost:6379")
+        );
+        assert!(reason("http://host:6379").contains("\"http\""));
+        assert!(reason("redis://host:70000").contains("1 to 65535"));
+        assert!(reason("redis://host:0").contains("1 to 65535"));
+        assert!(
+            reason("redis://:6379").contains("host"),
+            "{}",
+            reason("redis://:6379")
+        );
+        assert!(reason("redis://host:6379/zero").contains("not a number"));
+        assert!(reason("rediss://host").contains("TLS"));
+        for good in [
+            "redis://127.0.0.1:6380",
+            "redis://:pw@host/2",
+            "unix:///tmp/r.sock",
+        ] {
+            assert_eq!(super::check_url(good), Ok(()), "{good}");
+        }
+    }
 
     #[test]
     fn redact_hides_passwords_only() {

@@ -55,8 +55,9 @@ impl std::fmt::Display for LostReason {
 #[non_exhaustive]
 pub enum Error {
     /// The lock name cannot be used (see [`LockKeys::new`](crate::LockKeys::new): empty, too
-    /// long, a `}` that breaks the slot rule, or a name that would share keys with another).
-    #[error("invalid lock name {name:?}: {reason}")]
+    /// long, control characters, a `}` that breaks the slot rule, or a name that would share
+    /// keys with another). The message quotes a long name by its length and first characters.
+    #[error("invalid lock name {}: {reason}", fmt_name(name))]
     InvalidName {
         /// The name as given.
         name: String,
@@ -75,12 +76,32 @@ pub enum Error {
         /// The allowed range.
         reason: String,
     },
-    /// The Redis URL could not be parsed.
-    #[error("invalid Redis URL {url:?}: {source}")]
+    /// The Redis URL cannot be used: empty, not a URL, an unsupported scheme, a port out of
+    /// range, a database that is not a number...
+    #[error("invalid Redis URL {url:?}: {reason}")]
     InvalidUrl {
-        /// The URL as given.
+        /// The URL as given, its password hidden.
         url: String,
-        /// What the redis crate said.
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The server at the URL answered, but not as Redis does (an HTTP server on that port,
+    /// say).
+    #[error("the server at {url} did not answer as Redis does ({detail}); is that the right port?")]
+    NotRedis {
+        /// The URL, its password hidden.
+        url: String,
+        /// What was seen.
+        detail: String,
+    },
+    /// Redis refused this client: no password given where one is required (`NOAUTH`), a wrong
+    /// user or password (`WRONGPASS`), or an ACL that does not permit a command or key the
+    /// lock needs (`NOPERM`). Nothing was written.
+    #[error("Redis refused access ({phase}): {source}")]
+    Auth {
+        /// What was being done: "connect", or the operation that was refused.
+        phase: &'static str,
+        /// The server's answer.
         source: redis::RedisError,
     },
     /// One attempt found the lock held by another owner.
@@ -124,9 +145,10 @@ pub enum Error {
         /// The highest token that wrote the resource.
         highest: crate::token::FencingToken,
     },
-    /// A key of this lock holds a value of another Redis type than the lock uses; nothing was
-    /// written.
-    #[error("key {key:?} holds another Redis type than this lock uses: {detail}")]
+    /// A key of this lock holds something this lock did not write: a value of another Redis
+    /// type, or a fencing counter that is not an integer. `key` names the key that is wrong;
+    /// nothing was written.
+    #[error("key {key:?} holds something that is not this lock's: {detail}")]
     WrongType {
         /// The lock key or companion key that was looked at.
         key: String,
@@ -159,6 +181,17 @@ pub enum Error {
         /// The reply as seen.
         detail: String,
     },
+}
+
+/// A lock name for a message: quoted (control characters escaped), or for a long one its
+/// length and first characters.
+fn fmt_name(name: &str) -> String {
+    const SHOWN: usize = 40;
+    if name.chars().count() <= SHOWN {
+        return format!("{name:?}");
+    }
+    let prefix: String = name.chars().take(SHOWN).collect();
+    format!("{prefix:?}... ({} bytes)", name.len())
 }
 
 fn fmt_retry(retry_after: Option<Duration>) -> String {
@@ -195,24 +228,53 @@ impl Error {
         matches!(self, Error::NotHeld { .. })
     }
 
-    /// Sorts a redis-rs error into [`Error::Connection`], [`Error::WrongType`] or [`Error::Redis`].
-    pub(crate) fn from_redis(phase: &'static str, key: &str, source: redis::RedisError) -> Error {
+    /// Whether Redis refused this client ([`Error::Auth`]): authentication or permission.
+    pub fn is_auth(&self) -> bool {
+        matches!(self, Error::Auth { .. })
+    }
+
+    /// Sorts a redis-rs error into [`Error::Auth`], [`Error::Connection`],
+    /// [`Error::WrongType`] or [`Error::Redis`]. `keys` are the keys the request touched, the
+    /// first being the lock key; a `WRONGTYPE` error names the one its message starts with
+    /// (the crate's scripts write `WRONGTYPE <key> ...`), else the first.
+    pub(crate) fn from_redis(
+        phase: &'static str,
+        keys: &[&str],
+        source: redis::RedisError,
+    ) -> Error {
+        if is_auth_failure(&source) {
+            return Error::Auth { phase, source };
+        }
         if is_connection_failure(&source) {
             return Error::Connection { phase, source };
         }
-        let text = source.to_string();
-        // A key of another type, or a fencing counter that is not an integer.
-        let wrong_type = source.code() == Some("WRONGTYPE")
-            || text.contains("WRONGTYPE")
-            || text.contains("not an integer");
-        if wrong_type {
+        if source.code() == Some("WRONGTYPE") {
+            let detail = source.detail().unwrap_or_default().to_string();
+            let key = keys
+                .iter()
+                .filter(|key| {
+                    detail
+                        .strip_prefix(**key)
+                        .is_some_and(|rest| rest.starts_with(' '))
+                })
+                .max_by_key(|key| key.len())
+                .or(keys.first())
+                .copied()
+                .unwrap_or_default();
             return Error::WrongType {
                 key: key.to_string(),
-                detail: text,
+                detail: source.to_string(),
             };
         }
         Error::Redis { phase, source }
     }
+}
+
+/// Whether a redis-rs error means Redis refused this client: `NOAUTH`, `WRONGPASS`, `NOPERM`,
+/// or a failed `AUTH` at connect.
+pub(crate) fn is_auth_failure(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
 /// Whether a redis-rs error means the server was not reached or did not answer.

@@ -9,7 +9,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::{LockKind, MutexGuard, OwedRelease};
 use crate::key::LockKeys;
-use crate::lease::lease_millis;
+use crate::lease::{MAX_LATE_GRANTS, is_late, lease_millis, too_slow};
 use crate::mutex::MutexOptions;
 use crate::scripts::FAIR_ACQUIRE;
 use crate::state::{LockState, inspect};
@@ -176,7 +176,10 @@ impl FairMutex {
     /// token in the background.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
         let owed = self.owed();
-        match self.attempt(&owed, Duration::ZERO).await? {
+        match self
+            .attempt(&owed, Duration::ZERO, Some(Instant::now()))
+            .await?
+        {
             Ok((token, sent_at)) => Ok(self.guard(owed, token, sent_at)),
             Err(retry_after) => {
                 owed.disarm();
@@ -233,7 +236,7 @@ impl FairMutex {
             .arg(&queue)
             .query_async(&mut self.client.connection())
             .await
-            .map_err(|err| Error::from_redis("waiting", &queue, err))
+            .map_err(|err| Error::from_redis("waiting", &[&queue], err))
     }
 
     fn owed(&self) -> OwedRelease {
@@ -262,7 +265,8 @@ impl FairMutex {
         let mut subscription = self.client.wakeups().subscribe_live(channel);
         loop {
             let mut listener = subscription.as_ref().map(Subscription::listen);
-            let retry_after = match self.attempt(&owed, self.options.place_lease).await? {
+            let attempt = self.attempt(&owed, self.options.place_lease, deadline);
+            let retry_after = match attempt.await? {
                 Ok((token, sent_at)) => return Ok(self.guard(owed, token, sent_at)),
                 Err(retry_after) => retry_after,
             };
@@ -301,42 +305,57 @@ impl FairMutex {
         }
     }
 
-    /// One attempt: `Ok((token, sent_at))` when granted, `Err(retry_after)` when not.
+    /// One attempt: `Ok((token, sent_at))` when granted, `Err(retry_after)` when not. A grant
+    /// that comes back after its lease is asked again (the script re-grants to the same
+    /// owner, with a fresh lease) within `deadline` and at most [`MAX_LATE_GRANTS`] times;
+    /// then the call fails, and the caller's `owed` gives the grant back as it drops.
     async fn attempt(
         &self,
         owed: &OwedRelease,
         place_lease: Duration,
+        deadline: Option<Instant>,
     ) -> Result<std::result::Result<(FencingToken, Instant), Option<Duration>>> {
         let place = place_lease.as_millis().to_string();
         let (queue, places, tickets) = queue_keys(&self.keys);
-        let sent_at = Instant::now();
-        let reply: (i64, i64) = self
-            .client
-            .run_script(
-                "acquire",
-                &FAIR_ACQUIRE,
-                &[
-                    self.keys.lock(),
-                    self.keys.fence(),
-                    &queue,
-                    &places,
-                    &tickets,
-                ],
-                &[
-                    owed.owner().as_str(),
-                    &self.lease_ms,
-                    &place,
-                    self.keys.wake_channel(),
-                ],
-            )
-            .await?;
-        match reply {
-            (1, token) => Ok(Ok((FencingToken::new(token as u64), sent_at))),
-            (0, pttl) => Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
-            (granted, value) => Err(Error::UnexpectedReply {
-                phase: "acquire",
-                detail: format!("[{granted}, {value}]"),
-            }),
+        let mut late = 0;
+        loop {
+            let sent_at = Instant::now();
+            let reply: (i64, i64) = self
+                .client
+                .run_script(
+                    "acquire",
+                    &FAIR_ACQUIRE,
+                    &[
+                        self.keys.lock(),
+                        self.keys.fence(),
+                        &queue,
+                        &places,
+                        &tickets,
+                    ],
+                    &[
+                        owed.owner().as_str(),
+                        &self.lease_ms,
+                        &place,
+                        self.keys.wake_channel(),
+                    ],
+                )
+                .await?;
+            return match reply {
+                (1, _) if is_late(sent_at, self.options.base.get_lease()) => {
+                    late += 1;
+                    let over = deadline.is_some_and(|d| Instant::now() >= d);
+                    if late >= MAX_LATE_GRANTS || over {
+                        return Err(too_slow(self.options.base.get_lease(), late));
+                    }
+                    continue;
+                }
+                (1, token) => Ok(Ok((FencingToken::new(token as u64), sent_at))),
+                (0, pttl) => Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
+                (granted, value) => Err(Error::UnexpectedReply {
+                    phase: "acquire",
+                    detail: format!("[{granted}, {value}]"),
+                }),
+            };
         }
     }
 }

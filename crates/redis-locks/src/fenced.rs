@@ -86,7 +86,7 @@ impl FencedKey {
             .arg(self.key())
             .query_async(&mut self.client.connection())
             .await
-            .map_err(|err| Error::from_redis("fenced read", self.key(), err))
+            .map_err(|err| Error::from_redis("fenced read", &[self.key()], err))
     }
 
     /// The highest token that has written the key, if any.
@@ -99,7 +99,7 @@ impl FencedKey {
             .arg(&fenced)
             .query_async(&mut self.client.connection())
             .await
-            .map_err(|err| Error::from_redis("fenced read", &fenced, err))?;
+            .map_err(|err| Error::from_redis("fenced read", &[&fenced], err))?;
         Ok(highest.map(FencingToken::new))
     }
 }

@@ -323,7 +323,7 @@ impl MutexGuard {
     /// Sets the lease to `lease` from now, if the lock is still this guard's.
     ///
     /// # Errors
-    /// [`Error::InvalidDuration`] for a lease under 1 ms or over 100 years;
+    /// [`Error::InvalidDuration`] for a lease under 3 ms or over 100 years;
     /// [`Error::NotHeld`] when the lock is gone or another owner's (nothing was changed, and
     /// [`lost`](MutexGuard::lost) resolves); [`Error::Connection`] when the outcome is unknown
     /// (the old lease still bounds it).

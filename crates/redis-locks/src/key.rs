@@ -16,7 +16,9 @@ use crate::error::{Error, Result};
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// The suffixes of companion keys; a lock name may not end in one of them.
-pub const COMPANION_SUFFIXES: [&str; 6] = ["fence", "wake", "queue", "places", "tickets", "fenced"];
+pub const COMPANION_SUFFIXES: [&str; 7] = [
+    "fence", "epoch", "wake", "queue", "places", "tickets", "fenced",
+];
 
 /// The Redis keys of one lock: the lock key itself and its companions, all in one slot.
 ///
@@ -37,6 +39,7 @@ pub struct LockKeys {
     name: String,
     prefix: String,
     fence: String,
+    epoch: String,
     wake: String,
 }
 
@@ -45,7 +48,9 @@ impl LockKeys {
     ///
     /// # Errors
     /// [`Error::InvalidName`] when the name is empty, longer than [`MAX_NAME_LEN`] bytes,
-    /// contains `}` without having a hash tag, is only a hash tag (`{x}`), or ends in a
+    /// contains a control character (newline, NUL, escape, ...: a name is printed in
+    /// messages and `status`, where such characters could forge output), contains `}`
+    /// without having a hash tag, is only a hash tag (`{x}`), or ends in a
     /// companion suffix (`:fence`, `:wake`, ...) and so would share keys with another lock.
     pub fn new(name: &str) -> Result<LockKeys> {
         let invalid = |reason| Error::InvalidName {
@@ -58,6 +63,11 @@ impl LockKeys {
         if name.len() > MAX_NAME_LEN {
             return Err(invalid("a lock name must be at most 1024 bytes"));
         }
+        if name.chars().any(char::is_control) {
+            return Err(invalid(
+                "a lock name must not contain control characters (newline, tab, NUL, escape...)",
+            ));
+        }
         if hash_tag(name).is_some_and(|tag| tag.len() + 2 == name.len()) {
             return Err(invalid(
                 "a name that is only a hash tag, like {x}, would share its keys with the lock \
@@ -69,8 +79,8 @@ impl LockKeys {
                 .is_some_and(|rest| rest.ends_with(':'))
         }) {
             return Err(invalid(
-                "a name ending in :fence, :wake, :queue, :places, :tickets or :fenced would be \
-                 another lock's companion key",
+                "a name ending in :fence, :epoch, :wake, :queue, :places, :tickets or :fenced \
+                 would be another lock's companion key",
             ));
         }
         let prefix = if hash_tag(name).is_some() {
@@ -86,6 +96,7 @@ impl LockKeys {
         Ok(LockKeys {
             name: name.to_string(),
             fence: format!("{prefix}:fence"),
+            epoch: format!("{prefix}:epoch"),
             wake: format!("{prefix}:wake"),
             prefix,
         })
@@ -105,6 +116,14 @@ impl LockKeys {
     /// (an attempt refused on the fast path takes a step too).
     pub fn fence(&self) -> &str {
         &self.fence
+    }
+
+    /// The fencing counter's epoch: the name of the connection on which the counter was last
+    /// brought up to the server clock. A fast acquisition trusts its counter only on that
+    /// connection, which cannot outlive a restart or move to another server (see the crate
+    /// README, "Fencing tokens").
+    pub fn epoch(&self) -> &str {
+        &self.epoch
     }
 
     /// The pub/sub channel on which releases wake this lock's waiters (in the lock's slot, so

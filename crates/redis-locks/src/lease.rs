@@ -12,18 +12,22 @@ use crate::error::{Error, Result};
 /// allowing any lease a real program wants.
 pub const MAX_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
+/// The shortest lease accepted: the drift allowance of a lease of 2 ms or less is all of it.
+pub const MIN_LEASE: Duration = Duration::from_millis(3);
+
 /// Checks a lease length and returns it in whole milliseconds, as `PX` takes it.
 ///
 /// # Errors
-/// [`Error::InvalidDuration`] for a lease under 1 ms (Redis counts milliseconds, so it
-/// would be zero) or over [`MAX_LEASE`].
+/// [`Error::InvalidDuration`] for a lease under [`MIN_LEASE`] (3 ms: a shorter one is all
+/// [`drift_allowance`], so it could never be proven held) or over [`MAX_LEASE`].
 ///
 /// ```
 /// use std::time::Duration;
 /// use redis_locks::lease::lease_millis;
 /// assert_eq!(lease_millis(Duration::from_secs(2)).unwrap(), 2000);
 /// assert!(lease_millis(Duration::ZERO).is_err());
-/// assert!(lease_millis(Duration::from_micros(999)).is_err());
+/// assert!(lease_millis(Duration::from_micros(2999)).is_err());
+/// assert_eq!(lease_millis(Duration::from_millis(3)).unwrap(), 3);
 /// assert!(lease_millis(Duration::MAX).is_err());
 /// ```
 pub fn lease_millis(lease: Duration) -> Result<u64> {
@@ -32,9 +36,10 @@ pub fn lease_millis(lease: Duration) -> Result<u64> {
         value: lease,
         reason: reason.to_string(),
     };
-    if lease < Duration::from_millis(1) {
+    if lease < MIN_LEASE {
         return Err(invalid(
-            "a lease must be at least 1 ms (Redis expires keys in whole milliseconds)",
+            "a lease must be at least 3 ms (1% + 2 ms of every lease is kept back for clock \
+             drift, so a shorter one could never be proven held)",
         ));
     }
     if lease > MAX_LEASE {
@@ -69,4 +74,28 @@ pub fn drift_allowance(lease: Duration) -> Duration {
 /// ```
 pub fn lease_deadline(sent_at: Instant, lease: Duration) -> Instant {
     sent_at + lease.saturating_sub(drift_allowance(lease))
+}
+
+/// How many grants in a row may come back after their lease before an acquisition gives up
+/// (each one is asked again by owner token, which renews the lease on the server).
+pub(crate) const MAX_LATE_GRANTS: u32 = 3;
+
+/// Whether a grant whose request was sent at `sent_at` came back too late to be proven held.
+pub(crate) fn is_late(sent_at: Instant, lease: Duration) -> bool {
+    Instant::now() >= lease_deadline(sent_at, lease)
+}
+
+/// The error of an acquisition whose grants kept coming back after their lease: Redis (or the
+/// network) answers more slowly than the lease lasts. The grant has been given back.
+pub(crate) fn too_slow(lease: Duration, late: u32) -> Error {
+    Error::Connection {
+        phase: "acquire",
+        source: redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the grant came back after its lease of {lease:?} had run out ({late} time(s) \
+                 in a row): Redis answers too slowly for this lease, so the grant was given back"
+            ),
+        )),
+    }
 }

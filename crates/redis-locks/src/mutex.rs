@@ -60,7 +60,7 @@ pub struct MutexOptions {
 
 impl MutexOptions {
     /// The lease each acquisition asks for: how long the lock outlives a crashed holder.
-    /// Checked when the handle is made ([`Client::mutex_with`]): 1 ms to 100 years. Turns the
+    /// Checked when the handle is made ([`Client::mutex_with`]): 3 ms to 100 years. Turns the
     /// watchdog off unless [`watchdog(true)`](MutexOptions::watchdog) says otherwise.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
@@ -237,7 +237,10 @@ impl Mutex {
         &self,
         refused: impl FnOnce(Option<Duration>) -> Error,
     ) -> Result<MutexGuard> {
-        match self.attempt(Ask::Fast { pttl: true }).await? {
+        match self
+            .attempt(Ask::Fast { pttl: true }, Some(Instant::now()))
+            .await?
+        {
             Attempt::Acquired(guard) => Ok(guard),
             Attempt::Held(retry_after) => Err(refused(retry_after)),
         }
@@ -314,7 +317,7 @@ impl Mutex {
             // With a budget, a refusal may end the wait: then say how long the holder's
             // lease lasts.
             let pttl = deadline.is_some();
-            let retry_after = match self.attempt(Ask::Fast { pttl }).await? {
+            let retry_after = match self.attempt(Ask::Fast { pttl }, deadline).await? {
                 Attempt::Acquired(guard) => return Ok(guard),
                 Attempt::Held(retry_after) => retry_after,
             };
@@ -367,7 +370,7 @@ impl Mutex {
             }
             // Waiters of this process queued behind this one: mark a grant at once.
             let mark = Arc::strong_count(&queue) > 1;
-            let retry_after = match self.attempt(Ask::Waiting { mark }).await? {
+            let retry_after = match self.attempt(Ask::Waiting { mark }, deadline).await? {
                 Attempt::Acquired(mut guard) => {
                     if mark {
                         guard.hold_for_local_waiters(&queue);

@@ -5,9 +5,12 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// The source of [`MUTEX_ACQUIRE`], for the one call that sends it with `EVAL` in a pipeline.
+pub(crate) const MUTEX_ACQUIRE_SOURCE: &str = include_str!("scripts/mutex_acquire.lua");
+
 /// `SET NX PX` plus the fencing counter: `{1, token}` or `{0, pttl}`.
 pub(crate) static MUTEX_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/mutex_acquire.lua")));
+    LazyLock::new(|| Script::new(MUTEX_ACQUIRE_SOURCE));
 
 /// Owner-checked delete: `1` released, `0` gone, `-1` another owner's.
 pub(crate) static MUTEX_RELEASE: LazyLock<Script> =

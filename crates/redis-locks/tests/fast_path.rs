@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{client, exists, raw, server};
 use redis::Commands;
-use redis_locks::{Error, LostReason, MutexOptions};
+use redis_locks::Error;
 
 /// Counters below this were never seeded from the server clock.
 const SEEDED: u64 = 1_000_000_000_000_000;
@@ -61,26 +61,45 @@ async fn an_unseeded_counter_jumps_to_the_server_clock() {
 }
 
 #[tokio::test]
-async fn a_grant_that_comes_back_after_its_lease_is_numbered_by_the_script() {
+async fn a_counter_the_connection_cannot_vouch_for_is_numbered_by_the_script() {
     let server = server();
     let client = client(&server).await;
-    let mutex = client.mutex("warm").unwrap();
-    mutex.lock().await.unwrap().release().await.unwrap();
-    // A 1 ms lease is over before any reply can arrive (the drift allowance alone is 2 ms),
-    // so no fast grant is trusted: the script decides, atomically.
-    let short = client
-        .mutex_with(
-            "warm",
-            MutexOptions::default().lease(Duration::from_millis(1)),
-        )
+    let mutex = client.mutex("vouched").unwrap();
+    let first = mutex.lock().await.unwrap();
+    first.release().await.unwrap();
+    // The epoch is this connection's name: the next grant is one round trip.
+    let epoch: String = raw(&server).get("{vouched}:epoch").unwrap();
+    assert!(epoch.starts_with("redis-locks:"), "{epoch}");
+    // Another connection (a restart, a failover) has another name: as if the epoch had come
+    // back from a snapshot, the fast grant is not trusted and the script numbers it.
+    let _: () = raw(&server)
+        .set("{vouched}:epoch", "redis-locks:elsewhere")
         .unwrap();
     let before = client.requests_sent();
-    let guard = short.try_lock().await.unwrap();
-    assert_eq!(client.requests_sent() - before, 2);
-    assert_eq!(guard.lost_reason(), Some(LostReason::LeaseEnded));
-    let counter: u64 = raw(&server).get("{warm}:fence").unwrap();
-    assert_eq!(guard.fencing_token().get(), counter);
-    drop(guard);
+    let guard = mutex.lock().await.unwrap();
+    assert_eq!(
+        client.requests_sent() - before,
+        2,
+        "the pipeline, then the script"
+    );
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut raw(&server)).unwrap();
+    assert!(
+        guard.fencing_token().get() / 1_000_000 + 1 >= secs,
+        "at the clock"
+    );
+    let epoch_now: String = raw(&server).get("{vouched}:epoch").unwrap();
+    assert_eq!(
+        epoch_now, epoch,
+        "the script wrote this connection's name back"
+    );
+    guard.release().await.unwrap();
+    let before = client.requests_sent();
+    mutex.lock().await.unwrap().release().await.unwrap();
+    assert_eq!(
+        client.requests_sent() - before,
+        2,
+        "fast again: one to take, one to release"
+    );
 }
 
 #[tokio::test]

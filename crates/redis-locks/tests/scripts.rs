@@ -22,6 +22,7 @@ fn run_acquire(con: &mut Connection, owner: &str, ms: u64) -> redis::RedisResult
     acquire()
         .key("L")
         .key("{L}:fence")
+        .key("{L}:epoch")
         .arg(owner)
         .arg(ms)
         .invoke(con)
@@ -99,29 +100,64 @@ fn acquire_regrants_a_marked_lock_to_its_owner_and_seeds_a_low_counter() {
     let counter: i64 = redis::cmd("GET").arg("{L}:fence").query(&mut con).unwrap();
     assert_eq!(counter, token, "the next token starts above this one");
     assert!(pttl(&server, "L") > 15_000, "the lease was set again");
-    // A seeded counter is left as it is.
+    // Asked again, the owner gets a new token, never one behind the old.
     let (_, again) = run_acquire(&mut con, "a", 20_000).unwrap();
-    assert_eq!(again, token);
+    assert!(again > token, "{again} > {token}");
 }
 
 #[test]
-fn acquire_tokens_increase_by_one_per_grant() {
+fn acquire_tokens_grow_with_every_grant_and_never_fall_behind_the_clock() {
     let server = server();
     let mut con = raw(&server);
     let (_, first) = run_acquire(&mut con, "a", 10_000).unwrap();
     redis::cmd("DEL").arg("L").exec(&mut con).unwrap();
+    let before = server_micros(&mut con);
     let (_, second) = run_acquire(&mut con, "b", 10_000).unwrap();
-    assert_eq!(second, first + 1);
+    assert!(second > first);
+    assert!(second >= before, "at least the clock: {second} >= {before}");
+    // A counter ahead of the clock (grants faster than one per µs) just steps by one.
+    let ahead = server_micros(&mut con) + 10_000_000;
+    redis::cmd("SET")
+        .arg("{L}:fence")
+        .arg(ahead)
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("DEL").arg("L").exec(&mut con).unwrap();
+    let (_, third) = run_acquire(&mut con, "c", 10_000).unwrap();
+    assert_eq!(third, ahead + 1);
 }
 
 #[test]
-fn acquire_retried_by_the_same_owner_is_granted_again_without_a_new_token() {
+fn acquire_retried_by_the_same_owner_is_granted_again_with_a_new_token() {
     let server = server();
     let mut con = raw(&server);
     let (_, first) = run_acquire(&mut con, "a", 1_000).unwrap();
     let (granted, again) = run_acquire(&mut con, "a", 20_000).unwrap();
-    assert_eq!((granted, again), (1, first));
+    assert_eq!(granted, 1);
+    assert!(again > first, "{again} > {first}");
     assert!(pttl(&server, "L") > 15_000, "the lease was set again");
+}
+
+#[test]
+fn acquire_writes_the_epoch_only_when_given_one() {
+    let server = server();
+    let mut con = raw(&server);
+    run_acquire(&mut con, "a", 1_000).unwrap();
+    let epoch: Option<String> = redis::cmd("GET").arg("{L}:epoch").query(&mut con).unwrap();
+    assert_eq!(epoch, None);
+    let (granted, _): (i64, i64) = acquire()
+        .key("L")
+        .key("{L}:fence")
+        .key("{L}:epoch")
+        .arg("a")
+        .arg(1_000)
+        .arg("0")
+        .arg("redis-locks:this-connection")
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(granted, 1);
+    let epoch: Option<String> = redis::cmd("GET").arg("{L}:epoch").query(&mut con).unwrap();
+    assert_eq!(epoch.as_deref(), Some("redis-locks:this-connection"));
 }
 
 #[test]

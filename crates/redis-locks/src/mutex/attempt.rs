@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use super::Mutex;
 use crate::error::{Error, Result};
 use crate::guard::{LockKind, MutexGuard, OwedRelease};
-use crate::lease::lease_deadline;
-use crate::scripts::MUTEX_ACQUIRE;
+use crate::lease::{MAX_LATE_GRANTS, is_late, too_slow};
+use crate::scripts::{MUTEX_ACQUIRE, MUTEX_ACQUIRE_SOURCE};
 use crate::token::{FencingToken, OwnerToken};
 
 /// Counters below this were never seeded from the server clock (see `mutex_acquire.lua`).
@@ -29,6 +29,17 @@ pub(super) enum Ask {
     Waiting { mark: bool },
 }
 
+/// What the script writes as the fencing counter's epoch on a grant (`mutex_acquire.lua`,
+/// KEYS[3] and ARGV[4]).
+enum Epoch {
+    /// Nothing: the waiting path, or a grant asked again after it came back late.
+    Keep,
+    /// The name the connection had in the fast attempt's reply.
+    Named(String),
+    /// The connection had no name (it is new): give it a fresh one in the same pipeline.
+    Fresh,
+}
+
 /// What one acquire attempt found.
 pub(super) enum Attempt {
     Acquired(MutexGuard),
@@ -37,8 +48,10 @@ pub(super) enum Attempt {
 }
 
 impl Mutex {
-    /// Asks Redis once for the lock, with a fresh owner token.
-    pub(super) async fn attempt(&self, ask: Ask) -> Result<Attempt> {
+    /// Asks Redis once for the lock, with a fresh owner token. `deadline` is the caller's
+    /// wait budget: a grant that comes back after its lease is asked again (by owner token)
+    /// only within it, and at most [`MAX_LATE_GRANTS`] times.
+    pub(super) async fn attempt(&self, ask: Ask, deadline: Option<Instant>) -> Result<Attempt> {
         let owed = OwedRelease::new(
             self.client.clone(),
             self.keys.clone(),
@@ -46,21 +59,39 @@ impl Mutex {
             LockKind::Mutex,
         );
         match ask {
-            Ask::Fast { pttl } => self.ask_fast(owed, pttl).await,
-            Ask::Waiting { mark } => self.ask_script(owed, false, mark).await,
+            Ask::Fast { pttl } => self.ask_fast(owed, pttl, deadline).await,
+            Ask::Waiting { mark } => {
+                let script = Script {
+                    granted: false,
+                    mark,
+                    epoch: Epoch::Keep,
+                    late: 0,
+                };
+                self.ask_script(owed, script, deadline).await
+            }
         }
     }
 
-    /// `SET NX PX` + `INCR` of the fencing counter in one round trip, without a script.
+    /// `SET NX PX` + `INCR` of the fencing counter in one round trip, without a script, with
+    /// the counter's epoch and the connection's name to vouch for the counter.
     ///
     /// The two commands are not one atomic step, yet the token is as good as the script's:
     /// a grant is kept only if its reply came back within the lease, and then the `INCR`
     /// ran while the lock key still held this owner (the key could not have expired, and
     /// only this owner deletes it) — so nobody else took the lock and a token in between.
-    /// A late grant, or a counter that still needs its clock seed, is numbered by the
-    /// script instead. A refused attempt advances the counter too; tokens only need to
-    /// grow from one holder to the next.
-    async fn ask_fast(&self, owed: OwedRelease, with_pttl: bool) -> Result<Attempt> {
+    /// And the counter is trusted only when its epoch (`{K}:epoch`) is the name of the very
+    /// connection the pipeline ran on: the script brought it up to the server clock on this
+    /// connection, so this server process has held it since, and it did not come back old
+    /// from a snapshot, an AOF or a replica (a connection name survives none of those). A
+    /// late grant, or a counter not vouched for, is numbered by the script instead. A
+    /// refused attempt advances the counter too; tokens only need to grow from one holder to
+    /// the next.
+    async fn ask_fast(
+        &self,
+        owed: OwedRelease,
+        with_pttl: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Attempt> {
         let (lock, fence) = (self.keys.lock(), self.keys.fence());
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
@@ -71,29 +102,50 @@ impl Mutex {
             .arg("PX")
             .arg(&*self.lease_ms)
             .cmd("INCR")
-            .arg(fence);
+            .arg(fence)
+            .cmd("GET")
+            .arg(self.keys.epoch())
+            .cmd("CLIENT")
+            .arg("GETNAME");
         if with_pttl {
             pipe.cmd("PTTL").arg(lock);
         }
         let sent_at = Instant::now();
         // A connection error leaves the outcome open: `owed` drops armed and releases by
         // owner token in the background.
-        let replies = self.client.run_pipeline("acquire", &pipe, lock).await?;
+        let keys = [lock, fence, self.keys.epoch()];
+        let replies = self.client.run_pipeline("acquire", &pipe, &keys).await?;
         let unexpected = |replies: &[Value]| Error::UnexpectedReply {
             phase: "acquire",
             detail: format!("{replies:?}"),
         };
-        let (set, counter, pttl) = match replies.as_slice() {
-            [set, counter] => (set, counter, None),
-            [set, counter, pttl] => (set, counter, Some(pttl)),
+        let (set, counter, epoch, name, pttl) = match replies.as_slice() {
+            [set, counter, epoch, name] => (set, counter, epoch, name, None),
+            [set, counter, epoch, name, pttl] => (set, counter, epoch, name, Some(pttl)),
             // Keep `owed` armed: whatever happened is released by owner token.
             _ => return Err(unexpected(&replies)),
         };
         match (set, counter) {
             (Value::Okay, Value::Int(token)) => {
-                let late = Instant::now() >= lease_deadline(sent_at, self.options.get_lease());
-                if late || *token < SEEDED {
-                    return self.ask_script(owed, true, false).await;
+                let name = match name {
+                    Value::BulkString(name) if !name.is_empty() => Some(name),
+                    _ => None,
+                };
+                let vouched = matches!((epoch, name), (Value::BulkString(epoch), Some(name)) if epoch == name);
+                let late = is_late(sent_at, self.options.get_lease());
+                if late || !vouched || *token < SEEDED {
+                    let epoch = match name {
+                        _ if vouched => Epoch::Keep,
+                        Some(name) => Epoch::Named(String::from_utf8_lossy(name).into_owned()),
+                        None => Epoch::Fresh,
+                    };
+                    let script = Script {
+                        granted: true,
+                        mark: false,
+                        epoch,
+                        late: u32::from(late),
+                    };
+                    return self.ask_script(owed, script, deadline).await;
                 }
                 Ok(Attempt::Acquired(MutexGuard::new(
                     owed,
@@ -104,20 +156,26 @@ impl Mutex {
             }
             (Value::Okay, Value::ServerError(err)) => {
                 // Taken, but the counter is broken: give the lock back before saying so.
-                let err = Error::from_redis("acquire", fence, err.clone().into());
+                let err = counter_error(fence, err);
                 give_back(owed).await;
                 Err(err)
             }
             // A key without expiry was not written by this library (perhaps not even a
             // string): the script says what it is, as the waiting path would.
             (Value::Nil, _) if matches!(pttl, Some(Value::Int(-1))) => {
-                self.ask_script(owed, false, false).await
+                let script = Script {
+                    granted: false,
+                    mark: false,
+                    epoch: Epoch::Keep,
+                    late: 0,
+                };
+                self.ask_script(owed, script, deadline).await
             }
             (Value::Nil, Value::ServerError(err)) => {
                 // Refused, and the counter is broken too: the next holder could not be
                 // numbered, so say so now rather than "held".
                 owed.disarm();
-                Err(Error::from_redis("acquire", fence, err.clone().into()))
+                Err(counter_error(fence, err))
             }
             (Value::Nil, _) => {
                 owed.disarm();
@@ -128,62 +186,140 @@ impl Mutex {
                 Ok(Attempt::Held(retry_after))
             }
             (Value::ServerError(err), _) => {
-                // The SET was refused (a read-only replica, no permission): nothing written.
+                // The SET was refused (a read-only replica, no permission, a key of another
+                // type): nothing written.
                 owed.disarm();
-                Err(Error::from_redis("acquire", lock, err.clone().into()))
+                Err(Error::from_redis("acquire", &[lock], err.clone().into()))
             }
             _ => Err(unexpected(&replies)),
         }
     }
 
     /// The acquire script: grants a free lock (or re-grants one this owner already holds),
-    /// or marks the holder's key so that its release wakes the waiters. `granted` says the
-    /// fast attempt already took the lock with this owner token; `mark` marks a grant.
-    async fn ask_script(&self, owed: OwedRelease, granted: bool, mark: bool) -> Result<Attempt> {
-        let sent_at = Instant::now();
-        let mark = if mark { "1" } else { "0" };
-        let reply = self
-            .client
-            .run_script::<(i64, i64)>(
-                "acquire",
-                &MUTEX_ACQUIRE,
-                &[self.keys.lock(), self.keys.fence()],
-                &[owed.owner().as_str(), &self.lease_ms, mark],
-            )
-            .await;
-        match reply {
-            Ok((1, token)) => Ok(Attempt::Acquired(MutexGuard::new(
-                owed,
-                FencingToken::new(token as u64),
-                sent_at,
-                &self.options,
-            ))),
-            Ok((0, pttl)) => {
-                owed.disarm();
-                Ok(Attempt::Held(
-                    u64::try_from(pttl).ok().map(Duration::from_millis),
-                ))
-            }
-            // A reply the script never gives: keep `owed` armed, just in case.
-            Ok((granted, value)) => Err(Error::UnexpectedReply {
-                phase: "acquire",
-                detail: format!("[{granted}, {value}]"),
-            }),
-            // An error reply from the server means the script wrote nothing: give back what
-            // the fast attempt took, if anything. Anything else (a broken connection, an
-            // unreadable reply) leaves the outcome open: `owed` is dropped armed and releases
-            // by owner token in the background.
-            Err(err @ (Error::WrongType { .. } | Error::Redis { .. })) => {
-                if granted {
-                    give_back(owed).await;
-                } else {
-                    owed.disarm();
+    /// or marks the holder's key so that its release wakes the waiters. A grant that comes
+    /// back after its lease is asked again, by owner token, within `deadline` and at most
+    /// [`MAX_LATE_GRANTS`] times in all; then it is given back and the call fails: a guard
+    /// is never handed out already lost.
+    async fn ask_script(
+        &self,
+        owed: OwedRelease,
+        mut script: Script,
+        deadline: Option<Instant>,
+    ) -> Result<Attempt> {
+        let keys = [self.keys.lock(), self.keys.fence(), self.keys.epoch()];
+        let mark = if script.mark { "1" } else { "0" };
+        loop {
+            let sent_at = Instant::now();
+            let owner = owed.owner().as_str();
+            let reply = match &script.epoch {
+                Epoch::Keep => {
+                    self.client
+                        .run_script::<(i64, i64)>(
+                            "acquire",
+                            &MUTEX_ACQUIRE,
+                            &keys,
+                            &[owner, &self.lease_ms, mark, ""],
+                        )
+                        .await
                 }
-                Err(err)
+                Epoch::Named(name) => {
+                    self.client
+                        .run_script::<(i64, i64)>(
+                            "acquire",
+                            &MUTEX_ACQUIRE,
+                            &keys,
+                            &[owner, &self.lease_ms, mark, name],
+                        )
+                        .await
+                }
+                Epoch::Fresh => {
+                    let name = format!("redis-locks:{}", OwnerToken::random().as_str());
+                    self.client
+                        .run_script_naming::<(i64, i64)>(
+                            "acquire",
+                            &name,
+                            MUTEX_ACQUIRE_SOURCE,
+                            &keys,
+                            &[owner, &self.lease_ms, mark, &name],
+                        )
+                        .await
+                }
+            };
+            match reply {
+                Ok((1, token)) => {
+                    if !is_late(sent_at, self.options.get_lease()) {
+                        return Ok(Attempt::Acquired(MutexGuard::new(
+                            owed,
+                            FencingToken::new(token as u64),
+                            sent_at,
+                            &self.options,
+                        )));
+                    }
+                    // Granted, but the reply came after the lease: ask again by owner token
+                    // (the script sets the lease anew), or give the grant back.
+                    script.late += 1;
+                    script.granted = true;
+                    script.epoch = Epoch::Keep;
+                    let over = deadline.is_some_and(|d| Instant::now() >= d);
+                    if script.late >= MAX_LATE_GRANTS || over {
+                        give_back(owed).await;
+                        return Err(too_slow(self.options.get_lease(), script.late));
+                    }
+                }
+                Ok((0, pttl)) => {
+                    owed.disarm();
+                    return Ok(Attempt::Held(
+                        u64::try_from(pttl).ok().map(Duration::from_millis),
+                    ));
+                }
+                // A reply the script never gives: keep `owed` armed, just in case.
+                Ok((granted, value)) => {
+                    return Err(Error::UnexpectedReply {
+                        phase: "acquire",
+                        detail: format!("[{granted}, {value}]"),
+                    });
+                }
+                // An error reply from the server means the script wrote nothing: give back
+                // what an earlier attempt took, if anything. Anything else (a broken
+                // connection, an unreadable reply) leaves the outcome open: `owed` is dropped
+                // armed and releases by owner token in the background.
+                Err(err @ (Error::WrongType { .. } | Error::Redis { .. } | Error::Auth { .. })) => {
+                    if script.granted {
+                        give_back(owed).await;
+                    } else {
+                        owed.disarm();
+                    }
+                    return Err(err);
+                }
+                Err(err) => return Err(err),
             }
-            Err(err) => Err(err),
         }
     }
+}
+
+/// One call of the acquire script, and what came before it.
+struct Script {
+    /// An earlier attempt already took the lock with this owner token.
+    granted: bool,
+    /// Mark a grant at once, for waiters of this process queued behind this one.
+    mark: bool,
+    /// What to write as the counter's epoch.
+    epoch: Epoch,
+    /// How many grants of this acquisition came back after their lease.
+    late: u32,
+}
+
+/// The error of an `INCR` of the fencing counter: a plain `ERR` means its value is not an
+/// integer (or would overflow), which is data this lock did not write.
+fn counter_error(fence: &str, err: &redis::ServerError) -> Error {
+    let err: redis::RedisError = err.clone().into();
+    if err.code() == Some("ERR") {
+        return Error::WrongType {
+            key: fence.to_string(),
+            detail: err.to_string(),
+        };
+    }
+    Error::from_redis("acquire", &[fence], err)
 }
 
 /// Releases a grant the caller will not get, because the acquisition failed after it; the

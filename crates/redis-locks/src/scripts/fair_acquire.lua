@@ -20,16 +20,17 @@
 --          the head's owner token is published there, to prod it.
 --
 -- Replies:
---   {1, token}  acquired; token is the new fencing token (see mutex_acquire.lua for how the
---               counter starts). The waiter has left the queue. Also the reply when KEYS[1]
+--   {1, token}  acquired; token is the new fencing token: max(counter + 1, server clock in
+--               µs), stored in KEYS[2], so a counter that came back old after a restart or a
+--               failover is never reused (see mutex_acquire.lua). The waiter has left the queue. Also the reply when KEYS[1]
 --               already holds ARGV[1] (a retried request): the lease is set again.
 --   {0, pttl}   not acquired; pttl is the holder's remaining lease in ms, -1 if the lock key
 --               has no expiry, -2 if the lock is free but another waiter is ahead.
 --               With ARGV[3] > 0 the waiter now has a place in the queue (its old place, if
 --               it had one), leased until now + ARGV[3].
 -- Errors:
---   WRONGTYPE   one of the keys holds another Redis type; nothing was written.
---   ERR ...     KEYS[2] is a string that is not an integer; nothing was written.
+--   WRONGTYPE <key> ...  that key holds another Redis type, or KEYS[2] is a string that is
+--                        not an integer; nothing was written.
 
 local owner, lease, place_lease, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local wanted = {'string', 'string', 'zset', 'zset', 'string'}
@@ -41,7 +42,7 @@ for i = 1, 5 do
 end
 local counter = redis.call('GET', KEYS[2])
 if counter and not tonumber(counter) then
-  return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is not an integer')
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: not an integer')
 end
 
 local clock = redis.call('TIME')
@@ -72,7 +73,7 @@ if not holder and (head == nil or head == owner) then
   end
   local token = redis.call('INCR', KEYS[2])
   local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-  if token < 1000000000000000 and micros > token then
+  if micros > token then
     token = micros
     redis.call('SET', KEYS[2], token)
   end

@@ -12,7 +12,8 @@
 --   {0, highest}   refused: the token is lower than the highest seen; nothing was written.
 -- Errors (nothing written):
 --   WRONGTYPE  KEYS[1] or KEYS[2] holds another type than a string.
---   ERR ...    KEYS[2] or ARGV[1] is not an integer.
+--   WRONGTYPE <key> ...  KEYS[2] is a string that is not an integer.
+--   ERR ...    ARGV[1] is not an integer.
 
 for i = 1, 2 do
   local kind = redis.call('TYPE', KEYS[i]).ok
@@ -26,7 +27,7 @@ if not token then
 end
 local highest = tonumber(redis.call('GET', KEYS[2]) or '0')
 if not highest then
-  return redis.error_reply('ERR highest token ' .. KEYS[2] .. ' is not an integer')
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a highest token: not an integer')
 end
 if token < highest then
   return {0, highest}

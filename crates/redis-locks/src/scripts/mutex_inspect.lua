@@ -16,7 +16,7 @@
 --              else 0.
 -- Errors:
 --   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] is not a string.
---   ERR ...    KEYS[2] is a string that is not an integer.
+--   WRONGTYPE <key> ...  KEYS[2] is a string that is not an integer.
 
 local owner = redis.call('GET', KEYS[1])
 local pttl = -2
@@ -34,7 +34,7 @@ local counter = redis.call('GET', KEYS[2])
 if counter then
   counter = tonumber(counter)
   if not counter then
-    return redis.error_reply('ERR fencing counter ' .. KEYS[2] .. ' is not an integer')
+    return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: not an integer')
   end
 else
   counter = 0
