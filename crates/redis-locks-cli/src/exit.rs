@@ -7,12 +7,19 @@ use std::process::ExitCode;
 pub const CHECK_FAILED: u8 = 1;
 /// Bad usage: unknown flag, malformed duration, empty lock name.
 pub const USAGE: u8 = 64;
-/// Redis cannot be reached (or a private server could not be started).
+/// A key of the lock holds something that is not this lock's: another Redis type, or a
+/// fencing counter that is not an integer (`EX_DATAERR`).
+pub const DATA: u8 = 65;
+/// Redis cannot be reached, is not Redis, answers too slowly, or refuses the command
+/// (read-only replica, out of memory); or a private server could not be started.
 pub const UNAVAILABLE: u8 = 69;
-/// The lock was lost while the command ran, or another lock error.
+/// The lock was lost while the command ran, or Redis gave a reply the lock never expects.
 pub const LOST: u8 = 70;
 /// The lock was not acquired within `--wait`.
 pub const NOT_ACQUIRED: u8 = 75;
+/// Redis refused this client: no password, a wrong one, or an ACL that forbids what the lock
+/// needs (`NOAUTH`, `WRONGPASS`, `NOPERM`; `EX_NOPERM`).
+pub const NO_PERMISSION: u8 = 77;
 /// The command to run could not be started.
 pub const CANNOT_RUN: u8 = 127;
 
@@ -37,6 +44,12 @@ pub enum CliError {
     /// The command to run could not be started.
     #[error("{0}")]
     CannotRun(String),
+    /// A key of the lock holds data the lock did not write.
+    #[error("{0}")]
+    Data(String),
+    /// Redis refused this client's credentials or permissions.
+    #[error("{0}")]
+    NoPermission(String),
     /// A lock operation failed in a way none of the above covers.
     #[error(transparent)]
     Lock(redis_locks::Error),
@@ -48,9 +61,14 @@ impl From<redis_locks::Error> for CliError {
             err if err.is_connection() => CliError::Unavailable(err.to_string()),
             err if err.is_held() => CliError::NotAcquired(err.to_string()),
             err if err.is_not_held() => CliError::Lost(err.to_string()),
+            err if err.is_auth() => CliError::NoPermission(err.to_string()),
             err @ (redis_locks::Error::InvalidName { .. }
             | redis_locks::Error::InvalidDuration { .. }
             | redis_locks::Error::InvalidUrl { .. }) => CliError::Usage(err.to_string()),
+            err @ redis_locks::Error::WrongType { .. } => CliError::Data(err.to_string()),
+            err @ (redis_locks::Error::NotRedis { .. } | redis_locks::Error::Redis { .. }) => {
+                CliError::Unavailable(err.to_string())
+            }
             err => CliError::Lock(err),
         }
     }
@@ -65,6 +83,8 @@ impl CliError {
             CliError::CheckFailed(_) => CHECK_FAILED,
             CliError::NotAcquired(_) => NOT_ACQUIRED,
             CliError::Lost(_) | CliError::Lock(_) => LOST,
+            CliError::Data(_) => DATA,
+            CliError::NoPermission(_) => NO_PERMISSION,
             CliError::CannotRun(_) => CANNOT_RUN,
         })
     }

@@ -29,9 +29,13 @@ struct Cli {
 }
 
 const EXIT_CODES: &str = "Exit codes: 0 success (run: the command's own code, or 128+N if a \
-signal N ended it); 1 a check failed (demo, bench) or a chart could not be written; 64 bad usage; 69 Redis unreachable or no private \
-server; 70 the lock was lost during the run (or another lock error); 75 the lock was not \
-acquired within --wait; 127 the command could not be started.";
+signal N ended it); 1 a check failed (demo, bench) or a chart could not be written; 64 bad \
+usage; 65 a key of the lock holds something that is not this lock's (another type, a \
+fencing counter that is not a number); 69 Redis unreachable, not Redis, too slow, or \
+refusing the command (read-only replica, out of memory), or no private server; 70 the lock \
+was lost during the run (or Redis gave a reply the lock never expects); 75 the lock was not \
+acquired within --wait; 77 Redis refused access (NOAUTH, WRONGPASS, NOPERM); 127 the \
+command could not be started.";
 
 /// Where `run` and `status` look for Redis without `--redis` / `REDIS_URL`.
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -50,8 +54,9 @@ enum Commands {
     },
     /// Run a command while holding a lock (a distributed flock): acquire, run it with the
     /// lease renewed in the background, release when it exits. The command gets the fencing
-    /// token in REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME; if the lock is lost
-    /// it gets SIGTERM, then SIGKILL after --grace. Ctrl-C / SIGTERM are passed on to it.
+    /// token in REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME; it runs in a process
+    /// group of its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL
+    /// after --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
     Run {
         /// Redis to use [default: redis://127.0.0.1:6379].
         #[arg(long, env = "REDIS_URL")]
@@ -59,7 +64,8 @@ enum Commands {
         #[command(flatten)]
         args: run::RunArgs,
     },
-    /// Show a lock: held or free, the holder, its lease, whether anyone waits, the fencing counter.
+    /// Show a lock: held or free, the holder, its lease, how many processes wait for it now,
+    /// the fencing counter.
     Status {
         /// The lock's name.
         name: String,
@@ -70,7 +76,8 @@ enum Commands {
         #[arg(long)]
         json: bool,
     },
-    /// Measure performance: `throughput` (lock cost) and `handoff` (one contended lock).
+    /// Measure performance: `throughput` (lock cost), `handoff` (one contended lock) and
+    /// `market` (the "Redis in Action" market simulation).
     Bench {
         /// Redis to use; without it a private redis-server is started.
         #[arg(long, env = "REDIS_URL", global = true)]

@@ -5,9 +5,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-use redis_locks::{Client, LockKeys, MutexGuard, MutexOptions};
+use redis_locks::{Client, LockKeys, Mutex, MutexGuard, MutexOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -20,14 +20,25 @@ pub struct RunArgs {
     pub name: String,
     /// The lease; a watchdog renews it every third while the command runs, so it bounds how
     /// long the lock outlives a crash of this process.
-    #[arg(long, default_value = "30s", value_parser = crate::bench::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = crate::bench::parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// How long to wait for the lock; 0 tries once. Without it: wait as long as it takes.
-    #[arg(long, value_parser = crate::bench::parse_duration)]
+    #[arg(long, value_parser = crate::bench::parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
-    /// After SIGTERM (the lock was lost), how long the command has before SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = crate::bench::parse_duration)]
+    /// After SIGTERM (the lock was lost), how long the command and every process of its
+    /// process group have before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = crate::bench::parse_duration, allow_hyphen_values = true)]
     pub grace: Duration,
+    /// Keep the command in this process's process group, so it can read the terminal and
+    /// take Ctrl-Z like any foreground job; a lost lock or a forwarded signal then reaches
+    /// the command itself only, not the processes it started. Without it the command runs
+    /// in a process group of its own, and every process in that group is stopped.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Say nothing while waiting (without it, a wait longer than a second says once who
+    /// holds the lock and how long its lease still runs).
+    #[arg(long, short)]
+    pub quiet: bool,
     /// The command and its arguments (after `--`).
     #[arg(required = true, last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -41,11 +52,7 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
     let client = Client::connect(url).await?;
     let options = MutexOptions::default().lease(args.ttl).watchdog(true);
     let mutex = client.mutex_with(&args.name, options)?;
-    let guard = match args.wait {
-        None => mutex.lock().await?,
-        Some(wait) if wait.is_zero() => mutex.try_lock().await?,
-        Some(wait) => mutex.lock_timeout(wait).await?,
-    };
+    let guard = acquire(&mutex, args).await?;
     // Listen for signals before the command exists, so none sent once it runs is missed
     // (with the default action, a Ctrl-C would kill this process and orphan the command).
     let signals = match Signals::listen() {
@@ -55,13 +62,18 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
             return Err(err);
         }
     };
-    let mut child = match Command::new(&args.command[0])
+    let mut command = Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .env("REDIS_LOCKS_TOKEN", guard.fencing_token().to_string())
         .env("REDIS_LOCKS_NAME", &args.name)
-        .stdin(Stdio::inherit())
-        .spawn()
-    {
+        .stdin(Stdio::inherit());
+    if !args.foreground {
+        // A process group of its own: a lost lock stops everything the command started
+        // (that stayed in the group), not only the command.
+        command.process_group(0);
+    }
+    let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
             release_after_failure(guard, &args.name).await;
@@ -71,7 +83,101 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
             )));
         }
     };
-    supervise(&mut child, guard, args.grace, signals).await
+    let Some(pid) = child.id() else {
+        // Reaped already: it ran and ended before we looked.
+        let code = exit_code(child.wait().await);
+        return finish(guard, code).await;
+    };
+    let target = Target {
+        pid: Pid::from_raw(pid as i32),
+        group: !args.foreground,
+    };
+    supervise(&mut child, target, guard, args.grace, signals).await
+}
+
+/// How long `run` waits in silence before it says who holds the lock.
+const QUIET_WAIT: Duration = Duration::from_secs(1);
+
+/// Takes the lock as `--wait` says; a wait longer than [`QUIET_WAIT`] says once, on stderr,
+/// who holds the lock and how long its lease still runs (unless `--quiet`).
+async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<MutexGuard, redis_locks::Error> {
+    let lock = async {
+        match args.wait {
+            None => mutex.lock().await,
+            Some(wait) if wait.is_zero() => mutex.try_lock().await,
+            Some(wait) => mutex.lock_timeout(wait).await,
+        }
+    };
+    tokio::pin!(lock);
+    if args.quiet {
+        return lock.await;
+    }
+    tokio::select! {
+        outcome = &mut lock => return outcome,
+        () = tokio::time::sleep(QUIET_WAIT) => {}
+    }
+    let name = mutex.name();
+    match mutex.state().await {
+        Ok(state) => match state.holder {
+            Some(holder) => match holder.lease_remaining {
+                Some(left) => eprintln!(
+                    "redis-locks: waiting for lock {name:?}: held by owner {}, whose lease ends \
+                     in {} unless its holder renews it",
+                    holder.owner,
+                    humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+                ),
+                None => eprintln!(
+                    "redis-locks: waiting for lock {name:?}: its key has no expiry, so it was \
+                     not set by redis-locks and will never be freed unless someone deletes it"
+                ),
+            },
+            None => eprintln!("redis-locks: waiting for lock {name:?}: it was just freed"),
+        },
+        Err(err) => eprintln!("redis-locks: waiting for lock {name:?} (its state: {err})"),
+    }
+    lock.await
+}
+
+/// Releases the lock of a command that has finished with `code`, and says if it had been lost.
+async fn finish(guard: MutexGuard, code: u8) -> Result<u8, CliError> {
+    match guard.release().await {
+        Ok(()) => Ok(code),
+        Err(err) if err.is_not_held() => Err(CliError::Lost(format!(
+            "the command finished, but the lock had been lost meanwhile: {err}"
+        ))),
+        Err(err) => {
+            eprintln!(
+                "redis-locks: the command finished; releasing the lock failed ({err}); its lease will end it"
+            );
+            Ok(code)
+        }
+    }
+}
+
+/// Whom `run`'s signals reach: the command's process group, or (`--foreground`) the command.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    pid: Pid,
+    group: bool,
+}
+
+impl Target {
+    /// Sends `signal`; to a group, then SIGCONT too, so that a stopped member (one that read
+    /// the terminal from the background, say) acts on it.
+    fn signal(self, signal: Signal) {
+        if self.group {
+            let _ = killpg(self.pid, signal);
+            let _ = killpg(self.pid, Signal::SIGCONT);
+        } else {
+            let _ = kill(self.pid, signal);
+        }
+    }
+
+    /// Whether any live process is left in the group (zombies do not count: an orphan that
+    /// died waits for init to reap it, which some containers never do).
+    fn group_alive(self) -> bool {
+        self.group && group_members(self.pid).is_some_and(|live| live > 0)
+    }
 }
 
 /// Releases the lock of a run that failed before its command ran; the failure is what the
@@ -100,9 +206,41 @@ impl Signals {
     }
 }
 
+/// How many processes of process group `group` are alive (not zombies), read from `/proc`;
+/// without a readable `/proc`, the kernel's word (`killpg` with no signal), zombies included.
+fn group_members(group: Pid) -> Option<usize> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Some(usize::from(killpg(group, None).is_ok()));
+    };
+    let mut live = 0;
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (state, pgrp) = (fields.next(), fields.nth(1));
+        if state != Some("Z") && pgrp.and_then(|p| p.parse::<i32>().ok()) == Some(group.as_raw()) {
+            live += 1;
+        }
+    }
+    Some(live)
+}
+
 /// Waits for the command while watching the lock and this process's signals.
 async fn supervise(
     child: &mut Child,
+    target: Target,
     guard: MutexGuard,
     grace: Duration,
     mut signals: Signals,
@@ -111,45 +249,47 @@ async fn supervise(
     tokio::pin!(lost);
     loop {
         tokio::select! {
-            status = child.wait() => {
-                let code = exit_code(status);
-                // The command is done: give the lock back, and say if it had been lost.
-                return match guard.release().await {
-                    Ok(()) => Ok(code),
-                    Err(err) if err.is_not_held() => Err(CliError::Lost(format!(
-                        "the command finished, but the lock had been lost meanwhile: {err}"
-                    ))),
-                    Err(err) => {
-                        eprintln!("redis-locks: the command finished; releasing the lock failed ({err}); its lease will end it");
-                        Ok(code)
-                    }
-                };
-            }
+            status = child.wait() => return finish(guard, exit_code(status)).await,
             reason = &mut lost => {
                 eprintln!("redis-locks: lock {:?} lost ({reason}); stopping the command", guard.name());
-                stop(child, grace).await;
+                stop(child, target, grace).await;
                 return Err(CliError::Lost(format!("lock {:?} was lost while the command ran: {reason}", guard.name())));
             }
-            _ = signals.interrupts.recv() => forward(child, Signal::SIGINT),
-            _ = signals.terminates.recv() => forward(child, Signal::SIGTERM),
-            _ = signals.hangups.recv() => forward(child, Signal::SIGHUP),
+            _ = signals.interrupts.recv() => target.signal(Signal::SIGINT),
+            _ = signals.terminates.recv() => target.signal(Signal::SIGTERM),
+            _ = signals.hangups.recv() => target.signal(Signal::SIGHUP),
         }
     }
 }
 
-/// Passes a signal this process got on to the command; its exit then ends the run.
-fn forward(child: &Child, signal: Signal) {
-    if let Some(pid) = child.id() {
-        let _ = kill(Pid::from_raw(pid as i32), signal);
+/// SIGTERM to the command (and its process group), then SIGKILL to whatever is left of them
+/// once `grace` has passed.
+async fn stop(child: &mut Child, target: Target, grace: Duration) {
+    target.signal(Signal::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    let exited = tokio::time::timeout_at(deadline, child.wait())
+        .await
+        .is_ok();
+    // The command is reaped (or out of time): wait for the rest of its group until the
+    // same deadline.
+    while exited && target.group_alive() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// SIGTERM, then SIGKILL after `grace` if the command is still running.
-async fn stop(child: &mut Child, grace: Duration) {
-    forward(child, Signal::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        eprintln!("redis-locks: the command ignored SIGTERM for {grace:?}; sending SIGKILL");
-        let _ = child.kill().await;
+    if !exited || target.group_alive() {
+        eprintln!(
+            "redis-locks: the command{} ignored SIGTERM for {grace:?}; sending SIGKILL",
+            if target.group {
+                " or its process group"
+            } else {
+                ""
+            }
+        );
+        if target.group {
+            let _ = killpg(target.pid, Signal::SIGKILL);
+        }
+        if !exited {
+            let _ = child.kill().await;
+        }
     }
 }
 

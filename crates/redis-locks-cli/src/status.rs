@@ -1,7 +1,7 @@
 //! `redis-locks status NAME`: who holds a lock, its lease, whether anyone waits, the
 //! fencing counter.
 
-use redis_locks::Client;
+use redis_locks::{Client, LockKeys};
 use serde::Serialize;
 
 use crate::exit::CliError;
@@ -12,13 +12,18 @@ struct Status<'a> {
     name: &'a str,
     held: bool,
     holder_owner: Option<&'a str>,
+    /// A waiter marked the lock during this holder's tenure (it may have gone since).
     waited_for: bool,
+    /// Processes waiting for the lock right now (subscribers of its wake channel).
+    waiting_processes: u64,
     fencing_counter: Option<u64>,
     lease_remaining_ms: Option<u64>,
 }
 
 /// Prints the lock's state as a few lines, or one JSON object with `json`.
 pub async fn run(url: &str, name: &str, json: bool) -> Result<(), CliError> {
+    // A bad name is bad usage, whether or not Redis can be reached.
+    LockKeys::new(name)?;
     let client = Client::connect(url).await?;
     let state = client.mutex(name)?.state().await?;
     let holder = state.holder.as_ref();
@@ -27,6 +32,7 @@ pub async fn run(url: &str, name: &str, json: bool) -> Result<(), CliError> {
         held: holder.is_some(),
         holder_owner: holder.map(|h| h.owner.as_str()),
         waited_for: holder.is_some_and(|h| h.waited_for),
+        waiting_processes: state.listeners,
         fencing_counter: state.fencing_counter.map(|t| t.get()),
         lease_remaining_ms: holder
             .and_then(|h| h.lease_remaining)
@@ -48,10 +54,18 @@ pub async fn run(url: &str, name: &str, json: bool) -> Result<(), CliError> {
                 }
             }
             if holder.waited_for {
-                println!("waiters         yes: its release will wake them");
+                println!(
+                    "marked          yes: a waiter asked during this tenure (it may have gone \
+                     since); the release will publish a wake-up"
+                );
             }
         }
         None => println!("state           free"),
+    }
+    match state.listeners {
+        0 => println!("waiting         none"),
+        1 => println!("waiting         1 process listens for the release"),
+        n => println!("waiting         {n} processes listen for the release"),
     }
     match state.fencing_counter {
         Some(counter) if holder.is_some() => {

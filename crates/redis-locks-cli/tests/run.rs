@@ -123,14 +123,14 @@ fn a_waiting_run_starts_after_a_killed_holders_ttl() {
 }
 
 /// Starts `run NAME --ttl 600ms --grace GRACE -- sh -c SCRIPT`, waits for the script's
-/// `ready <pid>` line, then deletes the lock key by hand, as an operator or an expiry would.
-/// Returns the runner and the command's pid.
+/// `ready <pid> [<pid>...]` line, then deletes the lock key by hand, as an operator or an
+/// expiry would. Returns the runner and the pids of the line.
 fn run_and_lose_the_lock(
     server: &RedisServer,
     name: &str,
     grace: &str,
     script: &str,
-) -> (ChildProcess, i32) {
+) -> (ChildProcess, Vec<i32>) {
     let mut runner = ChildProcess::spawn(run(
         server,
         &[name, "--ttl", "600ms", "--grace", grace],
@@ -140,17 +140,39 @@ fn run_and_lose_the_lock(
     let ready = runner
         .wait_for_line("ready", Duration::from_secs(30))
         .unwrap();
-    let pid: i32 = ready["ready ".len()..].parse().unwrap();
+    let pids = ready
+        .split_whitespace()
+        .skip(1)
+        .map(|pid| pid.parse().unwrap())
+        .collect();
     redis::cmd("DEL")
         .arg(name)
         .exec(&mut server.connection().unwrap())
         .unwrap();
-    (runner, pid)
+    (runner, pids)
 }
 
-/// Whether process `pid` still exists (signal 0 probes without signalling).
+/// Whether process `pid` still runs: it exists and is not a zombie (an orphan that died
+/// waits for init to reap it, which some containers never do).
 fn alive(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `limit` for every process of `pids` to be gone.
+fn all_gone(pids: &[i32], limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while pids.iter().any(|&pid| alive(pid)) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
 
 #[test]
@@ -168,7 +190,8 @@ fn a_lock_lost_mid_run_stops_the_command_and_exits_70() {
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let server = RedisServer::start().unwrap();
     let script = "trap '' TERM; echo ready $$; while :; do sleep 0.05; done";
-    let (mut runner, pid) = run_and_lose_the_lock(&server, "stubborn", "1s", script);
+    let (mut runner, pids) = run_and_lose_the_lock(&server, "stubborn", "1s", script);
+    let pid = pids[0];
     let lost = std::time::Instant::now();
     assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
     // SIGTERM comes after the loss, SIGKILL a whole grace period later, not at once.
@@ -321,4 +344,58 @@ fn status_shows_holder_counter_and_lease() {
     }
     assert_eq!(holder.wait_exit(Duration::from_secs(10)), Some(0));
     assert_eq!(waiter.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn a_lost_lock_stops_every_process_the_command_started() {
+    let server = RedisServer::start().unwrap();
+    // Grandchildren in the background: one plain, one that ignores SIGTERM.
+    let script = "sleep 60 & a=$!; sh -c 'trap \"\" TERM; while :; do sleep 0.05; done' & b=$!; \
+                  echo ready $$ $a $b; wait";
+    let (mut runner, pids) = run_and_lose_the_lock(&server, "tree", "1s", script);
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
+    // `run` exits once the grace period is over and the SIGKILL sent: nothing survives it.
+    assert!(
+        all_gone(&pids, Duration::from_secs(2)),
+        "still running: {:?}",
+        pids.iter().filter(|&&pid| alive(pid)).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn forwarded_signals_reach_the_whole_process_group() {
+    let server = RedisServer::start().unwrap();
+    let script = "sleep 60 & echo ready $!; wait";
+    let mut runner = ChildProcess::spawn(run(&server, &["group"], &["sh", "-c", script])).unwrap();
+    let line = runner
+        .wait_for_line("ready", Duration::from_secs(30))
+        .unwrap();
+    let grandchild: i32 = line["ready ".len()..].parse().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // sh dies of the SIGTERM (143), and so does the `sleep` it started.
+    assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(143));
+    assert!(all_gone(&[grandchild], Duration::from_secs(5)));
+    assert!(!exists(&server, "group"), "released");
+}
+
+#[test]
+fn with_foreground_the_command_shares_runs_process_group() {
+    let server = RedisServer::start().unwrap();
+    // Field 5 of /proc/PID/stat is the process group.
+    let script = "echo pgid $(cut -d' ' -f5 /proc/$$/stat) $(cut -d' ' -f5 /proc/$PPID/stat)";
+    let out = output(run(&server, &["fg", "--foreground"], &["sh", "-c", script]));
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let groups: Vec<&str> = text.split_whitespace().skip(1).collect();
+    assert_eq!(groups.len(), 2, "{text}");
+    assert_eq!(groups[0], groups[1], "same group as run: {text}");
+    let out = output(run(&server, &["fg"], &["sh", "-c", script]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let groups: Vec<&str> = text.split_whitespace().skip(1).collect();
+    assert_ne!(groups[0], groups[1], "a group of its own: {text}");
 }

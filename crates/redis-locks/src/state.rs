@@ -10,8 +10,13 @@ use crate::token::FencingToken;
 
 /// Reads a lock's state in one script call (the same layout for `Mutex` and `FairMutex`).
 pub(crate) async fn inspect(client: &Client, keys: &LockKeys) -> Result<LockState> {
-    let (owner, pttl, counter, marked): (String, i64, u64, i64) = client
-        .run_script("inspect", &MUTEX_INSPECT, &[keys.lock(), keys.fence()], &[])
+    let (owner, pttl, counter, marked, listeners): (String, i64, u64, i64, u64) = client
+        .run_script(
+            "inspect",
+            &MUTEX_INSPECT,
+            &[keys.lock(), keys.fence()],
+            &[keys.wake_channel()],
+        )
         .await?;
     let fencing_counter = (counter > 0).then_some(FencingToken::new(counter));
     let holder = (!owner.is_empty()).then(|| Holder {
@@ -22,6 +27,7 @@ pub(crate) async fn inspect(client: &Client, keys: &LockKeys) -> Result<LockStat
     Ok(LockState {
         holder,
         fencing_counter,
+        listeners,
     })
 }
 
@@ -43,6 +49,11 @@ pub struct LockState {
     /// tells the holder its own). The next holder's token is greater. `None` if the lock was
     /// never taken (or the server lost its counter).
     pub fencing_counter: Option<FencingToken>,
+    /// How many processes wait for the lock right now: the connections subscribed to its
+    /// wake channel (one per [`Client`](crate::Client) with a waiter of this lock waiting).
+    /// A process that died or gave up stops counting at once, unlike
+    /// [`Holder::waited_for`].
+    pub listeners: u64,
 }
 
 /// The current holder of a lock.
@@ -56,8 +67,10 @@ pub struct Holder {
     pub lease_remaining: Option<Duration>,
     /// Whether the lock is marked for a wake-up, so that its release publishes one (a release
     /// nobody waits for publishes nothing): a [`Mutex`](crate::Mutex) waiter found it held
-    /// during this holder's tenure, or the holder was granted it with waiters of its own
-    /// process queued behind it. A [`FairMutex`](crate::FairMutex)'s waiters queue instead:
+    /// at some time during this holder's tenure, or the holder was granted it with waiters of
+    /// its own process queued behind it. The mark stays until the release, even when that
+    /// waiter has died or given up since: for who waits now, see
+    /// [`LockState::listeners`]. A [`FairMutex`](crate::FairMutex)'s waiters queue instead:
     /// see [`FairMutex::waiting`](crate::FairMutex::waiting).
     pub waited_for: bool,
 }

@@ -44,6 +44,9 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
 /// Parses `500ms`, `5s`, `2m` (humantime) for clap; a zero or negative duration is refused
 /// where it makes no sense by the caller.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(format!("a duration cannot be negative: {text}"));
+    }
     humantime::parse_duration(text)
         .map_err(|err| format!("{err} (write durations like 500ms, 5s, 2m)"))
 }

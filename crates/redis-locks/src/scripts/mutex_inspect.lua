@@ -2,9 +2,10 @@
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  the fencing counter.
+-- ARGV[1]  optional; the lock's wake channel, whose subscribers are counted.
 --
 -- Replies:
---   {owner, pttl, counter, marked}
+--   {owner, pttl, counter, marked, listeners}
 --     owner    the holder's owner token (without a waiter's '+w' mark, see
 --              mutex_acquire.lua), or '' when the lock is free.
 --     pttl     the holder's remaining lease in ms; -2 when free; -1 when the key has no
@@ -13,7 +14,11 @@
 --              later one taken by a refused fast attempt); 0 if the lock was never taken.
 --     marked   1 if the holder's key is marked for a wake-up (by a waiter, or at its grant
 --              for waiters queued in the holder's process): its release will publish one;
---              else 0.
+--              else 0. The mark stays for the holder's whole tenure, even after the
+--              waiter that made it has gone.
+--     listeners  how many connections subscribe to ARGV[1] now (PUBSUB NUMSUB): one per
+--              process (client) with a waiter of this lock waiting right now; 0 without
+--              ARGV[1].
 -- Errors:
 --   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] is not a string.
 --   WRONGTYPE <key> ...  KEYS[2] is a string that is not an integer.
@@ -39,4 +44,8 @@ if counter then
 else
   counter = 0
 end
-return {owner, pttl, counter, marked}
+local listeners = 0
+if ARGV[1] then
+  listeners = redis.call('PUBSUB', 'NUMSUB', ARGV[1])[2]
+end
+return {owner, pttl, counter, marked, listeners}

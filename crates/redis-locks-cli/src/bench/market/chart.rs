@@ -18,6 +18,23 @@ const COLOURS: [RGBColor; 4] = [
 /// One figure of a run, drawn as a bar.
 type Metric = fn(&RunReport) -> f64;
 
+/// Fails (exit 1, as a chart that cannot be drawn) unless a file can be written at `path`:
+/// checked before the benchmark starts, by creating it (it is overwritten by [`draw`]).
+pub fn check_writable(path: &Path) -> Result<(), CliError> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map(drop)
+        .map_err(|err| {
+            CliError::CheckFailed(format!(
+                "chart {}: cannot write there ({err}); nothing was run",
+                path.display()
+            ))
+        })
+}
+
 /// Draws `runs` into an SVG file at `path`.
 pub fn draw(path: &Path, runs: &[RunReport]) -> Result<(), CliError> {
     let failed = |err: String| CliError::CheckFailed(format!("chart {}: {err}", path.display()));

@@ -88,6 +88,8 @@ pub async fn run(url: &str, args: &MarketArgs, json: bool) -> Result<(), CliErro
     };
     let redis = redis::Client::open(url)
         .map_err(|err| CliError::Usage(format!("invalid Redis URL {url:?}: {err}")))?;
+    // Before a minute of benchmarks, not after it: can the chart be written?
+    chart::check_writable(&args.chart)?;
     let run_id = format!("{:08x}", rand::random::<u32>());
     let mut reports = Vec::new();
     for (sellers, buyers) in scenarios {
@@ -356,8 +358,8 @@ async fn cleanup(
 
 fn print_report(args: &MarketArgs, reports: &[RunReport]) {
     println!(
-        "bench market: \"Redis in Action\" 6.2, {:.0} s per run; sellers list, buyers buy one of the {} cheapest listings at random\n",
-        args.duration.as_secs_f64(),
+        "bench market: \"Redis in Action\" 6.2, {} per run; sellers list, buyers buy one of the {} cheapest listings at random\n",
+        humantime::format_duration(args.duration),
         model::CHOICES
     );
     let mut rows = vec![
