@@ -396,7 +396,7 @@ fn connect_error(url: &str, source: redis::RedisError) -> Error {
     if source.kind() == redis::ErrorKind::Parse {
         return Error::NotRedis {
             url: redact(url),
-            detail: source.to_string(),
+            detail: "its reply does not parse as the Redis protocol".into(),
         };
     }
     match Error::from_redis("connect", &[], source) {

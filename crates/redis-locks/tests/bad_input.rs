@@ -186,11 +186,60 @@ async fn a_fencing_counter_of_another_type_is_a_wrong_type_error() {
 }
 
 #[tokio::test]
-async fn an_invalid_url_is_refused() {
-    for url in ["", "http://example", "redis://host:notaport"] {
+async fn an_invalid_url_is_refused_saying_what_is_wrong() {
+    for (url, says) in [
+        ("", "empty"),
+        ("http://example", "scheme"),
+        ("redis://host:notaport", "port"),
+        ("redis://host:70000", "1 to 65535"),
+        ("redis://:pw@host:6380/x", "database"),
+    ] {
         let err = Client::connect(url).await.unwrap_err();
         assert!(matches!(err, Error::InvalidUrl { .. }), "{url}: {err}");
+        assert!(err.to_string().contains(says), "{url}: {err}");
+        assert!(
+            !err.to_string().contains("pw@"),
+            "the password is hidden: {err}"
+        );
     }
+}
+
+#[tokio::test]
+async fn a_server_that_wants_a_password_is_an_auth_error_at_connect() {
+    let locked = test_support::RedisServer::start_with_args(&["--requirepass", "s3cret"]).unwrap();
+    let err = Client::connect(&locked.url()).await.unwrap_err();
+    assert!(err.is_auth(), "{err}");
+    let wrong = format!("redis://default:nope@127.0.0.1:{}", locked.port());
+    let err = Client::connect(&wrong).await.unwrap_err();
+    assert!(err.is_auth(), "{err}");
+    assert!(!err.to_string().contains("nope"), "{err}");
+    let right = format!("redis://default:s3cret@127.0.0.1:{}", locked.port());
+    let client = Client::connect(&right).await.unwrap();
+    client
+        .mutex("ok")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_server_that_is_not_redis_is_said_to_be_so() {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.2\r\n").await;
+        }
+    });
+    let err = Client::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotRedis { .. }), "{err}");
 }
 
 #[tokio::test]

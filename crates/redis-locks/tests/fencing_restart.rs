@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{client, eventually, raw};
 use redis::Commands;
-use redis_locks::{Client, Error, MutexGuard, MutexOptions};
+use redis_locks::{Client, Error, FairMutexOptions, MutexGuard, MutexOptions};
 use test_support::RedisServer;
 
 /// Takes and releases `name` `n` times; returns the tokens.
@@ -243,6 +243,42 @@ async fn a_grant_delayed_past_its_lease_and_the_wait_budget_is_given_back() {
     })
     .await;
     assert!(gone, "the late grant was released");
+}
+
+#[tokio::test]
+async fn a_fair_grant_delayed_past_its_lease_is_asked_again_not_handed_out_lost() {
+    let server = debuggable();
+    let client = client(&server).await;
+    let lease = |ms| FairMutexOptions::default().lease(Duration::from_millis(ms));
+    let holder = client
+        .fair_mutex_with("fair", lease(400))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let mutex = client.fair_mutex_with("fair", lease(300)).unwrap();
+        async move { mutex.lock_timeout(Duration::from_secs(20)).await }
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        raw(&server).zcard::<_, u64>("{fair}:queue").unwrap_or(0) == 1
+    })
+    .await;
+    assert!(queued, "the waiter queued");
+    stall(&server, 1.0).await;
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter finished")
+        .unwrap()
+        .expect("the late grant was asked again and kept");
+    assert_eq!(
+        guard.lost_reason(),
+        None,
+        "a guard is never handed out lost"
+    );
+    assert!(guard.fencing_token() > holder.fencing_token());
+    guard.release().await.unwrap();
+    drop(holder);
 }
 
 /// Waits until a waiter has marked the lock key (its attempt found the lock held).

@@ -275,6 +275,8 @@ impl RedisServer {
                 .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
             match answer {
                 Ok(_) => return Ok(()),
+                // A server started with `--requirepass` answers, if only to say so.
+                Err(err) if err.code() == Some("NOAUTH") => return Ok(()),
                 Err(err) if started.elapsed() > READY_TIMEOUT => {
                     let detail = format!("{err}; log: {}", tail(&self.log()));
                     self.kill();
