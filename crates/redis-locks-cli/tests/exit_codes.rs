@@ -105,10 +105,8 @@ fn a_server_that_is_not_redis_is_named_as_such() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
-        for stream in listener.incoming().take(20) {
-            if let Ok(mut stream) = stream {
-                let _ = stream.write_all(b"HTTP/1.0 400 Bad Request\r\nServer: not-redis\r\n\r\n");
-            }
+        for mut stream in listener.incoming().take(20).flatten() {
+            let _ = stream.write_all(b"HTTP/1.0 400 Bad Request\r\nServer: not-redis\r\n\r\n");
         }
     });
     let url = format!("redis://127.0.0.1:{port}");
