@@ -320,18 +320,48 @@ fn extend_sets_a_new_lease_only_for_the_owner() {
 }
 
 #[test]
+fn inspect_counts_the_connections_listening_for_a_release() {
+    let server = server();
+    let mut con = raw(&server);
+    let listeners = |con: &mut redis::Connection| -> i64 {
+        let state: (String, i64, i64, i64, i64) = inspect()
+            .key("L")
+            .key("{L}:fence")
+            .arg("{L}:wake")
+            .invoke(con)
+            .unwrap();
+        state.4
+    };
+    assert_eq!(listeners(&mut con), 0);
+    let mut waiter = raw(&server);
+    let mut pubsub = waiter.as_pubsub();
+    pubsub.subscribe("{L}:wake").unwrap();
+    assert_eq!(listeners(&mut con), 1);
+    drop(pubsub);
+    drop(waiter);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while listeners(&mut con) != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a closed connection stops counting"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
 fn inspect_reports_free_held_and_foreign_states() {
     let server = server();
     let mut con = raw(&server);
-    let free: (String, i64, i64, i64) = inspect()
+    let free: (String, i64, i64, i64, i64) = inspect()
         .key("L")
         .key("{L}:fence")
         .invoke(&mut con)
         .unwrap();
-    assert_eq!(free, (String::new(), -2, 0, 0));
+    assert_eq!(free, (String::new(), -2, 0, 0, 0));
 
     let (_, token) = run_acquire(&mut con, "a", 10_000).unwrap();
-    let (owner, ttl, counter, marked): (String, i64, i64, i64) = inspect()
+    let (owner, ttl, counter, marked, _): (String, i64, i64, i64, i64) = inspect()
         .key("L")
         .key("{L}:fence")
         .invoke(&mut con)
@@ -341,7 +371,7 @@ fn inspect_reports_free_held_and_foreign_states() {
 
     // A waiter's mark is not part of the owner token.
     run_acquire(&mut con, "b", 10_000).unwrap();
-    let (owner, _, _, marked): (String, i64, i64, i64) = inspect()
+    let (owner, _, _, marked, _): (String, i64, i64, i64, i64) = inspect()
         .key("L")
         .key("{L}:fence")
         .invoke(&mut con)
@@ -353,7 +383,7 @@ fn inspect_reports_free_held_and_foreign_states() {
         .arg("manual")
         .exec(&mut con)
         .unwrap();
-    let (_, ttl, _, _): (String, i64, i64, i64) = inspect()
+    let (_, ttl, _, _, _): (String, i64, i64, i64, i64) = inspect()
         .key("L")
         .key("{L}:fence")
         .invoke(&mut con)

@@ -1,7 +1,7 @@
 //! What the benchmarks measure the library against: the bare minimum a lock needs
-//! (`SET NX PX` + compare-and-delete), the same with a fencing counter (`SET NX PX` + `INCR`
-//! + the counter's epoch and the connection's name: the library's own commands sent bare),
-//! and the polling loop most peers use to wait.
+//! (`SET NX PX` + compare-and-delete), the same with a fencing counter (`SET NX PX`, `INCR`,
+//! and reads of the counter's epoch and the connection's name: the library's own commands
+//! sent bare), and the polling loop most peers use to wait.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
