@@ -12,6 +12,7 @@ use crate::fair::{FairMutex, FairMutexOptions};
 use crate::fenced::FencedKey;
 use crate::key::LockKeys;
 use crate::mutex::{Mutex, MutexOptions};
+use crate::scripts::FENCE_NEXT_SOURCE;
 use crate::wait::{LocalQueue, LocalQueues};
 use crate::wakeups::Wakeups;
 use crate::watchdog::Renewals;
@@ -183,18 +184,32 @@ impl Client {
             }
         };
         // One PING, so that a server that is not Redis, or one that wants a password, is
-        // reported now and as such, not at the first lock as something else.
-        match redis::cmd("PING")
-            .query_async::<redis::Value>(&mut connection)
+        // reported now and as such, not at the first lock as something else; and the fast
+        // attempt's token script loaded in the same round trip (its own failure, an ACL
+        // without SCRIPT say, is reported by the first lock that needs it).
+        let mut hello = redis::pipe();
+        hello
+            .ignore_errors()
+            .cmd("PING")
+            .cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(FENCE_NEXT_SOURCE.as_str());
+        match hello
+            .query_async::<Vec<redis::Value>>(&mut connection)
             .await
         {
-            Ok(redis::Value::SimpleString(_) | redis::Value::BulkString(_)) => {}
-            Ok(other) => {
-                return Err(Error::NotRedis {
-                    url: redact(url),
-                    detail: format!("PING was answered with {other:?}"),
-                });
-            }
+            Ok(replies) => match replies.first() {
+                Some(redis::Value::SimpleString(_) | redis::Value::BulkString(_)) => {}
+                Some(redis::Value::ServerError(err)) => {
+                    return Err(connect_error(url, err.clone().into()));
+                }
+                other => {
+                    return Err(Error::NotRedis {
+                        url: redact(url),
+                        detail: format!("PING was answered with {other:?}"),
+                    });
+                }
+            },
             Err(source) => return Err(connect_error(url, source)),
         }
         Ok(Client {
@@ -312,43 +327,22 @@ impl Client {
             .map_err(|err| request_error(phase, keys, err))
     }
 
-    /// Runs `source` (one of the crate's scripts) with `EVAL` in a pipeline after
-    /// `CLIENT SETNAME name`, so the script surely runs on the connection that the name was
-    /// given to (see `mutex_acquire.lua`, KEYS[3]). Used only on the rare path that brings
-    /// a fencing counter up to the clock; the name itself may be refused (an ACL without
-    /// `CLIENT`), which only means that later fast attempts keep asking the script.
-    pub(crate) async fn run_script_naming<T: FromRedisValue>(
+    /// Loads one of the crate's scripts into the server's script cache (`SCRIPT LOAD`), for a
+    /// pipeline that calls it with `EVALSHA` and found it missing (`NOSCRIPT`).
+    pub(crate) async fn load_script(
         &self,
         phase: &'static str,
-        name: &str,
-        source: &str,
+        script: &Script,
         keys: &[&str],
-        args: &[&str],
-    ) -> Result<T> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors()
-            .cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(name)
-            .cmd("EVAL")
-            .arg(source)
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
-        let mut replies = self.run_pipeline(phase, &pipe, keys).await?;
-        let reply = match replies.pop() {
-            Some(redis::Value::ServerError(err)) => {
-                return Err(request_error(phase, keys, err.into()));
-            }
-            Some(reply) if replies.len() == 1 => reply,
-            _ => {
-                return Err(Error::UnexpectedReply {
-                    phase,
-                    detail: "a pipeline of two commands did not get two replies".into(),
-                });
-            }
-        };
-        T::from_redis_value(reply).map_err(|err| request_error(phase, keys, err.into()))
+    ) -> Result<()> {
+        let mut connection = self.inner.connection.clone();
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
+        script
+            .prepare_invoke()
+            .load_async(&mut connection)
+            .await
+            .map(drop)
+            .map_err(|err| request_error(phase, keys, err))
     }
 
     /// Sends `pipe` (plain commands, not a transaction, built with

@@ -6,7 +6,11 @@ use common::{pttl, raw, server};
 use redis::{Connection, Script, Value};
 
 fn acquire() -> Script {
-    Script::new(include_str!("../src/scripts/mutex_acquire.lua"))
+    Script::new(&format!(
+        "{}\n{}",
+        include_str!("../src/scripts/fence.lua"),
+        include_str!("../src/scripts/mutex_acquire.lua")
+    ))
 }
 fn release() -> Script {
     Script::new(include_str!("../src/scripts/mutex_release.lua"))
@@ -22,7 +26,6 @@ fn run_acquire(con: &mut Connection, owner: &str, ms: u64) -> redis::RedisResult
     acquire()
         .key("L")
         .key("{L}:fence")
-        .key("{L}:epoch")
         .arg(owner)
         .arg(ms)
         .invoke(con)
@@ -136,28 +139,6 @@ fn acquire_retried_by_the_same_owner_is_granted_again_with_a_new_token() {
     assert_eq!(granted, 1);
     assert!(again > first, "{again} > {first}");
     assert!(pttl(&server, "L") > 15_000, "the lease was set again");
-}
-
-#[test]
-fn acquire_writes_the_epoch_only_when_given_one() {
-    let server = server();
-    let mut con = raw(&server);
-    run_acquire(&mut con, "a", 1_000).unwrap();
-    let epoch: Option<String> = redis::cmd("GET").arg("{L}:epoch").query(&mut con).unwrap();
-    assert_eq!(epoch, None);
-    let (granted, _): (i64, i64) = acquire()
-        .key("L")
-        .key("{L}:fence")
-        .key("{L}:epoch")
-        .arg("a")
-        .arg(1_000)
-        .arg("0")
-        .arg("redis-locks:this-connection")
-        .invoke(&mut con)
-        .unwrap();
-    assert_eq!(granted, 1);
-    let epoch: Option<String> = redis::cmd("GET").arg("{L}:epoch").query(&mut con).unwrap();
-    assert_eq!(epoch.as_deref(), Some("redis-locks:this-connection"));
 }
 
 #[test]

@@ -1,4 +1,5 @@
--- fair_acquire.lua: take a FairMutex in first-come, first-served order.
+-- fair_acquire.lua: take a FairMutex in first-come, first-served order (after the fence.lua
+-- prelude, which defines next_token).
 --
 -- Waiters queue in a sorted set ordered by a ticket the server hands out, so the order is
 -- the server's, not the clients' clocks. Each waiter holds its place with a short place
@@ -22,15 +23,17 @@
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token: max(counter + 1, server clock in
 --               µs), stored in KEYS[2], so a counter that came back old after a restart or a
---               failover is never reused (see mutex_acquire.lua). The waiter has left the queue. Also the reply when KEYS[1]
---               already holds ARGV[1] (a retried request): the lease is set again.
+--               failover is never reused (see fence.lua). The waiter has left the queue. Also the reply when KEYS[1]
+--               already holds ARGV[1] (a retried request): the lease is set again and the
+--               grant takes a new token the same way.
 --   {0, pttl}   not acquired; pttl is the holder's remaining lease in ms, -1 if the lock key
 --               has no expiry, -2 if the lock is free but another waiter is ahead.
 --               With ARGV[3] > 0 the waiter now has a place in the queue (its old place, if
 --               it had one), leased until now + ARGV[3].
--- Errors:
+-- Errors (nothing written):
 --   WRONGTYPE <key> ...  that key holds another Redis type, or KEYS[2] is a string that is
---                        not an integer; nothing was written.
+--                        not an integer.
+--   others               as the server raised them (NOPERM, OOM, READONLY).
 
 local owner, lease, place_lease, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local wanted = {'string', 'string', 'zset', 'zset', 'string'}
@@ -41,7 +44,7 @@ for i = 1, 5 do
   end
 end
 local counter = redis.call('GET', KEYS[2])
-if counter and not tonumber(counter) then
+if counter and not (string.match(counter, '^%-?%d+$') and string.len(counter) <= 19) then
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: not an integer')
 end
 
@@ -60,22 +63,25 @@ if holder and string.sub(holder, -2) == '+w' then
   holder = string.sub(holder, 1, -3)
 end
 if holder == owner then
+  local token, err = next_token(KEYS[2])
+  if not token then
+    return err
+  end
   redis.call('PEXPIRE', KEYS[1], lease)
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  return {1, token}
 end
 
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if not holder and (head == nil or head == owner) then
+  -- The token first: if the counter cannot give one, nothing else is written.
+  local token, err = next_token(KEYS[2])
+  if not token then
+    return err
+  end
   redis.call('ZREM', KEYS[3], owner)
   redis.call('ZREM', KEYS[4], owner)
   if redis.call('EXISTS', KEYS[3]) == 0 then
     redis.call('DEL', KEYS[5])
-  end
-  local token = redis.call('INCR', KEYS[2])
-  local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-  if micros > token then
-    token = micros
-    redis.call('SET', KEYS[2], token)
   end
   redis.call('SET', KEYS[1], owner, 'PX', lease)
   return {1, token}

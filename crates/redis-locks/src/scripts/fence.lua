@@ -1,0 +1,34 @@
+-- fence.lua: the shared prelude of every script that hands out fencing tokens; it is put in
+-- front of mutex_acquire.lua, fair_acquire.lua and fence_next.lua. It defines one function
+-- and runs nothing by itself.
+--
+-- next_token(counter)
+--   counter  the name of a fencing counter: a string holding an integer, or absent.
+--   Returns  the next fencing token, max(counter + 1, the server's clock in µs), and stores
+--            it in the counter. So a counter that came back old (a restart from an older
+--            RDB snapshot, an AOF that lost its last second, a failover to a replica that
+--            lagged) is never used as it is: the clock has moved past every token handed
+--            out before (the clock assumptions are in the crate README, "Fencing tokens").
+--            A counter ahead of the clock (more than one grant per µs) steps by one.
+--   On error it returns nil and an error reply, having written nothing:
+--            'WRONGTYPE <counter> ...' when the counter is not a string or not an integer;
+--            any other error (NOPERM, OOM, READONLY) as the server raised it.
+--   TIME is read before anything is written, so a refused TIME leaves nothing behind.
+
+local function next_token(counter)
+  local now = redis.call('TIME')
+  local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local token = redis.pcall('INCR', counter)
+  if type(token) == 'table' then
+    local err = token.err or ''
+    if string.sub(err, 1, 4) == 'ERR ' or string.sub(err, 1, 10) == 'WRONGTYPE ' then
+      return nil, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter: ' .. err)
+    end
+    return nil, redis.error_reply(err)
+  end
+  if micros > token then
+    token = micros
+    redis.call('SET', counter, token)
+  end
+  return token
+end
