@@ -7,7 +7,7 @@ use redis_locks::Client;
 
 use crate::exit::CliError;
 
-/// Deletes the fencing counters of `locks`.
+/// Deletes the fencing counters of `locks` and their epochs.
 ///
 /// # Errors
 /// [`CliError::Unavailable`] when Redis refused or did not answer: the counters stay, and
@@ -18,6 +18,7 @@ pub async fn delete_counters(client: &Client, locks: &[&str]) -> Result<(), CliE
         let mutex = client.mutex(lock)?;
         redis::cmd("DEL")
             .arg(mutex.keys().fence())
+            .arg(mutex.keys().epoch())
             .query_async::<i64>(&mut connection)
             .await
             .map_err(|err| {

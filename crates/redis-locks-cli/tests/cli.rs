@@ -174,6 +174,7 @@ fn bench_throughput_reports_both_variants_and_the_ratio() {
     assert!(run["ratio_ours_to_bare"].as_f64().unwrap() > 0.0);
     assert!(run["memory"]["held_lock_key_bytes"].as_i64().unwrap() > 0);
     assert!(run["memory"]["fencing_counter_bytes"].as_i64().unwrap() > 0);
+    assert!(run["memory"]["counter_epoch_bytes"].as_i64().unwrap() > 0);
     let left = keys_without_expiry(&server);
     assert!(left.is_empty(), "left behind: {left:?}");
 }

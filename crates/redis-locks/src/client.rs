@@ -12,7 +12,6 @@ use crate::fair::{FairMutex, FairMutexOptions};
 use crate::fenced::FencedKey;
 use crate::key::LockKeys;
 use crate::mutex::{Mutex, MutexOptions};
-use crate::scripts::FENCE_NEXT_SOURCE;
 use crate::wait::{LocalQueue, LocalQueues};
 use crate::wakeups::Wakeups;
 use crate::watchdog::Renewals;
@@ -122,6 +121,10 @@ struct Inner {
     renewals: Renewals,
     local_queues: LocalQueues,
     requests: AtomicU64,
+    /// The name this client gave its connection last (`CLIENT SETNAME redis-locks:<hex>`),
+    /// as fast attempts name it among a fencing counter's epochs; `CLIENT GETNAME` in the
+    /// same pipeline checks that the connection still has it.
+    connection_name: std::sync::Mutex<Option<Arc<str>>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -184,32 +187,18 @@ impl Client {
             }
         };
         // One PING, so that a server that is not Redis, or one that wants a password, is
-        // reported now and as such, not at the first lock as something else; and the fast
-        // attempt's token script loaded in the same round trip (its own failure, an ACL
-        // without SCRIPT say, is reported by the first lock that needs it).
-        let mut hello = redis::pipe();
-        hello
-            .ignore_errors()
-            .cmd("PING")
-            .cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(FENCE_NEXT_SOURCE.as_str());
-        match hello
-            .query_async::<Vec<redis::Value>>(&mut connection)
+        // reported now and as such, not at the first lock as something else.
+        match redis::cmd("PING")
+            .query_async::<redis::Value>(&mut connection)
             .await
         {
-            Ok(replies) => match replies.first() {
-                Some(redis::Value::SimpleString(_) | redis::Value::BulkString(_)) => {}
-                Some(redis::Value::ServerError(err)) => {
-                    return Err(connect_error(url, err.clone().into()));
-                }
-                other => {
-                    return Err(Error::NotRedis {
-                        url: redact(url),
-                        detail: format!("PING was answered with {other:?}"),
-                    });
-                }
-            },
+            Ok(redis::Value::SimpleString(_) | redis::Value::BulkString(_)) => {}
+            Ok(other) => {
+                return Err(Error::NotRedis {
+                    url: redact(url),
+                    detail: format!("PING was answered with {other:?}"),
+                });
+            }
             Err(source) => return Err(connect_error(url, source)),
         }
         Ok(Client {
@@ -221,6 +210,7 @@ impl Client {
                 renewals: Renewals::default(),
                 local_queues: LocalQueues::default(),
                 requests: AtomicU64::new(0),
+                connection_name: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -277,6 +267,24 @@ impl Client {
         self.inner.requests.load(Ordering::Relaxed) + self.inner.wakeups.requests()
     }
 
+    /// The name this client believes its connection has (see `mutex_acquire.lua`, KEYS[3]).
+    pub(crate) fn connection_name(&self) -> Option<Arc<str>> {
+        self.inner
+            .connection_name
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the name the connection was given, or was seen to have.
+    pub(crate) fn set_connection_name(&self, name: Arc<str>) {
+        *self
+            .inner
+            .connection_name
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(name);
+    }
+
     pub(crate) fn wakeups(&self) -> &Wakeups {
         &self.inner.wakeups
     }
@@ -327,22 +335,43 @@ impl Client {
             .map_err(|err| request_error(phase, keys, err))
     }
 
-    /// Loads one of the crate's scripts into the server's script cache (`SCRIPT LOAD`), for a
-    /// pipeline that calls it with `EVALSHA` and found it missing (`NOSCRIPT`).
-    pub(crate) async fn load_script(
+    /// Runs `source` (one of the crate's scripts) with `EVAL` in a pipeline after
+    /// `CLIENT SETNAME name`, so the script surely runs on the connection that the name was
+    /// given to (see `mutex_acquire.lua`, KEYS[3]). Used only on the rare path that brings
+    /// a fencing counter up to the clock; the name itself may be refused (an ACL without
+    /// `CLIENT`), which only means that later fast attempts keep asking the script.
+    pub(crate) async fn run_script_naming<T: FromRedisValue>(
         &self,
         phase: &'static str,
-        script: &Script,
+        name: &str,
+        source: &str,
         keys: &[&str],
-    ) -> Result<()> {
-        let mut connection = self.inner.connection.clone();
-        self.inner.requests.fetch_add(1, Ordering::Relaxed);
-        script
-            .prepare_invoke()
-            .load_async(&mut connection)
-            .await
-            .map(drop)
-            .map_err(|err| request_error(phase, keys, err))
+        args: &[&str],
+    ) -> Result<T> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(name)
+            .cmd("EVAL")
+            .arg(source)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        let mut replies = self.run_pipeline(phase, &pipe, keys).await?;
+        let reply = match replies.pop() {
+            Some(redis::Value::ServerError(err)) => {
+                return Err(request_error(phase, keys, err.into()));
+            }
+            Some(reply) if replies.len() == 1 => reply,
+            _ => {
+                return Err(Error::UnexpectedReply {
+                    phase,
+                    detail: "a pipeline of two commands did not get two replies".into(),
+                });
+            }
+        };
+        T::from_redis_value(reply).map_err(|err| request_error(phase, keys, err.into()))
     }
 
     /// Sends `pipe` (plain commands, not a transaction, built with

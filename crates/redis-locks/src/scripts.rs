@@ -8,26 +8,18 @@ use redis::Script;
 /// The prelude of every script that hands out fencing tokens: `next_token(counter)`.
 const FENCE: &str = include_str!("scripts/fence.lua");
 
-/// A script with the [`FENCE`] prelude in front of it.
-fn fenced(body: &str) -> Script {
-    Script::new(&with_prelude(body))
-}
-
+/// A script's source with the [`FENCE`] prelude in front of it.
 fn with_prelude(body: &str) -> String {
     format!("{FENCE}\n{body}")
 }
 
-/// The source of [`FENCE_NEXT`], which a new client loads (`SCRIPT LOAD`) with its first PING.
-pub(crate) static FENCE_NEXT_SOURCE: LazyLock<String> =
-    LazyLock::new(|| with_prelude(include_str!("scripts/fence_next.lua")));
-
-/// The next fencing token, for the fast attempt's pipeline: `token`.
-pub(crate) static FENCE_NEXT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&FENCE_NEXT_SOURCE));
+/// The source of [`MUTEX_ACQUIRE`], for the one call that sends it with `EVAL` in a pipeline.
+pub(crate) static MUTEX_ACQUIRE_SOURCE: LazyLock<String> =
+    LazyLock::new(|| with_prelude(include_str!("scripts/mutex_acquire.lua")));
 
 /// `SET NX PX` plus the fencing counter: `{1, token}` or `{0, pttl}`.
 pub(crate) static MUTEX_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| fenced(include_str!("scripts/mutex_acquire.lua")));
+    LazyLock::new(|| Script::new(&MUTEX_ACQUIRE_SOURCE));
 
 /// Owner-checked delete: `1` released, `0` gone, `-1` another owner's.
 pub(crate) static MUTEX_RELEASE: LazyLock<Script> =
@@ -43,7 +35,7 @@ pub(crate) static MUTEX_INSPECT: LazyLock<Script> =
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| fenced(include_str!("scripts/fair_acquire.lua")));
+    LazyLock::new(|| Script::new(&with_prelude(include_str!("scripts/fair_acquire.lua"))));
 
 /// Leave a FairMutex (release and/or give up a place), waking only the next waiter.
 pub(crate) static FAIR_RELEASE: LazyLock<Script> =

@@ -23,6 +23,7 @@ async fn empty_long_and_brace_broken_names_are_refused() {
         "a:places",
         "a:tickets",
         "doc:fenced",
+        "job:epoch",
         "line\nstate           free",
         "nul\0",
         "esc\u{1b}[2J",

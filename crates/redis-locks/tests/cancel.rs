@@ -134,9 +134,6 @@ async fn a_grant_whose_reply_never_reached_the_caller_is_released_in_the_backgro
         "the unseen grant was not released"
     );
     let after = mutex.state().await.unwrap().fencing_counter.unwrap();
-    assert!(
-        after.get() > before.get(),
-        "the frozen acquire was granted"
-    );
+    assert!(after.get() > before.get(), "the frozen acquire was granted");
     mutex.try_lock().await.unwrap().release().await.unwrap();
 }

@@ -43,8 +43,8 @@ async fn an_unseeded_counter_jumps_to_the_server_clock() {
     let guard = mutex.lock().await.unwrap();
     assert_eq!(
         client.requests_sent() - before,
-        1,
-        "the pipeline alone brings the counter up to the clock"
+        2,
+        "the pipeline, then the script to seed"
     );
     let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut raw(&server)).unwrap();
     let token = guard.fencing_token().get();
@@ -61,48 +61,110 @@ async fn an_unseeded_counter_jumps_to_the_server_clock() {
 }
 
 #[tokio::test]
-async fn a_counter_that_came_back_old_is_brought_up_to_the_clock_by_the_fast_path() {
+async fn a_counter_the_connection_cannot_vouch_for_is_numbered_by_the_script() {
     let server = server();
     let client = client(&server).await;
-    let mutex = client.mutex("rewound").unwrap();
+    let mutex = client.mutex("vouched").unwrap();
     let first = mutex.lock().await.unwrap();
-    let issued = first.fencing_token().get();
     first.release().await.unwrap();
-    // As a restart from an older snapshot would leave it: seeded, but behind what was issued.
-    let _: () = raw(&server).set("{rewound}:fence", issued - 1_000).unwrap();
+    // The epochs name this connection: the next grant is one round trip.
+    let epochs = || -> Vec<String> { raw(&server).zrange("{vouched}:epoch", 0, -1).unwrap() };
+    let named = epochs();
+    assert_eq!(named.len(), 1);
+    assert!(named[0].starts_with("redis-locks:"), "{named:?}");
+    // Epochs that name other connections only (as if they had come back from a snapshot):
+    // the fast grant is not trusted and the script numbers it.
+    let _: () = raw(&server).del("{vouched}:epoch").unwrap();
+    let _: () = raw(&server)
+        .zadd("{vouched}:epoch", "redis-locks:elsewhere", 1)
+        .unwrap();
     let before = client.requests_sent();
     let guard = mutex.lock().await.unwrap();
-    assert_eq!(client.requests_sent() - before, 1, "still one round trip");
+    assert_eq!(
+        client.requests_sent() - before,
+        2,
+        "the pipeline, then the script"
+    );
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut raw(&server)).unwrap();
     assert!(
-        guard.fencing_token().get() > issued,
-        "never an old token again"
+        guard.fencing_token().get() / 1_000_000 + 1 >= secs,
+        "at the clock"
+    );
+    assert!(
+        epochs().contains(&named[0]),
+        "the script wrote this connection's name back"
     );
     guard.release().await.unwrap();
+    let before = client.requests_sent();
+    mutex.lock().await.unwrap().release().await.unwrap();
+    assert_eq!(
+        client.requests_sent() - before,
+        2,
+        "fast again: one to take, one to release"
+    );
 }
 
 #[tokio::test]
-async fn a_server_that_lost_its_scripts_still_grants_with_a_fresh_token() {
+async fn a_connection_named_by_the_application_never_vouches_for_a_counter() {
     let server = server();
     let client = client(&server).await;
-    let mutex = client.mutex("flushed").unwrap();
-    let first = mutex.lock().await.unwrap();
-    let issued = first.fencing_token().get();
-    first.release().await.unwrap();
-    redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .exec(&mut raw(&server))
+    // Another instance may use the same name, on another server: it proves nothing.
+    redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("myapp")
+        .exec_async(&mut client.connection())
+        .await
         .unwrap();
-    // NOSCRIPT for the token: the acquire script numbers this grant, and the token script is
-    // loaded again for the next ones.
-    let guard = mutex.lock().await.unwrap();
-    let token = guard.fencing_token();
-    assert!(token.get() > issued);
-    guard.release().await.unwrap();
-    let before = client.requests_sent();
-    let again = mutex.lock().await.unwrap();
-    assert_eq!(client.requests_sent() - before, 1, "fast again");
-    assert!(again.fencing_token() > token);
-    again.release().await.unwrap();
+    let mutex = client.mutex("named").unwrap();
+    let mut last = 0;
+    for _ in 0..3 {
+        let before = client.requests_sent();
+        let guard = mutex.lock().await.unwrap();
+        assert_eq!(
+            client.requests_sent() - before,
+            2,
+            "the script numbers every grant"
+        );
+        assert!(guard.fencing_token().get() > last);
+        last = guard.fencing_token().get();
+        guard.release().await.unwrap();
+    }
+    let epoch: Option<String> = raw(&server).get("{named}:epoch").unwrap();
+    assert_eq!(
+        epoch, None,
+        "the application's name is never written as an epoch"
+    );
+    let name: String = redis::cmd("CLIENT")
+        .arg("GETNAME")
+        .query_async(&mut client.connection())
+        .await
+        .unwrap();
+    assert_eq!(name, "myapp", "and its connection keeps its name");
+}
+
+#[tokio::test]
+async fn clients_taking_turns_on_one_lock_each_keep_the_one_round_trip() {
+    let server = server();
+    let (one, two) = (client(&server).await, client(&server).await);
+    let (a, b) = (one.mutex("shared").unwrap(), two.mutex("shared").unwrap());
+    // Each connection is vouched for once...
+    a.lock().await.unwrap().release().await.unwrap();
+    b.lock().await.unwrap().release().await.unwrap();
+    let (before_one, before_two) = (one.requests_sent(), two.requests_sent());
+    let mut last = 0;
+    for _ in 0..5 {
+        for mutex in [&a, &b] {
+            let guard = mutex.lock().await.unwrap();
+            assert!(guard.fencing_token().get() > last);
+            last = guard.fencing_token().get();
+            guard.release().await.unwrap();
+        }
+    }
+    // ...and then neither one's grant unseats the other's: 2 requests per lock and release.
+    assert_eq!(one.requests_sent() - before_one, 10);
+    assert_eq!(two.requests_sent() - before_two, 10);
+    let epochs: Vec<String> = raw(&server).zrange("{shared}:epoch", 0, -1).unwrap();
+    assert_eq!(epochs.len(), 2, "{epochs:?}");
 }
 
 #[tokio::test]
@@ -115,7 +177,7 @@ async fn a_refused_fast_attempt_takes_a_token_and_the_next_holder_a_greater_one(
     assert!(err.is_held(), "{err}");
     assert!(err.retry_after().unwrap() > Duration::from_secs(29));
     let counter: u64 = raw(&server).get("{busy}:fence").unwrap();
-    assert!(counter > holder.fencing_token().get(), "the refused try took a token");
+    assert_eq!(counter, holder.fencing_token().get() + 1);
     let value: String = raw(&server).get("busy").unwrap();
     assert_eq!(
         value,

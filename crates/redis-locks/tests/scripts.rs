@@ -26,6 +26,7 @@ fn run_acquire(con: &mut Connection, owner: &str, ms: u64) -> redis::RedisResult
     acquire()
         .key("L")
         .key("{L}:fence")
+        .key("{L}:epoch")
         .arg(owner)
         .arg(ms)
         .invoke(con)
@@ -139,6 +140,40 @@ fn acquire_retried_by_the_same_owner_is_granted_again_with_a_new_token() {
     assert_eq!(granted, 1);
     assert!(again > first, "{again} > {first}");
     assert!(pttl(&server, "L") > 15_000, "the lease was set again");
+}
+
+#[test]
+fn acquire_writes_the_epoch_only_when_given_one() {
+    let server = server();
+    let mut con = raw(&server);
+    run_acquire(&mut con, "a", 1_000).unwrap();
+    let epochs: Vec<String> = redis::cmd("ZRANGE")
+        .arg("{L}:epoch")
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    assert!(epochs.is_empty());
+    let (granted, _): (i64, i64) = acquire()
+        .key("L")
+        .key("{L}:fence")
+        .key("{L}:epoch")
+        .arg("a")
+        .arg(1_000)
+        .arg("0")
+        .arg("redis-locks:this-connection")
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(granted, 1);
+    let epochs: Vec<String> = redis::cmd("ZRANGE")
+        .arg("{L}:epoch")
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(epochs, ["redis-locks:this-connection"]);
+    let ttl: i64 = redis::cmd("PTTL").arg("{L}:epoch").query(&mut con).unwrap();
+    assert!(ttl > 3_500_000 && ttl <= 3_600_000, "an hour: {ttl}");
 }
 
 #[test]

@@ -68,6 +68,11 @@ pub struct RedisServer {
     inner: Option<SpawnedServer>,
     port: u16,
     args: Vec<String>,
+    /// The server's own working directory (`--dir`): a replica writes the RDB it receives
+    /// there, and a server loads `dump.rdb` from there at start, so every server gets a new,
+    /// empty one and nothing leaks into (or out of) the test's working directory. A `--dir`
+    /// among the extra arguments overrides it.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl std::fmt::Debug for RedisServer {
@@ -148,6 +153,9 @@ impl RedisServer {
             return Err(SpawnError::NotInstalled);
         }
         let addr = redis::ConnectionAddr::Tcp("127.0.0.1".into(), port);
+        let dir = tempfile::Builder::new()
+            .prefix("redis-locks-server-")
+            .tempdir()?;
         let mut spawn_error = None;
         let spawned = SpawnedServer::new_with_addr_tls_modules_and_spawner(
             addr,
@@ -157,7 +165,10 @@ impl RedisServer {
             None,
             &[],
             |cmd| {
-                cmd.args(&args);
+                cmd.current_dir(dir.path())
+                    .arg("--dir")
+                    .arg(dir.path())
+                    .args(&args);
                 match cmd.spawn() {
                     Ok(child) => child,
                     Err(err) => {
@@ -175,6 +186,7 @@ impl RedisServer {
             inner: Some(spawned),
             port,
             args,
+            _dir: Some(dir),
         };
         server.wait_ready()?;
         Ok(server)

@@ -1,6 +1,7 @@
 //! What the benchmarks measure the library against: the bare minimum a lock needs
-//! (`SET NX PX` + compare-and-delete), the same with a plain fencing counter (`SET NX PX` +
-//! `INCR`), and the polling loop most peers use to wait.
+//! (`SET NX PX` + compare-and-delete), the same with a fencing counter (`SET NX PX`, `INCR`,
+//! and reads of the counter's epoch and the connection's name: the library's own commands
+//! sent bare), and the polling loop most peers use to wait.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,16 +46,19 @@ impl BareLock {
         Ok(reply.is_some())
     }
 
-    /// `SET NX PX` + `INCR` of a fencing counter in one round trip (a plain counter, without
-    /// the library's guard against a counter that came back old): true when taken.
+    /// `SET NX PX` + `INCR` of a fencing counter + `ZSCORE` of the connection's name in its
+    /// epochs + `CLIENT GETNAME`, in one round trip (what the library's fast attempt sends),
+    /// without the library around it: true when taken.
     pub async fn try_acquire_fenced(
         &self,
         key: &str,
         fence: &str,
+        epoch: &str,
         token: &str,
     ) -> redis::RedisResult<bool> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let (taken, _token): (Option<String>, i64) = redis::pipe()
+        type Replies = (Option<String>, i64, Option<f64>, Option<String>);
+        let (taken, _token, _epoch, _name): Replies = redis::pipe()
             .cmd("SET")
             .arg(key)
             .arg(token)
@@ -63,6 +67,11 @@ impl BareLock {
             .arg(self.lease_ms)
             .cmd("INCR")
             .arg(fence)
+            .cmd("ZSCORE")
+            .arg(epoch)
+            .arg("redis-locks:bench")
+            .cmd("CLIENT")
+            .arg("GETNAME")
             .query_async(&mut self.connection.clone())
             .await?;
         Ok(taken.is_some())

@@ -1,7 +1,6 @@
 //! One acquire attempt of a [`Mutex`], asked in one of two ways: the fast way, a pipelined
-//! `SET NX PX` + the few lines of Lua that take the next fencing token, or the acquire
-//! script, which waiters use because it also marks a held lock so that its release wakes
-//! them.
+//! `SET NX PX` + `INCR` that costs Redis no script, or the acquire script, which waiters use
+//! because it also marks a held lock so that its release wakes them.
 
 use std::time::Duration;
 
@@ -12,8 +11,11 @@ use super::Mutex;
 use crate::error::{Error, Result};
 use crate::guard::{LockKind, MutexGuard, OwedRelease};
 use crate::lease::{MAX_LATE_GRANTS, is_late, too_slow};
-use crate::scripts::{FENCE_NEXT, MUTEX_ACQUIRE};
+use crate::scripts::{MUTEX_ACQUIRE, MUTEX_ACQUIRE_SOURCE};
 use crate::token::{FencingToken, OwnerToken};
+
+/// Counters below this were never seeded from the server clock (see `mutex_acquire.lua`).
+const SEEDED: i64 = 1_000_000_000_000_000;
 
 /// How an attempt asks Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +27,30 @@ pub(super) enum Ask {
     /// Used by waiters, after they listen on the wake channel. With `mark`, a granted lock
     /// is marked at once, for the waiters of this process queued behind this one.
     Waiting { mark: bool },
+}
+
+/// What the script writes as the fencing counter's epoch on a grant (`mutex_acquire.lua`,
+/// KEYS[3] and ARGV[4]).
+enum Epoch {
+    /// Nothing: the waiting path, or a grant asked again after it came back late.
+    Keep,
+    /// The name the connection had in the fast attempt's reply.
+    Named(std::sync::Arc<str>),
+    /// The connection had no name (it is new): give it a fresh one in the same pipeline.
+    Fresh,
+}
+
+/// How every connection name this crate gives starts; the rest is 128 random bits.
+const NAME_PREFIX: &str = "redis-locks:";
+
+/// The name of the connection a fast attempt ran on, as `CLIENT GETNAME` said.
+enum Name<'a> {
+    /// None: a new connection.
+    None,
+    /// One this crate gave it.
+    Ours(&'a [u8]),
+    /// One the application gave it (through `Client::connection`).
+    Foreign,
 }
 
 /// What one acquire attempt found.
@@ -51,6 +77,7 @@ impl Mutex {
                 let script = Script {
                     granted: false,
                     mark,
+                    epoch: Epoch::Keep,
                     late: 0,
                 };
                 self.ask_script(owed, script, deadline).await
@@ -58,17 +85,20 @@ impl Mutex {
         }
     }
 
-    /// `SET NX PX` + the next fencing token (`fence_next.lua`, a few lines of Lua) in one
-    /// round trip.
+    /// `SET NX PX` + `INCR` of the fencing counter in one round trip, without a script, with
+    /// the counter's epochs and the connection's name to vouch for the counter.
     ///
-    /// The two commands are not one atomic step, yet the token is as good as the acquire
-    /// script's: a grant is kept only if its reply came back within the lease, and then the
-    /// token was taken while the lock key still held this owner (the key could not have
-    /// expired, and only this owner deletes it) — so nobody else took the lock and a token in
-    /// between. The token is `max(counter + 1, server clock in µs)`, so a counter that came
-    /// back old is never reused. A late grant is numbered by the acquire script instead. A
-    /// refused attempt takes a token too; tokens only need to grow from one holder to the
-    /// next.
+    /// The two commands are not one atomic step, yet the token is as good as the script's:
+    /// a grant is kept only if its reply came back within the lease, and then the `INCR`
+    /// ran while the lock key still held this owner (the key could not have expired, and
+    /// only this owner deletes it) — so nobody else took the lock and a token in between.
+    /// And the counter is trusted only when the connection the pipeline ran on is named
+    /// among its epochs (`{K}:epoch`): the script brought the counter up to the server clock
+    /// on this very connection, so this server process has held it since, and it did not
+    /// come back old from a snapshot, an AOF or a replica (a connection name survives none
+    /// of those). A late grant, or a counter not vouched for, is numbered by the script
+    /// instead. A refused attempt advances the counter too; tokens only need to grow from
+    /// one holder to the next.
     async fn ask_fast(
         &self,
         owed: OwedRelease,
@@ -76,6 +106,8 @@ impl Mutex {
         deadline: Option<Instant>,
     ) -> Result<Attempt> {
         let (lock, fence) = (self.keys.lock(), self.keys.fence());
+        // The name this client believes its connection has; `CLIENT GETNAME` checks it.
+        let believed = self.client.connection_name();
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
             .cmd("SET")
@@ -84,47 +116,65 @@ impl Mutex {
             .arg("NX")
             .arg("PX")
             .arg(&*self.lease_ms)
-            .invoke_script(&FENCE_NEXT.key(fence));
+            .cmd("INCR")
+            .arg(fence)
+            .cmd("ZSCORE")
+            .arg(self.keys.epoch())
+            .arg(believed.as_deref().unwrap_or_default())
+            .cmd("CLIENT")
+            .arg("GETNAME");
         if with_pttl {
             pipe.cmd("PTTL").arg(lock);
         }
         let sent_at = Instant::now();
         // A connection error leaves the outcome open: `owed` drops armed and releases by
         // owner token in the background.
-        let keys = [lock, fence];
+        let keys = [lock, fence, self.keys.epoch()];
         let replies = self.client.run_pipeline("acquire", &pipe, &keys).await?;
         let unexpected = |replies: &[Value]| Error::UnexpectedReply {
             phase: "acquire",
             detail: format!("{replies:?}"),
         };
-        let (set, counter, pttl) = match replies.as_slice() {
-            [set, counter] => (set, counter, None),
-            [set, counter, pttl] => (set, counter, Some(pttl)),
+        let (set, counter, epoch, name, pttl) = match replies.as_slice() {
+            [set, counter, epoch, name] => (set, counter, epoch, name, None),
+            [set, counter, epoch, name, pttl] => (set, counter, epoch, name, Some(pttl)),
             // Keep `owed` armed: whatever happened is released by owner token.
             _ => return Err(unexpected(&replies)),
         };
-        // The server lost its scripts (a restart, SCRIPT FLUSH): load the token script for
-        // the next attempts, and let the acquire script (which loads itself) decide this one.
-        let no_script = matches!(counter, Value::ServerError(err) if err.code() == "NOSCRIPT");
-        if no_script {
-            self.client
-                .load_script("acquire", &FENCE_NEXT, &keys)
-                .await?;
-        }
-        let script = |granted| Script {
-            granted,
-            mark: false,
-            late: 0,
-        };
         match (set, counter) {
-            (Value::Okay, _) if no_script => self.ask_script(owed, script(true), deadline).await,
             (Value::Okay, Value::Int(token)) => {
-                if is_late(sent_at, self.options.get_lease()) {
-                    let late = Script {
-                        late: 1,
-                        ..script(true)
+                // Only a name this crate gave the connection vouches for anything: one the
+                // application chose may be shared by other connections and servers.
+                let name = match name {
+                    Value::Nil => Name::None,
+                    Value::BulkString(name) if name.is_empty() => Name::None,
+                    Value::BulkString(name) if name.starts_with(NAME_PREFIX.as_bytes()) => {
+                        Name::Ours(name)
+                    }
+                    _ => Name::Foreign,
+                };
+                let vouched = !matches!(epoch, Value::Nil | Value::ServerError(_))
+                    && matches!((&name, &believed), (Name::Ours(name), Some(believed)) if *name == believed.as_bytes());
+                let late = is_late(sent_at, self.options.get_lease());
+                if late || !vouched || *token < SEEDED {
+                    let epoch = match name {
+                        _ if vouched => Epoch::Keep,
+                        Name::Ours(name) => {
+                            let name: std::sync::Arc<str> = String::from_utf8_lossy(name).into();
+                            self.client.set_connection_name(name.clone());
+                            Epoch::Named(name)
+                        }
+                        Name::None => Epoch::Fresh,
+                        // Leave the application's name alone; the script numbers every grant.
+                        Name::Foreign => Epoch::Keep,
                     };
-                    return self.ask_script(owed, late, deadline).await;
+                    let script = Script {
+                        granted: true,
+                        mark: false,
+                        epoch,
+                        late: u32::from(late),
+                    };
+                    return self.ask_script(owed, script, deadline).await;
                 }
                 Ok(Attempt::Acquired(MutexGuard::new(
                     owed,
@@ -135,20 +185,26 @@ impl Mutex {
             }
             (Value::Okay, Value::ServerError(err)) => {
                 // Taken, but the counter is broken: give the lock back before saying so.
-                let err = Error::from_redis("acquire", &keys, err.clone().into());
+                let err = counter_error(fence, err);
                 give_back(owed).await;
                 Err(err)
             }
             // A key without expiry was not written by this library (perhaps not even a
             // string): the script says what it is, as the waiting path would.
-            (Value::Nil, _) if no_script || matches!(pttl, Some(Value::Int(-1))) => {
-                self.ask_script(owed, script(false), deadline).await
+            (Value::Nil, _) if matches!(pttl, Some(Value::Int(-1))) => {
+                let script = Script {
+                    granted: false,
+                    mark: false,
+                    epoch: Epoch::Keep,
+                    late: 0,
+                };
+                self.ask_script(owed, script, deadline).await
             }
             (Value::Nil, Value::ServerError(err)) => {
                 // Refused, and the counter is broken too: the next holder could not be
                 // numbered, so say so now rather than "held".
                 owed.disarm();
-                Err(Error::from_redis("acquire", &keys, err.clone().into()))
+                Err(counter_error(fence, err))
             }
             (Value::Nil, _) => {
                 owed.disarm();
@@ -179,19 +235,50 @@ impl Mutex {
         mut script: Script,
         deadline: Option<Instant>,
     ) -> Result<Attempt> {
-        let keys = [self.keys.lock(), self.keys.fence()];
+        let keys = [self.keys.lock(), self.keys.fence(), self.keys.epoch()];
         let mark = if script.mark { "1" } else { "0" };
         loop {
             let sent_at = Instant::now();
-            let reply = self
-                .client
-                .run_script::<(i64, i64)>(
-                    "acquire",
-                    &MUTEX_ACQUIRE,
-                    &keys,
-                    &[owed.owner().as_str(), &self.lease_ms, mark],
-                )
-                .await;
+            let owner = owed.owner().as_str();
+            let reply = match &script.epoch {
+                Epoch::Keep => {
+                    self.client
+                        .run_script::<(i64, i64)>(
+                            "acquire",
+                            &MUTEX_ACQUIRE,
+                            &keys,
+                            &[owner, &self.lease_ms, mark, ""],
+                        )
+                        .await
+                }
+                Epoch::Named(name) => {
+                    self.client
+                        .run_script::<(i64, i64)>(
+                            "acquire",
+                            &MUTEX_ACQUIRE,
+                            &keys,
+                            &[owner, &self.lease_ms, mark, name],
+                        )
+                        .await
+                }
+                Epoch::Fresh => {
+                    let name = format!("{NAME_PREFIX}{}", OwnerToken::random().as_str());
+                    let reply = self
+                        .client
+                        .run_script_naming::<(i64, i64)>(
+                            "acquire",
+                            &name,
+                            MUTEX_ACQUIRE_SOURCE.as_str(),
+                            &keys,
+                            &[owner, &self.lease_ms, mark, &name],
+                        )
+                        .await;
+                    if reply.is_ok() {
+                        self.client.set_connection_name(name.into());
+                    }
+                    reply
+                }
+            };
             match reply {
                 Ok((1, token)) => {
                     if !is_late(sent_at, self.options.get_lease()) {
@@ -206,6 +293,7 @@ impl Mutex {
                     // (the script sets the lease anew), or give the grant back.
                     script.late += 1;
                     script.granted = true;
+                    script.epoch = Epoch::Keep;
                     let over = deadline.is_some_and(|d| Instant::now() >= d);
                     if script.late >= MAX_LATE_GRANTS || over {
                         give_back(owed).await;
@@ -247,8 +335,23 @@ struct Script {
     granted: bool,
     /// Mark a grant at once, for waiters of this process queued behind this one.
     mark: bool,
+    /// What to write as the counter's epoch.
+    epoch: Epoch,
     /// How many grants of this acquisition came back after their lease.
     late: u32,
+}
+
+/// The error of an `INCR` of the fencing counter: a plain `ERR` means its value is not an
+/// integer (or would overflow), which is data this lock did not write.
+fn counter_error(fence: &str, err: &redis::ServerError) -> Error {
+    let err: redis::RedisError = err.clone().into();
+    if err.code() == Some("ERR") {
+        return Error::WrongType {
+            key: fence.to_string(),
+            detail: err.to_string(),
+        };
+    }
+    Error::from_redis("acquire", &[fence], err)
 }
 
 /// Releases a grant the caller will not get, because the acquisition failed after it; the

@@ -48,8 +48,8 @@ if counter and not (string.match(counter, '^%-?%d+$') and string.len(counter) <=
   return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: not an integer')
 end
 
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local micros = server_micros()
+local now = math.floor(micros / 1000)
 
 -- Waiters whose place lease ran out lose their place.
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
@@ -63,7 +63,7 @@ if holder and string.sub(holder, -2) == '+w' then
   holder = string.sub(holder, 1, -3)
 end
 if holder == owner then
-  local token, err = next_token(KEYS[2])
+  local token, err = next_token(KEYS[2], micros)
   if not token then
     return err
   end
@@ -74,7 +74,7 @@ end
 local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 if not holder and (head == nil or head == owner) then
   -- The token first: if the counter cannot give one, nothing else is written.
-  local token, err = next_token(KEYS[2])
+  local token, err = next_token(KEYS[2], micros)
   if not token then
     return err
   end

@@ -1,9 +1,14 @@
 -- fence.lua: the shared prelude of every script that hands out fencing tokens; it is put in
--- front of mutex_acquire.lua, fair_acquire.lua and fence_next.lua. It defines one function
--- and runs nothing by itself.
+-- front of mutex_acquire.lua and fair_acquire.lua. It defines two functions and runs
+-- nothing by itself.
 --
--- next_token(counter)
+-- server_micros()
+--   Returns  the server's clock in µs (TIME). A script reads it before it writes anything,
+--            so a TIME the ACL refuses leaves nothing behind.
+--
+-- next_token(counter, micros)
 --   counter  the name of a fencing counter: a string holding an integer, or absent.
+--   micros   server_micros(), read at the start of the script.
 --   Returns  the next fencing token, max(counter + 1, the server's clock in µs), and stores
 --            it in the counter. So a counter that came back old (a restart from an older
 --            RDB snapshot, an AOF that lost its last second, a failover to a replica that
@@ -13,11 +18,13 @@
 --   On error it returns nil and an error reply, having written nothing:
 --            'WRONGTYPE <counter> ...' when the counter is not a string or not an integer;
 --            any other error (NOPERM, OOM, READONLY) as the server raised it.
---   TIME is read before anything is written, so a refused TIME leaves nothing behind.
 
-local function next_token(counter)
+local function server_micros()
   local now = redis.call('TIME')
-  local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  return tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
+
+local function next_token(counter, micros)
   local token = redis.pcall('INCR', counter)
   if type(token) == 'table' then
     local err = token.err or ''

@@ -1,17 +1,31 @@
 -- mutex_acquire.lua: take a Mutex if it is free, and number the acquisition (after the
 -- fence.lua prelude, which defines next_token). The waiting path calls it (a waiter marks the
 -- lock so its release wakes it); the first, fast attempt of a `lock` sends `SET NX PX` +
--- fence_next.lua instead and calls this script only for what the pipeline cannot decide
--- alone: a grant whose reply came back after its lease, a held key without expiry.
+-- `INCR` (+ the epoch checks below) instead and calls this script only for what the pipeline
+-- cannot decide alone: a grant whose reply came back after its lease, a counter this server
+-- has not vouched for on the caller's connection (see KEYS[3]), a held key without expiry.
 --
 -- KEYS[1]  the lock key: a string holding the owner token while the lock is held, with
 --          '+w' appended once a waiter has marked it (see "Replies").
 -- KEYS[2]  the fencing counter: an integer that only grows and never expires.
+-- KEYS[3]  the counter's epochs: a sorted set of client connection names (CLIENT SETNAME, a
+--          random 'redis-locks:<hex>' that each connection gets once), each scored with the
+--          server time (ms) at which this script brought the counter up to the server clock
+--          on that connection. A connection name lives only as long as its connection: it is
+--          in no snapshot, AOF or replica, and a new connection (after a restart, a
+--          reconnect, a failover to another server) starts unnamed. The fast attempt trusts
+--          its INCR only when the name of the connection it ran on is in KEYS[3]: then this
+--          server process brought the counter up to its clock on that connection, which has
+--          stayed open since. Names older than an hour are dropped, and the set expires an
+--          hour after its last write (an idle lock name then costs only its counter); a
+--          missing name only sends that connection's next fast grant through this script.
 -- ARGV[1]  the owner token of this acquisition (32 lowercase hex characters).
 -- ARGV[2]  the lease in milliseconds (a positive integer).
 -- ARGV[3]  optional; '1' marks the lock at once when granted (its value is ARGV[1] .. '+w'):
 --          the caller has waiters of its own queued behind it, which then need not ask
 --          Redis to be woken by its release.
+-- ARGV[4]  optional; the name of the connection this script runs on: on a grant, added to
+--          KEYS[3]. '' or absent leaves KEYS[3] alone.
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
@@ -40,8 +54,27 @@ local value = ARGV[1]
 if ARGV[3] == '1' then
   value = value .. '+w'
 end
+local epoch_kind = redis.call('TYPE', KEYS[3]).ok
+if epoch_kind ~= 'none' and epoch_kind ~= 'zset' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a ' .. epoch_kind .. ', not epochs')
+end
+
+local micros = server_micros()
+
+-- A grant's token, and the epoch that vouches for the counter on the caller's connection.
+local function grant_token()
+  local token, err = next_token(KEYS[2], micros)
+  if token and ARGV[4] and ARGV[4] ~= '' then
+    local ms = math.floor(micros / 1000)
+    redis.call('ZADD', KEYS[3], ms, ARGV[4])
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms - 3600000)
+    redis.call('PEXPIRE', KEYS[3], 3600000)
+  end
+  return token, err
+end
+
 if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
-  local token, err = next_token(KEYS[2])
+  local token, err = grant_token()
   if not token then
     -- A broken counter: take the lock back, so the error leaves nothing behind.
     redis.call('DEL', KEYS[1])
@@ -52,7 +85,7 @@ end
 
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] or holder == ARGV[1] .. '+w' then
-  local token, err = next_token(KEYS[2])
+  local token, err = grant_token()
   if not token then
     return err
   end
