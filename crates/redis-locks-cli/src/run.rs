@@ -5,8 +5,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use std::io::IsTerminal;
+
 use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::Pid;
+use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redis_locks::{Client, LockKeys, Mutex, MutexGuard, MutexOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -29,10 +31,12 @@ pub struct RunArgs {
     /// process group have before SIGKILL.
     #[arg(long, default_value = "10s", value_parser = crate::bench::parse_duration, allow_hyphen_values = true)]
     pub grace: Duration,
-    /// Keep the command in this process's process group, so it can read the terminal and
-    /// take Ctrl-Z like any foreground job; a lost lock or a forwarded signal then reaches
-    /// the command itself only, not the processes it started. Without it the command runs
-    /// in a process group of its own, and every process in that group is stopped.
+    /// Keep the command in this process's process group, as flock(1) does, so it can read
+    /// the terminal and take Ctrl-C / Ctrl-Z from it like any foreground job; a lost lock or
+    /// a forwarded signal then reaches the command itself only, not the processes it
+    /// started. The default when `run` is the foreground job of a terminal; otherwise (cron,
+    /// systemd, scripts, `&`) the command runs in a process group of its own, and a lost
+    /// lock stops every process of that group.
     #[arg(long)]
     pub foreground: bool,
     /// Say nothing while waiting (without it, a wait longer than a second says once who
@@ -68,7 +72,8 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
         .env("REDIS_LOCKS_TOKEN", guard.fencing_token().to_string())
         .env("REDIS_LOCKS_NAME", &args.name)
         .stdin(Stdio::inherit());
-    if !args.foreground {
+    let group = !args.foreground && !interactive();
+    if group {
         // A process group of its own: a lost lock stops everything the command started
         // (that stayed in the group), not only the command.
         command.process_group(0);
@@ -90,9 +95,17 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
     };
     let target = Target {
         pid: Pid::from_raw(pid as i32),
-        group: !args.foreground,
+        group,
     };
     supervise(&mut child, target, guard, args.grace, signals).await
+}
+
+/// Whether `run` is the foreground job of a terminal: its stdin is a terminal whose
+/// foreground process group is `run`'s own. Its command then stays in that group, so it can
+/// read the terminal and take Ctrl-C and Ctrl-Z from it.
+fn interactive() -> bool {
+    let stdin = std::io::stdin();
+    stdin.is_terminal() && tcgetpgrp(&stdin).is_ok_and(|foreground| foreground == getpgrp())
 }
 
 /// How long `run` waits in silence before it says who holds the lock.
@@ -162,12 +175,19 @@ struct Target {
 }
 
 impl Target {
-    /// Sends `signal`; to a group, then SIGCONT too, so that a stopped member (one that read
-    /// the terminal from the background, say) acts on it.
+    /// Sends `signal`, one that ends a process; to a group, then SIGCONT too, so that a
+    /// stopped member (one that read the terminal from the background, say) acts on it.
     fn signal(self, signal: Signal) {
+        self.send(signal);
+        if self.group {
+            self.send(Signal::SIGCONT);
+        }
+    }
+
+    /// Sends `signal` as it is.
+    fn send(self, signal: Signal) {
         if self.group {
             let _ = killpg(self.pid, signal);
-            let _ = killpg(self.pid, Signal::SIGCONT);
         } else {
             let _ = kill(self.pid, signal);
         }
@@ -193,15 +213,24 @@ struct Signals {
     interrupts: tokio::signal::unix::Signal,
     terminates: tokio::signal::unix::Signal,
     hangups: tokio::signal::unix::Signal,
+    quits: tokio::signal::unix::Signal,
+    /// Ctrl-Z: stop the command, then `run` itself, as a shell's job would stop.
+    stops: tokio::signal::unix::Signal,
+    /// `fg` / `bg`: continue the command too.
+    continues: tokio::signal::unix::Signal,
 }
 
 impl Signals {
     fn listen() -> Result<Signals, CliError> {
         let failed = |err: std::io::Error| CliError::CannotRun(format!("signal handling: {err}"));
+        let on = |signal_number: Signal| signal(SignalKind::from_raw(signal_number as i32));
         Ok(Signals {
             interrupts: signal(SignalKind::interrupt()).map_err(failed)?,
             terminates: signal(SignalKind::terminate()).map_err(failed)?,
             hangups: signal(SignalKind::hangup()).map_err(failed)?,
+            quits: signal(SignalKind::quit()).map_err(failed)?,
+            stops: on(Signal::SIGTSTP).map_err(failed)?,
+            continues: on(Signal::SIGCONT).map_err(failed)?,
         })
     }
 }
@@ -258,6 +287,15 @@ async fn supervise(
             _ = signals.interrupts.recv() => target.signal(Signal::SIGINT),
             _ = signals.terminates.recv() => target.signal(Signal::SIGTERM),
             _ = signals.hangups.recv() => target.signal(Signal::SIGHUP),
+            _ = signals.quits.recv() => target.signal(Signal::SIGQUIT),
+            _ = signals.stops.recv() => {
+                // Stop the command, then this process: the shell gets its job back, and
+                // both go on together at `fg` (the lease may run out meanwhile: then the
+                // command is stopped for good when it continues).
+                target.send(Signal::SIGTSTP);
+                let _ = kill(Pid::this(), Signal::SIGSTOP);
+            }
+            _ = signals.continues.recv() => target.send(Signal::SIGCONT),
         }
     }
 }
@@ -284,12 +322,15 @@ async fn stop(child: &mut Child, target: Target, grace: Duration) {
                 ""
             }
         );
-        if target.group {
-            let _ = killpg(target.pid, Signal::SIGKILL);
-        }
-        if !exited {
-            let _ = child.kill().await;
-        }
+    }
+    // Whatever the group still holds gets SIGKILL: live processes that `/proc` did not show
+    // (hidepid) too, and zombies (harmless). The group id cannot be reused while any member
+    // is left, and an empty group answers ESRCH.
+    if target.group && killpg(target.pid, None).is_ok() {
+        let _ = killpg(target.pid, Signal::SIGKILL);
+    }
+    if !exited {
+        let _ = child.kill().await;
     }
 }
 

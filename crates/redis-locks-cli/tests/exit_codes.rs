@@ -255,22 +255,24 @@ fn status_counts_waiting_processes_and_forgets_a_killed_one() {
         .unwrap();
     assert_eq!(status()["waiting_processes"], 0);
     let mut waiter = run(&["--", "true"]);
-    let until = |want: u64| {
+    let until = |want: &dyn Fn(&serde_json::Value) -> bool| {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let now = status();
-            if now["waiting_processes"] == want {
+            if want(&now) {
                 return now;
             }
-            assert!(Instant::now() < deadline, "never {want} waiting: {now}");
+            assert!(Instant::now() < deadline, "status never got there: {now}");
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let shown = until(1);
+    let shown = until(&|now: &serde_json::Value| {
+        now["waiting_processes"] == 1 && now["waited_for"] == true
+    });
     assert_eq!(shown["waited_for"], true);
     waiter.kill_hard();
     // The waiter is gone: the count says so at once, while the mark stays for the tenure.
-    let shown = until(0);
+    let shown = until(&|now: &serde_json::Value| now["waiting_processes"] == 0);
     assert_eq!(shown["waited_for"], true);
     let out = redis_locks(&["status", "watched", "--redis", &url]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

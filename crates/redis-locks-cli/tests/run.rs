@@ -163,6 +163,24 @@ fn alive(pid: i32) -> bool {
     }
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T` stopped, `Z`...), if it exists.
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Waits up to `limit` for process `pid` to be in state `want`.
+fn reaches(pid: i32, want: char, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while state(pid) != Some(want) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 /// Waits up to `limit` for every process of `pids` to be gone.
 fn all_gone(pids: &[i32], limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
@@ -398,4 +416,62 @@ fn with_foreground_the_command_shares_runs_process_group() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let groups: Vec<&str> = text.split_whitespace().skip(1).collect();
     assert_ne!(groups[0], groups[1], "a group of its own: {text}");
+}
+
+#[test]
+fn ctrl_z_stops_the_command_and_run_and_fg_continues_both() {
+    let server = RedisServer::start().unwrap();
+    let script =
+        "echo ready $$; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo finished";
+    let mut runner = ChildProcess::spawn(run(&server, &["paused"], &["sh", "-c", script])).unwrap();
+    let line = runner
+        .wait_for_line("ready", Duration::from_secs(30))
+        .unwrap();
+    let command: i32 = line["ready ".len()..].parse().unwrap();
+    let run_pid = runner.pid() as i32;
+    let signal = |pid: i32, signal| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+    };
+    signal(run_pid, nix::sys::signal::Signal::SIGTSTP);
+    assert!(
+        reaches(command, 'T', Duration::from_secs(5)),
+        "the command stopped"
+    );
+    assert!(
+        reaches(run_pid, 'T', Duration::from_secs(5)),
+        "and run itself"
+    );
+    signal(run_pid, nix::sys::signal::Signal::SIGCONT);
+    runner
+        .wait_for_line("finished", Duration::from_secs(20))
+        .expect("the command went on after SIGCONT");
+    assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn in_the_foreground_of_a_terminal_the_command_shares_runs_process_group() {
+    let server = RedisServer::start().unwrap();
+    // `script` gives the command a terminal, with `run` as its foreground job.
+    let inner = format!(
+        "{} run --redis {} tty -- sh -c 'echo pgid $(cut -d\" \" -f5 /proc/$$/stat) $(cut -d\" \" -f5 /proc/$PPID/stat)'",
+        env!("CARGO_BIN_EXE_redis-locks"),
+        server.url()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env_remove("REDIS_URL")
+        .output()
+        .expect("script(1) from util-linux");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("pgid"))
+        .unwrap_or_default();
+    let groups: Vec<&str> = line.split_whitespace().skip(1).collect();
+    assert_eq!(groups.len(), 2, "{text}");
+    assert_eq!(
+        groups[0], groups[1],
+        "interactive: run's own group, as flock: {text}"
+    );
 }

@@ -139,9 +139,15 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects to the Redis server at `url` (`redis://host:port/db`) with default options.
     ///
+    /// Sends one `PING`, so that what is wrong is said now rather than at the first lock.
+    ///
     /// # Errors
-    /// [`Error::InvalidUrl`] for a URL that does not parse; [`Error::Connection`] when the
-    /// server cannot be reached within the connect timeout and reconnect attempts.
+    /// [`Error::InvalidUrl`] for a URL that cannot name a server (the error says what is
+    /// wrong); [`Error::Connection`] when the server cannot be reached within the connect
+    /// timeout and reconnect attempts; [`Error::Auth`] when it wants a password that was not
+    /// given, or refuses the one given; [`Error::NotRedis`] when something else than Redis
+    /// answers; [`Error::Redis`] when Redis answers `PING` with an error (`LOADING` while it
+    /// loads its data after a restart, say: try again).
     pub async fn connect(url: &str) -> Result<Client> {
         Client::connect_with(url, ClientOptions::default()).await
     }

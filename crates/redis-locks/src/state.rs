@@ -49,10 +49,13 @@ pub struct LockState {
     /// tells the holder its own). The next holder's token is greater. `None` if the lock was
     /// never taken (or the server lost its counter).
     pub fencing_counter: Option<FencingToken>,
-    /// How many processes wait for the lock right now: the connections subscribed to its
-    /// wake channel (one per [`Client`](crate::Client) with a waiter of this lock waiting).
-    /// A process that died or gave up stops counting at once, unlike
-    /// [`Holder::waited_for`].
+    /// How many clients wait for the lock right now: the connections subscribed to its wake
+    /// channel (one per [`Client`](crate::Client) with a waiter of this lock waiting, which
+    /// is one per process unless a process makes several clients). A client that gave up, or
+    /// whose process exited or was killed, stops counting as soon as the server sees its
+    /// connection close, at once on the same host; a host that vanished from the network
+    /// counts until the server's `tcp-keepalive` notices (300 s by default). Unlike
+    /// [`Holder::waited_for`], which stays for the holder's whole tenure.
     pub listeners: u64,
 }
 

@@ -11,6 +11,7 @@ use common::{client, eventually, raw};
 use redis::Commands;
 use redis_locks::{Client, Error, FairMutexOptions, MutexGuard, MutexOptions};
 use test_support::RedisServer;
+use tokio::time::Instant;
 
 /// Takes and releases `name` `n` times; returns the tokens.
 async fn grants(client: &Client, name: &str, n: usize) -> Vec<u64> {
@@ -179,31 +180,33 @@ async fn after_a_failover_to_a_lagging_replica_tokens_grow_and_the_old_holder_is
     drop(old_holder);
 }
 
-/// A holder with a 400 ms lease, and a waiter (300 ms lease, `budget`) that sends its attempt
-/// while the server stalls for `stall_for` seconds, so its grant comes back after its lease.
-/// Returns the holder and what the waiter got.
+/// A holder with a 1.5 s lease, and a waiter (300 ms lease, `budget`) that sends its attempt
+/// when that lease ends, while the server stalls for `stall_for` seconds (more than 1.5), so
+/// its grant comes back after its own lease. Returns the holder and what the waiter got.
 async fn wait_through_a_stall(
     server: &RedisServer,
     name: &str,
     budget: Duration,
     stall_for: f64,
 ) -> (MutexGuard, redis_locks::Result<MutexGuard>) {
-    let client = client(server).await;
+    let client = patient(server).await;
     let lease = |ms| MutexOptions::default().lease(Duration::from_millis(ms));
     let holder = client
-        .mutex_with(name, lease(400))
+        .mutex_with(name, lease(HOLDER_LEASE_MS))
         .unwrap()
         .lock()
         .await
         .unwrap();
+    let taken = Instant::now();
     let waiter = tokio::spawn({
         let mutex = client.mutex_with(name, lease(300)).unwrap();
         async move { mutex.lock_timeout(budget).await }
     });
     // Marked: the waiter's attempt found the lock held, and it now sleeps until the holder's
-    // lease ends, which comes during the stall.
+    // lease ends, which must come during the stall for the test to mean anything.
     wait_for_mark(server, name).await;
     stall(server, stall_for).await;
+    assert_stall_covers_the_lease_end(taken);
     let got = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await
         .expect("the waiter finished")
@@ -214,7 +217,7 @@ async fn wait_through_a_stall(
 #[tokio::test]
 async fn a_grant_delayed_past_its_lease_on_the_waiting_path_is_asked_again_not_handed_out_lost() {
     let server = debuggable();
-    let (holder, got) = wait_through_a_stall(&server, "slow", Duration::from_secs(20), 1.0).await;
+    let (holder, got) = wait_through_a_stall(&server, "slow", Duration::from_secs(20), 2.2).await;
     let guard = got.expect("the late grant was asked again and kept");
     assert_eq!(
         guard.lost_reason(),
@@ -233,29 +236,30 @@ async fn a_grant_delayed_past_its_lease_on_the_waiting_path_is_asked_again_not_h
 async fn a_grant_delayed_past_its_lease_and_the_wait_budget_is_given_back() {
     let server = debuggable();
     let (_holder, got) =
-        wait_through_a_stall(&server, "late", Duration::from_millis(600), 0.9).await;
+        wait_through_a_stall(&server, "late", Duration::from_millis(1_800), 2.2).await;
     let err = got.unwrap_err();
     assert!(err.is_connection(), "{err}");
     assert!(err.to_string().contains("too slowly"), "{err}");
     // The grant was given back, not left to its lease.
-    let gone = eventually(Duration::from_secs(2), || async {
-        !common::exists(&server, "late")
-    })
-    .await;
-    assert!(gone, "the late grant was released");
+    // Given back before the error returned, not left to run out its 300 ms lease.
+    assert!(
+        !common::exists(&server, "late"),
+        "the late grant was released"
+    );
 }
 
 #[tokio::test]
 async fn a_fair_grant_delayed_past_its_lease_is_asked_again_not_handed_out_lost() {
     let server = debuggable();
-    let client = client(&server).await;
+    let client = patient(&server).await;
     let lease = |ms| FairMutexOptions::default().lease(Duration::from_millis(ms));
     let holder = client
-        .fair_mutex_with("fair", lease(400))
+        .fair_mutex_with("fair", lease(HOLDER_LEASE_MS))
         .unwrap()
         .lock()
         .await
         .unwrap();
+    let taken = Instant::now();
     let waiter = tokio::spawn({
         let mutex = client.fair_mutex_with("fair", lease(300)).unwrap();
         async move { mutex.lock_timeout(Duration::from_secs(20)).await }
@@ -265,7 +269,8 @@ async fn a_fair_grant_delayed_past_its_lease_is_asked_again_not_handed_out_lost(
     })
     .await;
     assert!(queued, "the waiter queued");
-    stall(&server, 1.0).await;
+    stall(&server, 2.2).await;
+    assert_stall_covers_the_lease_end(taken);
     let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await
         .expect("the waiter finished")
@@ -279,6 +284,25 @@ async fn a_fair_grant_delayed_past_its_lease_is_asked_again_not_handed_out_lost(
     assert!(guard.fencing_token() > holder.fencing_token());
     guard.release().await.unwrap();
     drop(holder);
+}
+
+/// A client that waits out the stalls below (the default test client gives up after 1 s).
+async fn patient(server: &RedisServer) -> Client {
+    let options = redis_locks::ClientOptions::default().response_timeout(Duration::from_secs(5));
+    Client::connect_with(&server.url(), options).await.unwrap()
+}
+
+/// The lease of the holder a waiter waits for in the stall tests.
+const HOLDER_LEASE_MS: u64 = 1_500;
+
+/// Fails (rather than pass without testing anything) when the stall began after the holder's
+/// lease ended: then the waiter's attempt was not delayed by it.
+fn assert_stall_covers_the_lease_end(taken: Instant) {
+    assert!(
+        taken.elapsed() < Duration::from_millis(HOLDER_LEASE_MS - 200),
+        "the stall began {:?} after the holder's grant, too late to delay the waiter",
+        taken.elapsed()
+    );
 }
 
 /// Waits until a waiter has marked the lock key (its attempt found the lock held).

@@ -19,20 +19,28 @@ const COLOURS: [RGBColor; 4] = [
 type Metric = fn(&RunReport) -> f64;
 
 /// Fails (exit 1, as a chart that cannot be drawn) unless a file can be written at `path`:
-/// checked before the benchmark starts, by creating it (it is overwritten by [`draw`]).
+/// checked before the benchmark starts. A file that was not there is created and removed
+/// again, so a run that fails later leaves nothing behind; one that was there is opened for
+/// writing and left as it was until [`draw`] replaces it.
 pub fn check_writable(path: &Path) -> Result<(), CliError> {
-    std::fs::OpenOptions::new()
+    let existed = path.exists();
+    let opened = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
-        .open(path)
-        .map(drop)
-        .map_err(|err| {
-            CliError::CheckFailed(format!(
-                "chart {}: cannot write there ({err}); nothing was run",
-                path.display()
-            ))
-        })
+        .open(path);
+    match opened {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(err) => Err(CliError::CheckFailed(format!(
+            "chart {}: cannot write there ({err}); nothing was run",
+            path.display()
+        ))),
+    }
 }
 
 /// Draws `runs` into an SVG file at `path`.
