@@ -125,6 +125,11 @@ struct Inner {
     /// as fast attempts name it among a fencing counter's epochs; `CLIENT GETNAME` in the
     /// same pipeline checks that the connection still has it.
     connection_name: std::sync::Mutex<Option<Arc<str>>>,
+    /// A `CLIENT SETNAME` is under way (one at a time).
+    naming: std::sync::atomic::AtomicBool,
+    /// A name given did not stick (an ACL without `CLIENT`, a proxy): never name again, and
+    /// let the script number every grant.
+    names_refused: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Client {
@@ -217,6 +222,8 @@ impl Client {
                 local_queues: LocalQueues::default(),
                 requests: AtomicU64::new(0),
                 connection_name: std::sync::Mutex::new(None),
+                naming: std::sync::atomic::AtomicBool::new(false),
+                names_refused: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -282,6 +289,16 @@ impl Client {
             .clone()
     }
 
+    /// The turn to name the connection, if this caller may name it now: none other is naming
+    /// it, and names stick. The turn ends when it is dropped (cancellation included).
+    pub(crate) fn naming_turn(&self) -> Option<NamingTurn> {
+        let free = !self.inner.names_refused.load(Ordering::Relaxed)
+            && !self.inner.naming.swap(true, Ordering::AcqRel);
+        free.then(|| NamingTurn {
+            client: self.clone(),
+        })
+    }
+
     /// Records the name the connection was given, or was seen to have.
     pub(crate) fn set_connection_name(&self, name: Arc<str>) {
         *self
@@ -342,10 +359,12 @@ impl Client {
     }
 
     /// Runs `source` (one of the crate's scripts) with `EVAL` in a pipeline after
-    /// `CLIENT SETNAME name`, so the script surely runs on the connection that the name was
-    /// given to (see `mutex_acquire.lua`, KEYS[3]). Used only on the rare path that brings
-    /// a fencing counter up to the clock; the name itself may be refused (an ACL without
-    /// `CLIENT`), which only means that later fast attempts keep asking the script.
+    /// `CLIENT SETNAME name` and `CLIENT GETNAME`, so the script surely runs on the
+    /// connection the name was given to (see `mutex_acquire.lua`, KEYS[3]). Used only on the
+    /// rare path that brings a fencing counter up to the clock on a new connection. When the
+    /// name sticks, it is recorded as the connection's; when it does not (an ACL without
+    /// `CLIENT`, a proxy that answers for the server), this client never names again, and the
+    /// script numbers every grant: slower, never unsafe.
     pub(crate) async fn run_script_naming<T: FromRedisValue>(
         &self,
         phase: &'static str,
@@ -359,25 +378,32 @@ impl Client {
             .cmd("CLIENT")
             .arg("SETNAME")
             .arg(name)
+            .cmd("CLIENT")
+            .arg("GETNAME")
             .cmd("EVAL")
             .arg(source)
             .arg(keys.len())
             .arg(keys)
             .arg(args);
-        let mut replies = self.run_pipeline(phase, &pipe, keys).await?;
-        let reply = match replies.pop() {
-            Some(redis::Value::ServerError(err)) => {
-                return Err(request_error(phase, keys, err.into()));
+        let replies = self.run_pipeline(phase, &pipe, keys).await?;
+        let [_, named, reply] =
+            <[redis::Value; 3]>::try_from(replies).map_err(|_| Error::UnexpectedReply {
+                phase,
+                detail: "a pipeline of three commands did not get three replies".into(),
+            })?;
+        match named {
+            redis::Value::BulkString(got) if got == name.as_bytes() => {
+                self.set_connection_name(name.into());
             }
-            Some(reply) if replies.len() == 1 => reply,
-            _ => {
-                return Err(Error::UnexpectedReply {
-                    phase,
-                    detail: "a pipeline of two commands did not get two replies".into(),
-                });
-            }
-        };
-        T::from_redis_value(reply).map_err(|err| request_error(phase, keys, err.into()))
+            _ => self.inner.names_refused.store(true, Ordering::Relaxed),
+        }
+        if let redis::Value::ServerError(err) = reply {
+            return Err(request_error(phase, keys, err.into()));
+        }
+        T::from_redis_value(reply).map_err(|err| Error::UnexpectedReply {
+            phase,
+            detail: err.to_string(),
+        })
     }
 
     /// Sends `pipe` (plain commands, not a transaction, built with
@@ -395,6 +421,17 @@ impl Client {
         pipe.query_async(&mut connection)
             .await
             .map_err(|err| request_error(phase, keys, err))
+    }
+}
+
+/// The one naming of a client's connection under way; dropping it lets the next one start.
+pub(crate) struct NamingTurn {
+    client: Client,
+}
+
+impl Drop for NamingTurn {
+    fn drop(&mut self) {
+        self.client.inner.naming.store(false, Ordering::Release);
     }
 }
 

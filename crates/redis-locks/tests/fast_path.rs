@@ -168,6 +168,37 @@ async fn clients_taking_turns_on_one_lock_each_keep_the_one_round_trip() {
 }
 
 #[tokio::test]
+async fn where_names_do_not_stick_the_script_numbers_every_grant_and_epochs_stay_small() {
+    let server = server();
+    // An ACL that forbids CLIENT SETNAME (and GETNAME): no connection can be vouched for.
+    redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "noclient", "on", ">pw", "~*", "&*", "+@all", "-client",
+        ])
+        .exec(&mut raw(&server))
+        .unwrap();
+    let url = format!("redis://noclient:pw@127.0.0.1:{}", server.port());
+    let client = redis_locks::Client::connect(&url).await.unwrap();
+    let mutex = client.mutex("unnamed").unwrap();
+    let mut last = 0;
+    for _ in 0..20 {
+        let guard = mutex.lock().await.unwrap();
+        assert!(guard.fencing_token().get() > last);
+        last = guard.fencing_token().get();
+        guard.release().await.unwrap();
+    }
+    let before = client.requests_sent();
+    mutex.lock().await.unwrap().release().await.unwrap();
+    assert_eq!(
+        client.requests_sent() - before,
+        3,
+        "the pipeline, the script, the release"
+    );
+    let epochs: i64 = raw(&server).zcard("{unnamed}:epoch").unwrap();
+    assert!(epochs <= 1, "one naming was tried, then none: {epochs}");
+}
+
+#[tokio::test]
 async fn a_refused_fast_attempt_takes_a_token_and_the_next_holder_a_greater_one() {
     let server = server();
     let client = client(&server).await;

@@ -8,6 +8,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::Mutex;
+use crate::client::NamingTurn;
 use crate::error::{Error, Result};
 use crate::guard::{LockKind, MutexGuard, OwedRelease};
 use crate::lease::{MAX_LATE_GRANTS, is_late, too_slow};
@@ -36,8 +37,9 @@ enum Epoch {
     Keep,
     /// The name the connection had in the fast attempt's reply.
     Named(std::sync::Arc<str>),
-    /// The connection had no name (it is new): give it a fresh one in the same pipeline.
-    Fresh,
+    /// The connection had no name (it is new): give it a fresh one in the same pipeline,
+    /// in this client's one naming turn.
+    Fresh(NamingTurn),
 }
 
 /// How every connection name this crate gives starts; the rest is 128 random bits.
@@ -108,8 +110,15 @@ impl Mutex {
         let (lock, fence) = (self.keys.lock(), self.keys.fence());
         // The name this client believes its connection has; `CLIENT GETNAME` checks it.
         let believed = self.client.connection_name();
+        // The vouching is read first, so it is settled before the INCR whatever happens to
+        // the lease in between.
         let mut pipe = redis::pipe();
         pipe.ignore_errors()
+            .cmd("ZSCORE")
+            .arg(self.keys.epoch())
+            .arg(believed.as_deref().unwrap_or_default())
+            .cmd("CLIENT")
+            .arg("GETNAME")
             .cmd("SET")
             .arg(lock)
             .arg(owed.owner().as_str())
@@ -117,12 +126,7 @@ impl Mutex {
             .arg("PX")
             .arg(&*self.lease_ms)
             .cmd("INCR")
-            .arg(fence)
-            .cmd("ZSCORE")
-            .arg(self.keys.epoch())
-            .arg(believed.as_deref().unwrap_or_default())
-            .cmd("CLIENT")
-            .arg("GETNAME");
+            .arg(fence);
         if with_pttl {
             pipe.cmd("PTTL").arg(lock);
         }
@@ -135,9 +139,9 @@ impl Mutex {
             phase: "acquire",
             detail: format!("{replies:?}"),
         };
-        let (set, counter, epoch, name, pttl) = match replies.as_slice() {
-            [set, counter, epoch, name] => (set, counter, epoch, name, None),
-            [set, counter, epoch, name, pttl] => (set, counter, epoch, name, Some(pttl)),
+        let (epoch, name, set, counter, pttl) = match replies.as_slice() {
+            [epoch, name, set, counter] => (epoch, name, set, counter, None),
+            [epoch, name, set, counter, pttl] => (epoch, name, set, counter, Some(pttl)),
             // Keep `owed` armed: whatever happened is released by owner token.
             _ => return Err(unexpected(&replies)),
         };
@@ -164,7 +168,12 @@ impl Mutex {
                             self.client.set_connection_name(name.clone());
                             Epoch::Named(name)
                         }
-                        Name::None => Epoch::Fresh,
+                        // One naming at a time per client (the others would only rename the
+                        // connection under each other), and none where names do not stick.
+                        Name::None => match self.client.naming_turn() {
+                            Some(turn) => Epoch::Fresh(turn),
+                            None => Epoch::Keep,
+                        },
                         // Leave the application's name alone; the script numbers every grant.
                         Name::Foreign => Epoch::Keep,
                     };
@@ -261,7 +270,7 @@ impl Mutex {
                         )
                         .await
                 }
-                Epoch::Fresh => {
+                Epoch::Fresh(_turn) => {
                     let name = format!("{NAME_PREFIX}{}", OwnerToken::random().as_str());
                     let reply = self
                         .client
@@ -273,9 +282,6 @@ impl Mutex {
                             &[owner, &self.lease_ms, mark, &name],
                         )
                         .await;
-                    if reply.is_ok() {
-                        self.client.set_connection_name(name.into());
-                    }
                     reply
                 }
             };

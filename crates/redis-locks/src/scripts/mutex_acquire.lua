@@ -16,8 +16,8 @@
 --          reconnect, a failover to another server) starts unnamed. The fast attempt trusts
 --          its INCR only when the name of the connection it ran on is in KEYS[3]: then this
 --          server process brought the counter up to its clock on that connection, which has
---          stayed open since. Names older than an hour are dropped, and the set expires an
---          hour after its last write (an idle lock name then costs only its counter); a
+--          stayed open since. Names older than an hour are dropped (and all but the 1024
+--          newest), and the set expires an hour after its last write (an idle lock name then costs only its counter); a
 --          missing name only sends that connection's next fast grant through this script.
 -- ARGV[1]  the owner token of this acquisition (32 lowercase hex characters).
 -- ARGV[2]  the lease in milliseconds (a positive integer).
@@ -68,6 +68,8 @@ local function grant_token()
     local ms = math.floor(micros / 1000)
     redis.call('ZADD', KEYS[3], ms, ARGV[4])
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms - 3600000)
+    -- At most the 1024 newest names: dropping one only costs its connection a script call.
+    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -1025)
     redis.call('PEXPIRE', KEYS[3], 3600000)
   end
   return token, err
