@@ -35,8 +35,8 @@ pub struct RunArgs {
     /// the terminal and take Ctrl-C / Ctrl-Z from it like any foreground job; a lost lock or
     /// a forwarded signal then reaches the command itself only, not the processes it
     /// started. The default when `run` is the foreground job of a terminal; otherwise (cron,
-    /// systemd, scripts, `&`) the command runs in a process group of its own, and a lost
-    /// lock stops every process of that group.
+    /// systemd, a job started with `&`, no terminal at all) the command runs in a process
+    /// group of its own, and a lost lock stops every process of that group.
     #[arg(long)]
     pub foreground: bool,
     /// Say nothing while waiting (without it, a wait longer than a second says once who
@@ -72,7 +72,8 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
         .env("REDIS_LOCKS_TOKEN", guard.fencing_token().to_string())
         .env("REDIS_LOCKS_NAME", &args.name)
         .stdin(Stdio::inherit());
-    let group = !args.foreground && !interactive();
+    let terminal = interactive();
+    let group = !args.foreground && !terminal;
     if group {
         // A process group of its own: a lost lock stops everything the command started
         // (that stayed in the group), not only the command.
@@ -96,16 +97,20 @@ pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
     let target = Target {
         pid: Pid::from_raw(pid as i32),
         group,
+        terminal: terminal && !group,
     };
     supervise(&mut child, target, guard, args.grace, signals).await
 }
 
-/// Whether `run` is the foreground job of a terminal: its stdin is a terminal whose
-/// foreground process group is `run`'s own. Its command then stays in that group, so it can
-/// read the terminal and take Ctrl-C and Ctrl-Z from it.
+/// Whether `run` is the foreground job of a terminal: it has a controlling terminal
+/// (`/dev/tty`, whatever its stdin is: `producer | redis-locks run ...` too) whose foreground
+/// process group is `run`'s own. Its command then stays in that group, so it can read the
+/// terminal and take Ctrl-C and Ctrl-Z from it.
 fn interactive() -> bool {
-    let stdin = std::io::stdin();
-    stdin.is_terminal() && tcgetpgrp(&stdin).is_ok_and(|foreground| foreground == getpgrp())
+    let Ok(tty) = std::fs::File::open("/dev/tty") else {
+        return false;
+    };
+    tty.is_terminal() && tcgetpgrp(&tty).is_ok_and(|foreground| foreground == getpgrp())
 }
 
 /// How long `run` waits in silence before it says who holds the lock.
@@ -167,21 +172,42 @@ async fn finish(guard: MutexGuard, code: u8) -> Result<u8, CliError> {
     }
 }
 
-/// Whom `run`'s signals reach: the command's process group, or (`--foreground`) the command.
+/// Whom `run`'s signals reach: the command's process group, or (`--foreground`, or at a
+/// terminal) the command.
 #[derive(Debug, Clone, Copy)]
 struct Target {
     pid: Pid,
     group: bool,
+    /// The command shares `run`'s place as a terminal's foreground job: the terminal sends
+    /// Ctrl-C, Ctrl-\ and Ctrl-Z to both, so `run` does not send them again.
+    terminal: bool,
 }
 
 impl Target {
-    /// Sends `signal`, one that ends a process; to a group, then SIGCONT too, so that a
-    /// stopped member (one that read the terminal from the background, say) acts on it.
+    /// Sends `signal`, one that ends a process, then SIGCONT, so that a stopped process (one
+    /// that read the terminal from the background, say) acts on it.
     fn signal(self, signal: Signal) {
         self.send(signal);
-        if self.group {
-            self.send(Signal::SIGCONT);
+        self.send(Signal::SIGCONT);
+    }
+
+    /// Passes on a signal that a terminal sends to its whole foreground job (SIGINT,
+    /// SIGQUIT) unless the command is part of that job and has had it already.
+    fn pass_on(self, signal: Signal) {
+        if !self.terminal {
+            self.signal(signal);
         }
+    }
+
+    /// Whether the command has exited (a zombie not yet reaped counts; `run` reaps it last,
+    /// so its process group id cannot be reused while `run` still signals the group).
+    fn exited(self) -> bool {
+        matches!(state(self.pid), None | Some('Z'))
+    }
+
+    /// Whether the command is stopped (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU).
+    fn stopped(self) -> bool {
+        state(self.pid) == Some('T')
     }
 
     /// Sends `signal` as it is.
@@ -235,6 +261,13 @@ impl Signals {
     }
 }
 
+/// The state letter of process `pid` in `/proc` (`R`, `S`, `T` stopped, `Z` zombie...);
+/// `None` when it is gone or `/proc` cannot be read.
+fn state(pid: Pid) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 /// How many processes of process group `group` are alive (not zombies), read from `/proc`;
 /// without a readable `/proc`, the kernel's word (`killpg` with no signal), zombies included.
 fn group_members(group: Pid) -> Option<usize> {
@@ -276,44 +309,85 @@ async fn supervise(
 ) -> Result<u8, CliError> {
     let lost = guard.lost();
     tokio::pin!(lost);
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    let mut stopped_checks = 0;
     loop {
         tokio::select! {
-            status = child.wait() => return finish(guard, exit_code(status)).await,
+            // A loss first: a command that ended as the lock was lost is reported as lost.
+            biased;
             reason = &mut lost => {
                 eprintln!("redis-locks: lock {:?} lost ({reason}); stopping the command", guard.name());
                 stop(child, target, grace).await;
                 return Err(CliError::Lost(format!("lock {:?} was lost while the command ran: {reason}", guard.name())));
             }
-            _ = signals.interrupts.recv() => target.signal(Signal::SIGINT),
+            status = child.wait() => return finish(guard, exit_code(status)).await,
+            _ = signals.interrupts.recv() => target.pass_on(Signal::SIGINT),
+            _ = signals.quits.recv() => target.pass_on(Signal::SIGQUIT),
             _ = signals.terminates.recv() => target.signal(Signal::SIGTERM),
             _ = signals.hangups.recv() => target.signal(Signal::SIGHUP),
-            _ = signals.quits.recv() => target.signal(Signal::SIGQUIT),
             _ = signals.stops.recv() => {
-                // Stop the command, then this process: the shell gets its job back, and
-                // both go on together at `fg` (the lease may run out meanwhile: then the
-                // command is stopped for good when it continues).
-                target.send(Signal::SIGTSTP);
+                // Ctrl-Z: stop the command, then this process, so the shell gets its job
+                // back; both go on together at `fg`. A command that ignores SIGTSTP is
+                // stopped anyway: it must not run on while nobody renews the lease.
+                if !target.terminal {
+                    target.send(Signal::SIGTSTP);
+                }
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+                while !target.stopped() && !target.exited() && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                if !target.stopped() {
+                    target.send(Signal::SIGSTOP);
+                }
                 let _ = kill(Pid::this(), Signal::SIGSTOP);
             }
-            _ = signals.continues.recv() => target.send(Signal::SIGCONT),
+            _ = signals.continues.recv() => {
+                // Continued after a stop: if the lease ran out meanwhile, the loss branch
+                // stops the command for good (it resumes only to get SIGTERM).
+                if guard.lost_reason().is_none() {
+                    target.send(Signal::SIGCONT);
+                }
+            }
+            _ = check.tick() => {
+                // A command that stopped by itself (reading the terminal from the background,
+                // say) holds the lock as long as it stays stopped: say so once.
+                stopped_checks = if target.stopped() { stopped_checks + 1 } else { 0 };
+                if stopped_checks == 2 {
+                    eprintln!(
+                        "redis-locks: the command is stopped (waiting to use the terminal from the \
+                         background?) and keeps lock {:?} while it is; continue it (fg), or run \
+                         it with --foreground", guard.name()
+                    );
+                }
+            }
         }
     }
 }
 
 /// SIGTERM to the command (and its process group), then SIGKILL to whatever is left of them
-/// once `grace` has passed.
+/// once `grace` has passed. The command is reaped last: until then its zombie keeps the
+/// group id from being reused, so no other group can be signalled by mistake.
 async fn stop(child: &mut Child, target: Target, grace: Duration) {
     target.signal(Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
-    let exited = tokio::time::timeout_at(deadline, child.wait())
-        .await
-        .is_ok();
-    // The command is reaped (or out of time): wait for the rest of its group until the
-    // same deadline.
-    while exited && target.group_alive() && tokio::time::Instant::now() < deadline {
+    if state(Pid::this()).is_none() {
+        // No /proc to watch: wait for the command itself, and then signal what is left.
+        let exited = tokio::time::timeout_at(deadline, child.wait())
+            .await
+            .is_ok();
+        if !exited {
+            eprintln!("redis-locks: the command ignored SIGTERM for {grace:?}; sending SIGKILL");
+        }
+        if target.group && killpg(target.pid, None).is_ok() {
+            let _ = killpg(target.pid, Signal::SIGKILL);
+        }
+        let _ = child.kill().await;
+        return;
+    }
+    while (!target.exited() || target.group_alive()) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if !exited || target.group_alive() {
+    if !target.exited() || target.group_alive() {
         eprintln!(
             "redis-locks: the command{} ignored SIGTERM for {grace:?}; sending SIGKILL",
             if target.group {
@@ -324,14 +398,13 @@ async fn stop(child: &mut Child, target: Target, grace: Duration) {
         );
     }
     // Whatever the group still holds gets SIGKILL: live processes that `/proc` did not show
-    // (hidepid) too, and zombies (harmless). The group id cannot be reused while any member
-    // is left, and an empty group answers ESRCH.
-    if target.group && killpg(target.pid, None).is_ok() {
+    // (hidepid) too, and zombies (harmless). The command's zombie pins the group id.
+    if target.group {
         let _ = killpg(target.pid, Signal::SIGKILL);
+    } else if !target.exited() {
+        let _ = kill(target.pid, Signal::SIGKILL);
     }
-    if !exited {
-        let _ = child.kill().await;
-    }
+    let _ = child.wait().await;
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that ended the command.

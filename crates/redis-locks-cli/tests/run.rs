@@ -475,3 +475,43 @@ fn in_the_foreground_of_a_terminal_the_command_shares_runs_process_group() {
         "interactive: run's own group, as flock: {text}"
     );
 }
+
+#[test]
+fn a_stop_longer_than_the_lease_ends_in_a_loss_not_a_run_without_the_lock() {
+    let server = RedisServer::start().unwrap();
+    let script = "echo ready $$; while :; do sleep 0.05; done";
+    let mut runner = ChildProcess::spawn(run(
+        &server,
+        &["napping", "--ttl", "600ms", "--grace", "1s"],
+        &["sh", "-c", script],
+    ))
+    .unwrap();
+    let line = runner
+        .wait_for_line("ready", Duration::from_secs(30))
+        .unwrap();
+    let command: i32 = line["ready ".len()..].parse().unwrap();
+    let run_pid = nix::unistd::Pid::from_raw(runner.pid() as i32);
+    nix::sys::signal::kill(run_pid, nix::sys::signal::Signal::SIGTSTP).unwrap();
+    assert!(
+        reaches(command, 'T', Duration::from_secs(5)),
+        "the command stopped"
+    );
+    // Stopped for longer than the lease: nobody renewed it, and it has run out.
+    let gone = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if !exists(&server, "napping") {
+                break true;
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert!(gone, "the lease ran out while everything was stopped");
+    nix::sys::signal::kill(run_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    // On `fg`, run finds the lock lost: the command is stopped for good, run exits 70.
+    assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
+    assert!(all_gone(&[command], Duration::from_secs(2)));
+}

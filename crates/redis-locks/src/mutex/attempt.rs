@@ -272,8 +272,7 @@ impl Mutex {
                 }
                 Epoch::Fresh(_turn) => {
                     let name = format!("{NAME_PREFIX}{}", OwnerToken::random().as_str());
-                    let reply = self
-                        .client
+                    self.client
                         .run_script_naming::<(i64, i64)>(
                             "acquire",
                             &name,
@@ -281,8 +280,7 @@ impl Mutex {
                             &keys,
                             &[owner, &self.lease_ms, mark, &name],
                         )
-                        .await;
-                    reply
+                        .await
                 }
             };
             match reply {
