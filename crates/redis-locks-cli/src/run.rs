@@ -222,7 +222,7 @@ impl Target {
     /// Whether any live process is left in the group (zombies do not count: an orphan that
     /// died waits for init to reap it, which some containers never do).
     fn group_alive(self) -> bool {
-        self.group && group_members(self.pid).is_some_and(|live| live > 0)
+        self.group && group_members(self.pid) > 0
     }
 }
 
@@ -261,42 +261,34 @@ impl Signals {
     }
 }
 
-/// The state letter of process `pid` in `/proc` (`R`, `S`, `T` stopped, `Z` zombie...);
-/// `None` when it is gone or `/proc` cannot be read.
-fn state(pid: Pid) -> Option<char> {
+/// The state letter (`R`, `S`, `T` stopped, `Z` zombie...) and the process group of process
+/// `pid`, from `/proc/PID/stat`; `None` when it is gone or `/proc` cannot be read.
+fn stat(pid: i32) -> Option<(char, i32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
+    // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let group = fields.nth(1)?.parse().ok()?;
+    Some((state, group))
 }
 
-/// How many processes of process group `group` are alive (not zombies), read from `/proc`;
-/// without a readable `/proc`, the kernel's word (`killpg` with no signal), zombies included.
-fn group_members(group: Pid) -> Option<usize> {
+/// The state letter of process `pid`, as [`stat`] reads it.
+fn state(pid: Pid) -> Option<char> {
+    stat(pid.as_raw()).map(|(state, _)| state)
+}
+
+/// How many processes of process group `group` are alive (zombies do not count), as `/proc`
+/// shows them.
+fn group_members(group: Pid) -> usize {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Some(usize::from(killpg(group, None).is_ok()));
+        return 0;
     };
-    let mut live = 0;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let (state, pgrp) = (fields.next(), fields.nth(1));
-        if state != Some("Z") && pgrp.and_then(|p| p.parse::<i32>().ok()) == Some(group.as_raw()) {
-            live += 1;
-        }
-    }
-    Some(live)
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(stat)
+        .filter(|&(state, member_of)| state != 'Z' && member_of == group.as_raw())
+        .count()
 }
 
 /// Waits for the command while watching the lock and this process's signals.

@@ -1,20 +1,9 @@
 //! The `redis-locks` binary end to end: the demo's report and exit codes, bad usage.
 
-use std::process::{Command, Output};
+mod common;
 
+use common::{redis_locks, stdout};
 use test_support::RedisServer;
-
-fn redis_locks(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redis-locks"))
-        .args(args)
-        .env_remove("REDIS_URL")
-        .output()
-        .expect("run redis-locks")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[test]
 fn demo_against_a_given_server_reports_one_winner_and_no_overlap() {

@@ -2,23 +2,14 @@
 //! them: refused access (77), data that is not the lock's (65), a server that is not Redis,
 //! bad URLs, negative durations, long and control-character names (64), the waiting notice.
 
+mod common;
+
 use std::io::Write;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use common::{command, redis_locks, stderr, stdout};
 use test_support::{ChildProcess, RedisServer};
-
-fn redis_locks(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_redis-locks"))
-        .args(args)
-        .env_remove("REDIS_URL")
-        .output()
-        .expect("run redis-locks")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 /// Asserts the exit code, and that stderr says `words`; returns stderr.
 fn expect(out: &Output, code: i32, words: &str) -> String {
@@ -178,8 +169,8 @@ fn a_waiting_run_says_once_who_holds_the_lock_unless_quiet() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
     let mut holder = ChildProcess::spawn({
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-locks"));
-        cmd.env_remove("REDIS_URL").args([
+        let mut cmd = command();
+        cmd.args([
             "run",
             "busy",
             "--redis",
@@ -243,9 +234,8 @@ fn status_counts_waiting_processes_and_forgets_a_killed_one() {
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let run = |args: &[&str]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-locks"));
-        cmd.env_remove("REDIS_URL")
-            .args(["run", "watched", "--redis", &url, "--quiet"])
+        let mut cmd = command();
+        cmd.args(["run", "watched", "--redis", &url, "--quiet"])
             .args(args);
         ChildProcess::spawn(cmd).unwrap()
     };
@@ -275,7 +265,7 @@ fn status_counts_waiting_processes_and_forgets_a_killed_one() {
     let shown = until(&|now: &serde_json::Value| now["waiting_processes"] == 0);
     assert_eq!(shown["waited_for"], true);
     let out = redis_locks(&["status", "watched", "--redis", &url]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = stdout(&out);
     assert!(text.contains("waiting         none"), "{text}");
     assert!(text.contains("may have gone"), "{text}");
     assert_eq!(holder.wait_exit(Duration::from_secs(15)), Some(0));
@@ -284,7 +274,7 @@ fn status_counts_waiting_processes_and_forgets_a_killed_one() {
 #[test]
 fn help_lists_every_benchmark_and_market_checks_its_chart_first() {
     let out = redis_locks(&["--help"]);
-    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let help = stdout(&out);
     assert!(help.contains("market"), "{help}");
     for code in ["65", "77", "75", "70", "69", "64"] {
         assert!(help.contains(code), "exit code {code} in --help: {help}");

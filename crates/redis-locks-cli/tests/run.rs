@@ -1,18 +1,15 @@
 //! `redis-locks run` and `status` as real processes against a real server.
 
+mod common;
+
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::command;
 use test_support::{ChildProcess, RedisServer};
 
-fn redis_locks() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-locks"));
-    cmd.env_remove("REDIS_URL");
-    cmd
-}
-
 fn run(server: &RedisServer, args: &[&str], command: &[&str]) -> Command {
-    let mut cmd = redis_locks();
+    let mut cmd = common::command();
     cmd.args(["run", "--redis", &server.url()])
         .args(args)
         .arg("--")
@@ -235,7 +232,7 @@ fn a_run_that_waits_in_vain_exits_75_without_running_the_command() {
         .wait_for_line("ready", Duration::from_secs(30))
         .unwrap();
     let out = output({
-        let mut cmd = redis_locks();
+        let mut cmd = command();
         cmd.args(["run", "busy", "--wait", "200ms", "--redis", &server.url()])
             .args(["--", "sh", "-c", "echo ran"]);
         cmd
@@ -282,7 +279,7 @@ fn run_exit_codes_for_bad_usage_unreachable_redis_and_a_missing_command() {
     ];
     for args in bad {
         let out = output({
-            let mut cmd = redis_locks();
+            let mut cmd = command();
             cmd.args(["run", "--redis", &server.url()]).args(&args[1..]);
             cmd
         });
@@ -313,7 +310,7 @@ fn status_shows_holder_counter_and_lease() {
     let server = RedisServer::start().unwrap();
     let status = |name: &str| -> serde_json::Value {
         let out = output({
-            let mut cmd = redis_locks();
+            let mut cmd = command();
             cmd.args(["status", name, "--json", "--redis", &server.url()]);
             cmd
         });
@@ -342,7 +339,7 @@ fn status_shows_holder_counter_and_lease() {
     assert!(held["lease_remaining_ms"].as_u64().unwrap() > 1_000);
     // The table form, for people.
     let out = output({
-        let mut cmd = redis_locks();
+        let mut cmd = command();
         cmd.args(["status", "shown", "--redis", &server.url()]);
         cmd
     });

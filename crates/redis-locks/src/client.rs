@@ -95,6 +95,10 @@ impl ClientOptions {
 /// - Waiters are woken through one extra subscriber connection, opened the first time a
 ///   lock must be waited for. If it drops, waiters poll (jittered) until it is back.
 /// - A request that gets no reply within the response timeout fails with [`Error::Connection`].
+/// - The client names its connection (`CLIENT SETNAME redis-locks:<random>`) the first time a
+///   lock is granted on it, so that fast acquisitions can trust the fencing counter (see the
+///   crate README, "Fencing tokens"); a connection you name yourself through
+///   [`Client::connection`] keeps its name, and its grants go through a script instead.
 ///
 /// # Examples
 /// ```
@@ -465,13 +469,7 @@ fn connect_error(url: &str, source: redis::RedisError) -> Error {
             detail: "its reply does not parse as the Redis protocol".into(),
         };
     }
-    match Error::from_redis("connect", &[], source) {
-        Error::WrongType { detail, .. } => Error::NotRedis {
-            url: redact(url),
-            detail,
-        },
-        other => other,
-    }
+    Error::from_redis("connect", &[], source)
 }
 
 /// Says what is wrong with a URL that cannot name a Redis server, in words: empty, no scheme,
@@ -533,23 +531,19 @@ mod tests {
 
     #[test]
     fn url_errors_say_what_is_wrong() {
-        let reason = |url: &str| super::check_url(url).unwrap_err();
-        assert!(reason("").contains("empty"));
-        assert!(
-            reason("localhost:6379").contains("scheme"),
-            "{}",
-            reason("localhost:6379")
-        );
-        assert!(reason("http://host:6379").contains("\"http\""));
-        assert!(reason("redis://host:70000").contains("1 to 65535"));
-        assert!(reason("redis://host:0").contains("1 to 65535"));
-        assert!(
-            reason("redis://:6379").contains("host"),
-            "{}",
-            reason("redis://:6379")
-        );
-        assert!(reason("redis://host:6379/zero").contains("not a number"));
-        assert!(reason("rediss://host").contains("TLS"));
+        for (url, says) in [
+            ("", "empty"),
+            ("localhost:6379", "scheme"),
+            ("http://host:6379", "\"http\""),
+            ("redis://host:70000", "1 to 65535"),
+            ("redis://host:0", "1 to 65535"),
+            ("redis://:6379", "host"),
+            ("redis://host:6379/zero", "not a number"),
+            ("rediss://host", "TLS"),
+        ] {
+            let reason = super::check_url(url).unwrap_err();
+            assert!(reason.contains(says), "{url:?}: {reason}");
+        }
         for good in [
             "redis://127.0.0.1:6380",
             "redis://:pw@host/2",

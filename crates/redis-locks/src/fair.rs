@@ -340,22 +340,26 @@ impl FairMutex {
                     ],
                 )
                 .await?;
-            return match reply {
-                (1, _) if is_late(sent_at, self.options.base.get_lease()) => {
-                    late += 1;
-                    let over = deadline.is_some_and(|d| Instant::now() >= d);
-                    if late >= MAX_LATE_GRANTS || over {
-                        return Err(too_slow(self.options.base.get_lease(), late));
-                    }
-                    continue;
+            let lease = self.options.base.get_lease();
+            match reply {
+                (1, token) if !is_late(sent_at, lease) => {
+                    return Ok(Ok((FencingToken::new(token as u64), sent_at)));
                 }
-                (1, token) => Ok(Ok((FencingToken::new(token as u64), sent_at))),
-                (0, pttl) => Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
-                (granted, value) => Err(Error::UnexpectedReply {
-                    phase: "acquire",
-                    detail: format!("[{granted}, {value}]"),
-                }),
-            };
+                // Granted after the lease: ask again (a re-grant to this owner), or fail.
+                (1, _) => {
+                    late += 1;
+                    if late >= MAX_LATE_GRANTS || deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(too_slow(lease, late));
+                    }
+                }
+                (0, pttl) => return Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
+                (granted, value) => {
+                    return Err(Error::UnexpectedReply {
+                        phase: "acquire",
+                        detail: format!("[{granted}, {value}]"),
+                    });
+                }
+            }
         }
     }
 }

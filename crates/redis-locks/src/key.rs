@@ -118,10 +118,10 @@ impl LockKeys {
         &self.fence
     }
 
-    /// The fencing counter's epoch: the name of the connection on which the counter was last
-    /// brought up to the server clock. A fast acquisition trusts its counter only on that
-    /// connection, which cannot outlive a restart or move to another server (see the crate
-    /// README, "Fencing tokens").
+    /// The fencing counter's epochs: a sorted set of the names of the connections on which a
+    /// script brought the counter up to the server clock. A fast acquisition trusts its
+    /// counter only on such a connection, which cannot outlive a restart or move to another
+    /// server (see the crate README, "Fencing tokens").
     pub fn epoch(&self) -> &str {
         &self.epoch
     }

@@ -12,6 +12,16 @@ use redis_locks::Error;
 /// Counters below this were never seeded from the server clock.
 const SEEDED: u64 = 1_000_000_000_000_000;
 
+/// Takes `mutex` and says how many requests that cost `client`.
+async fn lock_counting(
+    client: &redis_locks::Client,
+    mutex: &redis_locks::Mutex,
+) -> (redis_locks::MutexGuard, u64) {
+    let before = client.requests_sent();
+    let guard = mutex.lock().await.unwrap();
+    (guard, client.requests_sent() - before)
+}
+
 #[tokio::test]
 async fn a_free_lock_costs_one_round_trip_to_take_and_one_to_release() {
     let server = server();
@@ -39,13 +49,8 @@ async fn an_unseeded_counter_jumps_to_the_server_clock() {
     // A counter restarted after a loss, bumped a few times by refused attempts.
     let _: () = raw(&server).set("{restarted}:fence", 5).unwrap();
     let mutex = client.mutex("restarted").unwrap();
-    let before = client.requests_sent();
-    let guard = mutex.lock().await.unwrap();
-    assert_eq!(
-        client.requests_sent() - before,
-        2,
-        "the pipeline, then the script to seed"
-    );
+    let (guard, requests) = lock_counting(&client, &mutex).await;
+    assert_eq!(requests, 2, "the pipeline, then the script to seed");
     let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut raw(&server)).unwrap();
     let token = guard.fencing_token().get();
     assert!(
@@ -78,13 +83,8 @@ async fn a_counter_the_connection_cannot_vouch_for_is_numbered_by_the_script() {
     let _: () = raw(&server)
         .zadd("{vouched}:epoch", "redis-locks:elsewhere", 1)
         .unwrap();
-    let before = client.requests_sent();
-    let guard = mutex.lock().await.unwrap();
-    assert_eq!(
-        client.requests_sent() - before,
-        2,
-        "the pipeline, then the script"
-    );
+    let (guard, requests) = lock_counting(&client, &mutex).await;
+    assert_eq!(requests, 2, "the pipeline, then the script");
     let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut raw(&server)).unwrap();
     assert!(
         guard.fencing_token().get() / 1_000_000 + 1 >= secs,

@@ -69,7 +69,7 @@ async fn tokens_after_a_restart_from_an_older_snapshot_exceed_every_token_before
     );
     let highest = *before.iter().max().unwrap();
     // A new client, and the old one once it has reconnected.
-    let fresh = client_for(&server).await;
+    let fresh = common::client(&server).await;
     let after = grants(&fresh, "nightly", 2).await;
     assert!(after[0] > highest, "{after:?} after {before:?}");
     assert!(after[1] > after[0]);
@@ -97,7 +97,7 @@ async fn tokens_after_an_aof_that_lost_its_tail_exceed_every_token_before() {
     server.restart().unwrap();
     let counter: u64 = raw(&server).get("{aof}:fence").unwrap();
     assert_eq!(counter, before[1], "the AOF replayed up to the cut");
-    let fresh = client_for(&server).await;
+    let fresh = common::client(&server).await;
     let after = grants(&fresh, "aof", 1).await;
     assert!(
         after[0] > *before.iter().max().unwrap(),
@@ -161,7 +161,7 @@ async fn after_a_failover_to_a_lagging_replica_tokens_grow_and_the_old_holder_is
         .unwrap();
     let counter: u64 = raw(&replica).get("{orders}:fence").unwrap();
     assert!(counter < old_token.get(), "the replica's counter is behind");
-    let moved = client_for(&replica).await;
+    let moved = common::client(&replica).await;
     let new_holder = moved.mutex("orders").unwrap().lock().await.unwrap();
     assert!(
         new_holder.fencing_token() > old_token,
@@ -337,10 +337,6 @@ async fn stall(server: &RedisServer, seconds: f64) {
     })
     .await;
     assert!(begun, "the server stalled");
-}
-
-async fn client_for(server: &RedisServer) -> Client {
-    client(server).await
 }
 
 /// A server that accepts `DEBUG` (Redis 7 refuses it by default).

@@ -32,6 +32,16 @@ fn run_acquire(con: &mut Connection, owner: &str, ms: u64) -> redis::RedisResult
         .invoke(con)
 }
 
+/// The connection names in `{L}:epoch`, oldest first.
+fn epochs(con: &mut Connection) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg("{L}:epoch")
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap()
+}
+
 fn server_micros(con: &mut Connection) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
     secs * 1_000_000 + micros
@@ -147,13 +157,7 @@ fn acquire_writes_the_epoch_only_when_given_one() {
     let server = server();
     let mut con = raw(&server);
     run_acquire(&mut con, "a", 1_000).unwrap();
-    let epochs: Vec<String> = redis::cmd("ZRANGE")
-        .arg("{L}:epoch")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
-    assert!(epochs.is_empty());
+    assert!(epochs(&mut con).is_empty());
     let (granted, _): (i64, i64) = acquire()
         .key("L")
         .key("{L}:fence")
@@ -165,13 +169,7 @@ fn acquire_writes_the_epoch_only_when_given_one() {
         .invoke(&mut con)
         .unwrap();
     assert_eq!(granted, 1);
-    let epochs: Vec<String> = redis::cmd("ZRANGE")
-        .arg("{L}:epoch")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(epochs, ["redis-locks:this-connection"]);
+    assert_eq!(epochs(&mut con), ["redis-locks:this-connection"]);
     let ttl: i64 = redis::cmd("PTTL").arg("{L}:epoch").query(&mut con).unwrap();
     assert!(ttl > 3_500_000 && ttl <= 3_600_000, "an hour: {ttl}");
 }

@@ -75,15 +75,7 @@ impl Mutex {
         );
         match ask {
             Ask::Fast { pttl } => self.ask_fast(owed, pttl, deadline).await,
-            Ask::Waiting { mark } => {
-                let script = Script {
-                    granted: false,
-                    mark,
-                    epoch: Epoch::Keep,
-                    late: 0,
-                };
-                self.ask_script(owed, script, deadline).await
-            }
+            Ask::Waiting { mark } => self.ask_script(owed, Script::new(mark), deadline).await,
         }
     }
 
@@ -178,10 +170,9 @@ impl Mutex {
                         Name::Foreign => Epoch::Keep,
                     };
                     let script = Script {
-                        granted: true,
-                        mark: false,
                         epoch,
                         late: u32::from(late),
+                        ..Script::new(false)
                     };
                     return self.ask_script(owed, script, deadline).await;
                 }
@@ -201,13 +192,7 @@ impl Mutex {
             // A key without expiry was not written by this library (perhaps not even a
             // string): the script says what it is, as the waiting path would.
             (Value::Nil, _) if matches!(pttl, Some(Value::Int(-1))) => {
-                let script = Script {
-                    granted: false,
-                    mark: false,
-                    epoch: Epoch::Keep,
-                    late: 0,
-                };
-                self.ask_script(owed, script, deadline).await
+                self.ask_script(owed, Script::new(false), deadline).await
             }
             (Value::Nil, Value::ServerError(err)) => {
                 // Refused, and the counter is broken too: the next holder could not be
@@ -250,26 +235,6 @@ impl Mutex {
             let sent_at = Instant::now();
             let owner = owed.owner().as_str();
             let reply = match &script.epoch {
-                Epoch::Keep => {
-                    self.client
-                        .run_script::<(i64, i64)>(
-                            "acquire",
-                            &MUTEX_ACQUIRE,
-                            &keys,
-                            &[owner, &self.lease_ms, mark, ""],
-                        )
-                        .await
-                }
-                Epoch::Named(name) => {
-                    self.client
-                        .run_script::<(i64, i64)>(
-                            "acquire",
-                            &MUTEX_ACQUIRE,
-                            &keys,
-                            &[owner, &self.lease_ms, mark, name],
-                        )
-                        .await
-                }
                 Epoch::Fresh(_turn) => {
                     let name = format!("{NAME_PREFIX}{}", OwnerToken::random().as_str());
                     self.client
@@ -279,6 +244,20 @@ impl Mutex {
                             MUTEX_ACQUIRE_SOURCE.as_str(),
                             &keys,
                             &[owner, &self.lease_ms, mark, &name],
+                        )
+                        .await
+                }
+                epoch => {
+                    let name = match epoch {
+                        Epoch::Named(name) => name,
+                        _ => "",
+                    };
+                    self.client
+                        .run_script::<(i64, i64)>(
+                            "acquire",
+                            &MUTEX_ACQUIRE,
+                            &keys,
+                            &[owner, &self.lease_ms, mark, name],
                         )
                         .await
                 }
@@ -296,7 +275,6 @@ impl Mutex {
                     // Granted, but the reply came after the lease: ask again by owner token
                     // (the script sets the lease anew), or give the grant back.
                     script.late += 1;
-                    script.granted = true;
                     script.epoch = Epoch::Keep;
                     let over = deadline.is_some_and(|d| Instant::now() >= d);
                     if script.late >= MAX_LATE_GRANTS || over {
@@ -335,14 +313,23 @@ impl Mutex {
 
 /// One call of the acquire script, and what came before it.
 struct Script {
-    /// An earlier attempt already took the lock with this owner token.
-    granted: bool,
     /// Mark a grant at once, for waiters of this process queued behind this one.
     mark: bool,
     /// What to write as the counter's epoch.
     epoch: Epoch,
     /// How many grants of this acquisition came back after their lease.
     late: u32,
+}
+
+impl Script {
+    /// A first call, writing no epoch.
+    fn new(mark: bool) -> Script {
+        Script {
+            mark,
+            epoch: Epoch::Keep,
+            late: 0,
+        }
+    }
 }
 
 /// The error of an `INCR` of the fencing counter: a plain `ERR` means its value is not an
