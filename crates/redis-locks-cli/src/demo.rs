@@ -11,10 +11,10 @@ use redis_locks::history::{History, Interval, now_nanos};
 use test_support::ChildProcess;
 
 use crate::contend::{LotteryOutcome, contend, lottery, wait_until};
-use crate::exit::CliError;
-use crate::leftovers::delete_counters;
-use crate::redis_target::RedisTarget;
 use crate::worker::Role;
+use cli_support::exit::CliError;
+use cli_support::leftovers::delete_counters;
+use cli_support::redis_target::RedisTarget;
 
 /// How the demo is sized.
 #[derive(Debug, Clone, clap::Args)]
@@ -53,7 +53,7 @@ pub async fn run(target: &RedisTarget, args: &DemoArgs) -> Result<(), CliError> 
     }
     .await;
     // The demo's fencing counters go, whether or not the rounds got through.
-    let cleaned = delete_counters(&client, &[&lottery_lock, &contended_lock]).await;
+    let cleaned = delete_counters(&target.url, &[&lottery_lock, &contended_lock]).await;
     let (lottery_ok, contention_ok) = rounds?;
     cleaned?;
 

@@ -2,23 +2,22 @@
 //!
 //! `redis-locks demo` shows the library working on a private redis-server (or the one named
 //! by `--redis` / `REDIS_URL`); `run` is a distributed `flock(1)`; `status` shows a lock;
-//! `bench` measures. Exit codes are listed in `--help`.
+//! `bench` measures, by running the benchmarks program `redis-locks-bench` (a crate of its
+//! own). Exit codes are listed in `--help`.
 
 mod bench;
 mod contend;
 mod demo;
-mod exit;
-mod leftovers;
-mod redis_target;
 mod run;
 mod status;
 mod worker;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-use crate::exit::CliError;
+use cli_support::exit::CliError;
+use cli_support::redis_target::RedisTarget;
 
 /// Distributed locks on Redis: owner tokens, leases, fencing tokens.
 #[derive(Debug, Parser)]
@@ -32,9 +31,10 @@ const EXIT_CODES: &str = "Exit codes: 0 success (run: the command's own code, or
 signal N ended it); 1 a check failed (demo, bench) or a chart could not be written; 64 bad \
 usage; 65 a key of the lock holds something that is not this lock's (another type, a \
 fencing counter that is not a number); 69 Redis unreachable, not Redis, too slow, or \
-refusing the command (read-only replica, out of memory), or no private server; 70 the lock \
-was lost during the run (or Redis gave a reply the lock never expects); 75 the lock was not \
-acquired within --wait; 77 Redis refused access (NOAUTH, WRONGPASS, NOPERM); 127 the \
+refusing the command (read-only replica, out of memory), or no private server, or (bench) no \
+redis-locks-bench program to run (cargo build --release -p redis-locks-bench builds it); 70 \
+the lock was lost during the run (or Redis gave a reply the lock never expects); 75 the lock \
+was not acquired within --wait; 77 Redis refused access (NOAUTH, WRONGPASS, NOPERM); 127 the \
 command could not be started.";
 
 /// Where `run` and `status` look for Redis without `--redis` / `REDIS_URL`.
@@ -78,15 +78,16 @@ enum Commands {
     },
     /// Measure performance: `throughput` (lock cost), `handoff` (one contended lock) and
     /// `market` (the "Redis in Action" market simulation).
+    ///
+    /// The benchmarks are a program of their own, `redis-locks-bench`, looked for beside this
+    /// one and then on PATH: `redis-locks bench ARGS...` runs `redis-locks-bench ARGS...` and
+    /// ends as it does (`redis-locks bench --help` lists the benchmarks and their options). If
+    /// it is not found, exit 69; `cargo build --release -p redis-locks-bench` builds it.
+    #[command(disable_help_flag = true)]
     Bench {
-        /// Redis to use; without it a private redis-server is started.
-        #[arg(long, env = "REDIS_URL", global = true)]
-        redis: Option<String>,
-        /// Print one JSON object per run instead of tables.
-        #[arg(long, global = true)]
-        json: bool,
-        #[command(subcommand)]
-        bench: bench::Bench,
+        /// The benchmark and its options (`--redis URL`, `--json`, ...), passed on as they are.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
     /// One worker process of the demo (started by `demo`).
     #[command(hide = true)]
@@ -106,41 +107,16 @@ enum Commands {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(err) => {
-            let code = if err.use_stderr() { exit::USAGE } else { 0 };
-            let _ = err.print();
-            return ExitCode::from(code);
-        }
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("redis-locks: cannot start the async runtime: {err}");
-            return ExitCode::from(exit::LOST);
-        }
-    };
-    match runtime.block_on(run(cli.command)) {
-        Ok(code) => ExitCode::from(code),
-        Err(err) => {
-            eprintln!("redis-locks: {err}");
-            err.exit_code()
-        }
+    match cli_support::parse::<Cli>() {
+        Ok(cli) => cli_support::block_on("redis-locks", run(cli.command)),
+        Err(code) => code,
     }
 }
 
 async fn run(command: Commands) -> Result<u8, CliError> {
     match command {
         Commands::Demo { redis, args } => {
-            let target = redis_target::RedisTarget::resolve(redis)?;
+            let target = RedisTarget::resolve(redis)?;
             demo::run(&target, &args).await.map(|()| 0)
         }
         Commands::Run { redis, args } => {
@@ -151,10 +127,8 @@ async fn run(command: Commands) -> Result<u8, CliError> {
                 .await
                 .map(|()| 0)
         }
-        Commands::Bench { redis, json, bench } => {
-            let target = redis_target::RedisTarget::resolve(redis)?;
-            bench::run(&target, &bench, json).await.map(|()| 0)
-        }
+        // This process becomes redis-locks-bench; back here only if it could not.
+        Commands::Bench { args } => Err(bench::exec(args)),
         Commands::DemoWorker {
             role,
             redis,

@@ -13,7 +13,7 @@ use redis_locks::{Client, LockKeys, Mutex, MutexGuard, MutexOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::exit::CliError;
+use cli_support::exit::CliError;
 
 /// Options of `redis-locks run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -22,14 +22,14 @@ pub struct RunArgs {
     pub name: String,
     /// The lease; a watchdog renews it every third while the command runs, so it bounds how
     /// long the lock outlives a crash of this process.
-    #[arg(long, default_value = "30s", value_parser = crate::bench::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, default_value = "30s", value_parser = cli_support::parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
     /// How long to wait for the lock; 0 tries once. Without it: wait as long as it takes.
-    #[arg(long, value_parser = crate::bench::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, value_parser = cli_support::parse_duration, allow_hyphen_values = true)]
     pub wait: Option<Duration>,
     /// After SIGTERM (the lock was lost), how long the command and every process of its
     /// process group have before SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = crate::bench::parse_duration, allow_hyphen_values = true)]
+    #[arg(long, default_value = "10s", value_parser = cli_support::parse_duration, allow_hyphen_values = true)]
     pub grace: Duration,
     /// Keep the command in this process's process group, as flock(1) does, so it can read
     /// the terminal and take Ctrl-C / Ctrl-Z from it like any foreground job; a lost lock or

@@ -4,7 +4,7 @@
 use redis_locks::{Client, LockKeys};
 use serde::Serialize;
 
-use crate::exit::CliError;
+use cli_support::exit::CliError;
 
 /// What `status --json` prints.
 #[derive(Debug, Serialize)]

@@ -5,7 +5,7 @@ use redis_locks::Client;
 use redis_locks::history::History;
 
 use crate::contend::{contend, lottery, wait_until};
-use crate::exit::CliError;
+use cli_support::exit::CliError;
 
 /// What a worker process does.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

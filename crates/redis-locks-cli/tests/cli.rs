@@ -1,8 +1,12 @@
-//! The `redis-locks` binary end to end: the demo's report and exit codes, bad usage.
+//! The `redis-locks` binary end to end: the demo's report and exit codes, bad usage, and the
+//! benchmarks it runs through `redis-locks-bench` (built beside it by a workspace build).
 
 mod common;
 
-use common::{redis_locks, stdout};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{redis_locks, stderr, stdout};
 use test_support::RedisServer;
 
 #[test]
@@ -62,13 +66,7 @@ fn demo_without_a_url_starts_its_own_server() {
 
 #[test]
 fn an_unreachable_server_exits_69_with_a_clear_message() {
-    let port = {
-        let mut server = RedisServer::start().unwrap();
-        let port = server.port();
-        server.kill();
-        port
-    };
-    let out = redis_locks(&["demo", "--redis", &format!("redis://127.0.0.1:{port}")]);
+    let out = redis_locks(&["demo", "--redis", &unreachable_url()]);
     assert_eq!(out.status.code(), Some(69));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Redis connection failed"), "{err}");
@@ -92,6 +90,13 @@ fn bad_usage_exits_64_and_help_exits_0() {
     let out = redis_locks(&["--help"]);
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).contains("Exit codes"));
+}
+
+/// The URL of a server that was there a moment ago: nothing answers on its port.
+fn unreachable_url() -> String {
+    let mut server = RedisServer::start().unwrap();
+    server.kill();
+    format!("redis://127.0.0.1:{}", server.port())
 }
 
 /// Runs `redis-locks` with `args` (a `--json` command), checks it succeeded, and returns its
@@ -280,4 +285,76 @@ fn bench_market_keeps_every_invariant_in_every_strategy() {
         "left behind: {:?}",
         &keys[..keys.len().min(5)]
     );
+}
+
+#[test]
+fn bench_help_is_the_bench_programs_help() {
+    let out = redis_locks(&["bench", "--help"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let help = stdout(&out);
+    assert!(
+        help.contains("Usage: redis-locks bench [OPTIONS] <COMMAND>"),
+        "{help}"
+    );
+    for word in ["throughput", "handoff", "market", "--redis", "--json"] {
+        assert!(help.contains(word), "{word} missing:\n{help}");
+    }
+}
+
+#[test]
+fn bench_options_before_the_benchmark_reach_the_bench_program() {
+    let url = unreachable_url();
+    // Not a usage error (64): the options went through, and the server is unreachable (69).
+    let out = redis_locks(&[
+        "bench",
+        "--json",
+        "--redis",
+        &url,
+        "throughput",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert!(stderr(&out).contains("Redis connection failed"));
+    assert!(out.stdout.is_empty(), "--json prints no table header");
+}
+
+#[test]
+fn bench_without_the_bench_program_exits_69_and_says_how_to_build_it() {
+    // `redis-locks` alone in a directory, with nothing on PATH.
+    let dir = std::env::temp_dir().join(format!("redis-locks-alone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let alone = dir.join("redis-locks");
+    std::fs::copy(env!("CARGO_BIN_EXE_redis-locks"), &alone).unwrap();
+    let mut cmd = Command::new(&alone);
+    cmd.args(["bench", "throughput", "--duration", "1s"])
+        .env("PATH", "")
+        .env_remove("REDIS_URL");
+    let out = run_fresh_copy(&mut cmd);
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    for words in [
+        "redis-locks-bench",
+        dir.to_str().unwrap(),
+        "nor on PATH",
+        "cargo build --release -p redis-locks-bench",
+    ] {
+        assert!(err.contains(words), "{words:?} not in: {err}");
+    }
+    assert!(out.stdout.is_empty());
+}
+
+/// Runs `cmd`, whose program was just written: another test thread's fork may still hold it
+/// open for writing for a moment (ETXTBSY).
+fn run_fresh_copy(cmd: &mut Command) -> Output {
+    for _ in 0..50 {
+        match cmd.output() {
+            Err(err) if err.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            result => return result.expect("run the copied redis-locks"),
+        }
+    }
+    panic!("the copied redis-locks stayed busy");
 }

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use super::baseline::BareLock;
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
-use crate::exit::CliError;
-use crate::leftovers::delete_counters;
+use cli_support::exit::CliError;
+use cli_support::leftovers::delete_counters;
 
 /// Options of `bench handoff`.
 #[derive(Debug, Clone, clap::Args)]
@@ -99,10 +99,10 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
         let lock = format!("bench:handoff:{run_id}:{}", kind.label());
         let bar = progress(kind.label(), args.duration, json);
         let ticker = Ticker::start(bar);
-        let measured = variant(&client, kind, &lock, args).await;
+        let measured = variant(&client, url, kind, &lock, args).await;
         drop(ticker);
         // The lock's fencing counter goes, whether or not the variant got through.
-        let cleaned = delete_counters(&client, &[&lock]).await;
+        let cleaned = delete_counters(url, &[&lock]).await;
         let (records, requests) = measured?;
         cleaned?;
         let report = analyse(kind, args, &records, requests);
@@ -117,19 +117,21 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
     Ok(())
 }
 
+/// One variant's run; the polling baseline goes over a connection of its own to `url`.
 async fn variant(
     client: &Client,
+    url: &str,
     kind: Kind,
     lock: &str,
     args: &HandoffArgs,
 ) -> Result<(Vec<Record>, u64), CliError> {
     let lease = Duration::from_secs(10);
-    let bare = BareLock::new(client.connection(), lease);
+    let bare = BareLock::new(cli_support::connection(url).await?, lease);
     let mutex = client.mutex_with(lock, MutexOptions::default().lease(lease))?;
     let fair = client.fair_mutex_with(lock, FairMutexOptions::default().lease(lease))?;
     let start = Instant::now();
     let deadline = start + args.duration;
-    let requests_before = client.requests_sent();
+    let requests_before = super::requests(client);
     let mut tasks = Vec::new();
     for worker in 0..args.workers as usize {
         let (mutex, fair, bare, lock) =
@@ -186,7 +188,7 @@ async fn variant(
     for task in tasks {
         records.extend(task.await.expect("bench worker does not panic")?);
     }
-    let requests = client.requests_sent() - requests_before + bare.requests();
+    let requests = super::requests(client) - requests_before + bare.requests();
     Ok((records, requests))
 }
 

@@ -10,7 +10,7 @@ use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use redis_locks::{Client, FairMutexOptions, MutexGuard, MutexOptions};
 
-use crate::exit::CliError;
+use cli_support::exit::CliError;
 
 /// What buyers start with: enough never to run out in any run.
 pub const BUYER_FUNDS: i64 = 1_000_000_000_000;

@@ -11,7 +11,8 @@ pub const USAGE: u8 = 64;
 /// fencing counter that is not an integer (`EX_DATAERR`).
 pub const DATA: u8 = 65;
 /// Redis cannot be reached, is not Redis, answers too slowly, or refuses the command
-/// (read-only replica, out of memory); or a private server could not be started.
+/// (read-only replica, out of memory); or a private server could not be started; or
+/// `redis-locks bench` found no `redis-locks-bench` program to run.
 pub const UNAVAILABLE: u8 = 69;
 /// The lock was lost while the command ran, or Redis gave a reply the lock never expects.
 pub const LOST: u8 = 70;

@@ -1,16 +1,17 @@
 //! `bench throughput`: C workers acquire and release their own distinct locks as fast as they
-//! can — the library's cost per lock against the bare minimum on the same connection.
+//! can — the library's cost per lock against the bare minimum, each on one connection.
 
 use std::time::Duration;
 
+use redis::aio::ConnectionManager;
 use redis_locks::{Client, MutexOptions, OwnerToken};
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::baseline::BareLock;
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
-use crate::exit::CliError;
-use crate::leftovers::delete_counters;
+use cli_support::exit::CliError;
+use cli_support::leftovers::delete_counters;
 
 /// Options of `bench throughput`.
 #[derive(Debug, Clone, clap::Args)]
@@ -75,12 +76,12 @@ enum Kind {
 pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), CliError> {
     let client = Client::connect(url).await?;
     let run_id = format!("{:08x}", rand::random::<u32>());
-    let measured = measure(&client, args, &run_id, json).await;
+    let measured = measure(&client, url, args, &run_id, json).await;
     // The run's fencing counters go, whether or not it got through.
     let mut locks: Vec<String> = (0..args.workers).map(|w| worker_key(&run_id, w)).collect();
     locks.push(memory_key(&run_id));
     let locks: Vec<&str> = locks.iter().map(String::as_str).collect();
-    let cleaned = delete_counters(&client, &locks).await;
+    let cleaned = delete_counters(url, &locks).await;
     let report = measured?;
     cleaned?;
     if json {
@@ -92,14 +93,16 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
 }
 
 /// Warms up, runs every variant in alternating slices, and measures what a lock costs in
-/// memory.
+/// memory. The bare variants and `MEMORY USAGE` go over a connection of their own to `url`.
 async fn measure(
     client: &Client,
+    url: &str,
     args: &ThroughputArgs,
     run_id: &str,
     json: bool,
 ) -> Result<Report, CliError> {
-    let bare = BareLock::new(client.connection(), Duration::from_secs(30));
+    let connection = cli_support::connection(url).await?;
+    let bare = BareLock::new(connection.clone(), Duration::from_secs(30));
     // Before anything is measured: take every worker's lock once, so its fencing counter is
     // seeded (a first acquisition costs one more round trip) and the release script loaded.
     for worker in 0..args.workers {
@@ -117,14 +120,14 @@ async fn measure(
                 Kind::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
             };
             let bar = progress(&label, slice, json);
-            let requests_before = client.requests_sent() + bare.requests();
+            let requests_before = super::requests(client) + bare.requests();
             let ticker = Ticker::start(bar);
             let (count, latencies) = phase(client, &bare, kind, args, slice, run_id).await?;
             drop(ticker);
             let slot = &mut totals[kind as usize];
             slot.0 += count;
             slot.1.add(&latencies);
-            slot.2 += client.requests_sent() + bare.requests() - requests_before;
+            slot.2 += super::requests(client) + bare.requests() - requests_before;
         }
     }
     let seconds = args.duration.as_secs_f64();
@@ -149,7 +152,7 @@ async fn measure(
         ours,
         bare: bare_v,
         bare_fenced: fenced,
-        memory: memory(client, run_id).await?,
+        memory: memory(client, &connection, run_id).await?,
     })
 }
 
@@ -231,13 +234,17 @@ fn memory_key(run_id: &str) -> String {
     format!("bench:memory:{run_id}")
 }
 
-/// What a held lock costs in memory; `None` (with a word on stderr) where the server refuses
-/// `MEMORY USAGE`, as some managed services do.
-async fn memory(client: &Client, run_id: &str) -> Result<Option<Memory>, CliError> {
+/// What a held lock costs in memory, asked over `connection`; `None` (with a word on stderr)
+/// where the server refuses `MEMORY USAGE`, as some managed services do.
+async fn memory(
+    client: &Client,
+    connection: &ConnectionManager,
+    run_id: &str,
+) -> Result<Option<Memory>, CliError> {
     let mutex = client.mutex(&memory_key(run_id))?;
     let guard = mutex.lock().await?;
     let usage = |key: String| {
-        let mut connection = client.connection();
+        let mut connection = connection.clone();
         async move {
             redis::cmd("MEMORY")
                 .arg("USAGE")

@@ -3,28 +3,29 @@
 //! at their end, whether or not they got through (`run` keeps its lock's counter on purpose:
 //! the next holder's token must be greater).
 
-use redis_locks::Client;
+use redis_locks::LockKeys;
 
 use crate::exit::CliError;
 
-/// Deletes the fencing counters of `locks` and their epochs.
+/// Deletes the fencing counters of `locks` and their epochs, over a connection of its own
+/// to `url`.
 ///
 /// # Errors
 /// [`CliError::Unavailable`] when Redis refused or did not answer: the counters stay, and
 /// the user should hear that the run left keys behind.
-pub async fn delete_counters(client: &Client, locks: &[&str]) -> Result<(), CliError> {
-    let mut connection = client.connection();
+pub async fn delete_counters(url: &str, locks: &[&str]) -> Result<(), CliError> {
+    let mut connection = crate::connection(url).await?;
     for lock in locks {
-        let mutex = client.mutex(lock)?;
+        let keys = LockKeys::new(lock)?;
         redis::cmd("DEL")
-            .arg(mutex.keys().fence())
-            .arg(mutex.keys().epoch())
+            .arg(keys.fence())
+            .arg(keys.epoch())
             .query_async::<i64>(&mut connection)
             .await
             .map_err(|err| {
                 CliError::Unavailable(format!(
                     "deleting the fencing counter {}: {err}",
-                    mutex.keys().fence()
+                    keys.fence()
                 ))
             })?;
     }

@@ -1,4 +1,10 @@
-//! `redis-locks bench`: measured performance, printed as tables (or JSON lines).
+//! The redis-locks benchmarks: `throughput` (what a lock costs against the bare minimum),
+//! `handoff` (one contended lock changing hands) and `market` (the "Redis in Action" market
+//! simulation), printed as tables (or JSON lines). The `redis-locks-bench` binary runs them,
+//! and `redis-locks bench ...` runs that binary.
+//!
+//! A crate of its own, so that the `redis-locks` binary users install carries neither the
+//! benchmarks nor what they pull in (hdrhistogram, indicatif, plotters).
 
 mod baseline;
 mod handoff;
@@ -8,8 +14,9 @@ mod throughput;
 
 use std::time::Duration;
 
-use crate::exit::CliError;
-use crate::redis_target::RedisTarget;
+use cli_support::exit::CliError;
+use cli_support::parse_duration;
+use cli_support::redis_target::RedisTarget;
 
 pub use handoff::HandoffArgs;
 pub use market::MarketArgs;
@@ -41,22 +48,12 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
     }
 }
 
-/// Parses `500ms`, `5s`, `2m` (humantime) for clap; a zero or negative duration is refused
-/// where it makes no sense by the caller.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    if text.trim_start().starts_with('-') {
-        return Err(format!("a duration cannot be negative: {text}"));
-    }
-    humantime::parse_duration(text)
-        .map_err(|err| format!("{err} (write durations like 500ms, 5s, 2m)"))
-}
-
 /// The longest a benchmark may run.
 const MAX_RUN: Duration = Duration::from_secs(24 * 3600);
 
 /// Parses how long a benchmark runs: more than zero (rates per second need some time) and
 /// at most a day.
-pub fn parse_run_length(text: &str) -> Result<Duration, String> {
+fn parse_run_length(text: &str) -> Result<Duration, String> {
     let length = parse_duration(text)?;
     if length.is_zero() || length > MAX_RUN {
         return Err(format!(
@@ -65,4 +62,10 @@ pub fn parse_run_length(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(length)
+}
+
+/// The requests (round trips) `client` has sent to Redis so far: the one place that reads the
+/// library's counter.
+fn requests(client: &redis_locks::Client) -> u64 {
+    client.requests_sent()
 }

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use self::invariants::Ledger;
 use self::model::{BUYER_FUNDS, Keys, Strategy, Worker, price_of, redis_failed};
 use super::stats::{Latencies, Ticker, print_table, progress};
-use crate::exit::CliError;
+use cli_support::exit::CliError;
 
 /// Options of `bench market`.
 #[derive(Debug, Clone, clap::Args)]

@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::RunReport;
-use crate::exit::CliError;
+use cli_support::exit::CliError;
 
 const COLOURS: [RGBColor; 4] = [
     RGBColor(214, 69, 65),

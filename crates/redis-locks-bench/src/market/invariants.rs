@@ -7,7 +7,7 @@ use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 
 use super::model::{BUYER_FUNDS, Keys, seller_of};
-use crate::exit::CliError;
+use cli_support::exit::CliError;
 
 /// What the workers of one run did, as they recorded it.
 #[derive(Debug, Default)]

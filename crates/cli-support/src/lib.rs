@@ -1,0 +1,101 @@
+//! What the redis-locks command-line programs (`redis-locks` and `redis-locks-bench`) share,
+//! so that both say the same things the same way: the exit codes and the error type that
+//! carries them ([`exit`]), the Redis a command uses ([`redis_target`]: the one named, or a
+//! private server), the cleanup of fencing counters ([`leftovers`]), a connection of their
+//! own beside the lock client's ([`connection`]), durations on the command line
+//! ([`parse_duration`]), and the frame of `main` ([`parse`], [`block_on`]).
+//!
+//! Not published: it exists for the two binaries of this workspace.
+
+pub mod exit;
+pub mod leftovers;
+pub mod redis_target;
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::exit::CliError;
+
+/// Parses `500ms`, `5s`, `2m` (humantime) for clap; a zero or negative duration is refused
+/// where it makes no sense by the caller.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(cli_support::parse_duration("500ms"), Ok(Duration::from_millis(500)));
+/// assert!(cli_support::parse_duration("-1s").unwrap_err().contains("negative"));
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(format!("a duration cannot be negative: {text}"));
+    }
+    humantime::parse_duration(text)
+        .map_err(|err| format!("{err} (write durations like 500ms, 5s, 2m)"))
+}
+
+/// How long a connection of [`connection`] may take to open, and a reply to come: the lock
+/// client's defaults.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connection of the program's own to the Redis at `url`, beside the lock client's, for
+/// the commands that are not the locks': deleting fencing counters, the benchmarks' bare
+/// baselines, `MEMORY USAGE`. It waits as the lock client does by default (2 s to connect,
+/// 2 s for a reply) and tries to connect twice at most.
+///
+/// # Errors
+/// [`CliError::Usage`] for a URL that cannot name a server; [`CliError::Unavailable`] when
+/// no connection could be opened.
+pub async fn connection(url: &str) -> Result<ConnectionManager, CliError> {
+    let client = redis::Client::open(url)
+        .map_err(|err| CliError::Usage(format!("invalid Redis URL: {err}")))?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT))
+        .set_response_timeout(Some(CONNECTION_TIMEOUT))
+        .set_number_of_retries(1);
+    client
+        .get_connection_manager_with_config(config)
+        .await
+        .map_err(|err| CliError::Unavailable(format!("cannot open a connection to Redis: {err}")))
+}
+
+/// Parses the command line as `C`. On bad usage the error goes to stderr and the exit code
+/// is 64; `--help` and `--version` print to stdout and exit 0.
+///
+/// # Errors
+/// The exit code to end with, when there is nothing to run.
+pub fn parse<C: clap::Parser>() -> Result<C, ExitCode> {
+    C::try_parse().map_err(|err| {
+        let code = if err.use_stderr() { exit::USAGE } else { 0 };
+        let _ = err.print();
+        ExitCode::from(code)
+    })
+}
+
+/// Runs `command` to its end on a Tokio runtime, with the libraries' logs on stderr (level
+/// `warn`, or `RUST_LOG`), and turns its outcome into the exit code: the code it returned,
+/// or its error's, printed after `program: `.
+pub fn block_on(program: &str, command: impl Future<Output = Result<u8, CliError>>) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("{program}: cannot start the async runtime: {err}");
+            return ExitCode::from(exit::LOST);
+        }
+    };
+    match runtime.block_on(command) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("{program}: {err}");
+            err.exit_code()
+        }
+    }
+}

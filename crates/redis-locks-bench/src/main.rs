@@ -1,0 +1,62 @@
+//! `redis-locks-bench`: the redis-locks benchmarks as a program of their own, also run as
+//! `redis-locks bench ...`.
+//!
+//! `throughput`, `handoff` and `market` measure against the Redis named by `--redis` /
+//! `REDIS_URL`, or against a private redis-server started for the run; `--json` prints one
+//! JSON object per run. Exit codes are listed in `--help`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Parser;
+use cli_support::exit::CliError;
+use cli_support::redis_target::RedisTarget;
+use redis_locks_bench::Bench;
+
+/// Measure performance: `throughput` (lock cost), `handoff` (one contended lock) and
+/// `market` (the "Redis in Action" market simulation).
+#[derive(Debug, Parser)]
+#[command(name = "redis-locks-bench", after_help = EXIT_CODES)]
+struct Cli {
+    /// Redis to use; without it a private redis-server is started.
+    #[arg(long, env = "REDIS_URL", global = true)]
+    redis: Option<String>,
+    /// Print one JSON object per run instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+const EXIT_CODES: &str = "Exit codes: 0 success; 1 a check failed (an overlap, a broken market \
+invariant) or the chart cannot be written; 64 bad usage; 69 Redis unreachable, not Redis, too \
+slow, or refusing the command, or no private server; 77 Redis refused access (NOAUTH, \
+WRONGPASS, NOPERM); 65 and 70 as `redis-locks --help` says.";
+
+fn main() -> ExitCode {
+    match cli_support::parse::<Cli>() {
+        Ok(cli) => cli_support::block_on(&program_name(), run(cli)),
+        Err(code) => code,
+    }
+}
+
+async fn run(cli: Cli) -> Result<u8, CliError> {
+    let target = RedisTarget::resolve(cli.redis)?;
+    redis_locks_bench::run(&target, &cli.bench, cli.json)
+        .await
+        .map(|()| 0)
+}
+
+/// The name this program was started as, for its messages: `redis-locks bench` when
+/// `redis-locks` runs it (clap names it so in usage lines too).
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .as_deref()
+        .map(Path::new)
+        .and_then(Path::file_name)
+        .map_or_else(
+            || "redis-locks-bench".to_string(),
+            |name| name.to_string_lossy().into_owned(),
+        )
+}
