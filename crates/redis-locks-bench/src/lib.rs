@@ -67,5 +67,5 @@ fn parse_run_length(text: &str) -> Result<Duration, String> {
 /// The requests (round trips) `client` has sent to Redis so far: the one place that reads the
 /// library's counter.
 fn requests(client: &redis_locks::Client) -> u64 {
-    client.requests_sent()
+    client.stats().requests
 }

@@ -52,7 +52,9 @@ pub struct RunArgs {
 pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
     // Bad input is bad usage, whether or not Redis can be reached.
     LockKeys::new(&args.name)?;
-    redis_locks::lease::lease_millis(args.ttl)?;
+    redis_locks::LeaseOptions::default()
+        .lease(args.ttl)
+        .check()?;
     let client = Client::connect(url).await?;
     let options = MutexOptions::default().lease(args.ttl).watchdog(true);
     let mutex = client.mutex_with(&args.name, options)?;

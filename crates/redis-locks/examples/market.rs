@@ -61,14 +61,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The example against the Redis at `url` (the tests call this with a server of their own).
 pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let locks = Client::connect(url).await?;
-    let mut con = locks.connection();
+    // The application's data goes over a connection of its own; the locks keep theirs.
+    let mut con = redis::Client::open(url)?.get_connection_manager().await?;
     let _: () = con.hset("users:alice", "funds", 0).await?;
     let _: () = con.hset("users:bob", "funds", 100).await?;
     let _: () = con.hset("users:carol", "funds", 100).await?;
     let _: () = con.zadd("market:", "sword.alice", 60).await?;
 
     // Bob and Carol both try to buy the one sword at the same time.
-    let (mut bob_con, mut carol_con) = (locks.connection(), locks.connection());
+    let (mut bob_con, mut carol_con) = (con.clone(), con.clone());
     let (bob, carol) = tokio::join!(
         purchase(&locks, &mut bob_con, "bob", "sword.alice"),
         purchase(&locks, &mut carol_con, "carol", "sword.alice"),

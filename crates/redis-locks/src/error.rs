@@ -36,6 +36,51 @@ impl std::fmt::Display for LostReason {
     }
 }
 
+/// What was being done when a request failed: the `phase` of [`Error::Connection`],
+/// [`Error::Auth`], [`Error::Redis`] and [`Error::UnexpectedReply`].
+///
+/// ```
+/// use redis_locks::Phase;
+/// assert_eq!(Phase::Acquire.to_string(), "acquire");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Phase {
+    /// Opening the connection (and the `PING` after it).
+    Connect,
+    /// An acquire attempt: the fast pipeline or the acquire script.
+    Acquire,
+    /// An owner-checked release (or giving up a place in a queue).
+    Release,
+    /// An owner-checked extension: [`MutexGuard::extend`](crate::MutexGuard::extend) or a
+    /// watchdog renewal.
+    Extend,
+    /// Reading a lock's state.
+    Inspect,
+    /// Counting a lock's waiters.
+    Waiting,
+    /// A [`FencedKey`](crate::FencedKey) write.
+    FencedWrite,
+    /// A [`FencedKey`](crate::FencedKey) read.
+    FencedRead,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Connect => "connect",
+            Phase::Acquire => "acquire",
+            Phase::Release => "release",
+            Phase::Extend => "extend",
+            Phase::Inspect => "inspect",
+            Phase::Waiting => "waiting",
+            Phase::FencedWrite => "fenced write",
+            Phase::FencedRead => "fenced read",
+        })
+    }
+}
+
 /// Everything that can go wrong, kept apart so callers can act on it.
 ///
 /// "Held by somebody else, try again after D" ([`Error::Held`], [`Error::WaitTimeout`]) is never
@@ -99,8 +144,8 @@ pub enum Error {
     /// lock needs (`NOPERM`). Nothing was written.
     #[error("Redis refused access ({phase}): {source}")]
     Auth {
-        /// What was being done: "connect", or the operation that was refused.
-        phase: &'static str,
+        /// What was being done.
+        phase: Phase,
         /// The server's answer.
         source: redis::RedisError,
     },
@@ -159,8 +204,8 @@ pub enum Error {
     /// For a release or extension, the outcome is then unknown; the lease still bounds it.
     #[error("Redis connection failed ({phase}): {source}")]
     Connection {
-        /// What was being done: "connect", or the operation that was in flight.
-        phase: &'static str,
+        /// What was being done.
+        phase: Phase,
         /// The underlying error.
         source: redis::RedisError,
     },
@@ -168,7 +213,7 @@ pub enum Error {
     #[error("Redis error during {phase}: {source}")]
     Redis {
         /// The operation that was in flight.
-        phase: &'static str,
+        phase: Phase,
         /// The underlying error.
         source: redis::RedisError,
     },
@@ -177,7 +222,7 @@ pub enum Error {
     #[error("unexpected reply from Redis during {phase}: {detail}")]
     UnexpectedReply {
         /// The operation that was in flight.
-        phase: &'static str,
+        phase: Phase,
         /// The reply as seen.
         detail: String,
     },
@@ -237,11 +282,7 @@ impl Error {
     /// [`Error::WrongType`] or [`Error::Redis`]. `keys` are the keys the request touched, the
     /// first being the lock key; a `WRONGTYPE` error names the one its message starts with
     /// (the crate's scripts write `WRONGTYPE <key> ...`), else the first.
-    pub(crate) fn from_redis(
-        phase: &'static str,
-        keys: &[&str],
-        source: redis::RedisError,
-    ) -> Error {
+    pub(crate) fn from_redis(phase: Phase, keys: &[&str], source: redis::RedisError) -> Error {
         if is_auth_failure(&source) {
             return Error::Auth { phase, source };
         }

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// The suffixes of companion keys; a lock name may not end in one of them.
-pub const COMPANION_SUFFIXES: [&str; 7] = [
+pub(crate) const COMPANION_SUFFIXES: [&str; 7] = [
     "fence", "epoch", "wake", "queue", "places", "tickets", "fenced",
 ];
 

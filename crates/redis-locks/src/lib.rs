@@ -2,29 +2,31 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The layers, from the bottom up: error, key, token and state (plain types); node (every
+// request to Redis); lease (the held lock: guard core, watchdog, owed release) and wait (the
+// one acquire loop); client; then one folder per primitive. A primitive depends on the core,
+// never the reverse.
 mod client;
 mod error;
 mod fair;
 mod fenced;
-mod guard;
 pub mod history;
 pub mod key;
-pub mod lease;
-mod lease_state;
+mod lease;
 mod mutex;
-mod scripts;
+mod node;
 mod state;
 mod token;
 mod wait;
-mod wakeups;
-mod watchdog;
 
-pub use client::{Client, ClientOptions};
-pub use error::{Error, LostReason, Result};
+pub use client::{Client, ClientStats};
+pub use error::{Error, LostReason, Phase, Result};
 pub use fair::{DEFAULT_PLACE_LEASE, FairMutex, FairMutexOptions};
 pub use fenced::FencedKey;
-pub use guard::MutexGuard;
 pub use key::LockKeys;
-pub use mutex::{DEFAULT_LEASE, DEFAULT_RETRY_DELAY, Mutex, MutexOptions};
+pub use lease::{DEFAULT_LEASE, LeaseOptions, MAX_LEASE, MIN_LEASE};
+pub use mutex::{Mutex, MutexGuard, MutexOptions};
+pub use node::ClientOptions;
 pub use state::{Holder, LockState};
 pub use token::{FencingToken, OwnerToken};
+pub use wait::{DEFAULT_RETRY_DELAY, WaitOptions};

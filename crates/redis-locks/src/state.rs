@@ -2,34 +2,7 @@
 
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::error::Result;
-use crate::key::LockKeys;
-use crate::scripts::MUTEX_INSPECT;
 use crate::token::FencingToken;
-
-/// Reads a lock's state in one script call (the same layout for `Mutex` and `FairMutex`).
-pub(crate) async fn inspect(client: &Client, keys: &LockKeys) -> Result<LockState> {
-    let (owner, pttl, counter, marked, listeners): (String, i64, u64, i64, u64) = client
-        .run_script(
-            "inspect",
-            &MUTEX_INSPECT,
-            &[keys.lock(), keys.fence()],
-            &[keys.wake_channel()],
-        )
-        .await?;
-    let fencing_counter = (counter > 0).then_some(FencingToken::new(counter));
-    let holder = (!owner.is_empty()).then(|| Holder {
-        owner,
-        lease_remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        waited_for: marked == 1,
-    });
-    Ok(LockState {
-        holder,
-        fencing_counter,
-        listeners,
-    })
-}
 
 /// A lock's state as read in one step on the server.
 ///

@@ -82,7 +82,7 @@ async fn zero_tiny_and_overflowing_leases_are_refused_before_anything_is_sent() 
     let mutex = client
         .mutex_with(
             "lease",
-            MutexOptions::default().lease(redis_locks::lease::MIN_LEASE),
+            MutexOptions::default().lease(redis_locks::MIN_LEASE),
         )
         .unwrap();
     // A 3 ms lease is short, but a loopback reply usually beats it; if not, the grant is
@@ -95,7 +95,7 @@ async fn zero_tiny_and_overflowing_leases_are_refused_before_anything_is_sent() 
     let err = guard.extend(Duration::ZERO).await.unwrap_err();
     assert!(matches!(err, Error::InvalidDuration { .. }), "{err}");
     guard
-        .extend(redis_locks::lease::MAX_LEASE)
+        .extend(redis_locks::MAX_LEASE)
         .await
         .expect("100 years fits in PX");
     assert!(pttl(&server, "long") > 1_000_000_000);
@@ -129,7 +129,7 @@ async fn an_overlong_retry_delay_is_refused_and_zero_still_pauses() {
     let mutex = client.mutex_with("r", zero).unwrap();
     let _held = mutex.lock().await.unwrap();
     let started = Instant::now();
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     let err = mutex
         .lock_timeout(Duration::from_millis(100))
         .await
@@ -138,7 +138,7 @@ async fn an_overlong_retry_delay_is_refused_and_zero_still_pauses() {
     assert!(started.elapsed() >= Duration::from_millis(100));
     // Woken by wake-ups, the waiter asks a few times; even polling, at most once a
     // millisecond. A spinning waiter would send thousands.
-    let sent = client.requests_sent() - before;
+    let sent = client.stats().requests - before;
     assert!(sent <= 110, "{sent} requests in 100 ms");
 }
 

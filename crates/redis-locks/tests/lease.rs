@@ -92,11 +92,11 @@ async fn no_renewal_is_sent_after_release() {
         .await
     );
     guard.release().await.unwrap();
-    let after_release = client.requests_sent();
+    let after_release = client.stats().requests;
     // Five renewal periods later: no request was sent, and the key is still gone.
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(
-        client.requests_sent(),
+        client.stats().requests,
         after_release,
         "a renewal was sent after release"
     );
@@ -122,10 +122,10 @@ async fn dropping_a_renewed_guard_stops_the_watchdog_and_releases() {
         })
         .await
     );
-    let after = client.requests_sent();
+    let after = client.stats().requests;
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(
-        client.requests_sent(),
+        client.stats().requests,
         after,
         "the watchdog stopped with the guard"
     );
@@ -163,12 +163,12 @@ async fn the_renewal_cap_lets_the_lease_run_out_and_says_so() {
         .await
         .unwrap();
     let started = Instant::now();
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("the lease ran out after the cap");
     assert_eq!(lost, LostReason::RenewalCapReached);
-    assert_eq!(client.requests_sent() - before, 2, "exactly two renewals");
+    assert_eq!(client.stats().requests - before, 2, "exactly two renewals");
     // Two renewals at 50 ms and 100 ms, then the last 150 ms lease: about 250 ms in all.
     assert!(
         started.elapsed() >= Duration::from_millis(200),

@@ -45,7 +45,7 @@ async fn second_holds_with_third_queued(
     let third = lock(third_waits);
     // One turn of this single-threaded runtime: the third waiter queues behind the second.
     tokio::task::yield_now().await;
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     first.release().await.unwrap();
     let second = tokio::time::timeout(Duration::from_secs(5), second)
         .await
@@ -70,7 +70,7 @@ async fn a_waiter_behind_a_local_holder_asks_redis_nothing_until_the_release() {
     assert_eq!(value, format!("{}+w", second.owner_token().as_str()));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        client.requests_sent() - before,
+        client.stats().requests - before,
         2,
         "beyond the release and the grant, the third waiter asked Redis while a local guard held the lock"
     );
@@ -85,7 +85,7 @@ async fn a_waiter_behind_a_local_holder_asks_redis_nothing_until_the_release() {
         .unwrap();
     assert!(third.fencing_token() > second_token);
     // Then the release, the third waiter's one attempt, and its unsubscription.
-    let sent = client.requests_sent() - before;
+    let sent = client.stats().requests - before;
     assert!(sent <= 5, "{sent} requests for two handoffs");
     third.release().await.unwrap();
 }
@@ -100,7 +100,7 @@ async fn a_wait_behind_a_local_holder_still_ends_on_time_and_asks_redis_once() {
     let budget = Duration::from_millis(300);
     let (second, third, _) =
         second_holds_with_third_queued(&server, &client, &mutex, Some(budget)).await;
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     let err = tokio::time::timeout(Duration::from_secs(2), third)
         .await
         .expect("the wait ended while the local holder still held the lock")
@@ -112,7 +112,7 @@ async fn a_wait_behind_a_local_holder_still_ends_on_time_and_asks_redis_once() {
         "the holder's lease: {err:?}"
     );
     // Its one attempt, and the unsubscription as the last waiter leaves.
-    let sent = client.requests_sent() - before;
+    let sent = client.stats().requests - before;
     assert!((1..=2).contains(&sent), "{sent} requests");
 
     // A zero budget with a waiter of this process queued (its turn is taken): one attempt.
@@ -126,11 +126,11 @@ async fn a_wait_behind_a_local_holder_still_ends_on_time_and_asks_redis_once() {
         })
         .await
     );
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     let err = mutex.lock_timeout(Duration::ZERO).await.unwrap_err();
     assert!(err.is_held(), "{err}");
     assert!(err.retry_after().unwrap() > Duration::from_secs(20));
-    assert_eq!(client.requests_sent() - before, 1, "exactly one attempt");
+    assert_eq!(client.stats().requests - before, 1, "exactly one attempt");
     second.release().await.unwrap();
     let fourth = tokio::time::timeout(Duration::from_secs(5), fourth)
         .await

@@ -85,10 +85,10 @@ async fn lock_timeout_zero_tries_exactly_once() {
     let client = client(&server).await;
     let mutex = client.mutex("once").unwrap();
     let guard = mutex.lock_timeout(Duration::ZERO).await.unwrap();
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     let err = mutex.lock_timeout(Duration::ZERO).await.unwrap_err();
     assert!(matches!(err, Error::WaitTimeout { .. }), "{err}");
-    assert_eq!(client.requests_sent() - before, 1, "one attempt");
+    assert_eq!(client.stats().requests - before, 1, "one attempt");
     assert!(err.retry_after().unwrap() > Duration::from_secs(20));
     guard.release().await.unwrap();
 }

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{child_main, client, env, pttl, server};
+use common::{child_main, client, env, pttl, raw, server};
 use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{Client, MutexOptions};
 use test_support::ChildProcess;
@@ -52,7 +52,12 @@ fn contender_child() {
     child_main(|client| async move {
         // Start together with the parent's tasks: wait for its "go" key.
         println!("ready");
-        let mut con = client.connection();
+        let url = std::env::var("CHILD_REDIS_URL").unwrap();
+        let mut con = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
         let go_within = Instant::now() + Duration::from_secs(30);
         while redis::cmd("EXISTS")
             .arg("go")
@@ -91,8 +96,7 @@ async fn mutual_exclusion_across_tasks_and_processes() {
     redis::cmd("SET")
         .arg("go")
         .arg(1)
-        .exec_async(&mut client.connection())
-        .await
+        .exec(&mut raw(&server))
         .unwrap();
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {

@@ -2,24 +2,24 @@
 
 mod common;
 
-use common::{pttl, raw, server};
+use common::{FENCE_LUA, WAITERS_LUA, lua, pttl, raw, server};
 use redis::{Connection, Script, Value};
 
 fn acquire() -> Script {
-    Script::new(&format!(
-        "{}\n{}",
-        include_str!("../src/scripts/fence.lua"),
-        include_str!("../src/scripts/mutex_acquire.lua")
-    ))
+    lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/mutex/acquire.lua"),
+    ])
 }
 fn release() -> Script {
-    Script::new(include_str!("../src/scripts/mutex_release.lua"))
+    lua(&[WAITERS_LUA, include_str!("../src/mutex/release.lua")])
 }
 fn extend() -> Script {
-    Script::new(include_str!("../src/scripts/mutex_extend.lua"))
+    lua(&[WAITERS_LUA, include_str!("../src/mutex/extend.lua")])
 }
 fn inspect() -> Script {
-    Script::new(include_str!("../src/scripts/mutex_inspect.lua"))
+    lua(&[WAITERS_LUA, include_str!("../src/mutex/inspect.lua")])
 }
 
 fn run_acquire(con: &mut Connection, owner: &str, ms: u64) -> redis::RedisResult<(i64, i64)> {

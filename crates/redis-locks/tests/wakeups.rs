@@ -183,7 +183,7 @@ async fn local_waiters_take_turns_and_only_one_talks_to_redis() {
         .mutex_with("herd", slow_polling(Duration::from_secs(10)))
         .unwrap();
     let holder = mutex.lock().await.unwrap();
-    let before = client.requests_sent();
+    let before = client.stats().requests;
     let order = Arc::new(AtomicUsize::new(0));
     let mut waiters = Vec::new();
     for i in 0..8 {
@@ -209,7 +209,7 @@ async fn local_waiters_take_turns_and_only_one_talks_to_redis() {
                 .unwrap(),
         );
     }
-    let sent = client.requests_sent() - before;
+    let sent = client.stats().requests - before;
     assert!(
         positions.iter().all(|(i, position)| i == position),
         "FIFO inside the process: {positions:?}"

@@ -56,7 +56,7 @@ async fn many_guards_share_the_scheduler_and_each_stops_with_its_release() {
         .enumerate()
         .filter_map(|(i, guard)| (i % 2 == 1).then_some(guard))
         .collect();
-    let released_before = client.requests_sent();
+    let released_before = client.stats().requests;
     tokio::time::sleep(Duration::from_millis(600)).await;
     for i in (0..40).step_by(2) {
         assert!(!exists(&server, &format!("many:{i}")), "many:{i} revived");
@@ -67,7 +67,7 @@ async fn many_guards_share_the_scheduler_and_each_stops_with_its_release() {
     }
     // 20 leases renewed every 50 ms for 600 ms is at most 13 renewals each, plus the 20
     // background releases; the released leases' renewals would add another 240.
-    let requests = client.requests_sent() - released_before;
+    let requests = client.stats().requests - released_before;
     assert!(
         requests <= 20 * 13 + 20,
         "{requests} requests in 600 ms: released leases were renewed"
@@ -75,4 +75,29 @@ async fn many_guards_share_the_scheduler_and_each_stops_with_its_release() {
     for guard in kept {
         guard.release().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_guard_that_outlives_its_client_is_still_renewed_and_released() {
+    let server = server();
+    // The client and the handle are dropped at once: only the guard is kept.
+    let guard = client(&server)
+        .await
+        .mutex_with("orphan", renewed(120))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    // Five leases' time: without renewals the key would be long gone.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        exists(&server, "orphan"),
+        "the guard's lease was not renewed"
+    );
+    assert_eq!(guard.lost_reason(), None);
+    guard.release().await.unwrap();
+    assert!(
+        !exists(&server, "orphan"),
+        "and its release still reached Redis"
+    );
 }

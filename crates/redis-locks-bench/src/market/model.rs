@@ -115,7 +115,8 @@ impl Worker {
         let options = MutexOptions::default().lease(LOCK_LEASE);
         Ok(match self.strategy {
             Strategy::Fair => {
-                let options = FairMutexOptions::default().lease_options(options);
+                let options =
+                    FairMutexOptions::default().lease_options(options.get_lease_options().clone());
                 self.locks.fair_mutex_with(&name, options)?.lock().await?
             }
             _ => self.locks.mutex_with(&name, options)?.lock().await?,

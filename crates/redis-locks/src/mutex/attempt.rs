@@ -2,20 +2,25 @@
 //! `SET NX PX` + `INCR` that costs Redis no script, or the acquire script, which waiters use
 //! because it also marks a held lock so that its release wakes them.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Value;
 use tokio::time::Instant;
 
 use super::Mutex;
-use crate::client::NamingTurn;
-use crate::error::{Error, Result};
-use crate::guard::{LockKind, MutexGuard, OwedRelease};
-use crate::lease::{MAX_LATE_GRANTS, is_late, too_slow};
-use crate::scripts::{MUTEX_ACQUIRE, MUTEX_ACQUIRE_SOURCE};
-use crate::token::{FencingToken, OwnerToken};
+use crate::error::{Error, Phase, Result};
+use crate::lease::{Lease, MAX_LATE_GRANTS, OwedRelease, is_late, too_slow};
+use crate::node::{LockScript, NamingTurn};
+use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
+use crate::wait::{Try, WAITERS_LUA};
 
-/// Counters below this were never seeded from the server clock (see `mutex_acquire.lua`).
+/// `SET NX PX` plus the fencing counter, or the waiter's mark on a held lock: `{1, token}` or
+/// `{0, pttl}`.
+static ACQUIRE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")]));
+
+/// Counters below this were never seeded from the server clock (see `acquire.lua`).
 const SEEDED: i64 = 1_000_000_000_000_000;
 
 /// How an attempt asks Redis.
@@ -30,7 +35,7 @@ pub(super) enum Ask {
     Waiting { mark: bool },
 }
 
-/// What the script writes as the fencing counter's epoch on a grant (`mutex_acquire.lua`,
+/// What the script writes as the fencing counter's epoch on a grant (`acquire.lua`,
 /// KEYS[3] and ARGV[4]).
 enum Epoch {
     /// Nothing: the waiting path, or a grant asked again after it came back late.
@@ -51,32 +56,27 @@ enum Name<'a> {
     None,
     /// One this crate gave it.
     Ours(&'a [u8]),
-    /// One the application gave it (through `Client::connection`).
+    /// One this crate did not give it (a proxy that names connections, say).
     Foreign,
-}
-
-/// What one acquire attempt found.
-pub(super) enum Attempt {
-    Acquired(MutexGuard),
-    /// Held by another owner; for how much longer, if known.
-    Held(Option<Duration>),
 }
 
 impl Mutex {
     /// Asks Redis once for the lock, with a fresh owner token. `deadline` is the caller's
     /// wait budget: a grant that comes back after its lease is asked again (by owner token)
     /// only within it, and at most [`MAX_LATE_GRANTS`] times.
-    pub(super) async fn attempt(&self, ask: Ask, deadline: Option<Instant>) -> Result<Attempt> {
-        let owed = OwedRelease::new(
-            self.client.clone(),
-            self.keys.clone(),
-            OwnerToken::random(),
-            LockKind::Mutex,
-        );
+    pub(super) async fn attempt(&self, ask: Ask, deadline: Option<Instant>) -> Result<Try> {
+        let owed = OwedRelease::new(self.hold.clone());
         match ask {
             Ask::Fast { pttl } => self.ask_fast(owed, pttl, deadline).await,
             Ask::Waiting { mark } => self.ask_script(owed, Script::new(mark), deadline).await,
         }
+    }
+
+    /// The lease of a grant whose request was sent at `sent_at`.
+    fn lease(&self, owed: OwedRelease, token: i64, sent_at: Instant) -> Lease {
+        let token = FencingToken::new(u64::try_from(token).unwrap_or_default());
+        let options = self.options.get_lease_options();
+        Lease::new(owed, token, sent_at, options, self.client.renewals())
     }
 
     /// `SET NX PX` + `INCR` of the fencing counter in one round trip, without a script, with
@@ -98,10 +98,10 @@ impl Mutex {
         owed: OwedRelease,
         with_pttl: bool,
         deadline: Option<Instant>,
-    ) -> Result<Attempt> {
+    ) -> Result<Try> {
         let (lock, fence) = (self.keys.lock(), self.keys.fence());
         // The name this client believes its connection has; `CLIENT GETNAME` checks it.
-        let believed = self.client.connection_name();
+        let believed = self.client.node().connection_name();
         // The vouching is read first, so it is settled before the INCR whatever happens to
         // the lease in between.
         let mut pipe = redis::pipe();
@@ -126,9 +126,13 @@ impl Mutex {
         // A connection error leaves the outcome open: `owed` drops armed and releases by
         // owner token in the background.
         let keys = [lock, fence, self.keys.epoch()];
-        let replies = self.client.run_pipeline("acquire", &pipe, &keys).await?;
+        let replies = self
+            .client
+            .node()
+            .run_pipeline(Phase::Acquire, &pipe, &keys)
+            .await?;
         let unexpected = |replies: &[Value]| Error::UnexpectedReply {
-            phase: "acquire",
+            phase: Phase::Acquire,
             detail: format!("{replies:?}"),
         };
         let (epoch, name, set, counter, pttl) = match replies.as_slice() {
@@ -157,12 +161,12 @@ impl Mutex {
                         _ if vouched => Epoch::Keep,
                         Name::Ours(name) => {
                             let name: std::sync::Arc<str> = String::from_utf8_lossy(name).into();
-                            self.client.set_connection_name(name.clone());
+                            self.client.node().set_connection_name(name.clone());
                             Epoch::Named(name)
                         }
                         // One naming at a time per client (the others would only rename the
                         // connection under each other), and none where names do not stick.
-                        Name::None => match self.client.naming_turn() {
+                        Name::None => match self.client.node().naming_turn() {
                             Some(turn) => Epoch::Fresh(turn),
                             None => Epoch::Keep,
                         },
@@ -176,17 +180,12 @@ impl Mutex {
                     };
                     return self.ask_script(owed, script, deadline).await;
                 }
-                Ok(Attempt::Acquired(MutexGuard::new(
-                    owed,
-                    FencingToken::new(*token as u64),
-                    sent_at,
-                    &self.options,
-                )))
+                Ok(Try::Won(self.lease(owed, *token, sent_at)))
             }
             (Value::Okay, Value::ServerError(err)) => {
                 // Taken, but the counter is broken: give the lock back before saying so.
                 let err = counter_error(fence, err);
-                give_back(owed).await;
+                owed.give_back().await;
                 Err(err)
             }
             // A key without expiry was not written by this library (perhaps not even a
@@ -206,13 +205,17 @@ impl Mutex {
                     Some(Value::Int(ms)) => u64::try_from(*ms).ok().map(Duration::from_millis),
                     _ => None,
                 };
-                Ok(Attempt::Held(retry_after))
+                Ok(Try::Held(retry_after))
             }
             (Value::ServerError(err), _) => {
                 // The SET was refused (a read-only replica, no permission, a key of another
                 // type): nothing written.
                 owed.disarm();
-                Err(Error::from_redis("acquire", &[lock], err.clone().into()))
+                Err(Error::from_redis(
+                    Phase::Acquire,
+                    &[lock],
+                    err.clone().into(),
+                ))
             }
             _ => Err(unexpected(&replies)),
         }
@@ -228,7 +231,7 @@ impl Mutex {
         owed: OwedRelease,
         mut script: Script,
         deadline: Option<Instant>,
-    ) -> Result<Attempt> {
+    ) -> Result<Try> {
         let keys = [self.keys.lock(), self.keys.fence(), self.keys.epoch()];
         let mark = if script.mark { "1" } else { "0" };
         loop {
@@ -238,10 +241,11 @@ impl Mutex {
                 Epoch::Fresh(_turn) => {
                     let name = format!("{NAME_PREFIX}{}", OwnerToken::random().as_str());
                     self.client
+                        .node()
                         .run_script_naming::<(i64, i64)>(
-                            "acquire",
+                            Phase::Acquire,
                             &name,
-                            MUTEX_ACQUIRE_SOURCE.as_str(),
+                            &ACQUIRE,
                             &keys,
                             &[owner, &self.lease_ms, mark, &name],
                         )
@@ -253,9 +257,10 @@ impl Mutex {
                         _ => "",
                     };
                     self.client
+                        .node()
                         .run_script::<(i64, i64)>(
-                            "acquire",
-                            &MUTEX_ACQUIRE,
+                            Phase::Acquire,
+                            &ACQUIRE,
                             &keys,
                             &[owner, &self.lease_ms, mark, name],
                         )
@@ -265,12 +270,7 @@ impl Mutex {
             match reply {
                 Ok((1, token)) => {
                     if !is_late(sent_at, self.options.get_lease()) {
-                        return Ok(Attempt::Acquired(MutexGuard::new(
-                            owed,
-                            FencingToken::new(token as u64),
-                            sent_at,
-                            &self.options,
-                        )));
+                        return Ok(Try::Won(self.lease(owed, token, sent_at)));
                     }
                     // Granted, but the reply came after the lease: ask again by owner token
                     // (the script sets the lease anew), or give the grant back.
@@ -278,20 +278,20 @@ impl Mutex {
                     script.epoch = Epoch::Keep;
                     let over = deadline.is_some_and(|d| Instant::now() >= d);
                     if script.late >= MAX_LATE_GRANTS || over {
-                        give_back(owed).await;
+                        owed.give_back().await;
                         return Err(too_slow(self.options.get_lease(), script.late));
                     }
                 }
                 Ok((0, pttl)) => {
                     owed.disarm();
-                    return Ok(Attempt::Held(
+                    return Ok(Try::Held(
                         u64::try_from(pttl).ok().map(Duration::from_millis),
                     ));
                 }
                 // A reply the script never gives: keep `owed` armed, just in case.
                 Ok((granted, value)) => {
                     return Err(Error::UnexpectedReply {
-                        phase: "acquire",
+                        phase: Phase::Acquire,
                         detail: format!("[{granted}, {value}]"),
                     });
                 }
@@ -302,7 +302,7 @@ impl Mutex {
                 // Anything else (a broken connection, an unreadable reply) leaves the outcome
                 // open: `owed` is dropped armed and releases by owner token in the background.
                 Err(err @ (Error::WrongType { .. } | Error::Redis { .. } | Error::Auth { .. })) => {
-                    give_back(owed).await;
+                    owed.give_back().await;
                     return Err(err);
                 }
                 Err(err) => return Err(err),
@@ -342,14 +342,54 @@ fn counter_error(fence: &str, err: &redis::ServerError) -> Error {
             detail: err.to_string(),
         };
     }
-    Error::from_redis("acquire", &[fence], err)
+    Error::from_redis(Phase::Acquire, &[fence], err)
 }
 
-/// Releases a grant the caller will not get, because the acquisition failed after it; the
-/// acquisition's error is what the caller hears about, so this one is only logged (the lease
-/// ends the lock anyway).
-async fn give_back(owed: OwedRelease) {
-    if let Err(err) = owed.pay().await {
-        tracing::debug!(%err, "giving back a grant after a failed acquisition");
+#[cfg(test)]
+mod tests {
+    use crate::Client;
+
+    // A unit test, not an integration test: an application can no longer reach the lock's
+    // connection (`Client::connection` is gone), but a test can, to check that a name this
+    // crate did not give is still never trusted.
+    #[tokio::test]
+    async fn a_connection_named_by_the_application_never_vouches_for_a_counter() {
+        let server = test_support::RedisServer::start().unwrap();
+        let client = Client::connect(&server.url()).await.unwrap();
+        // Another instance may use the same name, on another server: it proves nothing.
+        redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg("myapp")
+            .exec_async(&mut client.node().connection())
+            .await
+            .unwrap();
+        let mutex = client.mutex("named").unwrap();
+        let mut last = 0;
+        for _ in 0..3 {
+            let before = client.stats().requests;
+            let guard = mutex.lock().await.unwrap();
+            assert_eq!(
+                client.stats().requests - before,
+                2,
+                "the script numbers every grant"
+            );
+            assert!(guard.fencing_token().get() > last);
+            last = guard.fencing_token().get();
+            guard.release().await.unwrap();
+        }
+        let epoch: Option<String> = redis::cmd("GET")
+            .arg("{named}:epoch")
+            .query(&mut server.connection().unwrap())
+            .unwrap();
+        assert_eq!(
+            epoch, None,
+            "the application's name is never written as an epoch"
+        );
+        let name: String = redis::cmd("CLIENT")
+            .arg("GETNAME")
+            .query_async(&mut client.node().connection())
+            .await
+            .unwrap();
+        assert_eq!(name, "myapp", "and its connection keeps its name");
     }
 }

@@ -114,3 +114,13 @@ pub fn slow_polling(lease: Duration) -> MutexOptions {
         .lease(lease)
         .retry_delay(Duration::from_secs(20))
 }
+
+/// The fencing prelude the library puts in front of the scripts that hand out tokens.
+pub const FENCE_LUA: &str = include_str!("../../src/token/fence.lua");
+/// The waiter prelude (the mark, the wake-up) the library puts in front of the lock scripts.
+pub const WAITERS_LUA: &str = include_str!("../../src/wait/waiters.lua");
+
+/// A script made as the library makes it: the preludes it calls, then its body.
+pub fn lua(parts: &[&str]) -> redis::Script {
+    redis::Script::new(&parts.join("\n"))
+}

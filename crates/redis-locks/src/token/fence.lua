@@ -1,5 +1,5 @@
 -- fence.lua: the shared prelude of every script that hands out fencing tokens; it is put in
--- front of mutex_acquire.lua and fair_acquire.lua. It defines two functions and runs
+-- front of mutex/acquire.lua and fair/acquire.lua. It defines two functions and runs
 -- nothing by itself.
 --
 -- server_micros()

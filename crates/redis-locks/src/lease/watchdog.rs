@@ -1,6 +1,6 @@
 //! The watchdog: renews the leases of held locks in the background, owner-checked.
 //!
-//! One scheduler task per [`Client`] keeps every renewed lease in a queue ordered by when its
+//! One scheduler task per [`Client`](crate::Client) keeps every renewed lease in a queue ordered by when its
 //! next renewal is due, sleeps until the earliest, and starts each due renewal as a task of
 //! its own. Taking a lock adds an entry and releasing it removes one — a map insert and
 //! remove under a mutex, with no task spawned and no timer armed per lock. The scheduler is
@@ -16,12 +16,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::Client;
+use super::Hold;
+use super::state::LeaseState;
+use super::time::lease_deadline;
 use crate::error::{Error, LostReason};
-use crate::guard::extend_lease;
-use crate::key::LockKeys;
-use crate::lease::lease_deadline;
-use crate::lease_state::LeaseState;
 use crate::token::OwnerToken;
 
 /// The shortest pause between two renewal tries after a failed renewal.
@@ -35,20 +33,38 @@ pub(crate) struct Renewal {
     pub(crate) max_hold: Option<Duration>,
 }
 
-/// One client's renewal queue and its scheduler task.
-#[derive(Debug, Default)]
+/// One client's renewal queue and its scheduler task. The scheduler ends when the client and
+/// every watched guard are gone (a guard may outlive the client it came from).
 pub(crate) struct Renewals {
+    shared: Arc<Shared>,
+    open: Arc<Open>,
+}
+
+impl Default for Renewals {
+    fn default() -> Self {
+        let shared = Arc::new(Shared::default());
+        Renewals {
+            open: Arc::new(Open {
+                shared: shared.clone(),
+            }),
+            shared,
+        }
+    }
+}
+
+/// Keeps the scheduler running while it exists: held by the client and by every watchdog.
+struct Open {
     shared: Arc<Shared>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Shared {
     queue: Mutex<Queue>,
     /// Nudges the scheduler: an entry due sooner than it planned to wake, or the end.
     nudge: Notify,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Queue {
     /// Waiting renewals by due time (ties broken by id).
     due: BTreeMap<(Instant, u64), Arc<Job>>,
@@ -64,10 +80,8 @@ struct Queue {
 }
 
 /// A held lease to renew: whose, on which lock, how, since when.
-#[derive(Debug)]
 pub(crate) struct Watched {
-    pub(crate) client: Client,
-    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) hold: Arc<dyn Hold>,
     pub(crate) owner: OwnerToken,
     pub(crate) state: Arc<LeaseState>,
     pub(crate) renewal: Renewal,
@@ -75,7 +89,6 @@ pub(crate) struct Watched {
 }
 
 /// A watched lease in the queue.
-#[derive(Debug)]
 struct Job {
     id: u64,
     lease: Watched,
@@ -85,10 +98,10 @@ struct Job {
 
 /// A guard's place in the watchdog; dropping it stops the renewals (a renewal already sent
 /// still lands, which is why release and renewals share [`LeaseState::gate`]).
-#[derive(Debug)]
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     id: u64,
+    _open: Arc<Open>,
 }
 
 impl Renewals {
@@ -114,11 +127,12 @@ impl Renewals {
         Watchdog {
             shared: self.shared.clone(),
             id,
+            _open: self.open.clone(),
         }
     }
 }
 
-impl Drop for Renewals {
+impl Drop for Open {
     fn drop(&mut self) {
         self.shared.lock().closed = true;
         self.shared.nudge.notify_one();
@@ -133,7 +147,7 @@ impl Drop for Watchdog {
             _ => None,
         };
         drop(queue);
-        // The job holds a `Client`: let it go only after the queue is unlocked.
+        // The job holds the primitive's `Hold`: let it go only after the queue is unlocked.
         drop(job);
     }
 }
@@ -182,7 +196,7 @@ async fn run_scheduler(shared: Arc<Shared>) {
             queue.wakes_at = queue.due.keys().next().map(|(at, _)| *at);
             queue.wakes_at
         };
-        // Spawned with the queue unlocked: a job holds a `Client`, whose drop locks it.
+        // Spawned with the queue unlocked: a job holds the primitive's `Hold`.
         for job in due {
             tokio::spawn(renew(shared.clone(), job));
         }
@@ -201,8 +215,7 @@ async fn run_scheduler(shared: Arc<Shared>) {
 /// One renewal of `job`'s lease; queues the next one unless the lease is over.
 async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     let Watched {
-        client,
-        keys,
+        hold,
         owner,
         state,
         renewal,
@@ -229,7 +242,7 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
             .is_some_and(|max| Instant::now() + renewal.lease > *acquired_at + max);
     if capped {
         // Let the lease run out; `lost()` tells the holder at its deadline.
-        tracing::debug!(lock = keys.name(), renewals, "renewal cap reached");
+        tracing::debug!(lock = hold.name(), renewals, "renewal cap reached");
         state.ending_as(LostReason::RenewalCapReached);
         return;
     }
@@ -237,9 +250,9 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     let sent_at = Instant::now();
     // After a longer `extend`, a renewal shortens the lease: count on that at once.
     state.at_most(lease_deadline(sent_at, renewal.lease));
-    let next = match extend_lease(client, keys, owner, renewal.lease).await {
-        Ok(deadline) => {
-            state.extended(deadline);
+    let next = match hold.extend(owner, renewal.lease).await {
+        Ok(()) => {
+            state.extended(lease_deadline(sent_at, renewal.lease));
             job.renewals.fetch_add(1, Ordering::Relaxed);
             sent_at + period
         }
@@ -254,7 +267,7 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
         }
         Err(err) => {
             // Redis unreachable or slow: keep trying while the lease lasts.
-            tracing::debug!(lock = keys.name(), %err, "renewal failed; retrying");
+            tracing::debug!(lock = hold.name(), %err, "renewal failed; retrying");
             let left = status.deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 state.lose(LostReason::LeaseEnded);

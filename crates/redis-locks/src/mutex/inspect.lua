@@ -1,4 +1,5 @@
--- mutex_inspect.lua: read a Mutex's state in one consistent step. Writes nothing.
+-- inspect.lua: read a Mutex's (or FairMutex's) state in one consistent step (after the
+-- waiters.lua prelude: holder_of). Writes nothing.
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  the fencing counter.
@@ -6,8 +7,8 @@
 --
 -- Replies:
 --   {owner, pttl, counter, marked, listeners}
---     owner    the holder's owner token (without a waiter's '+w' mark, see
---              mutex_acquire.lua), or '' when the lock is free.
+--     owner    the holder's owner token (without a waiter's mark, see
+--              waiters.lua), or '' when the lock is free.
 --     pttl     the holder's remaining lease in ms; -2 when free; -1 when the key has no
 --              expiry (it was not written by this library).
 --     counter  the fencing counter: the latest fencing token handed out (the holder's, or a
@@ -23,13 +24,12 @@
 --   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] is not a string.
 --   WRONGTYPE <key> ...  KEYS[2] is a string that is not an integer.
 
-local owner = redis.call('GET', KEYS[1])
+local owner, is_marked = holder_of(KEYS[1])
 local pttl = -2
 local marked = 0
 if owner then
   pttl = redis.call('PTTL', KEYS[1])
-  if string.sub(owner, -2) == '+w' then
-    owner = string.sub(owner, 1, -3)
+  if is_marked then
     marked = 1
   end
 else

@@ -26,7 +26,7 @@ const BUFFER: usize = 64;
 const RECONNECT_MIN: Duration = Duration::from_millis(20);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
 
-/// The handle a [`Client`](crate::Client) keeps: asks the subscriber task for channels.
+/// The handle a node keeps: asks the subscriber task for channels.
 #[derive(Clone)]
 pub(crate) struct Wakeups {
     shared: Arc<Shared>,

@@ -1,10 +1,16 @@
 //! Resources that check fencing tokens: a write from a holder whose lease ran out is refused.
 
+use std::sync::LazyLock;
+
 use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
-use crate::scripts::FENCED_SET;
+use crate::node::{LockScript, Node};
 use crate::token::FencingToken;
+
+/// A write applied only for a fencing token ≥ the highest seen: `{1, previous}` or
+/// `{0, highest}`.
+static SET: LazyLock<LockScript> = LazyLock::new(|| LockScript::new(&[include_str!("set.lua")]));
 
 /// A string value in Redis that only the newest lock holder may write.
 ///
@@ -30,20 +36,34 @@ use crate::token::FencingToken;
 /// assert_eq!(report.get().await?.as_deref(), Some("from holder 7"));
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FencedKey {
-    client: Client,
+    node: Node,
     keys: LockKeys,
 }
 
-impl FencedKey {
-    pub(crate) fn new(client: Client, name: &str) -> Result<FencedKey> {
+impl std::fmt::Debug for FencedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedKey")
+            .field("key", &self.key())
+            .finish()
+    }
+}
+
+impl Client {
+    /// A [`FencedKey`]: a string value that only the newest lock holder may write.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] as for [`Client::mutex`].
+    pub fn fenced_key(&self, name: &str) -> Result<FencedKey> {
         Ok(FencedKey {
-            client,
+            node: self.node().clone(),
             keys: LockKeys::new(name)?,
         })
     }
+}
 
+impl FencedKey {
     /// The key that holds the value.
     pub fn key(&self) -> &str {
         self.keys.lock()
@@ -58,10 +78,10 @@ impl FencedKey {
     pub async fn set(&self, token: FencingToken, value: &str) -> Result<()> {
         let fenced = self.keys.companion("fenced");
         let (written, highest): (i64, u64) = self
-            .client
+            .node
             .run_script(
-                "fenced write",
-                &FENCED_SET,
+                Phase::FencedWrite,
+                &SET,
                 &[self.keys.lock(), &fenced],
                 &[&token.get().to_string(), value],
             )
@@ -82,11 +102,10 @@ impl FencedKey {
     /// # Errors
     /// [`Error::WrongType`] for a key of another type; [`Error::Connection`].
     pub async fn get(&self) -> Result<Option<String>> {
-        redis::cmd("GET")
-            .arg(self.key())
-            .query_async(&mut self.client.connection())
+        let command = redis::cmd("GET").arg(self.key()).to_owned();
+        self.node
+            .query(Phase::FencedRead, &command, &[self.key()])
             .await
-            .map_err(|err| Error::from_redis("fenced read", &[self.key()], err))
     }
 
     /// The highest token that has written the key, if any.
@@ -95,11 +114,11 @@ impl FencedKey {
     /// As [`FencedKey::get`].
     pub async fn highest_token(&self) -> Result<Option<FencingToken>> {
         let fenced = self.keys.companion("fenced");
-        let highest: Option<u64> = redis::cmd("GET")
-            .arg(&fenced)
-            .query_async(&mut self.client.connection())
-            .await
-            .map_err(|err| Error::from_redis("fenced read", &[&fenced], err))?;
+        let command = redis::cmd("GET").arg(&fenced).to_owned();
+        let highest: Option<u64> = self
+            .node
+            .query(Phase::FencedRead, &command, &[&fenced])
+            .await?;
         Ok(highest.map(FencingToken::new))
     }
 }

@@ -1,5 +1,5 @@
--- fair_acquire.lua: take a FairMutex in first-come, first-served order (after the fence.lua
--- prelude, which defines next_token).
+-- acquire.lua: take a FairMutex in first-come, first-served order (after the preludes
+-- fence.lua, which defines server_micros and next_token, and waiters.lua: holder_of, wake).
 --
 -- Waiters queue in a sorted set ordered by a ticket the server hands out, so the order is
 -- the server's, not the clients' clocks. Each waiter holds its place with a short place
@@ -57,11 +57,8 @@ for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
   redis.call('ZREM', KEYS[4], gone)
 end
 
-local holder = redis.call('GET', KEYS[1])
--- A Mutex waiter's mark (see mutex_acquire.lua) is not part of the owner token.
-if holder and string.sub(holder, -2) == '+w' then
-  holder = string.sub(holder, 1, -3)
-end
+-- A Mutex waiter's mark is not part of the owner token (holder_of strips it).
+local holder = holder_of(KEYS[1])
 if holder == owner then
   local token, err = next_token(KEYS[2], micros)
   if not token then
@@ -101,7 +98,7 @@ if place_lease > 0 then
 end
 
 if not holder then
-  redis.call('PUBLISH', channel, head)
+  wake(channel, head)
   return {0, -2}
 end
 return {0, redis.call('PTTL', KEYS[1])}

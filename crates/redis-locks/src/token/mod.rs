@@ -3,6 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+/// The fencing prelude of the scripts that hand out tokens: `server_micros`, `next_token`.
+pub(crate) const FENCE_LUA: &str = include_str!("fence.lua");
+
 /// A fencing token: a number per acquisition of one lock that only grows.
 ///
 /// Hand it to the resource the lock protects with every write; a resource that remembers the

@@ -1,9 +1,10 @@
--- mutex_release.lua: release a Mutex, but only for its owner, and wake its waiters.
+-- release.lua: release a Mutex, but only for its owner, and wake its waiters (after the
+-- waiters.lua prelude: holder_of, wake).
 --
 -- KEYS[1]  the lock key.
 -- ARGV[1]  the owner token the caller acquired with.
 -- ARGV[2]  the lock's wake channel; on release, '*' is published there (wake every waiter)
---          if a waiter marked the lock (the key holds ARGV[1] .. '+w', see mutex_acquire.lua).
+--          if a waiter marked the lock (see waiters.lua).
 --
 -- Replies:
 --    1  released: the key held ARGV[1] (marked or not) and is now deleted; marked: waiters
@@ -14,17 +15,15 @@
 -- Errors:
 --   WRONGTYPE  KEYS[1] is not a string.
 
-local holder = redis.call('GET', KEYS[1])
+local holder, marked = holder_of(KEYS[1])
 if not holder then
   return 0
 end
-if holder == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  return 1
+if holder ~= ARGV[1] then
+  return -1
 end
-if holder == ARGV[1] .. '+w' then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '*')
-  return 1
+redis.call('DEL', KEYS[1])
+if marked then
+  wake(ARGV[2], '*')
 end
-return -1
+return 1

@@ -1,12 +1,13 @@
--- mutex_acquire.lua: take a Mutex if it is free, and number the acquisition (after the
--- fence.lua prelude, which defines next_token). The waiting path calls it (a waiter marks the
+-- acquire.lua: take a Mutex if it is free, and number the acquisition (after the preludes
+-- fence.lua, which defines server_micros and next_token, and waiters.lua, which defines the
+-- waiter mark). The waiting path calls it (a waiter marks the
 -- lock so its release wakes it); the first, fast attempt of a `lock` sends `SET NX PX` +
 -- `INCR` (+ the epoch checks below) instead and calls this script only for what the pipeline
 -- cannot decide alone: a grant whose reply came back after its lease, a counter this server
 -- has not vouched for on the caller's connection (see KEYS[3]), a held key without expiry.
 --
--- KEYS[1]  the lock key: a string holding the owner token while the lock is held, with
---          '+w' appended once a waiter has marked it (see "Replies").
+-- KEYS[1]  the lock key: a string holding the owner token while the lock is held, marked
+--          once a waiter has found it held (see "Replies" and waiters.lua).
 -- KEYS[2]  the fencing counter: an integer that only grows and never expires.
 -- KEYS[3]  the counter's epochs: a sorted set of client connection names (CLIENT SETNAME, a
 --          random 'redis-locks:<hex>' that each connection gets once), each scored with the
@@ -21,7 +22,7 @@
 --          missing name only sends that connection's next fast grant through this script.
 -- ARGV[1]  the owner token of this acquisition (32 lowercase hex characters).
 -- ARGV[2]  the lease in milliseconds (a positive integer).
--- ARGV[3]  optional; '1' marks the lock at once when granted (its value is ARGV[1] .. '+w'):
+-- ARGV[3]  optional; '1' marks the lock at once when granted (with_mark in waiters.lua):
 --          the caller has waiters of its own queued behind it, which then need not ask
 --          Redis to be woken by its release.
 -- ARGV[4]  optional; the name of the connection this script runs on: on a grant, added to
@@ -34,8 +35,8 @@
 --               the grant takes a new token the same way.
 --   {0, pttl}   held by another owner; pttl is its remaining lease in milliseconds,
 --               or -1 if the key has no expiry (it was not written by this library).
---               A key with a lease is marked: '+w' is appended to its value (its TTL
---               stays), so its release publishes a wake-up, which it skips while nobody
+--               A key with a lease is marked (mark_waited; its TTL stays), so its
+--               release publishes a wake-up, which it skips while nobody
 --               waits. A key without expiry is not ours and is left untouched.
 -- Errors (a grant is taken back, so no lock is left held; the message names the key):
 --   WRONGTYPE <key> ...  KEYS[1] is not a string, or KEYS[2] is not a string or not an
@@ -52,7 +53,7 @@ end
 -- The common case first: the lock is free. SET NX PX writes the key with its lease at once.
 local value = ARGV[1]
 if ARGV[3] == '1' then
-  value = value .. '+w'
+  value = with_mark(value)
 end
 local epoch_kind = redis.call('TYPE', KEYS[3]).ok
 if epoch_kind ~= 'none' and epoch_kind ~= 'zset' then
@@ -85,8 +86,8 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return {1, token}
 end
 
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] or holder == ARGV[1] .. '+w' then
+local holder = holder_of(KEYS[1])
+if holder == ARGV[1] then
   local token, err = grant_token()
   if not token then
     return err
@@ -95,7 +96,7 @@ if holder == ARGV[1] or holder == ARGV[1] .. '+w' then
   return {1, token}
 end
 local pttl = redis.call('PTTL', KEYS[1])
-if pttl >= 0 and string.sub(holder, -2) ~= '+w' then
-  redis.call('APPEND', KEYS[1], '+w')
+if pttl >= 0 then
+  mark_waited(KEYS[1])
 end
 return {0, pttl}

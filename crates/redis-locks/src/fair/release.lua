@@ -1,5 +1,6 @@
--- fair_release.lua: leave a FairMutex — release it if held, give up a place in the queue
--- if waiting — and wake only the next waiter.
+-- release.lua: leave a FairMutex — release it if held, give up a place in the queue
+-- if waiting — and wake only the next waiter (after the waiters.lua prelude: holder_of,
+-- wake).
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  the queue (sorted set of owner tokens by ticket).
@@ -39,11 +40,8 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('DEL', KEYS[4])
 end
 
-local holder = redis.call('GET', KEYS[1])
--- A Mutex waiter's mark (see mutex_acquire.lua) is not part of the owner token.
-if holder and string.sub(holder, -2) == '+w' then
-  holder = string.sub(holder, 1, -3)
-end
+-- A Mutex waiter's mark is not part of the owner token (holder_of strips it).
+local holder = holder_of(KEYS[1])
 local result = 0
 if holder == owner then
   redis.call('DEL', KEYS[1])
@@ -54,6 +52,6 @@ end
 
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if head then
-  redis.call('PUBLISH', channel, head)
+  wake(channel, head)
 end
 return result

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Phase, Result};
 
 /// The longest lease accepted: about 100 years. Redis adds a `PX` value to its clock in
 /// milliseconds and refuses sums past `i64::MAX`; this bound keeps far away from that while
@@ -20,17 +20,7 @@ pub const MIN_LEASE: Duration = Duration::from_millis(3);
 /// # Errors
 /// [`Error::InvalidDuration`] for a lease under [`MIN_LEASE`] (3 ms: a shorter one is all
 /// [`drift_allowance`], so it could never be proven held) or over [`MAX_LEASE`].
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_locks::lease::lease_millis;
-/// assert_eq!(lease_millis(Duration::from_secs(2)).unwrap(), 2000);
-/// assert!(lease_millis(Duration::ZERO).is_err());
-/// assert!(lease_millis(Duration::from_micros(2999)).is_err());
-/// assert_eq!(lease_millis(Duration::from_millis(3)).unwrap(), 3);
-/// assert!(lease_millis(Duration::MAX).is_err());
-/// ```
-pub fn lease_millis(lease: Duration) -> Result<u64> {
+pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
     let invalid = |reason: &str| Error::InvalidDuration {
         what: "lease",
         value: lease,
@@ -51,28 +41,14 @@ pub fn lease_millis(lease: Duration) -> Result<u64> {
 /// How much of a lease is not counted on: clocks of client and server may run at slightly
 /// different rates, and Redis expires keys with up to a millisecond of imprecision. As in
 /// Redlock: 1% of the lease plus 2 ms.
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_locks::lease::drift_allowance;
-/// assert_eq!(drift_allowance(Duration::from_secs(10)), Duration::from_millis(102));
-/// ```
-pub fn drift_allowance(lease: Duration) -> Duration {
+pub(crate) fn drift_allowance(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
 
 /// The instant until which a lease granted by a request sent at `sent_at` certainly holds:
 /// the server started counting after `sent_at`, so `sent_at + lease` minus the drift
 /// allowance is a safe bound on the local monotonic clock.
-///
-/// ```
-/// use std::time::Duration;
-/// use tokio::time::Instant;
-/// use redis_locks::lease::lease_deadline;
-/// let sent = Instant::now();
-/// assert_eq!(lease_deadline(sent, Duration::from_secs(1)), sent + Duration::from_millis(988));
-/// ```
-pub fn lease_deadline(sent_at: Instant, lease: Duration) -> Instant {
+pub(crate) fn lease_deadline(sent_at: Instant, lease: Duration) -> Instant {
     sent_at + lease.saturating_sub(drift_allowance(lease))
 }
 
@@ -89,7 +65,7 @@ pub(crate) fn is_late(sent_at: Instant, lease: Duration) -> bool {
 /// network) answers more slowly than the lease lasts. The grant has been given back.
 pub(crate) fn too_slow(lease: Duration, late: u32) -> Error {
     Error::Connection {
-        phase: "acquire",
+        phase: Phase::Acquire,
         source: redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!(
@@ -97,5 +73,28 @@ pub(crate) fn too_slow(lease: Duration, late: u32) -> Error {
                  in a row): Redis answers too slowly for this lease, so the grant was given back"
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_deadlines_and_drift() {
+        assert_eq!(lease_millis(Duration::from_secs(2)).unwrap(), 2000);
+        assert!(lease_millis(Duration::ZERO).is_err());
+        assert!(lease_millis(Duration::from_micros(2999)).is_err());
+        assert_eq!(lease_millis(Duration::from_millis(3)).unwrap(), 3);
+        assert!(lease_millis(Duration::MAX).is_err());
+        assert_eq!(
+            drift_allowance(Duration::from_secs(10)),
+            Duration::from_millis(102)
+        );
+        let sent = Instant::now();
+        assert_eq!(
+            lease_deadline(sent, Duration::from_secs(1)),
+            sent + Duration::from_millis(988)
+        );
     }
 }

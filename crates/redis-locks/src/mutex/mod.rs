@@ -7,25 +7,23 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::guard::MutexGuard;
 use crate::key::LockKeys;
-use crate::lease::lease_millis;
-use crate::state::{LockState, inspect};
-use crate::wait::{Backoff, confirm_limit, pause, sleep_limit};
-use crate::watchdog::Renewal;
+use crate::lease::{LeaseOptions, lease_millis};
+use crate::state::LockState;
+use crate::wait::{Contender, Try, WaitOptions, acquire};
 
 mod attempt;
+mod guard;
+mod hold;
+mod inspect;
 
-use attempt::{Ask, Attempt};
+use attempt::Ask;
+pub use guard::MutexGuard;
+pub(crate) use hold::MutexHold;
+pub(crate) use inspect::inspect;
 
-/// The lease a [`Mutex`] grants when none is asked for.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-/// The average pause between two attempts of a waiting `lock()` while wake-ups are down
-/// (with them, a release wakes the waiter).
-pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(25);
-
-/// How a [`Mutex`] acquires: the lease it asks for, whether a watchdog renews it, how it
-/// waits.
+/// How a [`Mutex`] acquires: the lease it asks for and whether a watchdog renews it
+/// ([`LeaseOptions`]), and how it waits ([`WaitOptions`]).
 ///
 /// Without an explicit [`lease`](MutexOptions::lease), a lock gets a 30 s lease that a
 /// watchdog renews every 10 s for as long as the guard lives (as Redisson does): a crashed
@@ -34,7 +32,7 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(25);
 ///
 /// ```
 /// use std::time::Duration;
-/// use redis_locks::MutexOptions;
+/// use redis_locks::{LeaseOptions, MutexOptions};
 ///
 /// let renewed = MutexOptions::default();
 /// assert!(renewed.get_watchdog());
@@ -47,105 +45,95 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(25);
 ///     .watchdog(true)
 ///     .max_renewals(10);
 /// assert!(capped.get_watchdog());
+///
+/// // The same, from the parts every primitive's options share:
+/// let lease = LeaseOptions::default().lease(Duration::from_millis(500)).watchdog(true);
+/// assert_eq!(MutexOptions::default().lease_options(lease).get_lease(), Duration::from_millis(500));
 /// ```
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct MutexOptions {
-    lease: Option<Duration>,
-    watchdog: Option<bool>,
-    max_renewals: Option<u32>,
-    max_hold: Option<Duration>,
-    retry_delay: Option<Duration>,
+    lease: LeaseOptions,
+    wait: WaitOptions,
 }
 
 impl MutexOptions {
-    /// The lease each acquisition asks for: how long the lock outlives a crashed holder.
-    /// Checked when the handle is made ([`Client::mutex_with`]): 3 ms to 100 years. Turns the
-    /// watchdog off unless [`watchdog(true)`](MutexOptions::watchdog) says otherwise.
+    /// The lease, watchdog and renewal caps, all at once.
+    pub fn lease_options(mut self, options: LeaseOptions) -> Self {
+        self.lease = options;
+        self
+    }
+
+    /// How a waiting `lock()` behaves between attempts, all at once.
+    pub fn wait_options(mut self, options: WaitOptions) -> Self {
+        self.wait = options;
+        self
+    }
+
+    /// Shorthand for [`LeaseOptions::lease`].
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.lease = self.lease.lease(lease);
         self
     }
 
-    /// Whether a background watchdog renews the lease every third of it while the guard
-    /// lives (owner-checked; it stops at release or drop, and when the lock is found lost).
+    /// Shorthand for [`LeaseOptions::watchdog`].
     pub fn watchdog(mut self, on: bool) -> Self {
-        self.watchdog = Some(on);
+        self.lease = self.lease.watchdog(on);
         self
     }
 
-    /// The watchdog renews at most this many times; then the lease runs out and
-    /// [`MutexGuard::lost`] resolves with [`LostReason::RenewalCapReached`](crate::LostReason).
+    /// Shorthand for [`LeaseOptions::max_renewals`].
     pub fn max_renewals(mut self, renewals: u32) -> Self {
-        self.max_renewals = Some(renewals);
+        self.lease = self.lease.max_renewals(renewals);
         self
     }
 
-    /// The watchdog never renews past this much time after the acquisition; then the lease
-    /// runs out as with [`max_renewals`](MutexOptions::max_renewals).
+    /// Shorthand for [`LeaseOptions::max_hold`].
     pub fn max_hold(mut self, hold: Duration) -> Self {
-        self.max_hold = Some(hold);
+        self.lease = self.lease.max_hold(hold);
         self
     }
 
-    /// The average pause between two attempts while wake-ups are down (each pause is drawn
-    /// from half to one and a half times it, and is never under 1 ms). At most one hour;
-    /// 25 ms by default.
+    /// Shorthand for [`WaitOptions::retry_delay`].
     pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = Some(delay);
+        self.wait = self.wait.retry_delay(delay);
         self
+    }
+
+    /// The lease options in force.
+    pub fn get_lease_options(&self) -> &LeaseOptions {
+        &self.lease
+    }
+
+    /// The wait options in force.
+    pub fn get_wait_options(&self) -> &WaitOptions {
+        &self.wait
     }
 
     /// The lease in force (30 s unless set).
     pub fn get_lease(&self) -> Duration {
-        self.lease.unwrap_or(DEFAULT_LEASE)
+        self.lease.get_lease()
     }
 
     /// Whether the watchdog is on: as set, or on exactly when no lease was set.
     pub fn get_watchdog(&self) -> bool {
-        self.watchdog.unwrap_or(self.lease.is_none())
+        self.lease.get_watchdog()
     }
 
     /// The retry delay in force.
     pub fn get_retry_delay(&self) -> Duration {
-        self.retry_delay.unwrap_or(DEFAULT_RETRY_DELAY)
-    }
-
-    /// What the watchdog does, if it is on.
-    pub(crate) fn renewal(&self) -> Option<Renewal> {
-        self.get_watchdog().then(|| Renewal {
-            lease: self.get_lease(),
-            max_renewals: self.max_renewals,
-            max_hold: self.max_hold,
-        })
+        self.wait.get_retry_delay()
     }
 
     /// Checks every value, so a bad one is reported when the handle is made.
-    pub(crate) fn validate(&self) -> Result<()> {
-        let lease = self.get_lease();
-        lease_millis(lease)?;
-        if self.get_watchdog() && lease < MIN_RENEWED_LEASE {
-            return Err(Error::InvalidDuration {
-                what: "lease",
-                value: lease,
-                reason: "a lease renewed by the watchdog must be at least 30 ms".into(),
-            });
-        }
-        if self.get_retry_delay() > MAX_RETRY_DELAY {
-            return Err(Error::InvalidDuration {
-                what: "retry delay",
-                value: self.get_retry_delay(),
-                reason: "a retry delay must be at most 1 hour".into(),
-            });
-        }
-        Ok(())
+    ///
+    /// # Errors
+    /// As [`LeaseOptions::check`] and [`WaitOptions::check`].
+    pub fn check(&self) -> Result<()> {
+        self.lease.check()?;
+        self.wait.check()
     }
 }
-
-/// The longest retry delay accepted.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
-/// The shortest lease a watchdog can keep alive (it renews every third of it).
-const MIN_RENEWED_LEASE: Duration = Duration::from_millis(30);
 
 /// A distributed mutual-exclusion lock on one Redis server: at most one holder at a time.
 ///
@@ -183,21 +171,57 @@ const MIN_RENEWED_LEASE: Duration = Duration::from_millis(30);
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Mutex {
     client: Client,
     keys: Arc<LockKeys>,
+    hold: Arc<MutexHold>,
     options: MutexOptions,
     /// The lease in milliseconds, as `SET ... PX` and the acquire script take it.
     lease_ms: Arc<str>,
 }
 
+impl std::fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mutex")
+            .field("name", &self.name())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A [`Mutex`] handle for the lock `name`, with default options (a 30 s lease renewed by
+    /// a watchdog).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a name [`LockKeys::new`] refuses (empty, over 1024 bytes, a
+    /// broken hash tag, or one that would share keys with another lock).
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        self.mutex_with(name, MutexOptions::default())
+    }
+
+    /// A [`Mutex`] handle for the lock `name` with the given options.
+    ///
+    /// # Errors
+    /// As [`Client::mutex`]; also [`Error::InvalidDuration`] for a lease under 3 ms or over
+    /// 100 years, or a retry delay over 1 hour.
+    pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
+        Mutex::new(self.clone(), LockKeys::new(name)?, options)
+    }
+}
+
 impl Mutex {
-    pub(crate) fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Result<Mutex> {
-        options.validate()?;
+    fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Result<Mutex> {
+        options.check()?;
+        let keys = Arc::new(keys);
         Ok(Mutex {
+            hold: Arc::new(MutexHold {
+                node: client.node().clone(),
+                keys: keys.clone(),
+            }),
             client,
-            keys: Arc::new(keys),
+            keys,
             lease_ms: lease_millis(options.get_lease())?.to_string().into(),
             options,
         })
@@ -241,8 +265,8 @@ impl Mutex {
             .attempt(Ask::Fast { pttl: true }, Some(Instant::now()))
             .await?
         {
-            Attempt::Acquired(guard) => Ok(guard),
-            Attempt::Held(retry_after) => Err(refused(retry_after)),
+            Try::Won(lease) => Ok(MutexGuard::new(lease)),
+            Try::Held(retry_after) => Err(refused(retry_after)),
         }
     }
 
@@ -294,7 +318,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub async fn state(&self) -> Result<LockState> {
-        inspect(&self.client, &self.keys).await
+        inspect(self.client.node(), &self.keys).await
     }
 
     /// Whether anyone holds the lock right now.
@@ -306,84 +330,38 @@ impl Mutex {
     }
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
-        let started = Instant::now();
-        let timeout = |retry_after| Error::WaitTimeout {
-            name: self.name().to_string(),
-            waited: started.elapsed(),
-            retry_after,
-        };
-        // With no other waiter of this lock in this process, try at once.
-        if !self.client.has_local_waiters(self.keys.lock()) {
-            // With a budget, a refusal may end the wait: then say how long the holder's
-            // lease lasts.
-            let pttl = deadline.is_some();
-            let retry_after = match self.attempt(Ask::Fast { pttl }, deadline).await? {
-                Attempt::Acquired(guard) => return Ok(guard),
-                Attempt::Held(retry_after) => retry_after,
-            };
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(timeout(retry_after));
-            }
-        }
-        // Waiters of this lock in this process take turns; only the one whose turn it is
-        // talks to Redis.
-        let queue = self.client.local_queue(self.keys.lock());
-        let _turn = match queue.turn.try_lock() {
-            Ok(turn) => turn,
-            Err(_) => match deadline {
-                None => queue.turn.lock().await,
-                // A zero budget means one attempt, even with local waiters queued.
-                Some(deadline) if deadline <= Instant::now() => {
-                    return self.try_once(timeout).await;
-                }
-                Some(deadline) => {
-                    match tokio::time::timeout_at(deadline, queue.turn.lock()).await {
-                        Ok(turn) => turn,
-                        // Never give up without having asked Redis once.
-                        Err(_) => return self.try_once(timeout).await,
-                    }
-                }
-            },
-        };
-        let backoff = Backoff::new(self.options.get_retry_delay());
-        let channel = self.keys.wake_channel();
-        loop {
-            // Subscribe and listen before the attempt, so a release right after it still
-            // wakes us (the subscription is kept while any waiter of this process queues).
-            let confirm_within = confirm_limit(deadline, None);
-            let subscription = queue
-                .subscribe(self.client.wakeups(), channel, confirm_within)
-                .await;
-            let mut listener = Some(subscription.listen());
-            let live = subscription.is_live();
-            // A guard of this process holds the lock with its key marked: its release will
-            // wake us, so there is nothing to ask Redis until then (but a wait that is over
-            // still asks once, below).
-            let over = deadline.is_some_and(|d| Instant::now() >= d);
-            if let Some(left) = queue
-                .local_holder_lease()
-                .filter(|left| live && !over && !left.is_zero())
-            {
-                let limit = sleep_limit(live, &backoff, Some(left), None, deadline, Instant::now());
-                pause(listener.as_mut(), None, limit).await;
-                continue;
-            }
-            // Waiters of this process queued behind this one: mark a grant at once.
-            let mark = Arc::strong_count(&queue) > 1;
-            let retry_after = match self.attempt(Ask::Waiting { mark }, deadline).await? {
-                Attempt::Acquired(mut guard) => {
-                    if mark {
-                        guard.hold_for_local_waiters(&queue);
-                    }
-                    return Ok(guard);
-                }
-                Attempt::Held(retry_after) => retry_after,
-            };
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(timeout(retry_after));
-            }
-            let limit = sleep_limit(live, &backoff, retry_after, None, deadline, Instant::now());
-            pause(listener.as_mut(), None, limit).await;
-        }
+        let on = self.client.wait_on(self.options.get_wait_options());
+        let lease = acquire(on, Contending(self), deadline).await?;
+        Ok(MutexGuard::new(lease))
+    }
+}
+
+/// A `Mutex`'s side of the acquire loop: the fast pipeline first, then the acquire script,
+/// which marks a held lock so that its release wakes the waiters; waiters of one lock in this
+/// process take turns.
+struct Contending<'a>(&'a Mutex);
+
+impl Contender for Contending<'_> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn channel(&self) -> &str {
+        self.0.keys.wake_channel()
+    }
+
+    async fn attempt(&mut self, mark: bool, deadline: Option<Instant>) -> Result<Try> {
+        self.0.attempt(Ask::Waiting { mark }, deadline).await
+    }
+
+    async fn first(&mut self, deadline: Option<Instant>) -> Result<Try> {
+        // With a budget, a refusal may end the wait: then say how long the holder's lease
+        // lasts.
+        let pttl = deadline.is_some();
+        self.0.attempt(Ask::Fast { pttl }, deadline).await
+    }
+
+    fn local_turns(&self) -> bool {
+        true
     }
 }

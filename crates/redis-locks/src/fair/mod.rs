@@ -1,0 +1,496 @@
+//! `FairMutex`: one holder at a time, granted first come, first served across processes.
+//!
+//! This module is the worked example of "how to add a primitive" (see the lease core's module
+//! docs): its scripts (`acquire.lua`, `release.lua`, after the shared preludes), a [`Hold`]
+//! (release by owner; extend as a `Mutex` does), a [`Contender`] (one attempt that joins or
+//! renews a place in the server's queue; a wake-up addressed to this waiter; a place lease to
+//! renew; the place given up on timeout), options made of [`LeaseOptions`], [`WaitOptions`]
+//! and its own place lease, and [`MutexGuard`]s around the core's leases.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Phase, Result};
+use crate::key::LockKeys;
+use crate::lease::{
+    Hold, HoldFuture, Lease, LeaseOptions, MAX_LATE_GRANTS, OwedRelease, is_late, lease_millis,
+    owner_reply, too_slow,
+};
+use crate::mutex::{MutexGuard, MutexHold, inspect};
+use crate::node::LockScript;
+use crate::state::LockState;
+use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
+use crate::wait::{Contender, Try, WAITERS_LUA, WaitOptions, acquire};
+
+/// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
+static ACQUIRE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")]));
+
+/// Leave a FairMutex (release and/or give up a place), waking only the next waiter.
+static RELEASE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
+
+/// How long a waiter keeps its place in the queue without renewing it, by default.
+pub const DEFAULT_PLACE_LEASE: Duration = Duration::from_secs(2);
+const MIN_PLACE_LEASE: Duration = Duration::from_millis(3);
+const MAX_PLACE_LEASE: Duration = Duration::from_secs(3600);
+
+/// How a [`FairMutex`] acquires: the lease and watchdog ([`LeaseOptions`], as for a
+/// [`Mutex`](crate::Mutex)), how it waits ([`WaitOptions`]), and the place lease of a waiter
+/// in the queue.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_locks::{FairMutexOptions, LeaseOptions};
+///
+/// let options = FairMutexOptions::default()
+///     .lease(Duration::from_secs(5))
+///     .place_lease(Duration::from_millis(500));
+/// assert_eq!(options.get_place_lease(), Duration::from_millis(500));
+/// assert!(!options.get_lease_options().get_watchdog());
+///
+/// // The lease part, as every primitive takes it:
+/// let renewed = FairMutexOptions::default().lease_options(LeaseOptions::default().max_renewals(3));
+/// assert!(renewed.get_lease_options().get_watchdog());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FairMutexOptions {
+    lease: LeaseOptions,
+    wait: WaitOptions,
+    place_lease: Duration,
+}
+
+impl Default for FairMutexOptions {
+    /// A 30 s lease renewed by a watchdog (as for a `Mutex`), 2 s place leases.
+    fn default() -> Self {
+        FairMutexOptions {
+            lease: LeaseOptions::default(),
+            wait: WaitOptions::default(),
+            place_lease: DEFAULT_PLACE_LEASE,
+        }
+    }
+}
+
+impl FairMutexOptions {
+    /// The lease, watchdog and renewal caps, as for a [`Mutex`](crate::Mutex).
+    pub fn lease_options(mut self, options: LeaseOptions) -> Self {
+        self.lease = options;
+        self
+    }
+
+    /// How a waiting `lock()` behaves between attempts while wake-ups are down.
+    pub fn wait_options(mut self, options: WaitOptions) -> Self {
+        self.wait = options;
+        self
+    }
+
+    /// Shorthand for [`LeaseOptions::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = self.lease.lease(lease);
+        self
+    }
+
+    /// How long a waiter keeps its place without renewing it (3 ms to 1 hour). A waiter
+    /// renews every third of it; a waiter that died is skipped once it runs out, so this is
+    /// how long a dead waiter at the head can hold up the queue.
+    pub fn place_lease(mut self, place_lease: Duration) -> Self {
+        self.place_lease = place_lease;
+        self
+    }
+
+    /// The lease options in force.
+    pub fn get_lease_options(&self) -> &LeaseOptions {
+        &self.lease
+    }
+
+    /// The wait options in force.
+    pub fn get_wait_options(&self) -> &WaitOptions {
+        &self.wait
+    }
+
+    /// The place lease in force.
+    pub fn get_place_lease(&self) -> Duration {
+        self.place_lease
+    }
+
+    /// Checks every value, so a bad one is reported when the handle is made.
+    ///
+    /// # Errors
+    /// As [`LeaseOptions::check`] and [`WaitOptions::check`]; [`Error::InvalidDuration`]
+    /// for a place lease under 3 ms or over 1 hour.
+    pub fn check(&self) -> Result<()> {
+        self.lease.check()?;
+        self.wait.check()?;
+        if !(MIN_PLACE_LEASE..=MAX_PLACE_LEASE).contains(&self.place_lease) {
+            return Err(Error::InvalidDuration {
+                what: "place lease",
+                value: self.place_lease,
+                reason: "a place lease must be 3 ms to 1 hour".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The keys of one `FairMutex`: the lock's, and its queue's companions, all in one slot.
+struct FairKeys {
+    lock: Arc<LockKeys>,
+    /// Sorted set of waiters' owner tokens by ticket.
+    queue: String,
+    /// Sorted set of waiters' owner tokens by place-lease deadline (server ms).
+    places: String,
+    /// The ticket counter.
+    tickets: String,
+}
+
+impl FairKeys {
+    fn new(lock: LockKeys) -> FairKeys {
+        FairKeys {
+            queue: lock.companion("queue"),
+            places: lock.companion("places"),
+            tickets: lock.companion("tickets"),
+            lock: Arc::new(lock),
+        }
+    }
+}
+
+/// How a `FairMutex` is released (leaving the queue, waking only the next waiter) and
+/// extended (as a `Mutex`: the lock key is the same kind of key).
+struct FairHold {
+    keys: Arc<FairKeys>,
+    extend: MutexHold,
+}
+
+impl Hold for FairHold {
+    fn name(&self) -> &str {
+        self.keys.lock.name()
+    }
+
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, ()> {
+        Box::pin(async move {
+            let keys = &self.keys;
+            let reply = self
+                .extend
+                .node
+                .run_script(
+                    Phase::Release,
+                    &RELEASE,
+                    &[keys.lock.lock(), &keys.queue, &keys.places, &keys.tickets],
+                    &[owner.as_str(), keys.lock.wake_channel()],
+                )
+                .await?;
+            owner_reply(self.name(), Phase::Release, reply)
+        })
+    }
+
+    fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
+        self.extend.extend(owner, lease)
+    }
+}
+
+/// A distributed lock granted in first-come, first-served order, across every process.
+///
+/// Waiters queue on the server, ordered by a ticket the server hands out (not by client
+/// clocks). Only the head of the queue may take the lock; a release wakes only the next
+/// waiter, so there is no thundering herd and no barging: a holder that releases and asks
+/// again goes to the back of the queue. Each waiter renews a short place lease
+/// ([`FairMutexOptions::place_lease`]), so a waiter that crashed is skipped once its place
+/// lease runs out. Guards are [`MutexGuard`]s: fencing token, lease, `extend`, `release`.
+///
+/// # When not to use it
+/// Fairness costs a little: each attempt also maintains the queue, and a handoff always
+/// goes to the head waiter even if another is quicker. When throughput matters more than
+/// order, use [`Mutex`](crate::Mutex).
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = test_support::RedisServer::start()?;
+/// let client = redis_locks::Client::connect(&server.url()).await?;
+/// let lock = client.fair_mutex("printer")?;
+/// let guard = lock.lock().await?;
+/// assert_eq!(lock.waiting().await?, 0);
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FairMutex {
+    client: Client,
+    keys: Arc<FairKeys>,
+    hold: Arc<FairHold>,
+    options: FairMutexOptions,
+    /// The lease in milliseconds, as the acquire script takes it.
+    lease_ms: Arc<str>,
+}
+
+impl std::fmt::Debug for FairMutex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairMutex")
+            .field("name", &self.name())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A [`FairMutex`] handle for the lock `name`, with default options (a 30 s lease, 2 s
+    /// place leases).
+    ///
+    /// # Errors
+    /// As [`Client::mutex`].
+    pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
+        self.fair_mutex_with(name, FairMutexOptions::default())
+    }
+
+    /// A [`FairMutex`] handle for the lock `name` with the given options.
+    ///
+    /// # Errors
+    /// As [`Client::mutex_with`]; also [`Error::InvalidDuration`] for a place lease under
+    /// 3 ms or over an hour.
+    pub fn fair_mutex_with(&self, name: &str, options: FairMutexOptions) -> Result<FairMutex> {
+        FairMutex::new(self.clone(), LockKeys::new(name)?, options)
+    }
+}
+
+impl FairMutex {
+    fn new(client: Client, keys: LockKeys, options: FairMutexOptions) -> Result<FairMutex> {
+        options.check()?;
+        let keys = Arc::new(FairKeys::new(keys));
+        let extend = MutexHold {
+            node: client.node().clone(),
+            keys: keys.lock.clone(),
+        };
+        Ok(FairMutex {
+            hold: Arc::new(FairHold {
+                keys: keys.clone(),
+                extend,
+            }),
+            lease_ms: lease_millis(options.lease.get_lease())?.to_string().into(),
+            client,
+            keys,
+            options,
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.keys.lock.name()
+    }
+
+    /// Takes the lock only if it is free and nobody waits for it; never joins the queue.
+    ///
+    /// # Errors
+    /// [`Error::Held`] when it is held (with the holder's remaining lease) or others wait
+    /// (`retry_after` is then `None`); [`Error::WrongType`], [`Error::Connection`] as for
+    /// [`Mutex::try_lock`](crate::Mutex::try_lock).
+    ///
+    /// # Cancel safety
+    /// If the future is dropped after the request went out, a grant is released by owner
+    /// token in the background.
+    pub async fn try_lock(&self) -> Result<MutexGuard> {
+        let owed = OwedRelease::new(self.hold.clone());
+        match self
+            .ask(&owed, Duration::ZERO, Some(Instant::now()))
+            .await?
+        {
+            Ok((token, sent_at)) => Ok(MutexGuard::new(self.lease(owed, token, sent_at))),
+            Err(retry_after) => {
+                owed.disarm();
+                Err(Error::Held {
+                    name: self.name().to_string(),
+                    retry_after,
+                })
+            }
+        }
+    }
+
+    /// Joins the queue and waits as long as it takes for this caller's turn.
+    ///
+    /// # Errors
+    /// As [`FairMutex::try_lock`], except that a held lock is waited for.
+    ///
+    /// # Cancel safety
+    /// Dropping the future at any point gives up the place in the queue and releases a grant
+    /// the caller never saw, in the background.
+    pub async fn lock(&self) -> Result<MutexGuard> {
+        self.acquire_until(None).await
+    }
+
+    /// Joins the queue and waits at most `wait` for this caller's turn; on timeout the place
+    /// is given up (the next waiter is woken if it is now first).
+    ///
+    /// # Errors
+    /// [`Error::WaitTimeout`] when the turn did not come within `wait`; otherwise as
+    /// [`FairMutex::lock`].
+    ///
+    /// # Cancel safety
+    /// As [`FairMutex::lock`].
+    pub async fn lock_timeout(&self, wait: Duration) -> Result<MutexGuard> {
+        // A wait too long for the clock to represent is a wait as long as it takes.
+        self.acquire_until(Instant::now().checked_add(wait)).await
+    }
+
+    /// Who holds the lock, for how long, and the fencing counter, read in one step.
+    ///
+    /// # Errors
+    /// As [`Mutex::state`](crate::Mutex::state).
+    pub async fn state(&self) -> Result<LockState> {
+        inspect(self.client.node(), &self.keys.lock).await
+    }
+
+    /// How many waiters are queued (including any whose place lease ran out but who were
+    /// not yet removed).
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the queue key holds another type; [`Error::Connection`].
+    pub async fn waiting(&self) -> Result<u64> {
+        let queue = &self.keys.queue;
+        let command = redis::cmd("ZCARD").arg(queue).to_owned();
+        self.client
+            .node()
+            .query(Phase::Waiting, &command, &[queue])
+            .await
+    }
+
+    fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease {
+        let options = &self.options.lease;
+        Lease::new(owed, token, sent_at, options, self.client.renewals())
+    }
+
+    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
+        // One owner token for the whole wait: it is this caller's place in the queue, and it
+        // becomes the lock's owner token when the turn comes. Until then, dropping it gives
+        // the place up in the background.
+        let contending = Contending {
+            fair: self,
+            owed: Some(OwedRelease::new(self.hold.clone())),
+        };
+        let on = self.client.wait_on(&self.options.wait);
+        let lease = acquire(on, contending, deadline).await?;
+        Ok(MutexGuard::new(lease))
+    }
+
+    /// One attempt: `Ok((token, sent_at))` when granted, `Err(retry_after)` when not. A grant
+    /// that comes back after its lease is asked again (the script re-grants to the same
+    /// owner, with a fresh lease) within `deadline` and at most [`MAX_LATE_GRANTS`] times;
+    /// then the call fails, and the caller's `owed` gives the grant back as it drops.
+    async fn ask(
+        &self,
+        owed: &OwedRelease,
+        place_lease: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<std::result::Result<(FencingToken, Instant), Option<Duration>>> {
+        let place = place_lease.as_millis().to_string();
+        let keys = &self.keys;
+        let lease = self.options.lease.get_lease();
+        let mut late = 0;
+        loop {
+            let sent_at = Instant::now();
+            let reply: (i64, i64) = self
+                .client
+                .node()
+                .run_script(
+                    Phase::Acquire,
+                    &ACQUIRE,
+                    &[
+                        keys.lock.lock(),
+                        keys.lock.fence(),
+                        &keys.queue,
+                        &keys.places,
+                        &keys.tickets,
+                    ],
+                    &[
+                        owed.owner().as_str(),
+                        &self.lease_ms,
+                        &place,
+                        keys.lock.wake_channel(),
+                    ],
+                )
+                .await?;
+            match reply {
+                (1, token) if !is_late(sent_at, lease) => {
+                    let token = FencingToken::new(u64::try_from(token).unwrap_or_default());
+                    return Ok(Ok((token, sent_at)));
+                }
+                // Granted after the lease: ask again (a re-grant to this owner), or fail.
+                (1, _) => {
+                    late += 1;
+                    if late >= MAX_LATE_GRANTS || deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(too_slow(lease, late));
+                    }
+                }
+                (0, pttl) => return Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
+                (granted, value) => {
+                    return Err(Error::UnexpectedReply {
+                        phase: Phase::Acquire,
+                        detail: format!("[{granted}, {value}]"),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A `FairMutex`'s side of the acquire loop: one owner token (its place in the queue) for
+/// the whole wait; each attempt renews the place; only a wake-up addressed to it counts.
+struct Contending<'a> {
+    fair: &'a FairMutex,
+    /// The place (and then the grant) this wait owes the server; `None` once granted.
+    owed: Option<OwedRelease>,
+}
+
+impl Contending<'_> {
+    fn owed(&self) -> &OwedRelease {
+        self.owed
+            .as_ref()
+            .expect("a waiter owes its place until granted")
+    }
+}
+
+impl Contender for Contending<'_> {
+    fn name(&self) -> &str {
+        self.fair.name()
+    }
+
+    fn channel(&self) -> &str {
+        self.fair.keys.lock.wake_channel()
+    }
+
+    async fn attempt(&mut self, _mark: bool, deadline: Option<Instant>) -> Result<Try> {
+        let place_lease = self.fair.options.place_lease;
+        match self.fair.ask(self.owed(), place_lease, deadline).await? {
+            Ok((token, sent_at)) => {
+                let owed = self
+                    .owed
+                    .take()
+                    .expect("a waiter owes its place until granted");
+                Ok(Try::Won(self.fair.lease(owed, token, sent_at)))
+            }
+            Err(retry_after) => Ok(Try::Held(retry_after)),
+        }
+    }
+
+    fn address(&self) -> Option<&str> {
+        self.owed.as_ref().map(|owed| owed.owner().as_str())
+    }
+
+    fn refresh(&self) -> Option<Duration> {
+        Some(self.fair.options.place_lease / 3)
+    }
+
+    async fn give_up(mut self) {
+        // Give the place up now. The reply is "not held", as expected; anything else (Redis
+        // gone, say) leaves the place to run out with its place lease.
+        if let Some(owed) = self.owed.take() {
+            match owed.pay().await {
+                Ok(()) | Err(Error::NotHeld { .. }) => {}
+                Err(err) => tracing::debug!(%err, "giving up a place in the queue"),
+            }
+        }
+    }
+}

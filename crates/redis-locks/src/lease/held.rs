@@ -1,0 +1,186 @@
+//! A held lease: what every primitive's guard is made of.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::options::LeaseOptions;
+use super::owed::OwedRelease;
+use super::state::LeaseState;
+use super::time::{lease_deadline, lease_millis};
+use super::watchdog::{Renewals, Watchdog, Watched};
+use crate::error::{Error, LostReason, Result};
+use crate::token::{FencingToken, OwnerToken};
+
+/// A granted lock: its fencing token, its lease, the watchdog renewing it, and the release it
+/// owes. A primitive's public guard wraps one and forwards to it.
+///
+/// Releasing (or dropping) stops the watchdog first and lets a renewal under way finish, so
+/// no renewal ever follows the release; a dropped lease releases in the background.
+pub(crate) struct Lease {
+    /// Stopped before the release is sent, so no renewal can follow a release.
+    watchdog: Option<Watchdog>,
+    owed: Option<OwedRelease>,
+    state: Arc<LeaseState>,
+    token: FencingToken,
+    /// Whatever the acquire loop tied to this holding (a note for the waiters of this
+    /// process queued behind it): dropped when the holding ends, before the release is sent.
+    attached: Option<Box<dyn Send + Sync>>,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.name())
+            .field("fencing_token", &self.token)
+            .field("lease_remaining", &self.remaining())
+            .field("watchdog", &self.watchdog.is_some())
+            .finish()
+    }
+}
+
+impl Lease {
+    /// The lease of a grant whose request was sent at `sent_at`, renewed by `renewals` if
+    /// `options` turn the watchdog on.
+    pub(crate) fn new(
+        owed: OwedRelease,
+        token: FencingToken,
+        sent_at: Instant,
+        options: &LeaseOptions,
+        renewals: &Renewals,
+    ) -> Lease {
+        let state = LeaseState::new(lease_deadline(sent_at, options.get_lease()));
+        let watchdog = options.renewal().map(|renewal| {
+            renewals.watch(Watched {
+                hold: owed.hold().clone(),
+                owner: owed.owner().clone(),
+                state: state.clone(),
+                renewal,
+                acquired_at: sent_at,
+            })
+        });
+        Lease {
+            watchdog,
+            owed: Some(owed),
+            state,
+            token,
+            attached: None,
+        }
+    }
+
+    /// Ties `note` to this holding: it is dropped when the holding ends (release or drop),
+    /// before the release is sent.
+    pub(crate) fn attach(&mut self, note: Box<dyn Send + Sync>) {
+        self.attached = Some(note);
+    }
+
+    /// The lease's shared state (deadline, loss), for whoever must know how long it holds.
+    pub(crate) fn state(&self) -> &Arc<LeaseState> {
+        &self.state
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.owed().hold().name()
+    }
+
+    pub(crate) fn fencing_token(&self) -> FencingToken {
+        self.token
+    }
+
+    pub(crate) fn owner_token(&self) -> &OwnerToken {
+        self.owed().owner()
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.state.status().deadline
+    }
+
+    pub(crate) fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    pub(crate) fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
+        self.state.lost()
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.state.loss()
+    }
+
+    pub(crate) fn is_renewed(&self) -> bool {
+        self.watchdog.is_some()
+    }
+
+    /// Sets the lease to `lease` from now, owner-checked; on a shorter lease the deadline
+    /// moves at once, whatever happens to the reply.
+    pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
+        lease_millis(lease)?;
+        let _gate = self.state.gate.lock().await;
+        // A shorter lease applies on the server as soon as the request lands: count on no
+        // more than it from now on, whatever happens to the reply.
+        let sent_at = Instant::now();
+        self.state.at_most(lease_deadline(sent_at, lease));
+        let owed = self.owed();
+        match owed.hold().extend(owed.owner(), lease).await {
+            Ok(()) => {
+                self.state.extended(lease_deadline(sent_at, lease));
+                Ok(())
+            }
+            Err(err) => {
+                if let Error::NotHeld { reason, .. } = &err {
+                    self.state.lose(*reason);
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Releases the lock and says whether it was still this lease's. A renewal under way is
+    /// let finish and the watchdog stopped before the release is sent.
+    pub(crate) async fn release(mut self) -> Result<()> {
+        let state = self.state.clone();
+        // Wait for a renewal under way, and stop the watchdog before the release is sent.
+        let _gate = state.gate.lock().await;
+        self.watchdog.take();
+        self.attached.take();
+        let owed = self
+            .owed
+            .take()
+            .expect("a lease owes its release until released");
+        let outcome = owed.pay().await;
+        if let Err(Error::NotHeld { reason, .. }) = &outcome {
+            self.state.lose(*reason);
+        }
+        outcome
+    }
+
+    /// The release this lease owes: there from acquisition until `release` or drop.
+    fn owed(&self) -> &OwedRelease {
+        self.owed
+            .as_ref()
+            .expect("a lease owes its release until released")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.watchdog.take();
+        self.attached.take();
+        self.state.end();
+        let Some(owed) = self.owed.take() else {
+            return;
+        };
+        // Release in the background, after any renewal already under way (see
+        // `LeaseState::gate`). Without a runtime, `owed` says so as it drops.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let state = self.state.clone();
+            runtime.spawn(async move {
+                let _gate = state.gate.lock().await;
+                if let Err(err) = owed.pay().await {
+                    tracing::debug!(%err, "background release of a dropped guard");
+                }
+            });
+        }
+    }
+}

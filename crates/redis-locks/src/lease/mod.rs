@@ -1,0 +1,100 @@
+//! The lease core: what every held lock has, whatever primitive took it.
+//!
+//! A granted lock is a [`Lease`]: its fencing token, its deadline on the local monotonic clock
+//! ([`state`]), the watchdog that renews it ([`watchdog`]), the release it owes
+//! ([`OwedRelease`], which makes a cancelled acquire and a dropped guard leave nothing behind)
+//! and `lost()`. The core knows no primitive: it releases and extends through the [`Hold`] the
+//! primitive gave it, and the primitive's public guard (`MutexGuard`, ...) is a thin wrapper
+//! around a `Lease` that adds the primitive's own words.
+//!
+//! # How to add a primitive
+//!
+//! A primitive is its scripts plus two small implementations; [`FairMutex`](crate::FairMutex)
+//! (`src/fair/`) is the worked example.
+//!
+//! 1. **Keys and scripts.** Derive every key from [`LockKeys`](crate::LockKeys) (companions
+//!    through [`LockKeys::companion`](crate::LockKeys::companion), so they share the lock's
+//!    cluster slot) and write the scripts as `.lua` files in the primitive's folder, each with
+//!    a header stating KEYS, ARGV and every reply. Start them with the preludes they call:
+//!    `token/fence.lua` (`next_token`: fencing tokens that survive a restart) and
+//!    `wait/waiters.lua` (the waiter mark on a held key, the wake-up publish). Load each once
+//!    as a [`LockScript`](crate::node::LockScript) in a `static LazyLock`.
+//! 2. **A [`Hold`]**: release and extend by owner token, one script call each, mapping the
+//!    `1 / 0 / -1` reply with [`owner_reply`]. It owns what it needs to reach the server
+//!    (a [`Node`](crate::node::Node), or N of them for a quorum) and the keys. One `Hold` per
+//!    handle is shared by all its guards (`Arc<dyn Hold>`).
+//! 3. **A [`Contender`](crate::wait::Contender)**: one acquire attempt (granted, or held and
+//!    for how long), and optionally a cheaper first attempt, a place to give up on timeout,
+//!    and a wake-up address. [`acquire`](crate::wait::acquire) runs the one acquire loop
+//!    with it: listening for wake-ups, sleeping until the holder's lease ends, local turns,
+//!    the wait budget. A grant becomes a [`Lease`] through [`Lease::new`], from the attempt's
+//!    [`OwedRelease`] and the time its request was sent.
+//! 4. **Options** contain a [`LeaseOptions`] and a [`WaitOptions`](crate::WaitOptions), plus
+//!    the primitive's own settings (as `FairMutexOptions::place_lease`).
+//! 5. **A public guard** wraps the `Lease` (see `mutex/guard.rs`), and `Client` gets a
+//!    constructor. Tests: the scripts against a real server (every reply of the header), the
+//!    contention checker of [`history`](crate::history), cancel safety, bad input.
+//!
+//! Nothing in `lease/`, `wait/` or `node/` changes for a new primitive.
+
+mod held;
+mod options;
+mod owed;
+mod state;
+mod time;
+mod watchdog;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::error::{Error, LostReason, Phase, Result};
+use crate::token::OwnerToken;
+
+pub(crate) use held::Lease;
+pub use options::{DEFAULT_LEASE, LeaseOptions};
+pub(crate) use owed::OwedRelease;
+pub(crate) use state::LeaseState;
+pub(crate) use time::{MAX_LATE_GRANTS, is_late, lease_millis, too_slow};
+pub use time::{MAX_LEASE, MIN_LEASE};
+pub(crate) use watchdog::Renewals;
+
+/// A boxed future, as [`Hold`]'s methods return them (the trait is used as `dyn Hold`).
+pub(crate) type HoldFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// What the lease core needs of a primitive: release and extend by owner token.
+///
+/// Both are one owner-checked request. A reply that says the lock is gone or another owner's
+/// is [`Error::NotHeld`] (see [`owner_reply`]); a request with an unknown outcome is
+/// [`Error::Connection`]. The core serializes them per lease (no renewal once a release
+/// has begun) and counts the lease from when the request was sent.
+pub(crate) trait Hold: Send + Sync + 'static {
+    /// The lock's name, for messages.
+    fn name(&self) -> &str;
+
+    /// Releases the lock if `owner` holds it (and wakes its waiters).
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, ()>;
+
+    /// Sets the lease to `lease` from now if `owner` holds the lock.
+    fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()>;
+}
+
+/// Maps the `1 / 0 / -1` reply of an owner-checked script: done, the lock is gone, the lock
+/// is another owner's.
+pub(crate) fn owner_reply(name: &str, phase: Phase, reply: i64) -> Result<()> {
+    match reply {
+        1 => Ok(()),
+        0 => Err(Error::NotHeld {
+            name: name.to_string(),
+            reason: LostReason::Expired,
+        }),
+        -1 => Err(Error::NotHeld {
+            name: name.to_string(),
+            reason: LostReason::Taken,
+        }),
+        other => Err(Error::UnexpectedReply {
+            phase,
+            detail: format!("{other}"),
+        }),
+    }
+}

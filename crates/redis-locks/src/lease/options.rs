@@ -1,0 +1,106 @@
+//! The lease a primitive asks for, and whether (and how long) a watchdog renews it.
+
+use std::time::Duration;
+
+use super::time::lease_millis;
+use super::watchdog::Renewal;
+use crate::error::{Error, Result};
+
+/// The lease a lock is granted when none is asked for.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The shortest lease a watchdog can keep alive (it renews every third of it).
+const MIN_RENEWED_LEASE: Duration = Duration::from_millis(30);
+
+/// The lease every acquisition asks for, and the watchdog that renews it: the part of every
+/// primitive's options that the lease core reads.
+///
+/// Without an explicit [`lease`](LeaseOptions::lease), a lock gets a 30 s lease that a
+/// watchdog renews every 10 s for as long as the guard lives (as Redisson does): a crashed
+/// holder blocks others for at most 30 s, a live one keeps the lock. With an explicit lease
+/// the watchdog is off unless [`watchdog(true)`](LeaseOptions::watchdog) turns it on.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_locks::LeaseOptions;
+///
+/// assert!(LeaseOptions::default().get_watchdog());
+/// let fixed = LeaseOptions::default().lease(Duration::from_secs(5));
+/// assert!(!fixed.get_watchdog());
+/// assert!(LeaseOptions::default().lease(Duration::ZERO).check().is_err());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseOptions {
+    lease: Option<Duration>,
+    watchdog: Option<bool>,
+    max_renewals: Option<u32>,
+    max_hold: Option<Duration>,
+}
+
+impl LeaseOptions {
+    /// The lease each acquisition asks for: how long the lock outlives a crashed holder.
+    /// 3 ms to 100 years (checked when a handle is made, or by [`check`](LeaseOptions::check)).
+    /// Turns the watchdog off unless [`watchdog(true)`](LeaseOptions::watchdog) says otherwise.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Whether a background watchdog renews the lease every third of it while the guard
+    /// lives (owner-checked; it stops at release or drop, and when the lock is found lost).
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = Some(on);
+        self
+    }
+
+    /// The watchdog renews at most this many times; then the lease runs out and the guard's
+    /// `lost()` resolves with [`LostReason::RenewalCapReached`](crate::LostReason).
+    pub fn max_renewals(mut self, renewals: u32) -> Self {
+        self.max_renewals = Some(renewals);
+        self
+    }
+
+    /// The watchdog never renews past this much time after the acquisition; then the lease
+    /// runs out as with [`max_renewals`](LeaseOptions::max_renewals).
+    pub fn max_hold(mut self, hold: Duration) -> Self {
+        self.max_hold = Some(hold);
+        self
+    }
+
+    /// The lease in force (30 s unless set).
+    pub fn get_lease(&self) -> Duration {
+        self.lease.unwrap_or(DEFAULT_LEASE)
+    }
+
+    /// Whether the watchdog is on: as set, or on exactly when no lease was set.
+    pub fn get_watchdog(&self) -> bool {
+        self.watchdog.unwrap_or(self.lease.is_none())
+    }
+
+    /// Checks every value, as making a lock handle does.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDuration`] for a lease under 3 ms or over 100 years, or a lease
+    /// under 30 ms with the watchdog on.
+    pub fn check(&self) -> Result<()> {
+        let lease = self.get_lease();
+        lease_millis(lease)?;
+        if self.get_watchdog() && lease < MIN_RENEWED_LEASE {
+            return Err(Error::InvalidDuration {
+                what: "lease",
+                value: lease,
+                reason: "a lease renewed by the watchdog must be at least 30 ms".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// What the watchdog does, if it is on.
+    pub(crate) fn renewal(&self) -> Option<Renewal> {
+        self.get_watchdog().then(|| Renewal {
+            lease: self.get_lease(),
+            max_renewals: self.max_renewals,
+            max_hold: self.max_hold,
+        })
+    }
+}

@@ -1,0 +1,83 @@
+//! The release an acquisition owes the server from the moment its request goes out.
+
+use std::sync::Arc;
+
+use super::Hold;
+use crate::error::Result;
+use crate::token::OwnerToken;
+
+/// A release this process owes the server: made before an acquire request goes out, and paid
+/// either by an explicit release or, when dropped while still armed, by a background task.
+/// This is what makes a cancelled `lock()` and a dropped guard leave nothing behind beyond the
+/// time the release takes.
+pub(crate) struct OwedRelease {
+    hold: Arc<dyn Hold>,
+    owner: OwnerToken,
+    armed: bool,
+}
+
+impl OwedRelease {
+    /// A release of `hold` by a fresh owner token, owed from now on.
+    pub(crate) fn new(hold: Arc<dyn Hold>) -> OwedRelease {
+        OwedRelease {
+            hold,
+            owner: OwnerToken::random(),
+            armed: true,
+        }
+    }
+
+    pub(crate) fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
+
+    pub(crate) fn hold(&self) -> &Arc<dyn Hold> {
+        &self.hold
+    }
+
+    /// Nothing is owed any more (the server said the lock was not granted).
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// Releases now and says whether the lock was still ours. If this future is dropped before
+    /// the reply, the release is still paid in the background.
+    pub(crate) async fn pay(mut self) -> Result<()> {
+        let outcome = self.hold.release(&self.owner).await;
+        // A connection error leaves the outcome unknown; the background release would meet
+        // the same broken connection, and the lease bounds the lock anyway.
+        self.armed = false;
+        outcome
+    }
+
+    /// Gives back a grant the caller will not get, because the acquisition failed after it;
+    /// the acquisition's error is what the caller hears about, so this one is only logged
+    /// (the lease ends the lock anyway).
+    pub(crate) async fn give_back(self) {
+        if let Err(err) = self.pay().await {
+            tracing::debug!(%err, "giving back a grant after a failed acquisition");
+        }
+    }
+}
+
+impl Drop for OwedRelease {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (hold, owner) = (self.hold.clone(), self.owner.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    match hold.release(&owner).await {
+                        Ok(()) => tracing::debug!(lock = hold.name(), "released in background"),
+                        Err(err) => tracing::debug!(lock = hold.name(), %err, "background release"),
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                lock = self.hold.name(),
+                "lock dropped outside a Tokio runtime; its lease will end it"
+            ),
+        }
+    }
+}

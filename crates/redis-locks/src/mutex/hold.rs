@@ -1,0 +1,64 @@
+//! How a [`Mutex`](crate::Mutex) is released and extended by its owner: the lease core's
+//! [`Hold`].
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use crate::error::Phase;
+use crate::key::LockKeys;
+use crate::lease::{Hold, HoldFuture, lease_millis, owner_reply};
+use crate::node::{LockScript, Node};
+use crate::token::OwnerToken;
+use crate::wait::WAITERS_LUA;
+
+/// Owner-checked delete that wakes the waiters if one marked the lock: `1` released, `0`
+/// gone, `-1` another owner's.
+static RELEASE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
+
+/// Owner-checked `PEXPIRE`: `1` extended, `0` gone, `-1` another owner's.
+static EXTEND: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("extend.lua")]));
+
+/// A `Mutex`'s lock key on its node.
+pub(crate) struct MutexHold {
+    pub(crate) node: Node,
+    pub(crate) keys: Arc<LockKeys>,
+}
+
+impl Hold for MutexHold {
+    fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, ()> {
+        Box::pin(async move {
+            let reply = self
+                .node
+                .run_script(
+                    Phase::Release,
+                    &RELEASE,
+                    &[self.keys.lock()],
+                    &[owner.as_str(), self.keys.wake_channel()],
+                )
+                .await?;
+            owner_reply(self.name(), Phase::Release, reply)
+        })
+    }
+
+    fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
+        Box::pin(async move {
+            let millis = lease_millis(lease)?.to_string();
+            let reply = self
+                .node
+                .run_script(
+                    Phase::Extend,
+                    &EXTEND,
+                    &[self.keys.lock()],
+                    &[owner.as_str(), &millis],
+                )
+                .await?;
+            owner_reply(self.name(), Phase::Extend, reply)
+        })
+    }
+}

@@ -1,0 +1,310 @@
+//! The backend seam: every request a lock makes to Redis goes through a [`Node`].
+//!
+//! A node is one Redis server as the locks see it: script calls ([`Node::run_script`]),
+//! pipelines of plain commands ([`Node::run_pipeline`]), single commands ([`Node::query`])
+//! and wake-up subscriptions ([`Node::subscribe`]), each failure sorted into the crate's
+//! [`Error`]. No primitive touches a connection. A Redis Cluster backend (scripts routed by
+//! the lock's slot, sharded pub/sub), Sentinel (the current master) or Redlock's N
+//! independent nodes are further kinds of node behind these same calls, added here without
+//! changing a primitive.
+//!
+//! Today's node is one server: one multiplexed connection (redis-rs's `ConnectionManager`)
+//! for requests, and one subscriber connection ([`pubsub`]) opened the first time a lock must
+//! be waited for.
+
+mod naming;
+mod options;
+mod pubsub;
+mod script;
+mod url;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, Value};
+
+use crate::error::{Error, Phase, Result};
+
+pub(crate) use naming::NamingTurn;
+pub use options::ClientOptions;
+pub(crate) use pubsub::{Listener, Subscription};
+pub(crate) use script::LockScript;
+pub(crate) use url::redact;
+
+/// One Redis server, as every lock handle of a [`Client`](crate::Client) reaches it. Cheap to
+/// clone.
+#[derive(Clone)]
+pub(crate) struct Node {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: ConnectionManager,
+    /// The URL, its password hidden.
+    url: String,
+    options: ClientOptions,
+    pubsub: pubsub::Wakeups,
+    naming: naming::Naming,
+    /// Round trips sent on `connection` (a pipeline counts once).
+    requests: AtomicU64,
+}
+
+impl Node {
+    /// Connects to the server at `url` and sends one `PING`, so that what is wrong is said now
+    /// rather than at the first lock.
+    ///
+    /// # Errors
+    /// As [`Client::connect`](crate::Client::connect).
+    pub(crate) async fn connect(url: &str, options: ClientOptions) -> Result<Node> {
+        url::check_url(url).map_err(|reason| Error::InvalidUrl {
+            url: redact(url),
+            reason,
+        })?;
+        let client = redis::Client::open(url).map_err(|source| Error::InvalidUrl {
+            url: redact(url),
+            reason: source.to_string(),
+        })?;
+        let pubsub = pubsub::Wakeups::start(client.clone(), options.get_connect_timeout());
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.get_connect_timeout()))
+            .set_response_timeout(Some(options.get_response_timeout()))
+            .set_number_of_retries(options.get_reconnect_attempts())
+            .set_max_delay(Duration::from_secs(1));
+        // The manager retries the first connection too; bound the whole of it so an unreachable
+        // server fails in a known time.
+        let budget = (options.get_connect_timeout() + Duration::from_secs(1))
+            * (options.get_reconnect_attempts() as u32 + 1);
+        let connect = ConnectionManager::new_with_config(client, config);
+        let mut connection = match tokio::time::timeout(budget, connect).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(source)) => return Err(connect_error(url, source)),
+            Err(_) => {
+                return Err(Error::Connection {
+                    phase: Phase::Connect,
+                    source: redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection within {budget:?}"),
+                    )),
+                });
+            }
+        };
+        // A server that is not Redis, or one that wants a password, is reported now and as
+        // such, not at the first lock as something else.
+        match redis::cmd("PING")
+            .query_async::<Value>(&mut connection)
+            .await
+        {
+            Ok(Value::SimpleString(_) | Value::BulkString(_)) => {}
+            Ok(other) => {
+                return Err(Error::NotRedis {
+                    url: redact(url),
+                    detail: format!("PING was answered with {other:?}"),
+                });
+            }
+            Err(source) => return Err(connect_error(url, source)),
+        }
+        Ok(Node {
+            inner: Arc::new(Inner {
+                connection,
+                url: redact(url),
+                options,
+                pubsub,
+                naming: naming::Naming::default(),
+                requests: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The server's URL, its password hidden.
+    pub(crate) fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// The options the node was connected with.
+    pub(crate) fn options(&self) -> &ClientOptions {
+        &self.inner.options
+    }
+
+    /// Round trips sent so far: script calls, pipelines and commands (a pipeline counts
+    /// once), plus subscription commands and reconnects of the wake-up connection.
+    pub(crate) fn requests(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed) + self.inner.pubsub.requests()
+    }
+
+    /// Runs one of the crate's scripts; `keys` are the keys it touches, the lock key first
+    /// (a `WRONGTYPE` error names the one its message starts with).
+    pub(crate) async fn run_script<T: FromRedisValue>(
+        &self,
+        phase: Phase,
+        script: &LockScript,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T> {
+        let mut invocation = script.script().prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut connection = self.inner.connection.clone();
+        self.count_request();
+        invocation
+            .invoke_async::<T>(&mut connection)
+            .await
+            .map_err(|err| request_error(phase, keys, err))
+    }
+
+    /// Sends `pipe` (plain commands, not a transaction, built with
+    /// [`ignore_errors`](redis::Pipeline::ignore_errors)) in one round trip and returns each
+    /// command's reply, server errors included as [`Value::ServerError`]: the caller decides
+    /// what a failed command means.
+    pub(crate) async fn run_pipeline(
+        &self,
+        phase: Phase,
+        pipe: &redis::Pipeline,
+        keys: &[&str],
+    ) -> Result<Vec<Value>> {
+        let mut connection = self.inner.connection.clone();
+        self.count_request();
+        pipe.query_async(&mut connection)
+            .await
+            .map_err(|err| request_error(phase, keys, err))
+    }
+
+    /// Sends one plain command (a read of a companion key, say).
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        phase: Phase,
+        command: &redis::Cmd,
+        keys: &[&str],
+    ) -> Result<T> {
+        let mut connection = self.inner.connection.clone();
+        self.count_request();
+        command
+            .query_async(&mut connection)
+            .await
+            .map_err(|err| request_error(phase, keys, err))
+    }
+
+    /// Runs `script` with `EVAL` in a pipeline after `CLIENT SETNAME name` and
+    /// `CLIENT GETNAME`, so the script surely runs on the connection the name was given to
+    /// (see `mutex/acquire.lua`, KEYS[3]). Used only on the rare path that brings a fencing
+    /// counter up to the clock on a new connection. When the name sticks, it is recorded as
+    /// the connection's; when it does not (an ACL without `CLIENT`, a proxy that answers for
+    /// the server), this node never names again, and the script numbers every grant: slower,
+    /// never unsafe.
+    pub(crate) async fn run_script_naming<T: FromRedisValue>(
+        &self,
+        phase: Phase,
+        name: &str,
+        script: &LockScript,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(name)
+            .cmd("CLIENT")
+            .arg("GETNAME")
+            .cmd("EVAL")
+            .arg(script.source())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
+        let replies = self.run_pipeline(phase, &pipe, keys).await?;
+        let [_, named, reply] =
+            <[Value; 3]>::try_from(replies).map_err(|_| Error::UnexpectedReply {
+                phase,
+                detail: "a pipeline of three commands did not get three replies".into(),
+            })?;
+        match named {
+            Value::BulkString(got) if got == name.as_bytes() => {
+                self.inner.naming.set(name.into());
+            }
+            _ => self.inner.naming.refuse(),
+        }
+        if let Value::ServerError(err) = reply {
+            return Err(request_error(phase, keys, err.into()));
+        }
+        T::from_redis_value(reply).map_err(|err| Error::UnexpectedReply {
+            phase,
+            detail: err.to_string(),
+        })
+    }
+
+    /// The name this node believes its connection has (see `mutex/acquire.lua`, KEYS[3]).
+    pub(crate) fn connection_name(&self) -> Option<Arc<str>> {
+        self.inner.naming.get()
+    }
+
+    /// Records the name the connection was seen to have.
+    pub(crate) fn set_connection_name(&self, name: Arc<str>) {
+        self.inner.naming.set(name);
+    }
+
+    /// The turn to name the connection, if this caller may name it now: none other is naming
+    /// it, and names stick. The turn ends when it is dropped (cancellation included).
+    pub(crate) fn naming_turn(&self) -> Option<NamingTurn> {
+        self.inner.naming.turn()
+    }
+
+    /// Registers interest in the wake channel `channel` and waits up to `confirm_within` for
+    /// the server to confirm the subscription; past that it is returned anyway, not live.
+    pub(crate) async fn subscribe(&self, channel: &str, confirm_within: Duration) -> Subscription {
+        self.inner.pubsub.subscribe(channel, confirm_within).await
+    }
+
+    /// A new reference to `channel`'s subscription if one is live already (no request).
+    pub(crate) fn subscribe_live(&self, channel: &str) -> Option<Subscription> {
+        self.inner.pubsub.subscribe_live(channel)
+    }
+
+    /// The request connection itself, for tests that act on it as an application sharing it
+    /// would.
+    #[cfg(test)]
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.inner.connection.clone()
+    }
+
+    fn count_request(&self) {
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What a failed request means for the caller.
+fn request_error(phase: Phase, keys: &[&str], err: redis::RedisError) -> Error {
+    match err.kind() {
+        // A reply that could not be parsed leaves the connection (and the outcome of the
+        // request) in doubt, like any other broken connection.
+        redis::ErrorKind::Parse => Error::Connection { phase, source: err },
+        redis::ErrorKind::UnexpectedReturnType => Error::UnexpectedReply {
+            phase,
+            detail: err.to_string(),
+        },
+        _ => Error::from_redis(phase, keys, err),
+    }
+}
+
+/// What a failure to connect means: refused access, something that is not Redis, or no
+/// connection.
+fn connect_error(url: &str, source: redis::RedisError) -> Error {
+    if crate::error::is_auth_failure(&source) {
+        return Error::Auth {
+            phase: Phase::Connect,
+            source,
+        };
+    }
+    // Bytes that do not parse as RESP: something else listens on that port.
+    if source.kind() == redis::ErrorKind::Parse {
+        return Error::NotRedis {
+            url: redact(url),
+            detail: "its reply does not parse as the Redis protocol".into(),
+        };
+    }
+    Error::from_redis(Phase::Connect, &[], source)
+}

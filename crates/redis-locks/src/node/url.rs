@@ -1,0 +1,94 @@
+//! Redis URLs: what is wrong with one that cannot name a server, and how to show one without
+//! its password.
+
+/// Says what is wrong with a URL that cannot name a Redis server, in words: empty, no scheme,
+/// a scheme other than `redis`, `rediss`, `unix` or `redis+unix`, no host, a bad port.
+pub(crate) fn check_url(text: &str) -> std::result::Result<(), String> {
+    if text.trim().is_empty() {
+        return Err("the URL is empty; write it like redis://host:6379".into());
+    }
+    let url = url::Url::parse(text).map_err(|err| match err {
+        url::ParseError::RelativeUrlWithoutBase => {
+            "it has no scheme; write it like redis://host:6379".to_string()
+        }
+        url::ParseError::InvalidPort => "the port must be a number from 1 to 65535".to_string(),
+        other => format!("{other}; write it like redis://host:6379"),
+    })?;
+    match url.scheme() {
+        "redis" => {}
+        "rediss" => {
+            return Err("rediss:// (TLS) is not supported by this build; use redis://".into());
+        }
+        "unix" | "redis+unix" => return Ok(()),
+        other => {
+            return Err(format!(
+                "the scheme {other:?} is not Redis's; write it like redis://host:6379"
+            ));
+        }
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("it names no host; write it like redis://host:6379".into());
+    }
+    if url.port() == Some(0) {
+        return Err("the port must be a number from 1 to 65535".into());
+    }
+    let db = url.path().trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(format!(
+            "the database {db:?} is not a number (redis://host:6379/0)"
+        ));
+    }
+    Ok(())
+}
+
+/// The URL with any password replaced, for messages and `Debug`.
+pub(crate) fn redact(url: &str) -> String {
+    match url.split_once('@') {
+        Some((head, tail)) => match head.rsplit_once(':') {
+            Some((scheme_user, _password)) if scheme_user.contains("//") => {
+                format!("{scheme_user}:***@{tail}")
+            }
+            _ => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn url_errors_say_what_is_wrong() {
+        for (url, says) in [
+            ("", "empty"),
+            ("localhost:6379", "scheme"),
+            ("http://host:6379", "\"http\""),
+            ("redis://host:70000", "1 to 65535"),
+            ("redis://host:0", "1 to 65535"),
+            ("redis://:6379", "host"),
+            ("redis://host:6379/zero", "not a number"),
+            ("rediss://host", "TLS"),
+        ] {
+            let reason = super::check_url(url).unwrap_err();
+            assert!(reason.contains(says), "{url:?}: {reason}");
+        }
+        for good in [
+            "redis://127.0.0.1:6380",
+            "redis://:pw@host/2",
+            "unix:///tmp/r.sock",
+        ] {
+            assert_eq!(super::check_url(good), Ok(()), "{good}");
+        }
+    }
+
+    #[test]
+    fn redact_hides_passwords_only() {
+        assert_eq!(
+            redact("redis://:secret@host:6000"),
+            "redis://:***@host:6000"
+        );
+        assert_eq!(redact("redis://user:secret@host"), "redis://user:***@host");
+        assert_eq!(redact("redis://host:6000/2"), "redis://host:6000/2");
+    }
+}

@@ -1,0 +1,140 @@
+//! The waiters of one lock inside this process: they take turns, and only the one whose
+//! turn it is talks to Redis.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use crate::lease::LeaseState;
+use crate::node::{Node, Subscription};
+
+/// The waiters of one lock inside this process: a FIFO turn (only the holder of the turn
+/// talks to Redis) and the wake-up subscription they share while any of them waits.
+#[derive(Default)]
+pub(crate) struct LocalQueue {
+    turn: tokio::sync::Mutex<()>,
+    subscription: OnceCell<Subscription>,
+    /// The lease of a guard of this process that holds the lock with its key marked for a
+    /// wake-up (see [`LocalHolder`]).
+    holder: StdMutex<Option<Arc<LeaseState>>>,
+}
+
+/// A guard that took the lock from the head of its process's local queue, with waiters
+/// behind it, and marked its key at once: its release publishes a wake-up, so the next
+/// waiter need not ask Redis while the guard holds. Dropping it says the guard is done
+/// holding — before its release is sent, so a waiter that still sees it is certain to be
+/// listening when the wake-up comes.
+///
+/// It does not keep the queue alive: with no waiter left, the queue (and this note) goes.
+pub(crate) struct LocalHolder {
+    queue: Weak<LocalQueue>,
+    state: Arc<LeaseState>,
+}
+
+impl LocalHolder {
+    pub(crate) fn new(queue: &Arc<LocalQueue>, state: Arc<LeaseState>) -> LocalHolder {
+        *queue.holder.lock().unwrap_or_else(|p| p.into_inner()) = Some(state.clone());
+        LocalHolder {
+            queue: Arc::downgrade(queue),
+            state,
+        }
+    }
+}
+
+impl Drop for LocalHolder {
+    fn drop(&mut self) {
+        let Some(queue) = self.queue.upgrade() else {
+            return;
+        };
+        let mut holder = queue.holder.lock().unwrap_or_else(|p| p.into_inner());
+        // Only this guard's note: a later holder's stays.
+        if holder
+            .as_ref()
+            .is_some_and(|state| Arc::ptr_eq(state, &self.state))
+        {
+            *holder = None;
+        }
+    }
+}
+
+impl LocalQueue {
+    /// How long a guard of this process is still certain to hold the lock with its key
+    /// marked (see [`LocalHolder`]); `None` when no such guard holds it.
+    pub(crate) fn local_holder_lease(&self) -> Option<Duration> {
+        let holder = self.holder.lock().unwrap_or_else(|p| p.into_inner());
+        let state = holder.as_ref()?;
+        if state.loss().is_some() {
+            return None;
+        }
+        Some(
+            state
+                .status()
+                .deadline
+                .saturating_duration_since(Instant::now()),
+        )
+    }
+
+    /// The subscription, made (and confirmed, or given up on after `confirm_within`) now if
+    /// needed.
+    pub(crate) async fn subscribe(
+        &self,
+        node: &Node,
+        channel: &str,
+        confirm_within: Duration,
+    ) -> &Subscription {
+        self.subscription
+            .get_or_init(|| node.subscribe(channel, confirm_within))
+            .await
+    }
+
+    /// This waiter's turn, in FIFO order: `None` when `deadline` passes first (or has passed
+    /// already and the turn is not free).
+    pub(crate) async fn take_turn(
+        &self,
+        deadline: Option<Instant>,
+    ) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        if let Ok(turn) = self.turn.try_lock() {
+            return Some(turn);
+        }
+        match deadline {
+            None => Some(self.turn.lock().await),
+            Some(deadline) if deadline <= Instant::now() => None,
+            Some(deadline) => tokio::time::timeout_at(deadline, self.turn.lock())
+                .await
+                .ok(),
+        }
+    }
+}
+
+/// Every lock's [`LocalQueue`] in this client, kept while a waiter holds it.
+#[derive(Default)]
+pub(crate) struct LocalQueues {
+    queues: StdMutex<HashMap<String, Weak<LocalQueue>>>,
+}
+
+impl LocalQueues {
+    /// Whether a waiter of `lock` holds its queue now.
+    pub(crate) fn contains(&self, lock: &str) -> bool {
+        let queues = self.queues.lock().expect("never poisoned");
+        queues
+            .get(lock)
+            .is_some_and(|queue| queue.strong_count() > 0)
+    }
+
+    /// The queue of `lock`, made if no waiter holds one now.
+    pub(crate) fn get(&self, lock: &str) -> Arc<LocalQueue> {
+        let mut queues = self.queues.lock().expect("never poisoned");
+        if let Some(queue) = queues.get(lock).and_then(Weak::upgrade) {
+            return queue;
+        }
+        if queues.len() >= 1024 {
+            queues.retain(|_, queue| queue.strong_count() > 0);
+        }
+        let queue = Arc::new(LocalQueue::default());
+        queues.insert(lock.to_string(), Arc::downgrade(&queue));
+        queue
+    }
+}

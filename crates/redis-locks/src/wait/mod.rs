@@ -1,0 +1,227 @@
+//! The one acquire loop: every primitive waits for a held lock through [`acquire`].
+//!
+//! A waiter listens on the lock's wake channel (a subscription through the
+//! [`Node`]) *before* each attempt, so a release right after the attempt still wakes it; then
+//! it sleeps until a release wakes it, or until the holder's lease ends (the key expires then,
+//! so a crashed holder is noticed at once), or until its place lease must be renewed, or
+//! until the caller's wait budget runs out. While the wake-up connection is not live it polls
+//! with a jittered delay ([`pause`]). A primitive that takes *local turns* (a `Mutex`) lets
+//! only the first of its waiters of one lock in this process talk to Redis ([`local`]); one
+//! whose waiters keep their own place on the server (a `FairMutex`) does not.
+//!
+//! The primitive says how to attempt through a [`Contender`]. The waiter mark and the wake-up
+//! publish that its scripts use are in `waiters.lua` ([`WAITERS_LUA`]).
+
+mod local;
+mod options;
+mod pause;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::lease::Lease;
+use crate::node::{Node, Subscription};
+
+pub(crate) use local::{LocalHolder, LocalQueues};
+pub use options::{DEFAULT_RETRY_DELAY, WaitOptions};
+use pause::{Backoff, Bounds, confirm_limit, pause};
+
+/// The waiter prelude of the lock scripts: `holder_of`, `mark_waited`, `with_mark`, `wake`.
+pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
+
+/// What one attempt found.
+pub(crate) enum Try {
+    /// Granted: the lease the attempt took.
+    Won(Lease),
+    /// Held by another owner (or others queue first); how long the holder's lease still
+    /// runs, when known.
+    Held(Option<Duration>),
+}
+
+/// A primitive's side of the acquire loop: how to attempt, and what its waiting needs.
+pub(crate) trait Contender: Send {
+    /// The lock's name, for [`Error::WaitTimeout`].
+    fn name(&self) -> &str;
+
+    /// The lock's wake channel.
+    fn channel(&self) -> &str;
+
+    /// One attempt, made while listening for wake-ups. With `mark`, waiters of this process
+    /// queue behind this one (local turns only): a grant should be marked at once so that
+    /// its release wakes them. `deadline` is the wait budget, for a grant that comes back
+    /// late and would be asked again.
+    fn attempt(
+        &mut self,
+        mark: bool,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<Try>> + Send;
+
+    /// The first attempt of a call, made before listening, when no other waiter of this
+    /// process waits for the lock (and for a try-once after a local turn did not come in
+    /// time): the cheapest way to ask. By default, an attempt.
+    fn first(&mut self, deadline: Option<Instant>) -> impl Future<Output = Result<Try>> + Send {
+        self.attempt(false, deadline)
+    }
+
+    /// Whether this primitive's waiters of one lock in this process take turns, only the
+    /// first of them talking to Redis.
+    fn local_turns(&self) -> bool {
+        false
+    }
+
+    /// The payload of a wake-up addressed to this waiter only (its owner token), if releases
+    /// wake one waiter at a time; `None` when any wake-up on the channel is for it.
+    fn address(&self) -> Option<&str> {
+        None
+    }
+
+    /// How often the waiter must attempt even without a wake-up (to renew a place lease).
+    fn refresh(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The wait budget ran out after a refused attempt: give up whatever the attempts left
+    /// on the server (a place in a queue).
+    fn give_up(self) -> impl Future<Output = ()> + Send
+    where
+        Self: Sized,
+    {
+        async {}
+    }
+}
+
+/// Where a waiter waits: the node its wake-ups come from, and this process's local queues.
+#[derive(Clone, Copy)]
+pub(crate) struct WaitOn<'a> {
+    pub(crate) node: &'a Node,
+    pub(crate) local: &'a LocalQueues,
+    pub(crate) options: &'a WaitOptions,
+}
+
+/// Acquires with `contender`, waiting until `deadline` (`None`: as long as it takes).
+///
+/// # Errors
+/// [`Error::WaitTimeout`] when the budget ran out with the lock held by others (after at
+/// least one attempt); any error of an attempt, at once.
+pub(crate) async fn acquire<C: Contender>(
+    on: WaitOn<'_>,
+    mut contender: C,
+    deadline: Option<Instant>,
+) -> Result<Lease> {
+    let started = Instant::now();
+    let over = |deadline: Option<Instant>| deadline.is_some_and(|d| Instant::now() >= d);
+    let timeout = |name: &str, retry_after| Error::WaitTimeout {
+        name: name.to_string(),
+        waited: started.elapsed(),
+        retry_after,
+    };
+    let local_turns = contender.local_turns();
+    // Without local turns, a subscription other waiters of this process keep live is joined
+    // at once (no request): then listen from the very first attempt.
+    let mut own: Option<Subscription> = if local_turns {
+        None
+    } else {
+        on.node.subscribe_live(contender.channel())
+    };
+    let alone = if local_turns {
+        !on.local.contains(contender.name())
+    } else {
+        own.is_none()
+    };
+    if alone {
+        match contender.first(deadline).await? {
+            Try::Won(lease) => return Ok(lease),
+            Try::Held(retry_after) if over(deadline) => {
+                let name = contender.name().to_string();
+                contender.give_up().await;
+                return Err(timeout(&name, retry_after));
+            }
+            Try::Held(_) => {}
+        }
+    }
+    // Waiters of this lock in this process take turns; only the one whose turn it is talks
+    // to Redis.
+    let queue = local_turns.then(|| on.local.get(contender.name()));
+    let _turn = match &queue {
+        None => None,
+        Some(queue) => match queue.take_turn(deadline).await {
+            Some(turn) => Some(turn),
+            // A zero budget, or a turn that did not come in time: one attempt, never none.
+            None => {
+                return match contender.first(deadline).await? {
+                    Try::Won(lease) => Ok(lease),
+                    Try::Held(retry_after) => Err(timeout(contender.name(), retry_after)),
+                };
+            }
+        },
+    };
+    let backoff = Backoff::new(on.options.get_retry_delay());
+    loop {
+        let confirm_within = confirm_limit(deadline, contender.refresh());
+        let channel = contender.channel();
+        let subscription = match &queue {
+            // Kept while any waiter of this process queues.
+            Some(queue) => queue.subscribe(on.node, channel, confirm_within).await,
+            None => match &mut own {
+                Some(own) => &*own,
+                none => &*none.insert(on.node.subscribe(channel, confirm_within).await),
+            },
+        };
+        // Listen before the attempt, so a release right after it still wakes us.
+        let mut listener = subscription.listen();
+        let live = subscription.is_live();
+        // A guard of this process holds the lock with its key marked: its release will wake
+        // us, so there is nothing to ask Redis until then (but a wait that is over still
+        // asks once, below).
+        if let Some(left) = queue
+            .as_ref()
+            .and_then(|queue| queue.local_holder_lease())
+            .filter(|left| live && !over(deadline) && !left.is_zero())
+        {
+            let bounds = Bounds {
+                live,
+                retry_after: Some(left),
+                refresh: None,
+                deadline,
+            };
+            pause(
+                Some(&mut listener),
+                None,
+                bounds.sleep_limit(&backoff, Instant::now()),
+            )
+            .await;
+            continue;
+        }
+        // Waiters of this process queued behind this one: mark a grant at once.
+        let mark = queue
+            .as_ref()
+            .is_some_and(|queue| Arc::strong_count(queue) > 1);
+        let retry_after = match contender.attempt(mark, deadline).await? {
+            Try::Won(mut lease) => {
+                if let Some(queue) = queue.as_ref().filter(|_| mark) {
+                    let note = LocalHolder::new(queue, lease.state().clone());
+                    lease.attach(Box::new(note));
+                }
+                return Ok(lease);
+            }
+            Try::Held(retry_after) => retry_after,
+        };
+        if over(deadline) {
+            let name = contender.name().to_string();
+            contender.give_up().await;
+            return Err(timeout(&name, retry_after));
+        }
+        let bounds = Bounds {
+            live,
+            retry_after,
+            refresh: contender.refresh(),
+            deadline,
+        };
+        let limit = bounds.sleep_limit(&backoff, Instant::now());
+        pause(Some(&mut listener), contender.address(), limit).await;
+    }
+}
