@@ -418,8 +418,9 @@ fn with_foreground_the_command_shares_runs_process_group() {
 #[test]
 fn ctrl_z_stops_the_command_and_run_and_fg_continues_both() {
     let server = RedisServer::start().unwrap();
+    // Long enough (4 s at least) that a loaded machine cannot let it end before run stops it.
     let script =
-        "echo ready $$; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done; echo finished";
+        "echo ready $$; i=0; while [ $i -lt 80 ]; do sleep 0.05; i=$((i+1)); done; echo finished";
     let mut runner = ChildProcess::spawn(run(&server, &["paused"], &["sh", "-c", script])).unwrap();
     let line = runner
         .wait_for_line("ready", Duration::from_secs(30))

@@ -43,8 +43,7 @@ impl std::fmt::Display for LostReason {
 /// use redis_locks::Phase;
 /// assert_eq!(Phase::Acquire.to_string(), "acquire");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Phase {
     /// Opening the connection (and the `PING` after it).

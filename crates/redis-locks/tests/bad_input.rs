@@ -331,3 +331,19 @@ async fn a_wait_too_long_for_the_clock_waits_without_panicking() {
     }
     holder.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_highest_token_that_is_not_a_number_is_a_wrong_type_error_not_a_broken_connection() {
+    let server = server();
+    let client = client(&server).await;
+    let report = client.fenced_key("report").unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("{report}:fenced")
+        .arg("not a token")
+        .query(&mut raw(&server))
+        .unwrap();
+    match report.highest_token().await {
+        Err(Error::WrongType { key, .. }) => assert_eq!(key, "{report}:fenced"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+}

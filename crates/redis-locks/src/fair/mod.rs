@@ -159,10 +159,12 @@ impl FairKeys {
 }
 
 /// How a `FairMutex` is released (leaving the queue, waking only the next waiter) and
-/// extended (as a `Mutex`: the lock key is the same kind of key).
+/// extended (as a `Mutex` is: the lock key is the same kind of string key, so the `Mutex`'s
+/// owner-checked extend serves both).
 struct FairHold {
     keys: Arc<FairKeys>,
-    extend: MutexHold,
+    /// The lock key on its node, as a `Mutex` holds it.
+    lock: MutexHold,
 }
 
 impl Hold for FairHold {
@@ -174,7 +176,7 @@ impl Hold for FairHold {
         Box::pin(async move {
             let keys = &self.keys;
             let reply = self
-                .extend
+                .lock
                 .node
                 .run_script(
                     Phase::Release,
@@ -188,7 +190,7 @@ impl Hold for FairHold {
     }
 
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
-        self.extend.extend(owner, lease)
+        self.lock.extend(owner, lease)
     }
 }
 
@@ -261,14 +263,14 @@ impl FairMutex {
     fn new(client: Client, keys: LockKeys, options: FairMutexOptions) -> Result<FairMutex> {
         options.check()?;
         let keys = Arc::new(FairKeys::new(keys));
-        let extend = MutexHold {
+        let lock = MutexHold {
             node: client.node().clone(),
             keys: keys.lock.clone(),
         };
         Ok(FairMutex {
             hold: Arc::new(FairHold {
                 keys: keys.clone(),
-                extend,
+                lock,
             }),
             lease_ms: lease_millis(options.lease.get_lease())?.to_string().into(),
             client,

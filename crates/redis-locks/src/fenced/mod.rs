@@ -111,14 +111,23 @@ impl FencedKey {
     /// The highest token that has written the key, if any.
     ///
     /// # Errors
-    /// As [`FencedKey::get`].
+    /// As [`FencedKey::get`]; [`Error::WrongType`] naming the highest-token key when it holds
+    /// something that is not a token.
     pub async fn highest_token(&self) -> Result<Option<FencingToken>> {
         let fenced = self.keys.companion("fenced");
         let command = redis::cmd("GET").arg(&fenced).to_owned();
-        let highest: Option<u64> = self
+        let highest: Option<String> = self
             .node
             .query(Phase::FencedRead, &command, &[&fenced])
             .await?;
-        Ok(highest.map(FencingToken::new))
+        highest
+            .map(|text| match text.parse() {
+                Ok(token) => Ok(FencingToken::new(token)),
+                Err(_) => Err(Error::WrongType {
+                    key: fenced.clone(),
+                    detail: format!("{text:?} is not a fencing token"),
+                }),
+            })
+            .transpose()
     }
 }

@@ -1,4 +1,4 @@
--- fenced_set.lua: write a resource only for a fencing token at least as high as any seen.
+-- set.lua: write a resource only for a fencing token at least as high as any seen.
 --
 -- KEYS[1]  the resource: a string key (absent, or a string).
 -- KEYS[2]  the highest fencing token that has written the resource (an integer string).

@@ -17,7 +17,7 @@
 //!    cluster slot) and write the scripts as `.lua` files in the primitive's folder, each with
 //!    a header stating KEYS, ARGV and every reply. Start them with the preludes they call:
 //!    `token/fence.lua` (`next_token`: fencing tokens that survive a restart) and
-//!    `wait/waiters.lua` (the waiter mark on a held key, the wake-up publish). Load each once
+//!    `wait/waiters.lua` (the waiter mark on a held key, the wake-up publish, `wake_all`). Load each once
 //!    as a [`LockScript`](crate::node::LockScript) in a `static LazyLock`.
 //! 2. **A [`Hold`]**: release and extend by owner token, one script call each, mapping the
 //!    `1 / 0 / -1` reply with [`owner_reply`]. It owns what it needs to reach the server
@@ -35,7 +35,11 @@
 //!    constructor. Tests: the scripts against a real server (every reply of the header), the
 //!    contention checker of [`history`](crate::history), cancel safety, bad input.
 //!
-//! Nothing in `lease/`, `wait/` or `node/` changes for a new primitive.
+//! A primitive with an exclusive string lock key (as `Mutex` and `FairMutex`) needs nothing
+//! more from `lease/`, `wait/` or `node/`. What the next ones will need there: a
+//! caller-chosen owner token for an owed release and a release that reports what is left
+//! (a reentrant hold count); a waiter mark for a lock kept in a hash (`waiters.lua` marks
+//! string keys); a shared local turn for readers (local turns are exclusive).
 
 mod held;
 mod options;

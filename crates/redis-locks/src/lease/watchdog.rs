@@ -1,11 +1,12 @@
 //! The watchdog: renews the leases of held locks in the background, owner-checked.
 //!
-//! One scheduler task per [`Client`](crate::Client) keeps every renewed lease in a queue ordered by when its
-//! next renewal is due, sleeps until the earliest, and starts each due renewal as a task of
-//! its own. Taking a lock adds an entry and releasing it removes one — a map insert and
-//! remove under a mutex, with no task spawned and no timer armed per lock. The scheduler is
-//! started with the first renewed lease (again if the runtime it ran on shut down) and ends
-//! with the client.
+//! One scheduler task per [`Client`](crate::Client) keeps every renewed lease in a queue
+//! ordered by when its next renewal is due, sleeps until the earliest, and starts each due
+//! renewal as a task of its own. Taking a lock adds an entry and releasing it removes one — a
+//! map insert and remove under a mutex, with no task spawned and no timer armed per lock. The
+//! scheduler is started with the first renewed lease (again if the runtime it ran on shut
+//! down) and ends once the client and every watched guard are gone. A renewal is the
+//! primitive's owner-checked extend ([`Hold::extend`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -361,7 +361,7 @@ impl Contender for Contending<'_> {
         self.0.attempt(Ask::Fast { pttl }, deadline).await
     }
 
-    fn local_turns(&self) -> bool {
-        true
+    fn local_turns(&self) -> Option<&'static str> {
+        Some("mutex")
     }
 }

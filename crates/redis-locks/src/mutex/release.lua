@@ -1,5 +1,5 @@
 -- release.lua: release a Mutex, but only for its owner, and wake its waiters (after the
--- waiters.lua prelude: holder_of, wake).
+-- waiters.lua prelude: holder_of, wake_all).
 --
 -- KEYS[1]  the lock key.
 -- ARGV[1]  the owner token the caller acquired with.
@@ -24,6 +24,6 @@ if holder ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 if marked then
-  wake(ARGV[2], '*')
+  wake_all(ARGV[2])
 end
 return 1

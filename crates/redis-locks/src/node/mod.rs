@@ -3,14 +3,18 @@
 //! A node is one Redis server as the locks see it: script calls ([`Node::run_script`]),
 //! pipelines of plain commands ([`Node::run_pipeline`]), single commands ([`Node::query`])
 //! and wake-up subscriptions ([`Node::subscribe`]), each failure sorted into the crate's
-//! [`Error`]. No primitive touches a connection. A Redis Cluster backend (scripts routed by
-//! the lock's slot, sharded pub/sub), Sentinel (the current master) or Redlock's N
-//! independent nodes are further kinds of node behind these same calls, added here without
-//! changing a primitive.
+//! [`Error`]. No primitive touches a connection.
 //!
 //! Today's node is one server: one multiplexed connection (redis-rs's `ConnectionManager`)
 //! for requests, and one subscriber connection ([`pubsub`]) opened the first time a lock must
-//! be waited for.
+//! be waited for. What is pluggable here: a Redis Cluster node (a cluster connection routes
+//! each call by the lock's slot, since all keys of a lock share one; sharded pub/sub for the
+//! wake channel) and a Sentinel node (the current master) go behind these same calls. Two
+//! things stay per primitive: the `Mutex` fast path's vouching relies on one named connection
+//! per node ([`Node::connection_name`]; a cluster node would name one connection per shard or
+//! send every grant through the script), and a quorum over N independent nodes (Redlock) is
+//! N `Node`s that the primitive's [`Hold`](crate::lease::Hold) and attempt ask in parallel,
+//! not one node.
 
 mod naming;
 mod options;
@@ -151,10 +155,11 @@ impl Node {
         }
         let mut connection = self.inner.connection.clone();
         self.count_request();
-        invocation
-            .invoke_async::<T>(&mut connection)
+        let reply = invocation
+            .invoke_async::<Value>(&mut connection)
             .await
-            .map_err(|err| request_error(phase, keys, err))
+            .map_err(|err| request_error(phase, keys, err))?;
+        convert(phase, reply)
     }
 
     /// Sends `pipe` (plain commands, not a transaction, built with
@@ -183,10 +188,11 @@ impl Node {
     ) -> Result<T> {
         let mut connection = self.inner.connection.clone();
         self.count_request();
-        command
-            .query_async(&mut connection)
+        let reply = command
+            .query_async::<Value>(&mut connection)
             .await
-            .map_err(|err| request_error(phase, keys, err))
+            .map_err(|err| request_error(phase, keys, err))?;
+        convert(phase, reply)
     }
 
     /// Runs `script` with `EVAL` in a pipeline after `CLIENT SETNAME name` and
@@ -231,10 +237,7 @@ impl Node {
         if let Value::ServerError(err) = reply {
             return Err(request_error(phase, keys, err.into()));
         }
-        T::from_redis_value(reply).map_err(|err| Error::UnexpectedReply {
-            phase,
-            detail: err.to_string(),
-        })
+        convert(phase, reply)
     }
 
     /// The name this node believes its connection has (see `mutex/acquire.lua`, KEYS[3]).
@@ -276,16 +279,22 @@ impl Node {
     }
 }
 
+/// A reply read whole, in the shape the caller expects: one of another shape (a foreign
+/// script under the same SHA, a companion key holding what this crate never wrote) is
+/// [`Error::UnexpectedReply`], not a broken connection.
+fn convert<T: FromRedisValue>(phase: Phase, reply: Value) -> Result<T> {
+    T::from_redis_value(reply).map_err(|err| Error::UnexpectedReply {
+        phase,
+        detail: err.to_string(),
+    })
+}
+
 /// What a failed request means for the caller.
 fn request_error(phase: Phase, keys: &[&str], err: redis::RedisError) -> Error {
     match err.kind() {
         // A reply that could not be parsed leaves the connection (and the outcome of the
         // request) in doubt, like any other broken connection.
         redis::ErrorKind::Parse => Error::Connection { phase, source: err },
-        redis::ErrorKind::UnexpectedReturnType => Error::UnexpectedReply {
-            phase,
-            detail: err.to_string(),
-        },
         _ => Error::from_redis(phase, keys, err),
     }
 }

@@ -109,24 +109,27 @@ impl LocalQueue {
     }
 }
 
-/// Every lock's [`LocalQueue`] in this client, kept while a waiter holds it.
+/// Every lock's [`LocalQueue`] in this client, kept while a waiter holds it; by kind of
+/// primitive, then lock name (two kinds of lock on one name do not share a turn).
 #[derive(Default)]
 pub(crate) struct LocalQueues {
-    queues: StdMutex<HashMap<String, Weak<LocalQueue>>>,
+    kinds: StdMutex<HashMap<&'static str, HashMap<String, Weak<LocalQueue>>>>,
 }
 
 impl LocalQueues {
-    /// Whether a waiter of `lock` holds its queue now.
-    pub(crate) fn contains(&self, lock: &str) -> bool {
-        let queues = self.queues.lock().expect("never poisoned");
-        queues
-            .get(lock)
+    /// Whether a waiter of the `kind` lock `lock` holds its queue now.
+    pub(crate) fn contains(&self, kind: &'static str, lock: &str) -> bool {
+        let kinds = self.kinds.lock().expect("never poisoned");
+        kinds
+            .get(kind)
+            .and_then(|queues| queues.get(lock))
             .is_some_and(|queue| queue.strong_count() > 0)
     }
 
-    /// The queue of `lock`, made if no waiter holds one now.
-    pub(crate) fn get(&self, lock: &str) -> Arc<LocalQueue> {
-        let mut queues = self.queues.lock().expect("never poisoned");
+    /// The queue of the `kind` lock `lock`, made if no waiter holds one now.
+    pub(crate) fn get(&self, kind: &'static str, lock: &str) -> Arc<LocalQueue> {
+        let mut kinds = self.kinds.lock().expect("never poisoned");
+        let queues = kinds.entry(kind).or_default();
         if let Some(queue) = queues.get(lock).and_then(Weak::upgrade) {
             return queue;
         }

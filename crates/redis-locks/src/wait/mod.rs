@@ -1,7 +1,9 @@
 //! The one acquire loop: every primitive waits for a held lock through [`acquire`].
 //!
-//! A waiter listens on the lock's wake channel (a subscription through the
-//! [`Node`]) *before* each attempt, so a release right after the attempt still wakes it; then
+//! The first attempt of a call is made alone, the cheapest way (no subscription, which an
+//! uncontended lock never needs). After that a waiter listens on the lock's wake channel (a
+//! subscription through the [`Node`]) *before* each attempt, so a release right after the
+//! attempt still wakes it; then
 //! it sleeps until a release wakes it, or until the holder's lease ends (the key expires then,
 //! so a crashed holder is noticed at once), or until its place lease must be renewed, or
 //! until the caller's wait budget runs out. While the wake-up connection is not live it polls
@@ -68,9 +70,10 @@ pub(crate) trait Contender: Send {
     }
 
     /// Whether this primitive's waiters of one lock in this process take turns, only the
-    /// first of them talking to Redis.
-    fn local_turns(&self) -> bool {
-        false
+    /// first of them talking to Redis: `Some(kind)`, the primitive's name, which keeps the
+    /// turns of two kinds of lock on one name apart.
+    fn local_turns(&self) -> Option<&'static str> {
+        None
     }
 
     /// The payload of a wake-up addressed to this waiter only (its owner token), if releases
@@ -122,15 +125,13 @@ pub(crate) async fn acquire<C: Contender>(
     let local_turns = contender.local_turns();
     // Without local turns, a subscription other waiters of this process keep live is joined
     // at once (no request): then listen from the very first attempt.
-    let mut own: Option<Subscription> = if local_turns {
-        None
-    } else {
-        on.node.subscribe_live(contender.channel())
+    let mut own: Option<Subscription> = match local_turns {
+        Some(_) => None,
+        None => on.node.subscribe_live(contender.channel()),
     };
-    let alone = if local_turns {
-        !on.local.contains(contender.name())
-    } else {
-        own.is_none()
+    let alone = match local_turns {
+        Some(kind) => !on.local.contains(kind, contender.name()),
+        None => own.is_none(),
     };
     if alone {
         match contender.first(deadline).await? {
@@ -145,7 +146,7 @@ pub(crate) async fn acquire<C: Contender>(
     }
     // Waiters of this lock in this process take turns; only the one whose turn it is talks
     // to Redis.
-    let queue = local_turns.then(|| on.local.get(contender.name()));
+    let queue = local_turns.map(|kind| on.local.get(kind, contender.name()));
     let _turn = match &queue {
         None => None,
         Some(queue) => match queue.take_turn(deadline).await {
@@ -154,7 +155,11 @@ pub(crate) async fn acquire<C: Contender>(
             None => {
                 return match contender.first(deadline).await? {
                     Try::Won(lease) => Ok(lease),
-                    Try::Held(retry_after) => Err(timeout(contender.name(), retry_after)),
+                    Try::Held(retry_after) => {
+                        let name = contender.name().to_string();
+                        contender.give_up().await;
+                        Err(timeout(&name, retry_after))
+                    }
                 };
             }
         },
@@ -185,15 +190,11 @@ pub(crate) async fn acquire<C: Contender>(
             let bounds = Bounds {
                 live,
                 retry_after: Some(left),
-                refresh: None,
+                refresh: contender.refresh(),
                 deadline,
             };
-            pause(
-                Some(&mut listener),
-                None,
-                bounds.sleep_limit(&backoff, Instant::now()),
-            )
-            .await;
+            let limit = bounds.sleep_limit(&backoff, Instant::now());
+            pause(Some(&mut listener), contender.address(), limit).await;
             continue;
         }
         // Waiters of this process queued behind this one: mark a grant at once.

@@ -19,8 +19,11 @@
 --   Returns  the value of a lock key held by owner and marked at once.
 --
 -- wake(channel, payload)
---   Publishes payload on the lock's wake channel: '*' wakes every waiter of the lock, an
---   owner token only the waiter holding it (see node/pubsub.rs).
+--   Publishes payload on the lock's wake channel: an owner token wakes only the waiter
+--   holding it (see node/pubsub.rs).
+--
+-- wake_all(channel)
+--   Publishes '*' on the lock's wake channel: every waiter of the lock looks again.
 
 local WAITED = '+w'
 
@@ -48,4 +51,8 @@ end
 
 local function wake(channel, payload)
   redis.call('PUBLISH', channel, payload)
+end
+
+local function wake_all(channel)
+  wake(channel, '*')
 end
