@@ -432,11 +432,11 @@ fn ctrl_z_stops_the_command_and_run_and_fg_continues_both() {
     };
     signal(run_pid, nix::sys::signal::Signal::SIGTSTP);
     assert!(
-        reaches(command, 'T', Duration::from_secs(5)),
+        reaches(command, 'T', Duration::from_secs(15)),
         "the command stopped"
     );
     assert!(
-        reaches(run_pid, 'T', Duration::from_secs(5)),
+        reaches(run_pid, 'T', Duration::from_secs(15)),
         "and run itself"
     );
     signal(run_pid, nix::sys::signal::Signal::SIGCONT);
@@ -491,7 +491,7 @@ fn a_stop_longer_than_the_lease_ends_in_a_loss_not_a_run_without_the_lock() {
     let run_pid = nix::unistd::Pid::from_raw(runner.pid() as i32);
     nix::sys::signal::kill(run_pid, nix::sys::signal::Signal::SIGTSTP).unwrap();
     assert!(
-        reaches(command, 'T', Duration::from_secs(5)),
+        reaches(command, 'T', Duration::from_secs(15)),
         "the command stopped"
     );
     // Stopped for longer than the lease: nobody renewed it, and it has run out.

@@ -41,6 +41,9 @@ pub struct LockKeys {
     fence: String,
     epoch: String,
     wake: String,
+    queue: String,
+    places: String,
+    tickets: String,
 }
 
 impl LockKeys {
@@ -98,6 +101,9 @@ impl LockKeys {
             fence: format!("{prefix}:fence"),
             epoch: format!("{prefix}:epoch"),
             wake: format!("{prefix}:wake"),
+            queue: format!("{prefix}:queue"),
+            places: format!("{prefix}:places"),
+            tickets: format!("{prefix}:tickets"),
             prefix,
         })
     }
@@ -130,6 +136,23 @@ impl LockKeys {
     /// a cluster-aware client can use sharded pub/sub).
     pub fn wake_channel(&self) -> &str {
         &self.wake
+    }
+
+    /// The queue of waiters: a sorted set of waiter ids by arrival (a ticket the server hands
+    /// out). A release wakes the first of them.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The waiters' place leases: a sorted set of waiter ids by the server time (ms) at which
+    /// each place runs out unless its waiter renews it.
+    pub fn places(&self) -> &str {
+        &self.places
+    }
+
+    /// The ticket counter of the queue; it exists only while somebody waits.
+    pub fn tickets(&self) -> &str {
+        &self.tickets
     }
 
     /// A companion key `<prefix>:<suffix>` in the lock's slot.

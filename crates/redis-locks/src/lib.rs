@@ -21,7 +21,7 @@ mod wait;
 
 pub use client::{Client, ClientStats};
 pub use error::{Error, LostReason, Phase, Result};
-pub use fair::{DEFAULT_PLACE_LEASE, FairMutex, FairMutexOptions};
+pub use fair::{FairMutex, FairMutexOptions};
 pub use fenced::FencedKey;
 pub use key::LockKeys;
 pub use lease::{DEFAULT_LEASE, LeaseOptions, MAX_LEASE, MIN_LEASE};
@@ -29,4 +29,4 @@ pub use mutex::{Mutex, MutexGuard, MutexOptions};
 pub use node::ClientOptions;
 pub use state::{Holder, LockState};
 pub use token::{FencingToken, OwnerToken};
-pub use wait::{DEFAULT_RETRY_DELAY, WaitOptions};
+pub use wait::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};

@@ -120,9 +120,14 @@ async fn a_wait_behind_a_local_holder_still_ends_on_time_and_asks_redis_once() {
         let mutex = mutex.clone();
         async move { mutex.lock().await }
     });
+    // It waits in line (the process's place in the lock's queue) with the turn taken.
     assert!(
         eventually(Duration::from_secs(5), || async {
-            subscribers(&server, "{beside}:wake") == 1
+            let queued: i64 = redis::cmd("ZCARD")
+                .arg("{beside}:queue")
+                .query(&mut raw(&server))
+                .unwrap();
+            subscribers(&server, "{beside}:wake") == 1 && queued == 1
         })
         .await
     );

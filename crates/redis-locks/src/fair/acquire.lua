@@ -1,5 +1,6 @@
 -- acquire.lua: take a FairMutex in first-come, first-served order (after the preludes
--- fence.lua, which defines server_micros and next_token, and waiters.lua: holder_of, wake).
+-- fence.lua, which defines server_micros and next_token, and waiters.lua: holder_of, wake,
+-- the queue).
 --
 -- Waiters queue in a sorted set ordered by a ticket the server hands out, so the order is
 -- the server's, not the clients' clocks. Each waiter holds its place with a short place
@@ -52,10 +53,7 @@ local micros = server_micros()
 local now = math.floor(micros / 1000)
 
 -- Waiters whose place lease ran out lose their place.
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-  redis.call('ZREM', KEYS[3], gone)
-  redis.call('ZREM', KEYS[4], gone)
-end
+queue_purge(KEYS[3], KEYS[4], now)
 
 -- A Mutex waiter's mark is not part of the owner token (holder_of strips it).
 local holder = holder_of(KEYS[1])
@@ -68,33 +66,20 @@ if holder == owner then
   return {1, token}
 end
 
-local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local head = queue_head(KEYS[3])
 if not holder and (head == nil or head == owner) then
   -- The token first: if the counter cannot give one, nothing else is written.
   local token, err = next_token(KEYS[2], micros)
   if not token then
     return err
   end
-  redis.call('ZREM', KEYS[3], owner)
-  redis.call('ZREM', KEYS[4], owner)
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    redis.call('DEL', KEYS[5])
-  end
+  queue_leave(KEYS[3], KEYS[4], KEYS[5], owner)
   redis.call('SET', KEYS[1], owner, 'PX', lease)
   return {1, token}
 end
 
 if place_lease > 0 then
-  if not redis.call('ZSCORE', KEYS[3], owner) then
-    redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), owner)
-  end
-  redis.call('ZADD', KEYS[4], now + place_lease, owner)
-  -- The queue's keys outlive their last live waiter by at most two place leases.
-  for i = 3, 5 do
-    if redis.call('PTTL', KEYS[i]) < 2 * place_lease then
-      redis.call('PEXPIRE', KEYS[i], 2 * place_lease)
-    end
-  end
+  queue_join(KEYS[3], KEYS[4], KEYS[5], owner, now, place_lease)
 end
 
 if not holder then

@@ -33,11 +33,6 @@ static ACQUIRE: LazyLock<LockScript> =
 static RELEASE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
 
-/// How long a waiter keeps its place in the queue without renewing it, by default.
-pub const DEFAULT_PLACE_LEASE: Duration = Duration::from_secs(2);
-const MIN_PLACE_LEASE: Duration = Duration::from_millis(3);
-const MAX_PLACE_LEASE: Duration = Duration::from_secs(3600);
-
 /// How a [`FairMutex`] acquires: the lease and watchdog ([`LeaseOptions`], as for a
 /// [`Mutex`](crate::Mutex)), how it waits ([`WaitOptions`]), and the place lease of a waiter
 /// in the queue.
@@ -61,7 +56,6 @@ const MAX_PLACE_LEASE: Duration = Duration::from_secs(3600);
 pub struct FairMutexOptions {
     lease: LeaseOptions,
     wait: WaitOptions,
-    place_lease: Duration,
 }
 
 impl Default for FairMutexOptions {
@@ -70,7 +64,6 @@ impl Default for FairMutexOptions {
         FairMutexOptions {
             lease: LeaseOptions::default(),
             wait: WaitOptions::default(),
-            place_lease: DEFAULT_PLACE_LEASE,
         }
     }
 }
@@ -82,7 +75,7 @@ impl FairMutexOptions {
         self
     }
 
-    /// How a waiting `lock()` behaves between attempts while wake-ups are down.
+    /// How a waiting `lock()` keeps its place and behaves while wake-ups are down.
     pub fn wait_options(mut self, options: WaitOptions) -> Self {
         self.wait = options;
         self
@@ -94,11 +87,11 @@ impl FairMutexOptions {
         self
     }
 
-    /// How long a waiter keeps its place without renewing it (3 ms to 1 hour). A waiter
-    /// renews every third of it; a waiter that died is skipped once it runs out, so this is
-    /// how long a dead waiter at the head can hold up the queue.
+    /// Shorthand for [`WaitOptions::place_lease`]: how long a waiter keeps its place without
+    /// renewing it (3 ms to 1 hour), so how long a dead waiter at the head can hold up the
+    /// queue.
     pub fn place_lease(mut self, place_lease: Duration) -> Self {
-        self.place_lease = place_lease;
+        self.wait = self.wait.place_lease(place_lease);
         self
     }
 
@@ -114,47 +107,16 @@ impl FairMutexOptions {
 
     /// The place lease in force.
     pub fn get_place_lease(&self) -> Duration {
-        self.place_lease
+        self.wait.get_place_lease()
     }
 
     /// Checks every value, so a bad one is reported when the handle is made.
     ///
     /// # Errors
-    /// As [`LeaseOptions::check`] and [`WaitOptions::check`]; [`Error::InvalidDuration`]
-    /// for a place lease under 3 ms or over 1 hour.
+    /// As [`LeaseOptions::check`] and [`WaitOptions::check`].
     pub fn check(&self) -> Result<()> {
         self.lease.check()?;
-        self.wait.check()?;
-        if !(MIN_PLACE_LEASE..=MAX_PLACE_LEASE).contains(&self.place_lease) {
-            return Err(Error::InvalidDuration {
-                what: "place lease",
-                value: self.place_lease,
-                reason: "a place lease must be 3 ms to 1 hour".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// The keys of one `FairMutex`: the lock's, and its queue's companions, all in one slot.
-struct FairKeys {
-    lock: Arc<LockKeys>,
-    /// Sorted set of waiters' owner tokens by ticket.
-    queue: String,
-    /// Sorted set of waiters' owner tokens by place-lease deadline (server ms).
-    places: String,
-    /// The ticket counter.
-    tickets: String,
-}
-
-impl FairKeys {
-    fn new(lock: LockKeys) -> FairKeys {
-        FairKeys {
-            queue: lock.companion("queue"),
-            places: lock.companion("places"),
-            tickets: lock.companion("tickets"),
-            lock: Arc::new(lock),
-        }
+        self.wait.check()
     }
 }
 
@@ -162,14 +124,14 @@ impl FairKeys {
 /// extended (as a `Mutex` is: the lock key is the same kind of string key, so the `Mutex`'s
 /// owner-checked extend serves both).
 struct FairHold {
-    keys: Arc<FairKeys>,
+    keys: Arc<LockKeys>,
     /// The lock key on its node, as a `Mutex` holds it.
     lock: MutexHold,
 }
 
 impl Hold for FairHold {
     fn name(&self) -> &str {
-        self.keys.lock.name()
+        self.keys.name()
     }
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, ()> {
@@ -181,8 +143,8 @@ impl Hold for FairHold {
                 .run_script(
                     Phase::Release,
                     &RELEASE,
-                    &[keys.lock.lock(), &keys.queue, &keys.places, &keys.tickets],
-                    &[owner.as_str(), keys.lock.wake_channel()],
+                    &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
+                    &[owner.as_str(), keys.wake_channel()],
                 )
                 .await?;
             owner_reply(self.name(), Phase::Release, reply)
@@ -223,7 +185,7 @@ impl Hold for FairHold {
 #[derive(Clone)]
 pub struct FairMutex {
     client: Client,
-    keys: Arc<FairKeys>,
+    keys: Arc<LockKeys>,
     hold: Arc<FairHold>,
     options: FairMutexOptions,
     /// The lease in milliseconds, as the acquire script takes it.
@@ -262,10 +224,10 @@ impl Client {
 impl FairMutex {
     fn new(client: Client, keys: LockKeys, options: FairMutexOptions) -> Result<FairMutex> {
         options.check()?;
-        let keys = Arc::new(FairKeys::new(keys));
+        let keys = Arc::new(keys);
         let lock = MutexHold {
             node: client.node().clone(),
-            keys: keys.lock.clone(),
+            keys: keys.clone(),
         };
         Ok(FairMutex {
             hold: Arc::new(FairHold {
@@ -281,7 +243,7 @@ impl FairMutex {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.keys.lock.name()
+        self.keys.name()
     }
 
     /// Takes the lock only if it is free and nobody waits for it; never joins the queue.
@@ -342,7 +304,7 @@ impl FairMutex {
     /// # Errors
     /// As [`Mutex::state`](crate::Mutex::state).
     pub async fn state(&self) -> Result<LockState> {
-        inspect(self.client.node(), &self.keys.lock).await
+        inspect(self.client.node(), &self.keys).await
     }
 
     /// How many waiters are queued (including any whose place lease ran out but who were
@@ -351,7 +313,7 @@ impl FairMutex {
     /// # Errors
     /// [`Error::WrongType`] when the queue key holds another type; [`Error::Connection`].
     pub async fn waiting(&self) -> Result<u64> {
-        let queue = &self.keys.queue;
+        let queue = self.keys.queue();
         let command = redis::cmd("ZCARD").arg(queue).to_owned();
         self.client
             .node()
@@ -400,17 +362,17 @@ impl FairMutex {
                     Phase::Acquire,
                     &ACQUIRE,
                     &[
-                        keys.lock.lock(),
-                        keys.lock.fence(),
-                        &keys.queue,
-                        &keys.places,
-                        &keys.tickets,
+                        keys.lock(),
+                        keys.fence(),
+                        keys.queue(),
+                        keys.places(),
+                        keys.tickets(),
                     ],
                     &[
                         owed.owner().as_str(),
                         &self.lease_ms,
                         &place,
-                        keys.lock.wake_channel(),
+                        keys.wake_channel(),
                     ],
                 )
                 .await?;
@@ -460,11 +422,11 @@ impl Contender for Contending<'_> {
     }
 
     fn channel(&self) -> &str {
-        self.fair.keys.lock.wake_channel()
+        self.fair.keys.wake_channel()
     }
 
     async fn attempt(&mut self, _mark: bool, deadline: Option<Instant>) -> Result<Try> {
-        let place_lease = self.fair.options.place_lease;
+        let place_lease = self.fair.options.get_place_lease();
         match self.fair.ask(self.owed(), place_lease, deadline).await? {
             Ok((token, sent_at)) => {
                 let owed = self
@@ -482,7 +444,7 @@ impl Contender for Contending<'_> {
     }
 
     fn refresh(&self) -> Option<Duration> {
-        Some(self.fair.options.place_lease / 3)
+        Some(self.fair.options.get_place_lease() / 3)
     }
 
     async fn give_up(mut self) {

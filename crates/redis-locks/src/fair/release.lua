@@ -1,6 +1,6 @@
 -- release.lua: leave a FairMutex — release it if held, give up a place in the queue
 -- if waiting — and wake only the next waiter (after the waiters.lua prelude: holder_of,
--- wake).
+-- wake, the queue).
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  the queue (sorted set of owner tokens by ticket).
@@ -30,15 +30,8 @@ end
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-redis.call('ZREM', KEYS[2], owner)
-redis.call('ZREM', KEYS[3], owner)
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-  redis.call('ZREM', KEYS[2], gone)
-  redis.call('ZREM', KEYS[3], gone)
-end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('DEL', KEYS[4])
-end
+queue_purge(KEYS[2], KEYS[3], now)
+queue_leave(KEYS[2], KEYS[3], KEYS[4], owner)
 
 -- A Mutex waiter's mark is not part of the owner token (holder_of strips it).
 local holder = holder_of(KEYS[1])
@@ -50,7 +43,7 @@ elseif holder then
   return -1
 end
 
-local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+local head = queue_head(KEYS[2])
 if head then
   wake(channel, head)
 end

@@ -27,6 +27,12 @@
 --          Redis to be woken by its release.
 -- ARGV[4]  optional; the name of the connection this script runs on: on a grant, added to
 --          KEYS[3]. '' or absent leaves KEYS[3] alone.
+-- KEYS[4]  optional, with KEYS[5] and KEYS[6]: the lock's queue of waiters, its place leases
+--          and its ticket counter (see the queue in waiters.lua).
+-- ARGV[5]  optional; the caller's waiter id (its client's, one per process and lock): a
+--          refusal gives it a place in the queue (or renews its place), so that a release
+--          wakes it alone, in turn; a grant takes it out. '' or absent: no place.
+-- ARGV[6]  with ARGV[5]: the place lease in milliseconds (a positive integer).
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
@@ -36,7 +42,8 @@
 --   {0, pttl}   held by another owner; pttl is its remaining lease in milliseconds,
 --               or -1 if the key has no expiry (it was not written by this library).
 --               A key with a lease is marked (mark_waited; its TTL stays), so its
---               release publishes a wake-up, which it skips while nobody
+--               release publishes a wake-up, and with ARGV[5] the caller has a place in the
+--               queue, which it skips while nobody
 --               waits. A key without expiry is not ours and is left untouched.
 -- Errors (a grant is taken back, so no lock is left held; the message names the key):
 --   WRONGTYPE <key> ...  KEYS[1] is not a string, or KEYS[2] is not a string or not an
@@ -60,11 +67,29 @@ if epoch_kind ~= 'none' and epoch_kind ~= 'zset' then
   return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a ' .. epoch_kind .. ', not epochs')
 end
 
+-- The queue, if the caller waits in it.
+local waiter = ARGV[5]
+if waiter == '' then
+  waiter = nil
+end
+if waiter then
+  for i = 4, 6 do
+    local kind = redis.call('TYPE', KEYS[i]).ok
+    local wanted = (i == 6) and 'string' or 'zset'
+    if kind ~= 'none' and kind ~= wanted then
+      return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a queue')
+    end
+  end
+end
+
 local micros = server_micros()
 
 -- A grant's token, and the epoch that vouches for the counter on the caller's connection.
 local function grant_token()
   local token, err = next_token(KEYS[2], micros)
+  if token and waiter then
+    queue_leave(KEYS[4], KEYS[5], KEYS[6], waiter)
+  end
   if token and ARGV[4] and ARGV[4] ~= '' then
     local ms = math.floor(micros / 1000)
     redis.call('ZADD', KEYS[3], ms, ARGV[4])
@@ -98,5 +123,10 @@ end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl >= 0 then
   mark_waited(KEYS[1])
+  if waiter then
+    local now = math.floor(micros / 1000)
+    queue_purge(KEYS[4], KEYS[5], now)
+    queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]))
+  end
 end
 return {0, pttl}

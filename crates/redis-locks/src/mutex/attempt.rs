@@ -68,7 +68,13 @@ impl Mutex {
         let owed = OwedRelease::new(self.hold.clone());
         match ask {
             Ask::Fast { pttl } => self.ask_fast(owed, pttl, deadline).await,
-            Ask::Waiting { mark } => self.ask_script(owed, Script::new(mark), deadline).await,
+            Ask::Waiting { mark } => {
+                let script = Script {
+                    queue: true,
+                    ..Script::new(mark)
+                };
+                self.ask_script(owed, script, deadline).await
+            }
         }
     }
 
@@ -232,8 +238,21 @@ impl Mutex {
         mut script: Script,
         deadline: Option<Instant>,
     ) -> Result<Try> {
-        let keys = [self.keys.lock(), self.keys.fence(), self.keys.epoch()];
+        let keys = [
+            self.keys.lock(),
+            self.keys.fence(),
+            self.keys.epoch(),
+            self.keys.queue(),
+            self.keys.places(),
+            self.keys.tickets(),
+        ];
         let mark = if script.mark { "1" } else { "0" };
+        let waiter: &str = if script.queue {
+            self.client.waiter_id()
+        } else {
+            ""
+        };
+        let place_ms = &*self.place_ms;
         loop {
             let sent_at = Instant::now();
             let owner = owed.owner().as_str();
@@ -247,7 +266,7 @@ impl Mutex {
                             &name,
                             &ACQUIRE,
                             &keys,
-                            &[owner, &self.lease_ms, mark, &name],
+                            &[owner, &self.lease_ms, mark, &name, waiter, place_ms],
                         )
                         .await
                 }
@@ -262,7 +281,7 @@ impl Mutex {
                             Phase::Acquire,
                             &ACQUIRE,
                             &keys,
-                            &[owner, &self.lease_ms, mark, name],
+                            &[owner, &self.lease_ms, mark, name, waiter, place_ms],
                         )
                         .await
                 }
@@ -315,6 +334,9 @@ impl Mutex {
 struct Script {
     /// Mark a grant at once, for waiters of this process queued behind this one.
     mark: bool,
+    /// A waiter's attempt: a refusal gives this client a place in the lock's queue (see
+    /// `acquire.lua`, ARGV[5]), a grant takes it out.
+    queue: bool,
     /// What to write as the counter's epoch.
     epoch: Epoch,
     /// How many grants of this acquisition came back after their lease.
@@ -322,10 +344,11 @@ struct Script {
 }
 
 impl Script {
-    /// A first call, writing no epoch.
+    /// A first call, writing no epoch, outside the queue.
     fn new(mark: bool) -> Script {
         Script {
             mark,
+            queue: false,
             epoch: Epoch::Keep,
             late: 0,
         }

@@ -11,7 +11,7 @@ use crate::node::{LockScript, Node};
 use crate::token::OwnerToken;
 use crate::wait::WAITERS_LUA;
 
-/// Owner-checked delete that wakes the waiters if one marked the lock: `1` released, `0`
+/// Owner-checked delete that wakes the next waiter if one marked the lock: `1` released, `0`
 /// gone, `-1` another owner's.
 static RELEASE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
@@ -38,7 +38,12 @@ impl Hold for MutexHold {
                 .run_script(
                     Phase::Release,
                     &RELEASE,
-                    &[self.keys.lock()],
+                    &[
+                        self.keys.lock(),
+                        self.keys.queue(),
+                        self.keys.places(),
+                        self.keys.tickets(),
+                    ],
                     &[owner.as_str(), self.keys.wake_channel()],
                 )
                 .await?;

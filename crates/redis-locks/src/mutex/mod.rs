@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::{LeaseOptions, lease_millis};
 use crate::state::LockState;
-use crate::wait::{Contender, Try, WaitOptions, acquire};
+use crate::wait::{Contender, Try, WaitOptions, acquire, leave_queue};
 
 mod attempt;
 mod guard;
@@ -100,6 +100,12 @@ impl MutexOptions {
         self
     }
 
+    /// Shorthand for [`WaitOptions::place_lease`].
+    pub fn place_lease(mut self, place_lease: Duration) -> Self {
+        self.wait = self.wait.place_lease(place_lease);
+        self
+    }
+
     /// The lease options in force.
     pub fn get_lease_options(&self) -> &LeaseOptions {
         &self.lease
@@ -179,6 +185,8 @@ pub struct Mutex {
     options: MutexOptions,
     /// The lease in milliseconds, as `SET ... PX` and the acquire script take it.
     lease_ms: Arc<str>,
+    /// A waiter's place lease in milliseconds, as the acquire script takes it.
+    place_ms: Arc<str>,
 }
 
 impl std::fmt::Debug for Mutex {
@@ -223,6 +231,12 @@ impl Mutex {
             client,
             keys,
             lease_ms: lease_millis(options.get_lease())?.to_string().into(),
+            place_ms: options
+                .wait
+                .get_place_lease()
+                .as_millis()
+                .to_string()
+                .into(),
             options,
         })
     }
@@ -331,37 +345,114 @@ impl Mutex {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
         let on = self.client.wait_on(self.options.get_wait_options());
-        let lease = acquire(on, Contending(self), deadline).await?;
+        let lease = acquire(on, Contending::new(self), deadline).await?;
         Ok(MutexGuard::new(lease))
     }
 }
 
 /// A `Mutex`'s side of the acquire loop: the fast pipeline first, then the acquire script,
-/// which marks a held lock so that its release wakes the waiters; waiters of one lock in this
-/// process take turns.
-struct Contending<'a>(&'a Mutex);
+/// which marks a held lock so that its release wakes a waiter, and gives this client a place
+/// in the lock's queue so that the release wakes it alone, in turn. Waiters of one lock in this
+/// process take turns and share the client's place.
+struct Contending<'a> {
+    mutex: &'a Mutex,
+    /// A refused attempt gave this client a place in the queue.
+    queued: bool,
+    /// The lock was granted (the grant took the place out).
+    won: bool,
+}
+
+impl<'a> Contending<'a> {
+    fn new(mutex: &'a Mutex) -> Contending<'a> {
+        Contending {
+            mutex,
+            queued: false,
+            won: false,
+        }
+    }
+
+    fn outcome(&mut self, attempt: Result<Try>) -> Result<Try> {
+        match &attempt {
+            Ok(Try::Won(_)) => self.won = true,
+            Ok(Try::Held(Some(_))) => self.queued = true,
+            _ => {}
+        }
+        attempt
+    }
+}
 
 impl Contender for Contending<'_> {
     fn name(&self) -> &str {
-        self.0.name()
+        self.mutex.name()
     }
 
     fn channel(&self) -> &str {
-        self.0.keys.wake_channel()
+        self.mutex.keys.wake_channel()
     }
 
     async fn attempt(&mut self, mark: bool, deadline: Option<Instant>) -> Result<Try> {
-        self.0.attempt(Ask::Waiting { mark }, deadline).await
+        let attempt = self.mutex.attempt(Ask::Waiting { mark }, deadline).await;
+        self.outcome(attempt)
     }
 
-    async fn first(&mut self, deadline: Option<Instant>) -> Result<Try> {
+    async fn first(&mut self, deadline: Option<Instant>, listening: bool) -> Result<Try> {
+        if listening {
+            // This process waited for the lock a moment ago: it is contended, so ask the way
+            // that puts this client in line if it is held.
+            return self.attempt(false, deadline).await;
+        }
         // With a budget, a refusal may end the wait: then say how long the holder's lease
         // lasts.
         let pttl = deadline.is_some();
-        self.0.attempt(Ask::Fast { pttl }, deadline).await
+        self.mutex.attempt(Ask::Fast { pttl }, deadline).await
     }
 
     fn local_turns(&self) -> Option<&'static str> {
-        Some("mutex")
+        Some(LOCAL_TURNS)
+    }
+
+    fn address(&self) -> Option<&str> {
+        Some(self.mutex.client.waiter_id())
+    }
+
+    fn refresh(&self) -> Option<Duration> {
+        Some(self.mutex.options.wait.get_place_lease() / 3)
+    }
+
+    async fn give_up(mut self) {
+        if self.must_leave() {
+            self.queued = false;
+            let client = &self.mutex.client;
+            leave_queue(client.node(), &self.mutex.keys, client.waiter_id()).await;
+        }
     }
 }
+
+impl Contending<'_> {
+    /// Whether this wait, ending without the lock, must give the client's place up: it took
+    /// one, and no other waiter of this process still waits and keeps it (a release must not
+    /// wake a process where nobody waits any more).
+    fn must_leave(&self) -> bool {
+        let client = &self.mutex.client;
+        self.queued && !self.won && !client.waits_locally(LOCAL_TURNS, self.mutex.name())
+    }
+}
+
+impl Drop for Contending<'_> {
+    /// A wait that ends without the lock by an error or a dropped future gives the place up
+    /// in the background (a timeout gave it up already).
+    fn drop(&mut self) {
+        if !self.must_leave() {
+            return;
+        }
+        let (client, keys) = (self.mutex.client.clone(), self.mutex.keys.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                leave_queue(client.node(), &keys, client.waiter_id()).await;
+            });
+        }
+    }
+}
+
+/// The name of a `Mutex`'s local turns.
+const LOCAL_TURNS: &str = "mutex";

@@ -1,19 +1,25 @@
--- release.lua: release a Mutex, but only for its owner, and wake its waiters (after the
--- waiters.lua prelude: holder_of, wake_all).
+-- release.lua: release a Mutex, but only for its owner, and wake the next waiter (after the
+-- waiters.lua prelude: holder_of, wake, wake_all, the queue).
 --
 -- KEYS[1]  the lock key.
+-- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the lock's queue of waiters, its place
+--          leases and its ticket counter (see the queue in waiters.lua).
 -- ARGV[1]  the owner token the caller acquired with.
--- ARGV[2]  the lock's wake channel; on release, '*' is published there (wake every waiter)
---          if a waiter marked the lock (see waiters.lua).
+-- ARGV[2]  the lock's wake channel. If a waiter marked the lock (see waiters.lua), the
+--          release publishes there: the id of the first waiter in the queue whose place is
+--          still leased (only that process's waiter acts on it, and the waiters of the
+--          releasing process queued behind the holder), or '*' (every waiter looks again)
+--          when the queue is empty or not given. A release nobody waits for publishes
+--          nothing.
 --
 -- Replies:
---    1  released: the key held ARGV[1] (marked or not) and is now deleted; marked: waiters
---       were woken.
+--    1  released: the key held ARGV[1] (marked or not) and is now deleted; marked: the next
+--       waiter was woken.
 --    0  not released: the key is gone (the lease ran out, or the lock was never taken).
 --   -1  not released: the key holds another owner's token (the lease ran out and
 --       somebody else took the lock); that owner's lock is left untouched.
 -- Errors:
---   WRONGTYPE  KEYS[1] is not a string.
+--   WRONGTYPE  KEYS[1] is not a string, or a queue key holds another type.
 
 local holder, marked = holder_of(KEYS[1])
 if not holder then
@@ -24,6 +30,16 @@ if holder ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 if marked then
-  wake_all(ARGV[2])
+  local head = nil
+  if KEYS[2] then
+    local clock = redis.call('TIME')
+    queue_purge(KEYS[2], KEYS[3], tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+    head = queue_head(KEYS[2])
+  end
+  if head then
+    wake(ARGV[2], head)
+  else
+    wake_all(ARGV[2])
+  end
 end
 return 1

@@ -17,11 +17,14 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
 
 /// The payload that wakes every waiter of a channel, whoever it is addressed to.
 pub(crate) const WAKE_ALL: &str = "*";
 /// Messages a waiter may fall behind by before it counts as woken anyway.
 const BUFFER: usize = 64;
+/// How long a channel stays subscribed after its last waiter let go.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
 /// Pause between reconnect attempts of the subscriber connection, doubling up to a second.
 const RECONNECT_MIN: Duration = Duration::from_millis(20);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
@@ -41,13 +44,16 @@ struct Shared {
 
 struct Channel {
     refs: usize,
+    /// When the last reference was let go, while none is held (the channel lingers).
+    idle_since: Option<Instant>,
     messages: broadcast::Sender<Arc<str>>,
     live: watch::Sender<bool>,
 }
 
 enum Command {
     Subscribe(String),
-    Unsubscribe(String),
+    /// A channel's last reference was let go: unsubscribe it once it has lingered.
+    Idle,
 }
 
 impl Wakeups {
@@ -80,15 +86,18 @@ impl Wakeups {
     /// Counts one more reference to `channel`; true when it is the first.
     fn register(&self, channel: &str) -> (Subscription, bool) {
         let mut channels = self.shared.channels.lock().expect("never poisoned");
-        let entry = channels
-            .entry(channel.to_string())
-            .or_insert_with(|| Channel {
+        let mut first = false;
+        let entry = channels.entry(channel.to_string()).or_insert_with(|| {
+            first = true;
+            Channel {
                 refs: 0,
+                idle_since: None,
                 messages: broadcast::channel(BUFFER).0,
                 live: watch::channel(false).0,
-            });
+            }
+        });
         let subscription = self.reference(channel, entry);
-        (subscription, entry.refs == 1)
+        (subscription, first)
     }
 
     /// A new reference to `channel`'s subscription if one is live already: no request is
@@ -105,6 +114,7 @@ impl Wakeups {
     /// One more reference to the channel `entry`, counted.
     fn reference(&self, channel: &str, entry: &mut Channel) -> Subscription {
         entry.refs += 1;
+        entry.idle_since = None;
         Subscription {
             channel: channel.to_string(),
             messages: entry.messages.clone(),
@@ -151,11 +161,8 @@ impl Drop for Subscription {
         if let Some(entry) = channels.get_mut(&self.channel) {
             entry.refs -= 1;
             if entry.refs == 0 {
-                channels.remove(&self.channel);
-                let _ = self
-                    .wakeups
-                    .commands
-                    .send(Command::Unsubscribe(self.channel.clone()));
+                entry.idle_since = Some(Instant::now());
+                let _ = self.wakeups.commands.send(Command::Idle);
             }
         }
     }
@@ -220,6 +227,26 @@ impl Shared {
         }
     }
 
+    /// Forgets the channels that lingered long enough without a reference, and returns them
+    /// (to unsubscribe) with when the next lingering one is due.
+    fn sweep(&self, now: Instant) -> (Vec<String>, Option<Instant>) {
+        let mut channels = self.channels.lock().expect("never poisoned");
+        let mut gone = Vec::new();
+        let mut next: Option<Instant> = None;
+        channels.retain(|name, entry| match entry.idle_since {
+            Some(since) if since + LINGER <= now => {
+                gone.push(name.clone());
+                false
+            }
+            Some(since) => {
+                next = Some(next.map_or(since + LINGER, |n| n.min(since + LINGER)));
+                true
+            }
+            None => true,
+        });
+        (gone, next)
+    }
+
     fn deliver(&self, channel: &str, payload: Arc<str>) {
         let channels = self.channels.lock().expect("never poisoned");
         if let Some(entry) = channels.get(channel) {
@@ -273,8 +300,26 @@ async fn run(
         for name in &wanted {
             shared.deliver(name, Arc::from(WAKE_ALL));
         }
+        // Channels that lingered while the connection was down are swept at once.
+        let mut sweep_at = Some(Instant::now());
         loop {
+            let sweep = async {
+                match sweep_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                () = sweep => {
+                    let (gone, next) = shared.sweep(Instant::now());
+                    sweep_at = next;
+                    if !gone.is_empty() {
+                        shared.count_request();
+                        if sink.unsubscribe(&gone).await.is_err() {
+                            break;
+                        }
+                    }
+                }
                 message = stream.next() => {
                     let Some(message) = message else { break };
                     let payload: String = message.get_payload().unwrap_or_default();
@@ -294,13 +339,10 @@ async fn run(
                             shared.deliver(&name, Arc::from(WAKE_ALL));
                         }
                     }
-                    Some(Command::Unsubscribe(name)) => {
-                        if !shared.is_wanted(&name) {
-                            shared.count_request();
-                            if sink.unsubscribe(&name).await.is_err() {
-                                break;
-                            }
-                        }
+                    Some(Command::Idle) => {
+                        // The channel that went idle is due last: keep an earlier sweep.
+                        let due = Instant::now() + LINGER;
+                        sweep_at = Some(sweep_at.map_or(due, |at| at.min(due)));
                     }
                 }
             }

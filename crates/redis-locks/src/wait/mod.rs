@@ -19,21 +19,44 @@ mod options;
 mod pause;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Phase, Result};
+use crate::key::LockKeys;
 use crate::lease::Lease;
-use crate::node::{Node, Subscription};
+use crate::node::{LockScript, Node, Subscription};
 
 pub(crate) use local::{LocalHolder, LocalQueues};
-pub use options::{DEFAULT_RETRY_DELAY, WaitOptions};
+pub use options::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
 use pause::{Backoff, Bounds, confirm_limit, pause};
 
 /// The waiter prelude of the lock scripts: `holder_of`, `mark_waited`, `with_mark`, `wake`.
 pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
+
+/// Gives a waiter's place in a lock's queue up (`leave.lua`): for a wait that ended without
+/// the lock. If the lock is free, the next waiter is woken, in case the release was meant for
+/// this one. A failure is only logged: the place lease ends the place anyway.
+pub(crate) async fn leave_queue(node: &Node, keys: &LockKeys, waiter: &str) {
+    let outcome = node
+        .run_script::<i64>(
+            Phase::Release,
+            &LEAVE,
+            &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
+            &[waiter, keys.wake_channel()],
+        )
+        .await;
+    if let Err(err) = outcome {
+        tracing::debug!(lock = keys.name(), %err, "leaving the queue; its place lease ends it");
+    }
+}
+
+/// Leave a lock's queue, waking the next waiter if the lock is free: `1` left, `0` had no
+/// place.
+static LEAVE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("leave.lua")]));
 
 /// What one attempt found.
 pub(crate) enum Try {
@@ -62,10 +85,18 @@ pub(crate) trait Contender: Send {
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Try>> + Send;
 
-    /// The first attempt of a call, made before listening, when no other waiter of this
-    /// process waits for the lock (and for a try-once after a local turn did not come in
-    /// time): the cheapest way to ask. By default, an attempt.
-    fn first(&mut self, deadline: Option<Instant>) -> impl Future<Output = Result<Try>> + Send {
+    /// The first attempt of a call, when no other waiter of this process waits for the lock
+    /// (and the try-once after a local turn did not come in time): the cheapest way to ask.
+    /// With `listening`, a subscription to the lock's wake channel was live already (this
+    /// process waited for the lock a moment ago) and hears every wake-up from before the
+    /// attempt: a refusal may put the waiter in line at once, and the loop then waits for
+    /// its wake-up without asking again. By default, an attempt.
+    fn first(
+        &mut self,
+        deadline: Option<Instant>,
+        listening: bool,
+    ) -> impl Future<Output = Result<Try>> + Send {
+        let _ = listening;
         self.attempt(false, deadline)
     }
 
@@ -88,7 +119,7 @@ pub(crate) trait Contender: Send {
     }
 
     /// The wait budget ran out after a refused attempt: give up whatever the attempts left
-    /// on the server (a place in a queue).
+    /// on the server (a place in a queue). This waiter has left the local queue by then.
     fn give_up(self) -> impl Future<Output = ()> + Send
     where
         Self: Sized,
@@ -123,49 +154,65 @@ pub(crate) async fn acquire<C: Contender>(
         retry_after,
     };
     let local_turns = contender.local_turns();
-    // Without local turns, a subscription other waiters of this process keep live is joined
-    // at once (no request): then listen from the very first attempt.
-    let mut own: Option<Subscription> = match local_turns {
-        Some(_) => None,
-        None => on.node.subscribe_live(contender.channel()),
-    };
+    // A subscription that other waiters of this process keep live, or that lingers after
+    // this process's last wait, is joined at once (no request): then listen from the very
+    // first attempt.
+    let mut own: Option<Subscription> = on.node.subscribe_live(contender.channel());
     let alone = match local_turns {
         Some(kind) => !on.local.contains(kind, contender.name()),
         None => own.is_none(),
     };
+    // The first attempt's refusal, if it was heard while listening: wait for the wake-up
+    // with that listener rather than ask again.
+    let mut heard = None;
     if alone {
-        match contender.first(deadline).await? {
+        let listener = own
+            .as_ref()
+            .filter(|own| own.is_live())
+            .map(Subscription::listen);
+        match contender.first(deadline, listener.is_some()).await? {
             Try::Won(lease) => return Ok(lease),
             Try::Held(retry_after) if over(deadline) => {
                 let name = contender.name().to_string();
                 contender.give_up().await;
                 return Err(timeout(&name, retry_after));
             }
-            Try::Held(_) => {}
+            Try::Held(retry_after) => heard = listener.map(|listener| (listener, retry_after)),
         }
     }
     // Waiters of this lock in this process take turns; only the one whose turn it is talks
     // to Redis.
     let queue = local_turns.map(|kind| on.local.get(kind, contender.name()));
-    let _turn = match &queue {
+    let turn = match &queue {
         None => None,
-        Some(queue) => match queue.take_turn(deadline).await {
-            Some(turn) => Some(turn),
-            // A zero budget, or a turn that did not come in time: one attempt, never none.
-            None => {
-                return match contender.first(deadline).await? {
-                    Try::Won(lease) => Ok(lease),
-                    Try::Held(retry_after) => {
-                        let name = contender.name().to_string();
-                        contender.give_up().await;
-                        Err(timeout(&name, retry_after))
-                    }
-                };
-            }
-        },
+        Some(queue) => queue.take_turn(deadline).await,
     };
+    if queue.is_some() && turn.is_none() {
+        // A zero budget, or a turn that did not come in time: one attempt, never none.
+        drop(turn);
+        drop(queue);
+        return match contender.first(deadline, false).await? {
+            Try::Won(lease) => Ok(lease),
+            Try::Held(retry_after) => {
+                let name = contender.name().to_string();
+                contender.give_up().await;
+                Err(timeout(&name, retry_after))
+            }
+        };
+    }
     let backoff = Backoff::new(on.options.get_retry_delay());
     loop {
+        if let Some((mut listener, retry_after)) = heard.take() {
+            let bounds = Bounds {
+                live: true,
+                retry_after,
+                refresh: contender.refresh(),
+                deadline,
+            };
+            let limit = bounds.sleep_limit(&backoff, Instant::now());
+            pause(Some(&mut listener), contender.address(), limit).await;
+            continue;
+        }
         let confirm_within = confirm_limit(deadline, contender.refresh());
         let channel = contender.channel();
         let subscription = match &queue {
@@ -194,7 +241,10 @@ pub(crate) async fn acquire<C: Contender>(
                 deadline,
             };
             let limit = bounds.sleep_limit(&backoff, Instant::now());
-            pause(Some(&mut listener), contender.address(), limit).await;
+            // Any wake-up counts here: the local holder's release publishes one, addressed
+            // to the queue's first waiter (perhaps another process's) or to all; this
+            // process's next waiter tries then too.
+            pause(Some(&mut listener), None, limit).await;
             continue;
         }
         // Waiters of this process queued behind this one: mark a grant at once.
@@ -213,6 +263,9 @@ pub(crate) async fn acquire<C: Contender>(
         };
         if over(deadline) {
             let name = contender.name().to_string();
+            // Out of line in this process first: `give_up` sees whether others still wait.
+            drop(turn);
+            drop(queue);
             contender.give_up().await;
             return Err(timeout(&name, retry_after));
         }

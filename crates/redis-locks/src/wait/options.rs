@@ -10,12 +10,19 @@ use crate::error::{Error, Result};
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(25);
 /// The longest retry delay accepted.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
+/// How long a waiter keeps its place in a lock's queue without renewing it, by default.
+pub const DEFAULT_PLACE_LEASE: Duration = Duration::from_secs(2);
+const MIN_PLACE_LEASE: Duration = Duration::from_millis(3);
+const MAX_PLACE_LEASE: Duration = Duration::from_secs(3600);
 
 /// How a waiting acquisition behaves between attempts.
 ///
-/// Waiting does not poll: a release wakes the waiters (pub/sub), and a waiter whose holder
-/// crashed retries the moment the holder's lease ends. Only while the wake-up connection is
-/// down does a waiter poll, every [`retry_delay`](WaitOptions::retry_delay) on average.
+/// Waiting does not poll: waiters queue on the server, a release wakes the first of them
+/// (pub/sub), and a waiter whose holder crashed retries the moment the holder's lease ends.
+/// A waiter renews its place in the queue every third of its
+/// [`place_lease`](WaitOptions::place_lease); one that died is skipped once its place lease
+/// runs out. Only while the wake-up connection is down does a waiter poll, every
+/// [`retry_delay`](WaitOptions::retry_delay) on average.
 ///
 /// ```
 /// use std::time::Duration;
@@ -29,6 +36,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
 #[non_exhaustive]
 pub struct WaitOptions {
     retry_delay: Option<Duration>,
+    place_lease: Option<Duration>,
 }
 
 impl WaitOptions {
@@ -40,21 +48,43 @@ impl WaitOptions {
         self
     }
 
+    /// How long a waiter keeps its place in the lock's queue without renewing it (3 ms to
+    /// 1 hour; 2 s by default). A waiter renews every third of it; a waiter that died is
+    /// skipped once it runs out, so this is how long a dead waiter at the head can hold up
+    /// the lock after a release.
+    pub fn place_lease(mut self, place_lease: Duration) -> Self {
+        self.place_lease = Some(place_lease);
+        self
+    }
+
     /// The retry delay in force.
     pub fn get_retry_delay(&self) -> Duration {
         self.retry_delay.unwrap_or(DEFAULT_RETRY_DELAY)
     }
 
+    /// The place lease in force.
+    pub fn get_place_lease(&self) -> Duration {
+        self.place_lease.unwrap_or(DEFAULT_PLACE_LEASE)
+    }
+
     /// Checks every value, as making a lock handle does.
     ///
     /// # Errors
-    /// [`Error::InvalidDuration`] for a retry delay over 1 hour.
+    /// [`Error::InvalidDuration`] for a retry delay over 1 hour, or a place lease under 3 ms
+    /// or over 1 hour.
     pub fn check(&self) -> Result<()> {
         if self.get_retry_delay() > MAX_RETRY_DELAY {
             return Err(Error::InvalidDuration {
                 what: "retry delay",
                 value: self.get_retry_delay(),
                 reason: "a retry delay must be at most 1 hour".into(),
+            });
+        }
+        if !(MIN_PLACE_LEASE..=MAX_PLACE_LEASE).contains(&self.get_place_lease()) {
+            return Err(Error::InvalidDuration {
+                what: "place lease",
+                value: self.get_place_lease(),
+                reason: "a place lease must be 3 ms to 1 hour".into(),
             });
         }
         Ok(())

@@ -24,6 +24,28 @@
 --
 -- wake_all(channel)
 --   Publishes '*' on the lock's wake channel: every waiter of the lock looks again.
+--
+-- The queue: waiters that found the lock held wait in line, so that a release wakes one of
+-- them, not all. Three companion keys of the lock:
+--   queue    a sorted set: waiter id -> ticket (the order of arrival, as the server counts it)
+--   places   a sorted set: waiter id -> the server time (ms) at which its place lease runs out
+--   tickets  the ticket counter; it exists only while the queue is not empty
+-- A waiter id is an owner token (a FairMutex waiter) or a client's waiter id (a Mutex waiter
+-- stands for every waiter of the lock in its process). A waiter renews its place on every
+-- attempt; one that died loses it when its place lease runs out.
+--
+-- queue_purge(queue, places, now)
+--   Removes the waiters whose place lease ran out by now (server ms).
+--
+-- queue_join(queue, places, tickets, id, now, place_lease)
+--   Gives id a place at the back (its old place if it has one) leased until now + place_lease;
+--   the queue's keys outlive their last live waiter by at most two place leases.
+--
+-- queue_leave(queue, places, tickets, id)
+--   Removes id from the queue (nothing if it has no place).
+--
+-- queue_head(queue)
+--   Returns the id of the first waiter, or nil.
 
 local WAITED = '+w'
 
@@ -55,4 +77,35 @@ end
 
 local function wake_all(channel)
   wake(channel, '*')
+end
+
+local function queue_purge(queue, places, now)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', places, '-inf', now)) do
+    redis.call('ZREM', queue, gone)
+    redis.call('ZREM', places, gone)
+  end
+end
+
+local function queue_join(queue, places, tickets, id, now, place_lease)
+  if not redis.call('ZSCORE', queue, id) then
+    redis.call('ZADD', queue, redis.call('INCR', tickets), id)
+  end
+  redis.call('ZADD', places, now + place_lease, id)
+  for _, key in ipairs({queue, places, tickets}) do
+    if redis.call('PTTL', key) < 2 * place_lease then
+      redis.call('PEXPIRE', key, 2 * place_lease)
+    end
+  end
+end
+
+local function queue_leave(queue, places, tickets, id)
+  redis.call('ZREM', queue, id)
+  redis.call('ZREM', places, id)
+  if redis.call('EXISTS', queue) == 0 then
+    redis.call('DEL', tickets)
+  end
+end
+
+local function queue_head(queue)
+  return redis.call('ZRANGE', queue, 0, 0)[1]
 end
