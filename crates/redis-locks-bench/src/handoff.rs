@@ -5,10 +5,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis_locks::history::{Interval, check};
+use redis_locks::history::{Interval, check, now_nanos};
 use redis_locks::{Client, FairMutexOptions, MutexOptions, OwnerToken};
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::baseline::BareLock;
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
@@ -33,9 +32,39 @@ pub struct HandoffArgs {
     /// The polling baseline's fixed retry delay (about the peers' defaults).
     #[arg(long, default_value = "50ms", value_parser = super::parse_duration)]
     pub poll: Duration,
+    /// Give every worker a `Client` of its own (its own connections), as contenders in
+    /// separate processes have; by default the workers of a process share one.
+    #[arg(long)]
+    pub client_per_worker: bool,
+    /// Spread the workers over this many OS processes (this program started again for each
+    /// share), each with its own clients; requests are counted over all of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub processes: u16,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// One process's share of a `--processes` run (started by `handoff`; not for direct use).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HandoffWorkerArgs {
+    #[command(flatten)]
+    handoff: HandoffArgs,
+    /// The variant: mutex, fair-mutex or polling.
+    #[arg(long)]
+    kind: Kind,
+    /// The lock all workers contend for.
+    #[arg(long)]
+    lock: String,
+    /// The first worker number of this share.
+    #[arg(long)]
+    first: usize,
+    /// How many workers this share runs.
+    #[arg(long)]
+    count: usize,
+    /// When the variant starts, in nanoseconds of the wall clock (the same for every share).
+    #[arg(long)]
+    start_ns: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 enum Kind {
     Mutex,
@@ -44,6 +73,15 @@ enum Kind {
 }
 
 impl Kind {
+    /// The name `--kind` takes.
+    fn cli_name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::FairMutex => "fair-mutex",
+            Kind::Polling => "polling",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Kind::Mutex => "Mutex",
@@ -53,8 +91,9 @@ impl Kind {
     }
 }
 
-/// One acquisition as its worker saw it (times since the start of the variant).
-#[derive(Debug, Clone, Copy)]
+/// One acquisition as its worker saw it (times since the start of the variant, on the wall
+/// clock, so that the records of several processes on one machine compare).
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
 struct Record {
     worker: usize,
     token: u64,
@@ -70,6 +109,8 @@ pub struct VariantReport {
     bench: &'static str,
     variant: Kind,
     workers: u16,
+    client_per_worker: bool,
+    processes: u16,
     hold_ms: f64,
     think_ms: f64,
     seconds: f64,
@@ -94,12 +135,15 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
     let run_id = format!("{:08x}", rand::random::<u32>());
     let mut reports = Vec::new();
     for kind in [Kind::Mutex, Kind::FairMutex, Kind::Polling] {
-        // A fresh client per variant: its own connections and request counter.
-        let client = Client::connect(url).await?;
         let lock = format!("bench:handoff:{run_id}:{}", kind.label());
         let bar = progress(kind.label(), args.duration, json);
         let ticker = Ticker::start(bar);
-        let measured = variant(&client, url, kind, &lock, args).await;
+        let measured = if args.processes > 1 {
+            processes(url, kind, &lock, args).await
+        } else {
+            let start_ns = now_nanos();
+            workers(url, kind, &lock, 0..args.workers as usize, args, start_ns).await
+        };
         drop(ticker);
         // The lock's fencing counter goes, whether or not the variant got through.
         let cleaned = delete_counters(url, &[&lock]).await;
@@ -117,31 +161,42 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
     Ok(())
 }
 
-/// One variant's run; the polling baseline goes over a connection of its own to `url`.
-async fn variant(
-    client: &Client,
+/// The workers `ids` of one variant, in this process, from `start_ns` (wall clock) for the
+/// run's duration: fresh clients (one, or one per worker), so their requests are this run's;
+/// the polling baseline goes over a connection of its own.
+async fn workers(
     url: &str,
     kind: Kind,
     lock: &str,
+    ids: std::ops::Range<usize>,
     args: &HandoffArgs,
+    start_ns: u64,
 ) -> Result<(Vec<Record>, u64), CliError> {
     let lease = Duration::from_secs(10);
+    let mut clients = vec![Client::connect(url).await?];
+    if args.client_per_worker {
+        for _ in 1..ids.len() {
+            clients.push(Client::connect(url).await?);
+        }
+    }
     let bare = BareLock::new(cli_support::connection(url).await?, lease);
-    let mutex = client.mutex_with(lock, MutexOptions::default().lease(lease))?;
-    let fair = client.fair_mutex_with(lock, FairMutexOptions::default().lease(lease))?;
-    let start = Instant::now();
-    let deadline = start + args.duration;
-    let requests_before = super::requests(client);
+    let since_start = move || Duration::from_nanos(now_nanos().saturating_sub(start_ns));
+    let deadline = args.duration;
+    // Wait for the common start (other processes' shares start at the same moment).
+    tokio::time::sleep(Duration::from_nanos(start_ns.saturating_sub(now_nanos()))).await;
+    let requests_before: u64 = clients.iter().map(super::requests).sum();
     let mut tasks = Vec::new();
-    for worker in 0..args.workers as usize {
-        let (mutex, fair, bare, lock) =
-            (mutex.clone(), fair.clone(), bare.clone(), lock.to_string());
+    for (n, worker) in ids.enumerate() {
+        let client = &clients[n % clients.len()];
+        let mutex = client.mutex_with(lock, MutexOptions::default().lease(lease))?;
+        let fair = client.fair_mutex_with(lock, FairMutexOptions::default().lease(lease))?;
+        let (bare, lock) = (bare.clone(), lock.to_string());
         let (hold, think, poll) = (args.hold, args.think, args.poll);
         tasks.push(tokio::spawn(async move {
             let mut records = Vec::new();
             let mut polled = 0u64;
-            while Instant::now() < deadline {
-                let asked = start.elapsed();
+            while since_start() < deadline {
+                let asked = since_start();
                 let (token, acquired, release_start) = match kind {
                     Kind::Mutex | Kind::FairMutex => {
                         let guard = if kind == Kind::Mutex {
@@ -149,9 +204,9 @@ async fn variant(
                         } else {
                             fair.lock().await?
                         };
-                        let acquired = start.elapsed();
+                        let acquired = since_start();
                         tokio::time::sleep(hold).await;
-                        let release_start = start.elapsed();
+                        let release_start = since_start();
                         let token = guard.fencing_token().get();
                         guard.release().await?;
                         (token, acquired, release_start)
@@ -161,14 +216,16 @@ async fn variant(
                         bare.acquire_polling(&lock, owner.as_str(), poll)
                             .await
                             .map_err(|err| CliError::Unavailable(err.to_string()))?;
-                        let acquired = start.elapsed();
+                        let acquired = since_start();
                         tokio::time::sleep(hold).await;
-                        let release_start = start.elapsed();
+                        let release_start = since_start();
                         bare.release(&lock, owner.as_str())
                             .await
                             .map_err(|err| CliError::Unavailable(err.to_string()))?;
                         polled += 1;
-                        (polled, acquired, release_start)
+                        // Polling has no fencing token: number this worker's holds instead
+                        // (unique across workers, so the overlap check still works).
+                        (((worker as u64) << 40) | polled, acquired, release_start)
                     }
                 };
                 records.push(Record {
@@ -177,7 +234,7 @@ async fn variant(
                     asked,
                     acquired,
                     release_start,
-                    released: start.elapsed(),
+                    released: since_start(),
                 });
                 tokio::time::sleep(think).await;
             }
@@ -188,8 +245,106 @@ async fn variant(
     for task in tasks {
         records.extend(task.await.expect("bench worker does not panic")?);
     }
-    let requests = super::requests(client) - requests_before + bare.requests();
+    let requests_after: u64 = clients.iter().map(super::requests).sum();
+    Ok((records, requests_after - requests_before + bare.requests()))
+}
+
+/// What one process's share prints: its records, then its requests.
+#[derive(Debug, Serialize, serde::Deserialize)]
+enum ShareLine {
+    Record(Record),
+    Requests(u64),
+}
+
+/// Runs the workers of one variant spread over `args.processes` processes (this program,
+/// started again with the hidden `handoff-worker`), and gathers their records and requests.
+async fn processes(
+    url: &str,
+    kind: Kind,
+    lock: &str,
+    args: &HandoffArgs,
+) -> Result<(Vec<Record>, u64), CliError> {
+    let program = std::env::current_exe().map_err(|err| {
+        CliError::CannotRun(format!("finding this program to start again: {err}"))
+    })?;
+    let shares = args.processes as usize;
+    let total = args.workers as usize;
+    // Time for every process to start and connect before the common start.
+    let start_ns = now_nanos() + 1_500_000_000;
+    let mut children = Vec::new();
+    let mut first = 0;
+    for share in 0..shares {
+        let count = total / shares + usize::from(share < total % shares);
+        let mut command = tokio::process::Command::new(&program);
+        command
+            .arg("--json")
+            .arg("--redis")
+            .arg(url)
+            .arg("handoff-worker")
+            .args(["--kind", kind.cli_name(), "--lock", lock])
+            .args(["--first", &first.to_string(), "--count", &count.to_string()])
+            .args(["--start-ns", &start_ns.to_string()])
+            .args(["--workers", &args.workers.to_string()])
+            .args(["--hold", &format!("{}ns", args.hold.as_nanos())])
+            .args(["--think", &format!("{}ns", args.think.as_nanos())])
+            .args(["--duration", &format!("{}ns", args.duration.as_nanos())])
+            .args(["--poll", &format!("{}ns", args.poll.as_nanos())])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        if args.client_per_worker {
+            command.arg("--client-per-worker");
+        }
+        children.push(command.output());
+        first += count;
+    }
+    let mut records = Vec::new();
+    let mut requests = 0;
+    for output in futures_util::future::join_all(children).await {
+        let output = output
+            .map_err(|err| CliError::CannotRun(format!("starting a worker process: {err}")))?;
+        if !output.status.success() {
+            return Err(CliError::Unavailable(format!(
+                "a worker process failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            match serde_json::from_str(line) {
+                Ok(ShareLine::Record(record)) => records.push(record),
+                Ok(ShareLine::Requests(n)) => requests += n,
+                Err(err) => {
+                    return Err(CliError::Unavailable(format!(
+                        "a worker process printed {line:?}: {err}"
+                    )));
+                }
+            }
+        }
+    }
     Ok((records, requests))
+}
+
+/// One process's share of a `--processes` run: runs its workers and prints their records and
+/// requests as JSON lines for the parent.
+pub async fn worker_process(url: &str, args: &HandoffWorkerArgs) -> Result<(), CliError> {
+    let ids = args.first..args.first + args.count;
+    let (records, requests) = workers(
+        url,
+        args.kind,
+        &args.lock,
+        ids,
+        &args.handoff,
+        args.start_ns,
+    )
+    .await?;
+    let mut out = String::new();
+    for record in records {
+        out.push_str(&serde_json::to_string(&ShareLine::Record(record)).expect("plain data"));
+        out.push('\n');
+    }
+    out.push_str(&serde_json::to_string(&ShareLine::Requests(requests)).expect("plain data"));
+    println!("{out}");
+    Ok(())
 }
 
 fn analyse(kind: Kind, args: &HandoffArgs, records: &[Record], requests: u64) -> VariantReport {
@@ -248,6 +403,8 @@ fn analyse(kind: Kind, args: &HandoffArgs, records: &[Record], requests: u64) ->
         bench: "handoff",
         variant: kind,
         workers: args.workers,
+        client_per_worker: args.client_per_worker,
+        processes: args.processes,
         hold_ms: args.hold.as_secs_f64() * 1000.0,
         think_ms: args.think.as_secs_f64() * 1000.0,
         seconds: args.duration.as_secs_f64(),
@@ -275,8 +432,17 @@ fn analyse(kind: Kind, args: &HandoffArgs, records: &[Record], requests: u64) ->
 }
 
 fn print_reports(args: &HandoffArgs, reports: &[VariantReport]) {
+    let clients = match (args.client_per_worker, args.processes) {
+        (true, _) => "a client per worker".to_string(),
+        (false, 1) => "one shared client".to_string(),
+        (false, _) => "a client per process".to_string(),
+    };
+    let processes = match args.processes {
+        1 => "one process".to_string(),
+        n => format!("{n} processes"),
+    };
     println!(
-        "bench handoff: {} workers, one lock; each loop: acquire, hold {:?}, release, think {:?}; {:.1} s per variant; polling retries every {:?}\n",
+        "bench handoff: {} workers, one lock, {processes}, {clients}; each loop: acquire, hold {:?}, release, think {:?}; {:.1} s per variant; polling retries every {:?}\n",
         args.workers,
         args.hold,
         args.think,

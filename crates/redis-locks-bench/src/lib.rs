@@ -18,7 +18,7 @@ use cli_support::exit::CliError;
 use cli_support::parse_duration;
 use cli_support::redis_target::RedisTarget;
 
-pub use handoff::HandoffArgs;
+pub use handoff::{HandoffArgs, HandoffWorkerArgs};
 pub use market::MarketArgs;
 pub use throughput::ThroughputArgs;
 
@@ -34,17 +34,21 @@ pub enum Bench {
     /// The market of "Redis in Action" 6.2: WATCH vs a coarse lock vs fine-grained locks,
     /// scenarios 1/1, 5/1, 5/5; table, JSON, an SVG chart, invariants checked.
     Market(MarketArgs),
+    /// One process's share of `handoff --processes N` (started by `handoff`).
+    #[command(hide = true)]
+    HandoffWorker(HandoffWorkerArgs),
 }
 
 /// Runs one benchmark against `target`.
 pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), CliError> {
-    if !json {
+    if !json && !matches!(bench, Bench::HandoffWorker(_)) {
         println!("Redis: {}\n", target.describe());
     }
     match bench {
         Bench::Throughput(args) => throughput::run(&target.url, args, json).await,
         Bench::Handoff(args) => handoff::run(&target.url, args, json).await,
         Bench::Market(args) => market::run(&target.url, args, json).await,
+        Bench::HandoffWorker(args) => handoff::worker_process(&target.url, args).await,
     }
 }
 

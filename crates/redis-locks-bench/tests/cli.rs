@@ -57,3 +57,43 @@ fn an_unreachable_server_exits_69_under_the_programs_own_name() {
         "{err}"
     );
 }
+
+#[test]
+fn handoff_across_processes_with_a_client_each_reports_every_variant_without_overlaps() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let out = bench(&[
+        "handoff",
+        "--redis",
+        &url,
+        "--json",
+        "--workers",
+        "4",
+        "--processes",
+        "2",
+        "--client-per-worker",
+        "--duration",
+        "500ms",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let reports: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(reports.len(), 3, "Mutex, FairMutex, polling");
+    for report in &reports {
+        assert_eq!(report["processes"], 2, "{report}");
+        assert_eq!(report["client_per_worker"], true, "{report}");
+        assert_eq!(report["overlaps"], 0, "{report}");
+        assert!(report["acquisitions"].as_u64().unwrap() > 0, "{report}");
+        // Every worker, in both processes, took the lock.
+        assert!(report["per_worker_min"].as_u64().unwrap() > 0, "{report}");
+        assert!(report["requests_per_acquisition"].as_f64().unwrap() >= 2.0);
+    }
+    // The run left no fencing counter behind.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*bench:handoff:*")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    assert!(keys.iter().all(|key| !key.ends_with(":fence")), "{keys:?}");
+}

@@ -33,12 +33,15 @@
 --          refusal gives it a place in the queue (or renews its place), so that a release
 --          wakes it alone, in turn; a grant takes it out. '' or absent: no place.
 -- ARGV[6]  with ARGV[5]: the place lease in milliseconds (a positive integer).
+-- ARGV[7]  with ARGV[5]: the lock's wake channel, to prod the first waiter (see {0, -2}).
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
 --               µs) (see fence.lua). Also the reply when KEYS[1] already holds ARGV[1] (a
 --               grant by the fast attempt, or a retried request): the lease is set again and
 --               the grant takes a new token the same way.
+--   {0, -2}     (with ARGV[5] only) free, but other waiters are ahead in the queue: the caller
+--               keeps (or takes) its place, and the first waiter is woken.
 --   {0, pttl}   held by another owner; pttl is its remaining lease in milliseconds,
 --               or -1 if the key has no expiry (it was not written by this library).
 --               A key with a lease is marked (mark_waited; its TTL stays), so its
@@ -99,6 +102,20 @@ local function grant_token()
     redis.call('PEXPIRE', KEYS[3], 3600000)
   end
   return token, err
+end
+
+-- A waiter takes a free lock only in its turn: if others wait ahead of it (woken, or about to
+-- be), it keeps its place, and the first of them is prodded (its wake-up may be lost, or it
+-- may be dead: then its place lease ends its turn).
+if waiter then
+  local now = math.floor(micros / 1000)
+  queue_purge(KEYS[4], KEYS[5], now)
+  local head = queue_head(KEYS[4])
+  if head and head ~= waiter and redis.call('EXISTS', KEYS[1]) == 0 then
+    queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]))
+    wake(ARGV[7], head)
+    return {0, -2}
+  end
 end
 
 if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then

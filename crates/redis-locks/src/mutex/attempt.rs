@@ -253,6 +253,7 @@ impl Mutex {
             ""
         };
         let place_ms = &*self.place_ms;
+        let channel = self.keys.wake_channel();
         loop {
             let sent_at = Instant::now();
             let owner = owed.owner().as_str();
@@ -266,7 +267,15 @@ impl Mutex {
                             &name,
                             &ACQUIRE,
                             &keys,
-                            &[owner, &self.lease_ms, mark, &name, waiter, place_ms],
+                            &[
+                                owner,
+                                &self.lease_ms,
+                                mark,
+                                &name,
+                                waiter,
+                                place_ms,
+                                channel,
+                            ],
                         )
                         .await
                 }
@@ -281,7 +290,7 @@ impl Mutex {
                             Phase::Acquire,
                             &ACQUIRE,
                             &keys,
-                            &[owner, &self.lease_ms, mark, name, waiter, place_ms],
+                            &[owner, &self.lease_ms, mark, name, waiter, place_ms, channel],
                         )
                         .await
                 }

@@ -374,7 +374,8 @@ impl<'a> Contending<'a> {
     fn outcome(&mut self, attempt: Result<Try>) -> Result<Try> {
         match &attempt {
             Ok(Try::Won(_)) => self.won = true,
-            Ok(Try::Held(Some(_))) => self.queued = true,
+            // A refusal with a lease to wait out, or "others first" (-2, no lease): in line.
+            Ok(Try::Held(_)) => self.queued = true,
             _ => {}
         }
         attempt

@@ -1,0 +1,346 @@
+//! Contention across processes: a release wakes one waiting process, not all of them; a
+//! waiter that died or lost its wake-up does not strand the lock; and many processes with
+//! tasks each still never overlap.
+//!
+//! The child processes are this test binary itself, re-run on one `#[ignore]`d test each
+//! (see `test_support::ChildProcess`); they talk to the parent through stdout lines and wait
+//! for a `go` key, so that they all start waiting at once.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{child_main, client, env, eventually, raw, server};
+use redis_locks::history::{History, Interval, now_nanos};
+use redis_locks::{Client, MutexOptions};
+use test_support::{ChildProcess, RedisServer};
+use tokio::time::Instant;
+
+/// Waits (bounded) for the parent's `go` key (or the key named by `GO_KEY`), so that every
+/// child starts at once.
+async fn wait_for_go(url: &str) {
+    let go = std::env::var("GO_KEY").unwrap_or_else(|_| "go".into());
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let within = Instant::now() + Duration::from_secs(30);
+    while redis::cmd("EXISTS")
+        .arg(&go)
+        .query_async::<i64>(&mut con)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(Instant::now() < within, "the parent never said go");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Starts `count` children running the `#[ignore]`d test `name`, and waits until each has
+/// connected (it prints `ready`).
+fn children(
+    server: &RedisServer,
+    name: &str,
+    count: usize,
+    envs: &[(&str, &str)],
+) -> Vec<ChildProcess> {
+    let url = server.url();
+    let mut all_envs = vec![("CHILD_REDIS_URL", url.as_str())];
+    all_envs.extend_from_slice(envs);
+    let mut children: Vec<ChildProcess> = (0..count)
+        .map(|_| ChildProcess::spawn_test(name, &all_envs).unwrap())
+        .collect();
+    for child in &mut children {
+        assert!(
+            child
+                .wait_for_line("ready", Duration::from_secs(30))
+                .is_some(),
+            "child connected"
+        );
+    }
+    children
+}
+
+fn say_go(server: &RedisServer) {
+    say(server, "go");
+}
+
+fn say(server: &RedisServer, key: &str) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(1)
+        .exec(&mut raw(server))
+        .unwrap();
+}
+
+fn queued(server: &RedisServer, lock: &str) -> i64 {
+    redis::cmd("ZCARD")
+        .arg(format!("{{{lock}}}:queue"))
+        .query(&mut raw(server))
+        .unwrap()
+}
+
+/// A waiting process: reports every change of its client's request count, takes the lock,
+/// says so, and holds it until it is killed.
+#[test]
+#[ignore = "runs only as a child process of one_release_wakes_one_waiting_process"]
+fn herd_waiter_child() {
+    child_main(|client| async move {
+        let place = Duration::from_millis(env("PLACE_MS").parse().unwrap());
+        let mutex = client
+            .mutex_with(
+                "herd",
+                MutexOptions::default()
+                    .lease(Duration::from_secs(30))
+                    .place_lease(place),
+            )
+            .unwrap();
+        tokio::spawn({
+            let client = client.clone();
+            async move {
+                let mut last = u64::MAX;
+                loop {
+                    let requests = client.stats().requests;
+                    if requests != last {
+                        println!("requests {requests}");
+                        last = requests;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        });
+        println!("ready");
+        wait_for_go(&env("CHILD_REDIS_URL")).await;
+        let guard = mutex.lock().await.unwrap();
+        println!("acquired {}", guard.fencing_token());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_waiting_process() {
+    const WAITERS: usize = 4;
+    let server = server();
+    let client = client(&server).await;
+    let holder = client.mutex("herd").unwrap().lock().await.unwrap();
+    // Place leases of 10 s: no waiter renews its place during the test (renewals would be
+    // attempts of their own).
+    let mut children = children(
+        &server,
+        "herd_waiter_child",
+        WAITERS,
+        &[("PLACE_MS", "10000")],
+    );
+    say_go(&server);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queued(&server, "herd") == WAITERS as i64
+        })
+        .await,
+        "every process waits in line"
+    );
+    // Let the last counts come in, then note them.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for child in &mut children {
+        let _ = child.take_lines("requests ");
+    }
+    holder.release().await.unwrap();
+    let mut winners = Vec::new();
+    let within = Instant::now() + Duration::from_secs(5);
+    while winners.is_empty() && Instant::now() < within {
+        for (i, child) in children.iter_mut().enumerate() {
+            if !child.take_lines("acquired ").is_empty() {
+                winners.push(i);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(winners.len(), 1, "exactly one process took the lock");
+    // Time for any other woken process to have asked (a herd asks within a millisecond).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (i, child) in children.iter_mut().enumerate() {
+        let sent = child.take_lines("requests ");
+        if i == winners[0] {
+            assert!(!sent.is_empty(), "the woken process asked for the lock");
+        } else {
+            assert!(sent.is_empty(), "process {i} was woken too: {sent:?}");
+            assert!(child.take_lines("acquired ").is_empty());
+        }
+    }
+    assert_eq!(
+        queued(&server, "herd"),
+        WAITERS as i64 - 1,
+        "the others still wait in line"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_waiter_at_the_head_holds_the_lock_up_no_longer_than_its_place_lease() {
+    let server = server();
+    let client = client(&server).await;
+    let holder = client.mutex("herd").unwrap().lock().await.unwrap();
+    let place = Duration::from_millis(1000);
+    // The first child in line, then the second.
+    let envs = |go| [("PLACE_MS", "1000"), ("GO_KEY", go)];
+    let mut first = children(&server, "herd_waiter_child", 1, &envs("go-first"));
+    let mut second = children(&server, "herd_waiter_child", 1, &envs("go-second"));
+    say(&server, "go-first");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queued(&server, "herd") == 1
+        })
+        .await,
+        "the first waits in line"
+    );
+    say(&server, "go-second");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            queued(&server, "herd") == 2
+        })
+        .await,
+        "then the second"
+    );
+    first[0].kill_hard();
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    // The release wakes the dead head; the second takes the lock once the head's place
+    // lease has run out (it renews its own place, and looks, every third of its lease).
+    assert!(
+        tokio::task::block_in_place(|| second[0].wait_for_line("acquired", Duration::from_secs(10)))
+            .is_some(),
+        "the second waiter got the lock"
+    );
+    let took = released_at.elapsed();
+    assert!(
+        took <= place + place / 3 + Duration::from_millis(500),
+        "served {took:?} after the release; the dead waiter's place lease is {place:?}"
+    );
+    // It did wait for the dead head: a waiter does not jump the line while the head's
+    // place is leased.
+    assert!(
+        took >= place / 4,
+        "served after {took:?}: the line was not kept"
+    );
+}
+
+#[tokio::test]
+async fn a_wake_up_lost_with_the_subscriber_connection_does_not_strand_the_lock() {
+    let server = server();
+    let holder_client = client(&server).await;
+    let waiter_client = client(&server).await;
+    let holder = holder_client
+        .mutex("stranded")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let mutex = waiter_client.mutex("stranded").unwrap();
+        async move { mutex.lock().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            queued(&server, "stranded") == 1
+        })
+        .await,
+        "the waiter is in line"
+    );
+    // Its subscriber connection (the only one: the holder never waited) dies just before
+    // the release, so the wake-up addressed to it is published to nobody.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(killed, 1);
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("the waiter took the lock after all")
+        .unwrap()
+        .unwrap();
+    assert_eq!(queued(&server, "stranded"), 0, "and left the line");
+    guard.release().await.unwrap();
+}
+
+const TASKS_PER_PROCESS: usize = 2;
+const PER_TASK: usize = 15;
+const PROCESSES: usize = 8;
+
+/// One contending process: two tasks sharing its client, each recording its holdings.
+#[test]
+#[ignore = "runs only as a child process of eight_processes_with_two_tasks_each_never_overlap"]
+fn contending_child() {
+    child_main(|client| async move {
+        println!("ready");
+        wait_for_go(&env("CHILD_REDIS_URL")).await;
+        let history = Arc::new(History::default());
+        let tasks: Vec<_> = (0..TASKS_PER_PROCESS)
+            .map(|task| {
+                let worker = format!("process-{}-task-{task}", std::process::id());
+                tokio::spawn(contend(client.clone(), worker, history.clone()))
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        for interval in history.intervals() {
+            println!("interval {}", serde_json::to_string(&interval).unwrap());
+        }
+        println!("done");
+    });
+}
+
+async fn contend(client: Client, worker: String, history: Arc<History>) {
+    let mutex = client
+        .mutex_with(
+            "crowded",
+            MutexOptions::default().lease(Duration::from_secs(10)),
+        )
+        .unwrap();
+    for _ in 0..PER_TASK {
+        let guard = mutex.lock().await.unwrap();
+        let start = now_nanos();
+        tokio::time::sleep(Duration::from_micros(200)).await;
+        let end = now_nanos();
+        history.record(Interval {
+            worker: worker.clone(),
+            token: guard.fencing_token().get(),
+            start,
+            end,
+        });
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_with_two_tasks_each_never_overlap() {
+    let server = server();
+    let mut children = children(&server, "contending_child", PROCESSES, &[]);
+    say_go(&server);
+    let history = History::default();
+    for child in &mut children {
+        let done =
+            tokio::task::block_in_place(|| child.wait_for_line("done", Duration::from_secs(120)));
+        assert!(done.is_some(), "child finished its acquisitions");
+        let intervals: Vec<Interval> = child
+            .take_lines("interval ")
+            .iter()
+            .map(|line| serde_json::from_str(&line["interval ".len()..]).unwrap())
+            .collect();
+        assert_eq!(intervals.len(), TASKS_PER_PROCESS * PER_TASK);
+        history.extend(intervals);
+    }
+    let report = history.check();
+    eprintln!("{report}");
+    assert!(report.is_ok(), "{report}");
+    assert_eq!(
+        history.intervals().len(),
+        PROCESSES * TASKS_PER_PROCESS * PER_TASK
+    );
+    assert_eq!(queued(&server, "crowded"), 0, "nobody left in line");
+}

@@ -1,0 +1,231 @@
+//! The `Mutex` waiters' queue, script by script on a real server: a waiter's refusal puts it
+//! in line, a grant takes it out, a free lock goes to the first in line, a release wakes the
+//! first in line (or everybody when a marked lock has nobody in line), and `leave.lua`
+//! gives a place up and prods the next waiter.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{FENCE_LUA, WAITERS_LUA, lua, raw, server};
+use redis::{Commands, Connection, PubSub};
+
+const LOCK: &str = "Q";
+const QUEUE: [&str; 3] = ["{Q}:queue", "{Q}:places", "{Q}:tickets"];
+const CHANNEL: &str = "{Q}:wake";
+
+/// The acquire script on the waiting path: `owner` for client `waiter`, 10 s lease.
+fn wait(con: &mut Connection, owner: &str, waiter: &str, place_ms: u64) -> (i64, i64) {
+    lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/mutex/acquire.lua"),
+    ])
+    .key(LOCK)
+    .key("{Q}:fence")
+    .key("{Q}:epoch")
+    .key(&QUEUE[..])
+    .arg(owner)
+    .arg(10_000)
+    .arg(0)
+    .arg("")
+    .arg(waiter)
+    .arg(place_ms)
+    .arg(CHANNEL)
+    .invoke(con)
+    .unwrap()
+}
+
+fn release(con: &mut Connection, owner: &str) -> i64 {
+    lua(&[WAITERS_LUA, include_str!("../src/mutex/release.lua")])
+        .key(LOCK)
+        .key(&QUEUE[..])
+        .arg(owner)
+        .arg(CHANNEL)
+        .invoke(con)
+        .unwrap()
+}
+
+fn leave(con: &mut Connection, waiter: &str) -> i64 {
+    lua(&[WAITERS_LUA, include_str!("../src/wait/leave.lua")])
+        .key(LOCK)
+        .key(&QUEUE[..])
+        .arg(waiter)
+        .arg(CHANNEL)
+        .invoke(con)
+        .unwrap()
+}
+
+fn line(con: &mut Connection) -> Vec<String> {
+    con.zrange(QUEUE[0], 0, -1).unwrap()
+}
+
+/// A connection for a subscriber on the wake channel, whose reads give up after 300 ms.
+fn listener(server: &test_support::RedisServer) -> Connection {
+    let con = raw(server);
+    con.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    con
+}
+
+fn heard(pubsub: &mut PubSub<'_>) -> Option<String> {
+    pubsub
+        .get_message()
+        .ok()
+        .map(|message| message.get_payload().unwrap())
+}
+
+#[test]
+fn a_refused_waiter_gets_a_place_in_line_and_a_grant_takes_it_out() {
+    let server = server();
+    let mut con = raw(&server);
+    assert_eq!(wait(&mut con, "holder", "client-a", 2_000).0, 1);
+    let (granted, pttl) = wait(&mut con, "owner-b", "client-b", 2_000);
+    assert_eq!(granted, 0);
+    assert!(pttl > 9_000);
+    let (granted, _) = wait(&mut con, "owner-c", "client-c", 2_000);
+    assert_eq!(granted, 0);
+    assert_eq!(
+        line(&mut con),
+        ["client-b", "client-c"],
+        "in the order they came"
+    );
+    // Asking again keeps the place (and renews its lease).
+    wait(&mut con, "owner-b2", "client-b", 2_000);
+    assert_eq!(line(&mut con), ["client-b", "client-c"]);
+    let ttl: i64 = con.pttl(QUEUE[1]).unwrap();
+    assert!(
+        ttl > 3_000,
+        "the queue outlives its last waiter by two place leases: {ttl}"
+    );
+    // The first in line takes the lock when it is free, and leaves the line.
+    assert_eq!(release(&mut con, "holder"), 1);
+    assert_eq!(wait(&mut con, "owner-b3", "client-b", 2_000).0, 1);
+    assert_eq!(line(&mut con), ["client-c"]);
+    // A grant with others still in line is not marked; the release wakes them anyway.
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "owner-b3");
+}
+
+#[test]
+fn a_free_lock_goes_to_the_first_in_line_and_a_late_comer_is_refused_with_minus_two() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    wait(&mut con, "holder", "client-a", 2_000);
+    wait(&mut con, "owner-b", "client-b", 2_000);
+    // The release wakes client-b; before it asks, client-c finds the lock free.
+    release(&mut con, "holder");
+    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-b"));
+    assert_eq!(wait(&mut con, "owner-c", "client-c", 2_000), (0, -2));
+    assert_eq!(
+        line(&mut con),
+        ["client-b", "client-c"],
+        "client-c queues behind"
+    );
+    assert!(!con.exists::<_, bool>(LOCK).unwrap(), "nothing was granted");
+    assert_eq!(
+        heard(&mut pubsub).as_deref(),
+        Some("client-b"),
+        "and the first in line is prodded again"
+    );
+    assert_eq!(wait(&mut con, "owner-b", "client-b", 2_000).0, 1);
+}
+
+#[test]
+fn a_dead_waiters_place_runs_out_and_the_next_one_is_first() {
+    let server = server();
+    let mut con = raw(&server);
+    wait(&mut con, "holder", "client-a", 2_000);
+    wait(&mut con, "owner-dead", "client-dead", 50);
+    wait(&mut con, "owner-b", "client-b", 2_000);
+    release(&mut con, "holder");
+    // Within the dead waiter's place lease the line is kept...
+    assert_eq!(wait(&mut con, "owner-b", "client-b", 2_000), (0, -2));
+    std::thread::sleep(Duration::from_millis(80));
+    // ...and then it is dropped, and the next waiter is first.
+    assert_eq!(wait(&mut con, "owner-b", "client-b", 2_000).0, 1);
+    assert!(line(&mut con).is_empty());
+    let tickets: bool = con.exists(QUEUE[2]).unwrap();
+    assert!(!tickets, "the ticket counter goes with the last waiter");
+}
+
+#[test]
+fn a_release_wakes_the_first_in_line_else_everybody_if_marked_else_nobody() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    // Somebody in line: only its id is published.
+    wait(&mut con, "holder", "client-a", 2_000);
+    wait(&mut con, "owner-b", "client-b", 2_000);
+    release(&mut con, "holder");
+    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-b"));
+    assert_eq!(heard(&mut pubsub), None, "one message");
+    wait(&mut con, "owner-b", "client-b", 2_000);
+    // Marked but nobody in line (a waiter of the holder's own process): everybody.
+    let _: () = con.set(LOCK, "owner-b+w").unwrap();
+    assert_eq!(release(&mut con, "owner-b"), 1);
+    assert_eq!(heard(&mut pubsub).as_deref(), Some("*"));
+    // Neither: nothing.
+    let _: () = con.set(LOCK, "owner-c").unwrap();
+    assert_eq!(release(&mut con, "owner-c"), 1);
+    assert_eq!(heard(&mut pubsub), None);
+}
+
+#[test]
+fn leave_gives_a_place_up_and_prods_the_next_waiter_if_the_lock_is_free() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    wait(&mut con, "holder", "client-a", 2_000);
+    wait(&mut con, "owner-b", "client-b", 2_000);
+    wait(&mut con, "owner-c", "client-c", 2_000);
+    // Held: leaving wakes nobody.
+    assert_eq!(leave(&mut con, "client-c"), 1);
+    assert_eq!(heard(&mut pubsub), None);
+    assert_eq!(line(&mut con), ["client-b"]);
+    assert_eq!(leave(&mut con, "client-c"), 0, "no place any more");
+    // Free, with client-b woken but leaving: the next in line is prodded.
+    wait(&mut con, "owner-d", "client-d", 2_000);
+    release(&mut con, "holder");
+    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-b"));
+    assert_eq!(leave(&mut con, "client-b"), 1);
+    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-d"));
+    assert_eq!(leave(&mut con, "client-d"), 1);
+    assert!(line(&mut con).is_empty());
+    assert!(!con.exists::<_, bool>(QUEUE[2]).unwrap());
+}
+
+#[test]
+fn queue_keys_of_another_type_are_wrong_type_errors_and_nothing_is_written() {
+    let server = server();
+    let mut con = raw(&server);
+    let _: () = con.set(QUEUE[0], "not a queue").unwrap();
+    let err = lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/mutex/acquire.lua"),
+    ])
+    .key(LOCK)
+    .key("{Q}:fence")
+    .key("{Q}:epoch")
+    .key(&QUEUE[..])
+    .arg("owner")
+    .arg(10_000)
+    .arg(0)
+    .arg("")
+    .arg("client-a")
+    .arg(2_000)
+    .arg(CHANNEL)
+    .invoke::<(i64, i64)>(&mut con)
+    .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    assert!(err.to_string().contains("{Q}:queue"), "{err}");
+    assert!(!con.exists::<_, bool>(LOCK).unwrap());
+}
