@@ -16,6 +16,15 @@ const CHANNEL: &str = "{Q}:wake";
 
 /// The acquire script on the waiting path: `owner` for client `waiter`, 10 s lease.
 fn wait(con: &mut Connection, owner: &str, waiter: &str, place_ms: u64) -> (i64, i64) {
+    try_wait(con, owner, waiter, place_ms).unwrap()
+}
+
+fn try_wait(
+    con: &mut Connection,
+    owner: &str,
+    waiter: &str,
+    place_ms: u64,
+) -> redis::RedisResult<(i64, i64)> {
     lua(&[
         FENCE_LUA,
         WAITERS_LUA,
@@ -33,7 +42,6 @@ fn wait(con: &mut Connection, owner: &str, waiter: &str, place_ms: u64) -> (i64,
     .arg(place_ms)
     .arg(CHANNEL)
     .invoke(con)
-    .unwrap()
 }
 
 fn release(con: &mut Connection, owner: &str) -> i64 {
@@ -207,24 +215,7 @@ fn queue_keys_of_another_type_are_wrong_type_errors_and_nothing_is_written() {
     let server = server();
     let mut con = raw(&server);
     let _: () = con.set(QUEUE[0], "not a queue").unwrap();
-    let err = lua(&[
-        FENCE_LUA,
-        WAITERS_LUA,
-        include_str!("../src/mutex/acquire.lua"),
-    ])
-    .key(LOCK)
-    .key("{Q}:fence")
-    .key("{Q}:epoch")
-    .key(&QUEUE[..])
-    .arg("owner")
-    .arg(10_000)
-    .arg(0)
-    .arg("")
-    .arg("client-a")
-    .arg(2_000)
-    .arg(CHANNEL)
-    .invoke::<(i64, i64)>(&mut con)
-    .unwrap_err();
+    let err = try_wait(&mut con, "owner", "client-a", 2_000).unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
     assert!(err.to_string().contains("{Q}:queue"), "{err}");
     assert!(!con.exists::<_, bool>(LOCK).unwrap());
