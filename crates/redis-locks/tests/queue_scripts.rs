@@ -110,9 +110,14 @@ fn a_refused_waiter_gets_a_place_in_line_and_a_grant_takes_it_out() {
     assert_eq!(release(&mut con, "holder"), 1);
     assert_eq!(wait(&mut con, "owner-b3", "client-b", 2_000).0, 1);
     assert_eq!(line(&mut con), ["client-c"]);
-    // A grant with others still in line is not marked; the release wakes them anyway.
+    // A grant with others still in line is marked at once, so that its release wakes them;
+    // the last one in line takes it unmarked.
     let value: String = con.get(LOCK).unwrap();
-    assert_eq!(value, "owner-b3");
+    assert_eq!(value, "owner-b3+w");
+    assert_eq!(release(&mut con, "owner-b3"), 1);
+    assert_eq!(wait(&mut con, "owner-c2", "client-c", 2_000).0, 1);
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "owner-c2");
 }
 
 #[test]

@@ -42,6 +42,8 @@
 --               the grant takes a new token the same way.
 --   {0, -2}     (with ARGV[5] only) free, but other waiters are ahead in the queue: the caller
 --               keeps (or takes) its place, and the first waiter is woken.
+--               (A waiter's grant with others still in the queue is marked at once, so that
+--               its release wakes the next.)
 --   {0, pttl}   held by another owner; pttl is its remaining lease in milliseconds,
 --               or -1 if the key has no expiry (it was not written by this library).
 --               A key with a lease is marked (mark_waited; its TTL stays), so its
@@ -92,6 +94,10 @@ local function grant_token()
   local token, err = next_token(KEYS[2], micros)
   if token and waiter then
     queue_leave(KEYS[4], KEYS[5], KEYS[6], waiter)
+    -- Others still in line: their turn comes with this holder's release.
+    if redis.call('EXISTS', KEYS[4]) == 1 then
+      mark_waited(KEYS[1])
+    end
   end
   if token and ARGV[4] and ARGV[4] ~= '' then
     local ms = math.floor(micros / 1000)

@@ -13,8 +13,13 @@ use crate::wait::WAITERS_LUA;
 
 /// Owner-checked delete that wakes the next waiter if one marked the lock: `1` released, `0`
 /// gone, `-1` another owner's.
-static RELEASE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
+static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        include_str!("release_first.lua"),
+        WAITERS_LUA,
+        include_str!("release.lua"),
+    ])
+});
 
 /// Owner-checked `PEXPIRE`: `1` extended, `0` gone, `-1` another owner's.
 static EXTEND: LazyLock<LockScript> =

@@ -5,15 +5,15 @@
 -- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the lock's queue of waiters, its place
 --          leases and its ticket counter (see the queue in waiters.lua).
 -- ARGV[1]  the owner token the caller acquired with.
--- ARGV[2]  the lock's wake channel. The release publishes there the id of the first waiter
---          in the queue whose place is still leased (only that process's waiter acts on it,
---          and the waiters of the releasing process queued behind the holder); or, when
---          nobody is in line but a waiter marked the lock (see waiters.lua), '*' (every
---          waiter looks again). A release nobody waits for publishes nothing.
+-- ARGV[2]  the lock's wake channel. If a waiter marked the lock (see waiters.lua), the
+--          release publishes there the id of the first waiter in the queue whose place is
+--          still leased (only that process's waiter acts on it, and the waiters of the
+--          releasing process queued behind the holder), or '*' (every waiter looks again)
+--          when nobody is in line. A release nobody waited for publishes nothing.
 --
 -- Replies:
---    1  released: the key held ARGV[1] (marked or not) and is now deleted; the next waiter,
---       if any, was woken.
+--    1  released: the key held ARGV[1] (marked or not) and is now deleted; marked: the next
+--       waiter was woken.
 --    0  not released: the key is gone (the lease ran out, or the lock was never taken).
 --   -1  not released: the key holds another owner's token (the lease ran out and
 --       somebody else took the lock); that owner's lock is left untouched.
@@ -28,10 +28,10 @@ if holder ~= ARGV[1] then
   return -1
 end
 redis.call('DEL', KEYS[1])
--- Somebody waits if the key was marked, or if the queue holds a waiter (a grant by the fast
--- path, which does not mark, may have come between a waiter's attempt and this release).
+-- Somebody waits only if the key was marked: a waiter's refusal marks it, and so does a
+-- waiter's grant while others are still in line (see acquire.lua).
 local head = nil
-if KEYS[2] and (marked or redis.call('EXISTS', KEYS[2]) == 1) then
+if KEYS[2] and marked then
   local clock = redis.call('TIME')
   queue_purge(KEYS[2], KEYS[3], tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
   head = queue_head(KEYS[2])
