@@ -24,8 +24,10 @@ pub struct LockState {
     pub fencing_counter: Option<FencingToken>,
     /// How many clients wait for the lock right now: the connections subscribed to its wake
     /// channel (one per [`Client`](crate::Client) with a waiter of this lock waiting, which
-    /// is one per process unless a process makes several clients). A client that gave up, or
-    /// whose process exited or was killed, stops counting as soon as the server sees its
+    /// is one per process unless a process makes several clients). A client stays subscribed
+    /// for about a second after its last waiter of the lock is done (it took the lock, or
+    /// gave up), so a process that takes the lock again and again keeps counting. A client
+    /// whose process exited or was killed stops counting as soon as the server sees its
     /// connection close, at once on the same host; a host that vanished from the network
     /// counts until the server's `tcp-keepalive` notices (300 s by default). Unlike
     /// [`Holder::waited_for`], which stays for the holder's whole tenure.
