@@ -6,7 +6,6 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::lease::Renewals;
 use crate::node::{ClientOptions, Node};
-use crate::token::OwnerToken;
 use crate::wait::{LocalQueues, WaitOn, WaitOptions};
 
 /// A connection to one Redis server, shared by every lock handle made from it. Cheap to clone.
@@ -51,9 +50,6 @@ struct Inner {
     node: Node,
     renewals: Renewals,
     local: LocalQueues,
-    /// This client's place in the queues of the locks it waits for: one per process and lock,
-    /// shared by its waiters of that lock, which take turns (see `wait/`).
-    waiter_id: Arc<str>,
 }
 
 impl std::fmt::Debug for Client {
@@ -120,7 +116,6 @@ impl Client {
                 node,
                 renewals: Renewals::default(),
                 local: LocalQueues::default(),
-                waiter_id: OwnerToken::random().as_str().into(),
             }),
         })
     }
@@ -145,16 +140,6 @@ impl Client {
     /// The watchdog's renewal queue of this client's leases.
     pub(crate) fn renewals(&self) -> &Renewals {
         &self.inner.renewals
-    }
-
-    /// This client's waiter id: its place in a lock's queue of waiters.
-    pub(crate) fn waiter_id(&self) -> &Arc<str> {
-        &self.inner.waiter_id
-    }
-
-    /// Whether waiters of this client wait for the `kind` lock `lock` now.
-    pub(crate) fn waits_locally(&self, kind: &'static str, lock: &str) -> bool {
-        self.inner.local.contains(kind, lock)
     }
 
     /// Where this client's waiters wait, with `options`.

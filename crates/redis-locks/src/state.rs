@@ -44,11 +44,12 @@ pub struct Holder {
     /// (it was not written by this library).
     pub lease_remaining: Option<Duration>,
     /// Whether the lock is marked for a wake-up, so that its release publishes one (a release
-    /// nobody waits for publishes nothing): a [`Mutex`](crate::Mutex) waiter found it held
+    /// nobody waits for publishes nothing): a waiter found it held
     /// at some time during this holder's tenure, or the holder was granted it with waiters of
     /// its own process queued behind it. The mark stays until the release, even when that
     /// waiter has died or given up since: for who waits now, see
-    /// [`LockState::listeners`]. A [`FairMutex`](crate::FairMutex)'s waiters queue instead:
-    /// see [`FairMutex::waiting`](crate::FairMutex::waiting).
+    /// [`LockState::listeners`]; for how many wait in line, see
+    /// [`FairMutex::waiting`](crate::FairMutex::waiting) (which counts a `Mutex`'s waiting
+    /// processes of the same name too, one each).
     pub waited_for: bool,
 }

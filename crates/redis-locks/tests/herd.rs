@@ -127,7 +127,8 @@ async fn one_release_wakes_one_waiting_process() {
     let client = client(&server).await;
     let holder = client.mutex("herd").unwrap().lock().await.unwrap();
     // Place leases of 10 s: no waiter renews its place during the test (renewals would be
-    // attempts of their own).
+    // attempts of their own; the other periodic look, every 2 s, comes after the test's
+    // checks on any machine that starts the children within a second).
     let mut children = children(
         &server,
         "herd_waiter_child",
@@ -343,4 +344,71 @@ async fn eight_processes_with_two_tasks_each_never_overlap() {
         PROCESSES * TASKS_PER_PROCESS * PER_TASK
     );
     assert_eq!(queued(&server, "crowded"), 0, "nobody left in line");
+}
+
+#[tokio::test]
+async fn a_cancelled_wait_gives_up_its_place_in_line() {
+    let server = server();
+    let holder_client = client(&server).await;
+    let waiter_client = client(&server).await;
+    let holder = holder_client.mutex("left").unwrap().lock().await.unwrap();
+    let mutex = waiter_client.mutex("left").unwrap();
+    let waiter = tokio::spawn({
+        let mutex = mutex.clone();
+        async move { mutex.lock().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            queued(&server, "left") == 1
+        })
+        .await,
+        "the waiter is in line"
+    );
+    waiter.abort();
+    let _ = waiter.await;
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            queued(&server, "left") == 0
+        })
+        .await,
+        "the cancelled wait left the line"
+    );
+    holder.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn short_waits_retried_in_a_loop_keep_their_turn() {
+    let server = server();
+    let holder_client = client(&server).await;
+    let waiter_client = client(&server).await;
+    let holder = holder_client
+        .mutex("retried")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let retrying = tokio::spawn({
+        let mutex = waiter_client.mutex("retried").unwrap();
+        async move {
+            // Each short wait times out while the lock is held; the next one must still be
+            // in line (a late leave of the previous one must not take its place).
+            loop {
+                match mutex.lock_timeout(Duration::from_millis(30)).await {
+                    Ok(guard) => return (Instant::now(), guard),
+                    Err(err) => assert!(err.is_held(), "{err}"),
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (acquired_at, guard) = tokio::time::timeout(Duration::from_secs(5), retrying)
+        .await
+        .expect("the retrying waiter took the lock")
+        .unwrap();
+    // Woken by the release (or its next 30 ms try), not by a place lease running out.
+    let took = acquired_at - released_at;
+    assert!(took < Duration::from_millis(400), "took {took:?}");
+    guard.release().await.unwrap();
 }

@@ -111,7 +111,7 @@ async fn a_wait_behind_a_local_holder_still_ends_on_time_and_asks_redis_once() {
         err.retry_after().unwrap() > Duration::from_secs(20),
         "the holder's lease: {err:?}"
     );
-    // Its one attempt, and the unsubscription as the last waiter leaves.
+    // Its one attempt, and leaving the line as the last waiter of this process.
     let sent = client.stats().requests - before;
     assert!((1..=2).contains(&sent), "{sent} requests");
 

@@ -44,14 +44,19 @@ fn try_wait(
     .invoke(con)
 }
 
+/// The release as the library sends it: its first check, the prelude, the body.
 fn release(con: &mut Connection, owner: &str) -> i64 {
-    lua(&[WAITERS_LUA, include_str!("../src/mutex/release.lua")])
-        .key(LOCK)
-        .key(&QUEUE[..])
-        .arg(owner)
-        .arg(CHANNEL)
-        .invoke(con)
-        .unwrap()
+    lua(&[
+        include_str!("../src/mutex/release_first.lua"),
+        WAITERS_LUA,
+        include_str!("../src/mutex/release.lua"),
+    ])
+    .key(LOCK)
+    .key(&QUEUE[..])
+    .arg(owner)
+    .arg(CHANNEL)
+    .invoke(con)
+    .unwrap()
 }
 
 fn leave(con: &mut Connection, waiter: &str) -> i64 {

@@ -30,7 +30,9 @@
 --   {0, pttl}   not acquired; pttl is the holder's remaining lease in ms, -1 if the lock key
 --               has no expiry, -2 if the lock is free but another waiter is ahead.
 --               With ARGV[3] > 0 the waiter now has a place in the queue (its old place, if
---               it had one), leased until now + ARGV[3].
+--               it had one), leased until now + ARGV[3], and a held key with a lease is
+--               marked (see waiters.lua), so that a Mutex holder of the same name wakes the
+--               line too.
 -- Errors (nothing written):
 --   WRONGTYPE <key> ...  that key holds another Redis type, or KEYS[2] is a string that is
 --                        not an integer.
@@ -86,4 +88,10 @@ if not holder then
   wake(channel, head)
   return {0, -2}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl >= 0 and place_lease > 0 then
+  -- Held by a Mutex grant of the same name, say, which marks nothing by itself: mark it,
+  -- so that its release wakes the line.
+  mark_waited(KEYS[1])
+end
+return {0, pttl}

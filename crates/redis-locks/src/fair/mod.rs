@@ -23,7 +23,7 @@ use crate::mutex::{MutexGuard, MutexHold, inspect};
 use crate::node::LockScript;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Contender, Try, WAITERS_LUA, WaitOptions, acquire};
+use crate::wait::{Contender, Line, Try, WAITERS_LUA, WaitOptions, acquire};
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
 static ACQUIRE: LazyLock<LockScript> =
@@ -75,7 +75,8 @@ impl FairMutexOptions {
         self
     }
 
-    /// How a waiting `lock()` keeps its place and behaves while wake-ups are down.
+    /// How a waiting `lock()` keeps its place and behaves while wake-ups are down, all at
+    /// once (it replaces what [`place_lease`](FairMutexOptions::place_lease) set before).
     pub fn wait_options(mut self, options: WaitOptions) -> Self {
         self.wait = options;
         self
@@ -164,6 +165,10 @@ impl Hold for FairHold {
 /// again goes to the back of the queue. Each waiter renews a short place lease
 /// ([`FairMutexOptions::place_lease`]), so a waiter that crashed is skipped once its place
 /// lease runs out. Guards are [`MutexGuard`]s: fencing token, lease, `extend`, `release`.
+///
+/// A `Mutex` and a `FairMutex` of one name share the lock key and the queue of waiters (a
+/// `Mutex`'s waiting process takes one place in it, shared by its waiters), so they exclude
+/// each other; a `FairMutex` then also waits behind `Mutex` waiters in line.
 ///
 /// # When not to use it
 /// Fairness costs a little: each attempt also maintains the queue, and a handoff always
@@ -425,7 +430,7 @@ impl Contender for Contending<'_> {
         self.fair.keys.wake_channel()
     }
 
-    async fn attempt(&mut self, _mark: bool, deadline: Option<Instant>) -> Result<Try> {
+    async fn attempt(&mut self, _line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
         let place_lease = self.fair.options.get_place_lease();
         match self.fair.ask(self.owed(), place_lease, deadline).await? {
             Ok((token, sent_at)) => {

@@ -34,7 +34,7 @@ queue_purge(KEYS[2], KEYS[3], now)
 queue_leave(KEYS[2], KEYS[3], KEYS[4], owner)
 
 -- A Mutex waiter's mark is not part of the owner token (holder_of strips it).
-local holder = holder_of(KEYS[1])
+local holder, marked = holder_of(KEYS[1])
 local result = 0
 if holder == owner then
   redis.call('DEL', KEYS[1])
@@ -46,5 +46,8 @@ end
 local head = queue_head(KEYS[2])
 if head then
   wake(channel, head)
+elseif marked and result == 1 then
+  -- Marked by Mutex waiters of this process that hold no place in line: wake them all.
+  wake_all(channel)
 end
 return result

@@ -29,7 +29,8 @@
 --          KEYS[3]. '' or absent leaves KEYS[3] alone.
 -- KEYS[4]  optional, with KEYS[5] and KEYS[6]: the lock's queue of waiters, its place leases
 --          and its ticket counter (see the queue in waiters.lua).
--- ARGV[5]  optional; the caller's waiter id (its client's, one per process and lock): a
+-- ARGV[5]  optional; the caller's waiter id (shared by the waiters of the lock in its
+--          process, new each time that process starts waiting for it): a
 --          refusal gives it a place in the queue (or renews its place), so that a release
 --          wakes it alone, in turn; a grant takes it out. '' or absent: no place.
 -- ARGV[6]  with ARGV[5]: the place lease in milliseconds (a positive integer).
@@ -79,10 +80,10 @@ if waiter == '' then
 end
 if waiter then
   for i = 4, 6 do
-    local kind = redis.call('TYPE', KEYS[i]).ok
+    local queue_kind = redis.call('TYPE', KEYS[i]).ok
     local wanted = (i == 6) and 'string' or 'zset'
-    if kind ~= 'none' and kind ~= wanted then
-      return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a queue')
+    if queue_kind ~= 'none' and queue_kind ~= wanted then
+      return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. queue_kind .. ', not a queue')
     end
   end
 end
@@ -147,9 +148,8 @@ local pttl = redis.call('PTTL', KEYS[1])
 if pttl >= 0 then
   mark_waited(KEYS[1])
   if waiter then
-    local now = math.floor(micros / 1000)
-    queue_purge(KEYS[4], KEYS[5], now)
-    queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]))
+    -- (Purged above.)
+    queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, math.floor(micros / 1000), tonumber(ARGV[6]))
   end
 end
 return {0, pttl}

@@ -2,7 +2,7 @@
 //! `SET NX PX` + `INCR` that costs Redis no script, or the acquire script, which waiters use
 //! because it also marks a held lock so that its release wakes them.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Value;
@@ -24,15 +24,18 @@ static ACQUIRE: LazyLock<LockScript> =
 const SEEDED: i64 = 1_000_000_000_000_000;
 
 /// How an attempt asks Redis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Ask {
     /// The pipeline `SET NX PX` + `INCR` (+ `PTTL` with `pttl`, to say how long a refusal
     /// lasts). Used by the first attempt of a `lock` and by every try-once call.
     Fast { pttl: bool },
-    /// The acquire script, which marks a held lock so that its release publishes a wake-up.
-    /// Used by waiters, after they listen on the wake channel. With `mark`, a granted lock
-    /// is marked at once, for the waiters of this process queued behind this one.
-    Waiting { mark: bool },
+    /// The acquire script, which marks a held lock so that its release publishes a wake-up,
+    /// and with `waiter` gives this process's waiters that place in the lock's queue. Used by
+    /// waiters, after they listen on the wake channel. With `mark`, a granted lock is marked
+    /// at once, for the waiters of this process queued behind this one.
+    Waiting { mark: bool, waiter: Arc<str> },
+    /// The acquire script, out of line.
+    Script { waiter: Option<Arc<str>> },
 }
 
 /// What the script writes as the fencing counter's epoch on a grant (`acquire.lua`,
@@ -68,10 +71,17 @@ impl Mutex {
         let owed = OwedRelease::new(self.hold.clone());
         match ask {
             Ask::Fast { pttl } => self.ask_fast(owed, pttl, deadline).await,
-            Ask::Waiting { mark } => {
+            Ask::Waiting { mark, waiter } => {
                 let script = Script {
-                    queue: true,
+                    waiter: Some(waiter),
                     ..Script::new(mark)
+                };
+                self.ask_script(owed, script, deadline).await
+            }
+            Ask::Script { waiter } => {
+                let script = Script {
+                    waiter,
+                    ..Script::new(false)
                 };
                 self.ask_script(owed, script, deadline).await
             }
@@ -247,11 +257,8 @@ impl Mutex {
             self.keys.tickets(),
         ];
         let mark = if script.mark { "1" } else { "0" };
-        let waiter: &str = if script.queue {
-            self.client.waiter_id()
-        } else {
-            ""
-        };
+        let waiter = script.waiter.clone();
+        let waiter: &str = waiter.as_deref().unwrap_or_default();
         let place_ms = &*self.place_ms;
         let channel = self.keys.wake_channel();
         loop {
@@ -343,9 +350,9 @@ impl Mutex {
 struct Script {
     /// Mark a grant at once, for waiters of this process queued behind this one.
     mark: bool,
-    /// A waiter's attempt: a refusal gives this client a place in the lock's queue (see
-    /// `acquire.lua`, ARGV[5]), a grant takes it out.
-    queue: bool,
+    /// A waiter's attempt: a refusal gives this place (`LocalQueue::id`) to the process's
+    /// waiters in the lock's queue (see `acquire.lua`, ARGV[5]), a grant takes it out.
+    waiter: Option<Arc<str>>,
     /// What to write as the counter's epoch.
     epoch: Epoch,
     /// How many grants of this acquisition came back after their lease.
@@ -357,7 +364,7 @@ impl Script {
     fn new(mark: bool) -> Script {
         Script {
             mark,
-            queue: false,
+            waiter: None,
             epoch: Epoch::Keep,
             late: 0,
         }

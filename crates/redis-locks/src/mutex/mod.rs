@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::{LeaseOptions, lease_millis};
 use crate::state::LockState;
-use crate::wait::{Contender, Try, WaitOptions, acquire, leave_queue};
+use crate::wait::{Contender, Line, Try, WaitOptions, acquire};
 
 mod attempt;
 mod guard;
@@ -64,7 +64,9 @@ impl MutexOptions {
         self
     }
 
-    /// How a waiting `lock()` behaves between attempts, all at once.
+    /// How a waiting `lock()` behaves between attempts, all at once (it replaces what
+    /// [`retry_delay`](MutexOptions::retry_delay) and
+    /// [`place_lease`](MutexOptions::place_lease) set before).
     pub fn wait_options(mut self, options: WaitOptions) -> Self {
         self.wait = options;
         self
@@ -131,6 +133,11 @@ impl MutexOptions {
         self.wait.get_retry_delay()
     }
 
+    /// The place lease in force (see [`WaitOptions::place_lease`]).
+    pub fn get_place_lease(&self) -> Duration {
+        self.wait.get_place_lease()
+    }
+
     /// Checks every value, so a bad one is reported when the handle is made.
     ///
     /// # Errors
@@ -147,11 +154,13 @@ impl MutexOptions {
 /// [`lock`](Mutex::lock) returns a [`MutexGuard`] with a fresh random owner token, a lease and
 /// a fencing token. Names follow the key layout of [`LockKeys`].
 ///
-/// Waiting does not poll: a release wakes the waiters (pub/sub on the lock's wake channel),
-/// and a waiter whose holder crashed retries the moment the holder's lease ends. Waiters of
-/// one lock inside one process take turns in FIFO order, and only the first of them talks to
-/// Redis; across processes the order is not fair — whoever asks first after a release wins.
-/// Use [`FairMutex`](crate::FairMutex) for first-come, first-served across processes.
+/// Waiting does not poll: waiting processes queue on the server and a release wakes the first
+/// of them (pub/sub on the lock's wake channel), and a waiter whose holder crashed retries
+/// the moment the holder's lease ends. Waiters of one lock inside one process take turns in
+/// FIFO order and share the process's place in line; only the first of them talks to Redis.
+/// Across processes, waiters are served in line, but the first attempt of a `lock()` that
+/// finds no waiter of its own process (the fast path) takes a free lock whoever waits: use
+/// [`FairMutex`](crate::FairMutex) for strict first-come, first-served.
 ///
 /// # When not to use it
 /// - For exclusion between tasks of one process, use `tokio::sync::Mutex`: it costs no
@@ -213,7 +222,7 @@ impl Client {
     ///
     /// # Errors
     /// As [`Client::mutex`]; also [`Error::InvalidDuration`] for a lease under 3 ms or over
-    /// 100 years, or a retry delay over 1 hour.
+    /// 100 years, a retry delay over 1 hour, or a place lease under 3 ms or over 1 hour.
     pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
         Mutex::new(self.clone(), LockKeys::new(name)?, options)
     }
@@ -345,40 +354,46 @@ impl Mutex {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
         let on = self.client.wait_on(self.options.get_wait_options());
-        let lease = acquire(on, Contending::new(self), deadline).await?;
+        let contending = Contending {
+            mutex: self,
+            place: None,
+        };
+        let lease = acquire(on, contending, deadline).await?;
         Ok(MutexGuard::new(lease))
     }
 }
 
 /// A `Mutex`'s side of the acquire loop: the fast pipeline first, then the acquire script,
-/// which marks a held lock so that its release wakes a waiter, and gives this client a place
-/// in the lock's queue so that the release wakes it alone, in turn. Waiters of one lock in this
-/// process take turns and share the client's place.
+/// which marks a held lock and gives this process's waiters a place in the lock's queue (one
+/// place, [`LocalQueue::id`](crate::wait::LocalQueue::id), shared by the waiters of the lock
+/// in this process, which take turns), so that the release wakes them alone, in turn.
 struct Contending<'a> {
     mutex: &'a Mutex,
-    /// A refused attempt gave this client a place in the queue.
-    queued: bool,
-    /// The lock was granted (the grant took the place out).
-    won: bool,
+    /// The place in line this wait's attempts took, to be woken by.
+    place: Option<Arc<str>>,
 }
 
-impl<'a> Contending<'a> {
-    fn new(mutex: &'a Mutex) -> Contending<'a> {
-        Contending {
-            mutex,
-            queued: false,
-            won: false,
+impl Contending<'_> {
+    /// One attempt of the acquire script, in `line`.
+    async fn in_line(&mut self, line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
+        let Some(local) = line.local else {
+            // Not in line (never for a `Mutex`'s waiters, which take local turns).
+            return self
+                .mutex
+                .attempt(Ask::Script { waiter: None }, deadline)
+                .await;
+        };
+        local.placing(self.mutex.client.node(), &self.mutex.keys);
+        self.place = Some(local.id().clone());
+        let ask = Ask::Waiting {
+            mark: line.mark,
+            waiter: local.id().clone(),
+        };
+        let attempt = self.mutex.attempt(ask, deadline).await?;
+        if let Try::Won(_) = attempt {
+            local.unplaced();
         }
-    }
-
-    fn outcome(&mut self, attempt: Result<Try>) -> Result<Try> {
-        match &attempt {
-            Ok(Try::Won(_)) => self.won = true,
-            // A refusal with a lease to wait out, or "others first" (-2, no lease): in line.
-            Ok(Try::Held(_)) => self.queued = true,
-            _ => {}
-        }
-        attempt
+        Ok(attempt)
     }
 }
 
@@ -391,16 +406,15 @@ impl Contender for Contending<'_> {
         self.mutex.keys.wake_channel()
     }
 
-    async fn attempt(&mut self, mark: bool, deadline: Option<Instant>) -> Result<Try> {
-        let attempt = self.mutex.attempt(Ask::Waiting { mark }, deadline).await;
-        self.outcome(attempt)
+    async fn attempt(&mut self, line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
+        self.in_line(line, deadline).await
     }
 
-    async fn first(&mut self, deadline: Option<Instant>, listening: bool) -> Result<Try> {
-        if listening {
+    async fn first(&mut self, deadline: Option<Instant>, line: Option<Line<'_>>) -> Result<Try> {
+        if let Some(line) = line {
             // This process waited for the lock a moment ago: it is contended, so ask the way
-            // that puts this client in line if it is held.
-            return self.attempt(false, deadline).await;
+            // that puts its waiters in line if it is held.
+            return self.in_line(line, deadline).await;
         }
         // With a budget, a refusal may end the wait: then say how long the holder's lease
         // lasts.
@@ -413,45 +427,11 @@ impl Contender for Contending<'_> {
     }
 
     fn address(&self) -> Option<&str> {
-        Some(self.mutex.client.waiter_id())
+        self.place.as_deref()
     }
 
     fn refresh(&self) -> Option<Duration> {
         Some(self.mutex.options.wait.get_place_lease() / 3)
-    }
-
-    async fn give_up(mut self) {
-        if self.must_leave() {
-            self.queued = false;
-            let client = &self.mutex.client;
-            leave_queue(client.node(), &self.mutex.keys, client.waiter_id()).await;
-        }
-    }
-}
-
-impl Contending<'_> {
-    /// Whether this wait, ending without the lock, must give the client's place up: it took
-    /// one, and no other waiter of this process still waits and keeps it (a release must not
-    /// wake a process where nobody waits any more).
-    fn must_leave(&self) -> bool {
-        let client = &self.mutex.client;
-        self.queued && !self.won && !client.waits_locally(LOCAL_TURNS, self.mutex.name())
-    }
-}
-
-impl Drop for Contending<'_> {
-    /// A wait that ends without the lock by an error or a dropped future gives the place up
-    /// in the background (a timeout gave it up already).
-    fn drop(&mut self) {
-        if !self.must_leave() {
-            return;
-        }
-        let (client, keys) = (self.mutex.client.clone(), self.mutex.keys.clone());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                leave_queue(client.node(), &keys, client.waiter_id()).await;
-            });
-        }
     }
 }
 

@@ -17,8 +17,9 @@
 --    0  not released: the key is gone (the lease ran out, or the lock was never taken).
 --   -1  not released: the key holds another owner's token (the lease ran out and
 --       somebody else took the lock); that owner's lock is left untouched.
--- Errors:
---   WRONGTYPE  KEYS[1] is not a string, or a queue key holds another type.
+-- Errors (nothing written):
+--   WRONGTYPE  KEYS[1] is not a string, or (for a marked key) a queue key holds another
+--              type.
 
 local holder, marked = holder_of(KEYS[1])
 if not holder then
@@ -27,15 +28,25 @@ end
 if holder ~= ARGV[1] then
   return -1
 end
-redis.call('DEL', KEYS[1])
 -- Somebody waits only if the key was marked: a waiter's refusal marks it, and so does a
--- waiter's grant while others are still in line (see acquire.lua).
+-- waiter's grant while others are still in line (see acquire.lua). The queue is read (and
+-- TIME, and the queue's types checked by the calls) before anything is written, so that an
+-- error leaves the lock as it was.
 local head = nil
 if KEYS[2] and marked then
   local clock = redis.call('TIME')
-  queue_purge(KEYS[2], KEYS[3], tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  for i = 2, 4 do
+    local kind = redis.call('TYPE', KEYS[i]).ok
+    local wanted = (i == 4) and 'string' or 'zset'
+    if kind ~= 'none' and kind ~= wanted then
+      return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a queue')
+    end
+  end
+  queue_purge(KEYS[2], KEYS[3], now)
   head = queue_head(KEYS[2])
 end
+redis.call('DEL', KEYS[1])
 if head then
   wake(ARGV[2], head)
 elseif marked then

@@ -2,11 +2,13 @@
 //! in the process.
 //!
 //! Release scripts `PUBLISH` on the lock's wake channel (a name in the lock's slot, see
-//! [`LockKeys::wake_channel`](crate::LockKeys::wake_channel)) when somebody waits: a `Mutex`
-//! waiter marks the holder's key, a `FairMutex` release wakes its queue's head. A background
-//! task owns the
+//! [`LockKeys::wake_channel`](crate::LockKeys::wake_channel)) when somebody waits: the id of
+//! the first waiter in the lock's queue, or `*` for all. A background task owns the
 //! subscriber connection: it subscribes to a channel while at least one waiter of this
-//! process holds a [`Subscription`] to it, and fans each message out to those waiters.
+//! process holds a [`Subscription`] to it, and for [`LINGER`] after the last one let go (so
+//! that a process taking a contended lock again and again does not subscribe and unsubscribe
+//! each time, and listens from its very first attempt); it fans each message out to those
+//! waiters.
 //! When the connection drops, the task wakes every waiter (a release may have been missed),
 //! marks the subscriptions as not live — waiters then fall back to bounded, jittered polling —
 //! and reconnects with backoff, restoring every subscription.

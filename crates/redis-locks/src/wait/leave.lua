@@ -1,6 +1,7 @@
 -- leave.lua: a waiter gives up its place in a lock's queue (after the waiters.lua prelude:
--- holder_of, wake, the queue). If the lock is free, the new first waiter is woken: the one
--- leaving may have been woken for this very release and will not take the lock now.
+-- holder_of, mark_waited, wake, the queue). If others still wait: when the lock is free, the
+-- new first waiter is woken (the one leaving may have been woken for this very release and
+-- will not take the lock now); when it is held, it is marked, so that its release wakes them.
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  the queue (sorted set of waiter ids by ticket).
@@ -11,18 +12,21 @@
 --
 -- Replies:
 --   1  the waiter had a place and left it.
---   0  it had none (its place lease ran out, or it was granted the lock meanwhile).
+--   0  it had none (its place lease had run out, or it was granted the lock meanwhile).
 -- Errors:
 --   WRONGTYPE  a queue key holds another type (the server's error).
 
-local had = redis.call('ZSCORE', KEYS[2], ARGV[1])
 local clock = redis.call('TIME')
 queue_purge(KEYS[2], KEYS[3], tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+local had = redis.call('ZSCORE', KEYS[2], ARGV[1])
 queue_leave(KEYS[2], KEYS[3], KEYS[4], ARGV[1])
-if not holder_of(KEYS[1]) then
-  local head = queue_head(KEYS[2])
-  if head then
+local head = queue_head(KEYS[2])
+if head then
+  if not holder_of(KEYS[1]) then
     wake(ARGV[2], head)
+  elseif redis.call('PTTL', KEYS[1]) >= 0 then
+    -- Held (by a fast grant, say, which does not mark): its release must wake the line.
+    mark_waited(KEYS[1])
   end
 end
 if had then

@@ -8,18 +8,60 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
+use crate::key::LockKeys;
 use crate::lease::LeaseState;
 use crate::node::{Node, Subscription};
+use crate::token::OwnerToken;
 
 /// The waiters of one lock inside this process: a FIFO turn (only the holder of the turn
-/// talks to Redis) and the wake-up subscription they share while any of them waits.
-#[derive(Default)]
+/// talks to Redis), the wake-up subscription they share while any of them waits, and their
+/// one place in the lock's queue on the server.
 pub(crate) struct LocalQueue {
     turn: tokio::sync::Mutex<()>,
     subscription: OnceCell<Subscription>,
     /// The lease of a guard of this process that holds the lock with its key marked for a
     /// wake-up (see [`LocalHolder`]).
     holder: StdMutex<Option<Arc<LeaseState>>>,
+    /// The waiters' id in the lock's queue on the server: random, and new with every queue
+    /// (a queue lives while any waiter of the lock in this process waits), so that a late
+    /// leave of an earlier wait never takes the place of a later one.
+    id: Arc<str>,
+    /// Where the place is, from the moment a waiting attempt that may take one goes out until
+    /// a grant takes it out; given up when the last waiter goes.
+    place: StdMutex<Option<(Node, Arc<LockKeys>)>>,
+}
+
+impl Default for LocalQueue {
+    fn default() -> Self {
+        LocalQueue {
+            turn: tokio::sync::Mutex::new(()),
+            subscription: OnceCell::new(),
+            holder: StdMutex::new(None),
+            id: OwnerToken::random().as_str().into(),
+            place: StdMutex::new(None),
+        }
+    }
+}
+
+impl Drop for LocalQueue {
+    /// The last waiter is gone (granted, timed out, failed or cancelled): a place still held
+    /// is given up in the background, so that no release wakes a process where nobody waits.
+    fn drop(&mut self) {
+        let place = self
+            .place
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some((node, keys)) = place else {
+            return;
+        };
+        let id = self.id.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = super::leave_queue(&node, &keys, &id).await;
+            });
+        }
+    }
 }
 
 /// A guard that took the lock from the head of its process's local queue, with waiters
@@ -61,6 +103,30 @@ impl Drop for LocalHolder {
 }
 
 impl LocalQueue {
+    /// The waiters' id in the lock's queue on the server.
+    pub(crate) fn id(&self) -> &Arc<str> {
+        &self.id
+    }
+
+    /// A waiting attempt that may take a place in the lock `keys` on `node` is about to go
+    /// out.
+    pub(crate) fn placing(&self, node: &Node, keys: &Arc<LockKeys>) {
+        *self.place.lock().unwrap_or_else(|p| p.into_inner()) = Some((node.clone(), keys.clone()));
+    }
+
+    /// A grant took the place out.
+    pub(crate) fn unplaced(&self) {
+        self.place.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// Gives the place up now, if one is held (the last waiter's wait ended without the lock).
+    pub(crate) async fn leave(&self) {
+        let place = self.place.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((node, keys)) = place {
+            let _ = super::leave_queue(&node, &keys, &self.id).await;
+        }
+    }
+
     /// How long a guard of this process is still certain to hold the lock with its key
     /// marked (see [`LocalHolder`]); `None` when no such guard holds it.
     pub(crate) fn local_holder_lease(&self) -> Option<Duration> {

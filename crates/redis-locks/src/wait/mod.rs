@@ -1,9 +1,10 @@
 //! The one acquire loop: every primitive waits for a held lock through [`acquire`].
 //!
-//! The first attempt of a call is made alone, the cheapest way (no subscription, which an
-//! uncontended lock never needs). After that a waiter listens on the lock's wake channel (a
-//! subscription through the [`Node`]) *before* each attempt, so a release right after the
-//! attempt still wakes it; then
+//! The first attempt of a call is made the cheapest way: without a subscription (an
+//! uncontended lock never needs one), or, when this process waited for the lock a moment ago
+//! and its subscription still lingers, listening already and getting in line at once. After
+//! that a waiter listens on the lock's wake channel (a subscription through the [`Node`])
+//! *before* each attempt, so a release right after the attempt still wakes it; then
 //! it sleeps until a release wakes it, or until the holder's lease ends (the key expires then,
 //! so a crashed holder is noticed at once), or until its place lease must be renewed, or
 //! until the caller's wait budget runs out. While the wake-up connection is not live it polls
@@ -11,8 +12,9 @@
 //! only the first of its waiters of one lock in this process talk to Redis ([`local`]); one
 //! whose waiters keep their own place on the server (a `FairMutex`) does not.
 //!
-//! The primitive says how to attempt through a [`Contender`]. The waiter mark and the wake-up
-//! publish that its scripts use are in `waiters.lua` ([`WAITERS_LUA`]).
+//! The primitive says how to attempt through a [`Contender`]. The waiter mark, the wake-up
+//! publish and the queue of waiters that its scripts use are in `waiters.lua`
+//! ([`WAITERS_LUA`]); a wait that ends without the lock leaves the queue (`leave.lua`).
 
 mod local;
 mod options;
@@ -29,11 +31,12 @@ use crate::key::LockKeys;
 use crate::lease::Lease;
 use crate::node::{LockScript, Node, Subscription};
 
-pub(crate) use local::{LocalHolder, LocalQueues};
+pub(crate) use local::{LocalHolder, LocalQueue, LocalQueues};
 pub use options::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
 use pause::{Backoff, Bounds, confirm_limit, pause};
 
-/// The waiter prelude of the lock scripts: `holder_of`, `mark_waited`, `with_mark`, `wake`.
+/// The waiter prelude of the lock scripts: `holder_of`, `mark_waited`, `with_mark`, `wake`,
+/// `wake_all`, and the queue (`queue_purge`, `queue_join`, `queue_leave`, `queue_head`).
 pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
 
 /// Gives a waiter's place in a lock's queue up (`leave.lua`): for a wait that ended without
@@ -58,6 +61,18 @@ pub(crate) async fn leave_queue(node: &Node, keys: &LockKeys, waiter: &str) {
 static LEAVE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("leave.lua")]));
 
+/// How an attempt stands in line.
+#[derive(Clone, Copy)]
+pub(crate) struct Line<'a> {
+    /// Waiters of this process queue behind this one (local turns only): a grant should be
+    /// marked at once, so that its release wakes them.
+    pub(crate) mark: bool,
+    /// This process's waiters of the lock (local turns only): their one place in the lock's
+    /// queue on the server is [`LocalQueue::id`]; tell it [`LocalQueue::placing`] before an
+    /// attempt that may take the place, and [`LocalQueue::unplaced`] after a grant.
+    pub(crate) local: Option<&'a LocalQueue>,
+}
+
 /// What one attempt found.
 pub(crate) enum Try {
     /// Granted: the lease the attempt took.
@@ -75,29 +90,30 @@ pub(crate) trait Contender: Send {
     /// The lock's wake channel.
     fn channel(&self) -> &str;
 
-    /// One attempt, made while listening for wake-ups. With `mark`, waiters of this process
-    /// queue behind this one (local turns only): a grant should be marked at once so that
-    /// its release wakes them. `deadline` is the wait budget, for a grant that comes back
-    /// late and would be asked again.
+    /// One attempt, made while listening for wake-ups, standing in `line`. `deadline` is the
+    /// wait budget, for a grant that comes back late and would be asked again.
     fn attempt(
         &mut self,
-        mark: bool,
+        line: Line<'_>,
         deadline: Option<Instant>,
     ) -> impl Future<Output = Result<Try>> + Send;
 
     /// The first attempt of a call, when no other waiter of this process waits for the lock
     /// (and the try-once after a local turn did not come in time): the cheapest way to ask.
-    /// With `listening`, a subscription to the lock's wake channel was live already (this
+    /// With a `line`, a subscription to the lock's wake channel was live already (this
     /// process waited for the lock a moment ago) and hears every wake-up from before the
-    /// attempt: a refusal may put the waiter in line at once, and the loop then waits for
-    /// its wake-up without asking again. By default, an attempt.
+    /// attempt, and the wait has time left: a refusal may put the waiter in line at once, and
+    /// the loop then waits for its wake-up without asking again. By default, an attempt.
     fn first(
         &mut self,
         deadline: Option<Instant>,
-        listening: bool,
+        line: Option<Line<'_>>,
     ) -> impl Future<Output = Result<Try>> + Send {
-        let _ = listening;
-        self.attempt(false, deadline)
+        let line = line.unwrap_or(Line {
+            mark: false,
+            local: None,
+        });
+        self.attempt(line, deadline)
     }
 
     /// Whether this primitive's waiters of one lock in this process take turns, only the
@@ -107,7 +123,8 @@ pub(crate) trait Contender: Send {
         None
     }
 
-    /// The payload of a wake-up addressed to this waiter only (its owner token), if releases
+    /// The payload of a wake-up addressed to this waiter only (a `FairMutex` waiter's owner
+    /// token, the [`LocalQueue::id`] of a `Mutex`'s waiters in this process), if releases
     /// wake one waiter at a time; `None` when any wake-up on the channel is for it.
     fn address(&self) -> Option<&str> {
         None
@@ -119,7 +136,8 @@ pub(crate) trait Contender: Send {
     }
 
     /// The wait budget ran out after a refused attempt: give up whatever the attempts left
-    /// on the server (a place in a queue). This waiter has left the local queue by then.
+    /// on the server that the loop does not (a `FairMutex`'s place, by owner token; a place
+    /// in line shared with this process's other waiters is the loop's).
     fn give_up(self) -> impl Future<Output = ()> + Send
     where
         Self: Sized,
@@ -165,24 +183,47 @@ pub(crate) async fn acquire<C: Contender>(
     // The first attempt's refusal, if it was heard while listening: wait for the wake-up
     // with that listener rather than ask again.
     let mut heard = None;
+    let mut queue: Option<Arc<LocalQueue>> = None;
     if alone {
+        // Listen first, then look whether the subscription is live: a connection lost in
+        // between wakes this listener.
         let listener = own
             .as_ref()
-            .filter(|own| own.is_live())
-            .map(Subscription::listen);
-        match contender.first(deadline, listener.is_some()).await? {
+            .map(Subscription::listen)
+            .filter(|_| own.as_ref().is_some_and(Subscription::is_live));
+        // Listening, with time left to wait: the first attempt may get in line.
+        let line = match (listener.is_some() && !over(deadline), local_turns) {
+            (true, Some(kind)) => {
+                queue = Some(on.local.get(kind, contender.name()));
+                Some(Line {
+                    mark: false,
+                    local: queue.as_deref(),
+                })
+            }
+            (true, None) => Some(Line {
+                mark: false,
+                local: None,
+            }),
+            (false, _) => None,
+        };
+        let in_line = line.is_some();
+        match contender.first(deadline, line).await? {
             Try::Won(lease) => return Ok(lease),
             Try::Held(retry_after) if over(deadline) => {
                 let name = contender.name().to_string();
+                leave_if_last(queue).await;
                 contender.give_up().await;
                 return Err(timeout(&name, retry_after));
             }
-            Try::Held(retry_after) => heard = listener.map(|listener| (listener, retry_after)),
+            Try::Held(retry_after) if in_line => {
+                heard = listener.map(|listener| (listener, retry_after));
+            }
+            Try::Held(_) => {}
         }
     }
     // Waiters of this lock in this process take turns; only the one whose turn it is talks
     // to Redis.
-    let queue = local_turns.map(|kind| on.local.get(kind, contender.name()));
+    let queue = queue.or_else(|| local_turns.map(|kind| on.local.get(kind, contender.name())));
     let turn = match &queue {
         None => None,
         Some(queue) => queue.take_turn(deadline).await,
@@ -190,11 +231,11 @@ pub(crate) async fn acquire<C: Contender>(
     if queue.is_some() && turn.is_none() {
         // A zero budget, or a turn that did not come in time: one attempt, never none.
         drop(turn);
-        drop(queue);
-        return match contender.first(deadline, false).await? {
+        return match contender.first(deadline, None).await? {
             Try::Won(lease) => Ok(lease),
             Try::Held(retry_after) => {
                 let name = contender.name().to_string();
+                leave_if_last(queue).await;
                 contender.give_up().await;
                 Err(timeout(&name, retry_after))
             }
@@ -204,7 +245,7 @@ pub(crate) async fn acquire<C: Contender>(
     loop {
         if let Some((mut listener, retry_after)) = heard.take() {
             let bounds = Bounds {
-                live: true,
+                live: own.as_ref().is_some_and(Subscription::is_live),
                 retry_after,
                 refresh: contender.refresh(),
                 deadline,
@@ -251,7 +292,11 @@ pub(crate) async fn acquire<C: Contender>(
         let mark = queue
             .as_ref()
             .is_some_and(|queue| Arc::strong_count(queue) > 1);
-        let retry_after = match contender.attempt(mark, deadline).await? {
+        let line = Line {
+            mark,
+            local: queue.as_deref(),
+        };
+        let retry_after = match contender.attempt(line, deadline).await? {
             Try::Won(mut lease) => {
                 if let Some(queue) = queue.as_ref().filter(|_| mark) {
                     let note = LocalHolder::new(queue, lease.state().clone());
@@ -263,9 +308,8 @@ pub(crate) async fn acquire<C: Contender>(
         };
         if over(deadline) {
             let name = contender.name().to_string();
-            // Out of line in this process first: `give_up` sees whether others still wait.
             drop(turn);
-            drop(queue);
+            leave_if_last(queue).await;
             contender.give_up().await;
             return Err(timeout(&name, retry_after));
         }
@@ -277,5 +321,16 @@ pub(crate) async fn acquire<C: Contender>(
         };
         let limit = bounds.sleep_limit(&backoff, Instant::now());
         pause(Some(&mut listener), contender.address(), limit).await;
+    }
+}
+
+/// A wait that ran out of time: if no other waiter of this process waits for the lock, its
+/// place in the lock's queue is given up now (so the caller hears of the timeout after it);
+/// otherwise the others keep it, and the last of them gives it up.
+async fn leave_if_last(queue: Option<Arc<LocalQueue>>) {
+    if let Some(queue) = queue
+        && Arc::strong_count(&queue) == 1
+    {
+        queue.leave().await;
     }
 }
