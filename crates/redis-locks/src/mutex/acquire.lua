@@ -79,12 +79,9 @@ if waiter == '' then
   waiter = nil
 end
 if waiter then
-  for i = 4, 6 do
-    local queue_kind = redis.call('TYPE', KEYS[i]).ok
-    local wanted = (i == 6) and 'string' or 'zset'
-    if queue_kind ~= 'none' and queue_kind ~= wanted then
-      return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. queue_kind .. ', not a queue')
-    end
+  local wrong = queue_wrong_type(KEYS[4], KEYS[5], KEYS[6])
+  if wrong then
+    return wrong
   end
 end
 

@@ -36,12 +36,9 @@ local head = nil
 if KEYS[2] and marked then
   local clock = redis.call('TIME')
   local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  for i = 2, 4 do
-    local kind = redis.call('TYPE', KEYS[i]).ok
-    local wanted = (i == 4) and 'string' or 'zset'
-    if kind ~= 'none' and kind ~= wanted then
-      return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a queue')
-    end
+  local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
+  if wrong then
+    return wrong
   end
   queue_purge(KEYS[2], KEYS[3], now)
   head = queue_head(KEYS[2])

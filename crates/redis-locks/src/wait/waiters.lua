@@ -34,6 +34,10 @@
 -- stands for every waiter of the lock in its process). A waiter renews its place on every
 -- attempt; one that died loses it when its place lease runs out.
 --
+-- queue_wrong_type(queue, places, tickets)
+--   Returns a 'WRONGTYPE <key> ...' error reply when one of the queue's keys holds another
+--   type, else nil. Call it before writing anything.
+--
 -- queue_purge(queue, places, now)
 --   Removes the waiters whose place lease ran out by now (server ms).
 --
@@ -77,6 +81,17 @@ end
 
 local function wake_all(channel)
   wake(channel, '*')
+end
+
+local function queue_wrong_type(queue, places, tickets)
+  local wanted = {[queue] = 'zset', [places] = 'zset', [tickets] = 'string'}
+  for _, key in ipairs({queue, places, tickets}) do
+    local kind = redis.call('TYPE', key).ok
+    if kind ~= 'none' and kind ~= wanted[key] then
+      return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a queue')
+    end
+  end
+  return nil
 end
 
 local function queue_purge(queue, places, now)
