@@ -5,8 +5,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{child_main, client, eventually, server};
-use redis_locks::history::{History, Interval, now_nanos};
+use common::{child_main, client, eventually, record_hold, server};
+use redis_locks::history::History;
 use redis_locks::{Client, Error, FairMutex, FairMutexOptions};
 use test_support::ChildProcess;
 use tokio::time::Instant;
@@ -186,16 +186,7 @@ async fn fair_mutual_exclusion_under_contention() {
         tasks.push(tokio::spawn(async move {
             let lock = client.fair_mutex_with("contended", options(2_000)).unwrap();
             for _ in 0..60 {
-                let guard = lock.lock().await.unwrap();
-                let start = now_nanos();
-                tokio::task::yield_now().await;
-                history.record(Interval {
-                    worker: format!("w{worker}"),
-                    token: guard.fencing_token().get(),
-                    start,
-                    end: now_nanos(),
-                });
-                guard.release().await.unwrap();
+                record_hold(lock.lock().await.unwrap(), &format!("w{worker}"), &history).await;
             }
         }));
     }

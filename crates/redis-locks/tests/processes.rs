@@ -8,8 +8,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{child_main, client, env, pttl, raw, server};
-use redis_locks::history::{History, Interval, now_nanos};
+use common::{
+    child_main, client, env, holds_of, pttl, raw, record_hold, report_holds, server, wait_for_go,
+};
+use redis_locks::history::History;
 use redis_locks::{Client, MutexOptions};
 use test_support::ChildProcess;
 use tokio::time::Instant;
@@ -29,20 +31,7 @@ fn contention_options() -> MutexOptions {
 async fn contend(client: Client, name: &str, worker: String, count: usize, history: Arc<History>) {
     let mutex = client.mutex_with(name, contention_options()).unwrap();
     for _ in 0..count {
-        let guard = mutex.lock().await.unwrap();
-        let start = now_nanos();
-        // A little work inside the critical section, so overlaps would have room to show.
-        for _ in 0..3 {
-            tokio::task::yield_now().await;
-        }
-        let end = now_nanos();
-        history.record(Interval {
-            worker: worker.clone(),
-            token: guard.fencing_token().get(),
-            start,
-            end,
-        });
-        guard.release().await.unwrap();
+        record_hold(mutex.lock().await.unwrap(), &worker, &history).await;
     }
 }
 
@@ -52,30 +41,11 @@ fn contender_child() {
     child_main(|client| async move {
         // Start together with the parent's tasks: wait for its "go" key.
         println!("ready");
-        let url = std::env::var("CHILD_REDIS_URL").unwrap();
-        let mut con = redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let go_within = Instant::now() + Duration::from_secs(30);
-        while redis::cmd("EXISTS")
-            .arg("go")
-            .query_async::<i64>(&mut con)
-            .await
-            .unwrap()
-            == 0
-        {
-            assert!(Instant::now() < go_within, "the parent never said go");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        wait_for_go(&env("CHILD_REDIS_URL")).await;
         let history = Arc::new(History::default());
         let worker = format!("process-{}", std::process::id());
         contend(client, "contended", worker, PER_PROCESS, history.clone()).await;
-        for interval in history.intervals() {
-            println!("interval {}", serde_json::to_string(&interval).unwrap());
-        }
-        println!("done");
+        report_holds(&history);
     });
 }
 
@@ -116,16 +86,7 @@ async fn mutual_exclusion_across_tasks_and_processes() {
             .unwrap();
     }
     for child in &mut children {
-        let done =
-            tokio::task::block_in_place(|| child.wait_for_line("done", Duration::from_secs(120)));
-        assert!(done.is_some(), "child finished its acquisitions");
-        let intervals = child
-            .take_lines("interval ")
-            .iter()
-            .map(|line| serde_json::from_str::<Interval>(&line["interval ".len()..]).unwrap())
-            .collect::<Vec<_>>();
-        assert_eq!(intervals.len(), PER_PROCESS);
-        history.extend(intervals);
+        history.extend(holds_of(child, PER_PROCESS));
     }
     let report = history.check();
     eprintln!("{report}");

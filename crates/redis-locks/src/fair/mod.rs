@@ -51,21 +51,13 @@ static RELEASE: LazyLock<LockScript> =
 /// let renewed = FairMutexOptions::default().lease_options(LeaseOptions::default().max_renewals(3));
 /// assert!(renewed.get_lease_options().get_watchdog());
 /// ```
-#[derive(Debug, Clone)]
+///
+/// The default is a 30 s lease renewed by a watchdog (as for a `Mutex`) and 2 s place leases.
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct FairMutexOptions {
     lease: LeaseOptions,
     wait: WaitOptions,
-}
-
-impl Default for FairMutexOptions {
-    /// A 30 s lease renewed by a watchdog (as for a `Mutex`), 2 s place leases.
-    fn default() -> Self {
-        FairMutexOptions {
-            lease: LeaseOptions::default(),
-            wait: WaitOptions::default(),
-        }
-    }
 }
 
 impl FairMutexOptions {

@@ -28,9 +28,7 @@ for i = 1, 4 do
   end
 end
 
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-queue_purge(KEYS[2], KEYS[3], now)
+queue_purge(KEYS[2], KEYS[3], server_ms())
 queue_leave(KEYS[2], KEYS[3], KEYS[4], owner)
 
 -- A Mutex waiter's mark is not part of the owner token (holder_of strips it).

@@ -34,8 +34,6 @@ pub(super) enum Ask {
     /// waiters, after they listen on the wake channel. With `mark`, a granted lock is marked
     /// at once, for the waiters of this process queued behind this one.
     Waiting { mark: bool, waiter: Arc<str> },
-    /// The acquire script, out of line.
-    Script { waiter: Option<Arc<str>> },
 }
 
 /// What the script writes as the fencing counter's epoch on a grant (`acquire.lua`,
@@ -75,13 +73,6 @@ impl Mutex {
                 let script = Script {
                     waiter: Some(waiter),
                     ..Script::new(mark)
-                };
-                self.ask_script(owed, script, deadline).await
-            }
-            Ask::Script { waiter } => {
-                let script = Script {
-                    waiter,
-                    ..Script::new(false)
                 };
                 self.ask_script(owed, script, deadline).await
             }

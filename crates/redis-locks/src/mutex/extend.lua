@@ -1,5 +1,5 @@
 -- extend.lua: give a held Mutex (or FairMutex) a new lease, but only for its owner (after
--- the waiters.lua prelude: holder_of).
+-- the waiters.lua prelude: owner_refusal).
 --
 -- KEYS[1]  the lock key.
 -- ARGV[1]  the owner token the caller acquired with.
@@ -13,12 +13,9 @@
 -- Errors:
 --   WRONGTYPE  KEYS[1] is not a string.
 
-local holder = holder_of(KEYS[1])
-if not holder then
-  return 0
-end
-if holder ~= ARGV[1] then
-  return -1
+local refused = owner_refusal(KEYS[1], ARGV[1])
+if refused then
+  return refused
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1

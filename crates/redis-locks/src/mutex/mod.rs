@@ -377,11 +377,9 @@ impl Contending<'_> {
     /// One attempt of the acquire script, in `line`.
     async fn in_line(&mut self, line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
         let Some(local) = line.local else {
-            // Not in line (never for a `Mutex`'s waiters, which take local turns).
-            return self
-                .mutex
-                .attempt(Ask::Script { waiter: None }, deadline)
-                .await;
+            // The loop gives every contender with local turns its queue; without one, there
+            // is no place to take: ask once, the fast way.
+            return self.mutex.attempt(Ask::Fast { pttl: true }, deadline).await;
         };
         local.placing(self.mutex.client.node(), &self.mutex.keys);
         self.place = Some(local.id().clone());

@@ -1,5 +1,5 @@
 -- release.lua: release a Mutex, but only for its owner, and wake the next waiter (after the
--- waiters.lua prelude: holder_of, wake, wake_all, the queue).
+-- waiters.lua prelude: owner_refusal, server_ms, wake, wake_all, the queue).
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the lock's queue of waiters, its place
@@ -21,12 +21,9 @@
 --   WRONGTYPE  KEYS[1] is not a string, or (for a marked key) a queue key holds another
 --              type.
 
-local holder, marked = holder_of(KEYS[1])
-if not holder then
-  return 0
-end
-if holder ~= ARGV[1] then
-  return -1
+local refused, marked = owner_refusal(KEYS[1], ARGV[1])
+if refused then
+  return refused
 end
 -- Somebody waits only if the key was marked: a waiter's refusal marks it, and so does a
 -- waiter's grant while others are still in line (see acquire.lua). The queue is read (and
@@ -34,8 +31,7 @@ end
 -- error leaves the lock as it was.
 local head = nil
 if KEYS[2] and marked then
-  local clock = redis.call('TIME')
-  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local now = server_ms()
   local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
   if wrong then
     return wrong

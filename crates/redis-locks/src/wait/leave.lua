@@ -1,5 +1,5 @@
 -- leave.lua: a waiter gives up its place in a lock's queue (after the waiters.lua prelude:
--- holder_of, mark_waited, wake, the queue). If others still wait: when the lock is free, the
+-- holder_of, server_ms, mark_waited, wake, the queue). If others still wait: when the lock is free, the
 -- new first waiter is woken (the one leaving may have been woken for this very release and
 -- will not take the lock now); when it is held, it is marked, so that its release wakes them.
 --
@@ -16,8 +16,7 @@
 -- Errors:
 --   WRONGTYPE  a queue key holds another type (the server's error).
 
-local clock = redis.call('TIME')
-queue_purge(KEYS[2], KEYS[3], tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000))
+queue_purge(KEYS[2], KEYS[3], server_ms())
 local had = redis.call('ZSCORE', KEYS[2], ARGV[1])
 queue_leave(KEYS[2], KEYS[3], KEYS[4], ARGV[1])
 local head = queue_head(KEYS[2])

@@ -11,6 +11,14 @@
 --   Returns  the holder's owner token without the mark (false when the key is absent), and
 --            whether the key is marked.
 --
+-- owner_refusal(key, owner)
+--   The owner check of release and extend: returns nil (and whether the key is marked) when
+--   key holds owner's token; else the scripts' refusal, 0 (the key is gone) or -1 (another
+--   owner's token).
+--
+-- server_ms()
+--   The server's clock in ms (TIME), for place leases. Read it before writing anything.
+--
 -- mark_waited(key)
 --   key      a held lock key with a lease. Appends the mark unless it is there; the key's
 --            TTL stays.
@@ -62,6 +70,22 @@ local function holder_of(key)
     return string.sub(value, 1, -3), true
   end
   return value, false
+end
+
+local function owner_refusal(key, owner)
+  local holder, marked = holder_of(key)
+  if not holder then
+    return 0, false
+  end
+  if holder ~= owner then
+    return -1, false
+  end
+  return nil, marked
+end
+
+local function server_ms()
+  local clock = redis.call('TIME')
+  return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 end
 
 local function mark_waited(key)

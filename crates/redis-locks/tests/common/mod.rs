@@ -124,3 +124,71 @@ pub const WAITERS_LUA: &str = include_str!("../../src/wait/waiters.lua");
 pub fn lua(parts: &[&str]) -> redis::Script {
     redis::Script::new(&parts.join("\n"))
 }
+
+/// Waits (bounded) for the parent's `go` key, or the key named by the `GO_KEY` variable, so
+/// that child processes start contending at one moment.
+pub async fn wait_for_go(url: &str) {
+    let go = std::env::var("GO_KEY").unwrap_or_else(|_| "go".into());
+    let mut con = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let within = Instant::now() + Duration::from_secs(30);
+    while redis::cmd("EXISTS")
+        .arg(&go)
+        .query_async::<i64>(&mut con)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(Instant::now() < within, "the parent never said {go}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Holds `guard` for a little work (so that overlaps would have room to show), records the
+/// holding in `history` as `worker`'s, and releases.
+pub async fn record_hold(
+    guard: redis_locks::MutexGuard,
+    worker: &str,
+    history: &redis_locks::history::History,
+) {
+    let start = redis_locks::history::now_nanos();
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    history.record(redis_locks::history::Interval {
+        worker: worker.to_string(),
+        token: guard.fencing_token().get(),
+        start,
+        end: redis_locks::history::now_nanos(),
+    });
+    guard.release().await.unwrap();
+}
+
+/// In a child process: prints its recorded holdings for the parent, then `done`.
+pub fn report_holds(history: &redis_locks::history::History) {
+    for interval in history.intervals() {
+        println!("interval {}", serde_json::to_string(&interval).unwrap());
+    }
+    println!("done");
+}
+
+/// In the parent: a child's holdings, once it said `done` (within two minutes); exactly
+/// `expected` of them.
+pub fn holds_of(
+    child: &mut test_support::ChildProcess,
+    expected: usize,
+) -> Vec<redis_locks::history::Interval> {
+    let done =
+        tokio::task::block_in_place(|| child.wait_for_line("done", Duration::from_secs(120)));
+    assert!(done.is_some(), "child finished its acquisitions");
+    let intervals: Vec<redis_locks::history::Interval> = child
+        .take_lines("interval ")
+        .iter()
+        .map(|line| serde_json::from_str(&line["interval ".len()..]).unwrap())
+        .collect();
+    assert_eq!(intervals.len(), expected);
+    intervals
+}
