@@ -178,6 +178,38 @@ fn reaches(pid: i32, want: char, limit: Duration) -> bool {
     true
 }
 
+/// Waits up to `limit` for the process group `pgid` to be stopped: every member stopped
+/// (`T`), or held in `D` by a child that was stopped (a shell forks its commands with
+/// `vfork`, and waits uninterruptibly until the child has exec'd; a child stopped before
+/// that holds it there), and at least one member stopped.
+fn group_stopped(pgid: i32, limit: Duration) -> bool {
+    let states = || -> Vec<char> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| {
+                let stat = std::fs::read_to_string(entry.ok()?.path().join("stat")).ok()?;
+                let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+                let state = fields.next()?.chars().next()?;
+                let group: i32 = fields.nth(1)?.parse().ok()?;
+                (group == pgid && state != 'Z').then_some(state)
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + limit;
+    loop {
+        let states = states();
+        if states.contains(&'T') && states.iter().all(|s| matches!(s, 'T' | 't' | 'D')) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits up to `limit` for every process of `pids` to be gone.
 fn all_gone(pids: &[i32], limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
@@ -432,8 +464,8 @@ fn ctrl_z_stops_the_command_and_run_and_fg_continues_both() {
     };
     signal(run_pid, nix::sys::signal::Signal::SIGTSTP);
     assert!(
-        reaches(command, 'T', Duration::from_secs(15)),
-        "the command stopped"
+        group_stopped(command, Duration::from_secs(15)),
+        "the command (its whole group) stopped"
     );
     assert!(
         reaches(run_pid, 'T', Duration::from_secs(15)),
@@ -491,8 +523,8 @@ fn a_stop_longer_than_the_lease_ends_in_a_loss_not_a_run_without_the_lock() {
     let run_pid = nix::unistd::Pid::from_raw(runner.pid() as i32);
     nix::sys::signal::kill(run_pid, nix::sys::signal::Signal::SIGTSTP).unwrap();
     assert!(
-        reaches(command, 'T', Duration::from_secs(15)),
-        "the command stopped"
+        group_stopped(command, Duration::from_secs(15)),
+        "the command (its whole group) stopped"
     );
     // Stopped for longer than the lease: nobody renewed it, and it has run out.
     let gone = {
