@@ -108,6 +108,25 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// An owner id cannot be used (see [`OwnerId::new`](crate::OwnerId::new): empty, longer
+    /// than 256 bytes, or with control characters).
+    #[error("invalid owner id {}: {reason}", fmt_name(owner))]
+    InvalidOwner {
+        /// The owner id as given.
+        owner: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An owner that holds an [`RwLock`](crate::RwLock) for reading asked for it for writing:
+    /// refused at once, as two owners upgrading would each wait for the other's read hold
+    /// forever. Release the read guards first, then ask for the write lock.
+    #[error("lock {name:?}: owner {owner:?} holds it for reading and cannot upgrade to writing")]
+    Upgrade {
+        /// The lock name.
+        name: String,
+        /// The owner that asked.
+        owner: String,
+    },
     /// A duration argument is out of range: a zero or sub-millisecond lease, one so long that
     /// Redis's millisecond expiry would overflow, a lease under 30 ms for the watchdog to
     /// renew, a retry delay over an hour, or a place lease out of its range.

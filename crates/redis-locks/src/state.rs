@@ -53,3 +53,82 @@ pub struct Holder {
     /// processes of the same name too, one each).
     pub waited_for: bool,
 }
+
+/// Which side of a lock a hold is on.
+///
+/// ```
+/// use redis_locks::HoldMode;
+/// assert_eq!(HoldMode::Read.to_string(), "read");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HoldMode {
+    /// A shared hold: an [`RwLock`](crate::RwLock)'s reader.
+    Read,
+    /// An exclusive hold: an `RwLock`'s writer or a
+    /// [`ReentrantMutex`](crate::ReentrantMutex)'s holder (one hold per re-entry).
+    Write,
+}
+
+impl std::fmt::Display for HoldMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HoldMode::Read => "read",
+            HoldMode::Write => "write",
+        })
+    }
+}
+
+/// One live hold of a [`ReentrantMutex`](crate::ReentrantMutex) or an
+/// [`RwLock`](crate::RwLock): one guard's share of the lock.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct HoldInfo {
+    /// Read or write.
+    pub mode: HoldMode,
+    /// The owner id the hold was taken for (see [`OwnerId`](crate::OwnerId)).
+    pub owner: String,
+    /// How long the hold's own lease still runs on the server's clock.
+    pub lease_remaining: Duration,
+    /// The hold's fencing token (a writer's re-entries share its first token).
+    pub fencing_token: FencingToken,
+}
+
+/// The state of a [`ReentrantMutex`](crate::ReentrantMutex) or an [`RwLock`](crate::RwLock),
+/// read in one step on the server.
+///
+/// ```
+/// use redis_locks::HoldsState;
+/// let free = HoldsState::default();
+/// assert!(free.holds.is_empty() && free.kind.is_none());
+/// assert_eq!(free.hold_count(), 0);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct HoldsState {
+    /// What the name is in use as while held: `"rwlock"` or `"reentrant"`; `None` when free.
+    pub kind: Option<String>,
+    /// The live holds, writers first, then by fencing token.
+    pub holds: Vec<HoldInfo>,
+    /// The latest fencing token handed out for this lock; `None` if it was never taken.
+    pub fencing_counter: Option<FencingToken>,
+    /// How many readers wait in line (their place lease still runs).
+    pub waiting_readers: u64,
+    /// How many writers (or `ReentrantMutex` owners) wait in line.
+    pub waiting_writers: u64,
+}
+
+impl HoldsState {
+    /// How many holds are live (a `ReentrantMutex`'s hold count: its owner's re-entries).
+    pub fn hold_count(&self) -> usize {
+        self.holds.len()
+    }
+
+    /// The writer's owner id (a `ReentrantMutex`'s holder), if a write hold is live.
+    pub fn writer(&self) -> Option<&str> {
+        self.holds
+            .iter()
+            .find(|hold| hold.mode == HoldMode::Write)
+            .map(|hold| hold.owner.as_str())
+    }
+}

@@ -13,17 +13,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::error::{Error, Phase, Result};
+use crate::error::{Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{
-    Hold, HoldFuture, Lease, LeaseOptions, MAX_LATE_GRANTS, OwedRelease, is_late, lease_millis,
-    owner_reply, too_slow,
+    Hold, HoldFuture, Lease, LeaseOptions, OwedRelease, Released, lease_millis, owner_reply,
 };
 use crate::mutex::{MutexGuard, MutexHold, inspect};
 use crate::node::LockScript;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Contender, Line, Try, WAITERS_LUA, WaitOptions, acquire};
+use crate::wait::{
+    Answer, Asker, Placed, WAITERS_LUA, WaitOptions, acquire, answer_in_time, try_once,
+};
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
 static ACQUIRE: LazyLock<LockScript> =
@@ -127,7 +128,7 @@ impl Hold for FairHold {
         self.keys.name()
     }
 
-    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, ()> {
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
             let keys = &self.keys;
             let reply = self
@@ -140,7 +141,7 @@ impl Hold for FairHold {
                     &[owner.as_str(), keys.wake_channel()],
                 )
                 .await?;
-            owner_reply(self.name(), Phase::Release, reply)
+            owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })
     }
 
@@ -255,19 +256,7 @@ impl FairMutex {
     /// token in the background.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
         let owed = OwedRelease::new(self.hold.clone());
-        match self
-            .ask(&owed, Duration::ZERO, Some(Instant::now()))
-            .await?
-        {
-            Ok((token, sent_at)) => Ok(MutexGuard::new(self.lease(owed, token, sent_at))),
-            Err(retry_after) => {
-                owed.disarm();
-                Err(Error::Held {
-                    name: self.name().to_string(),
-                    retry_after,
-                })
-            }
-        }
+        try_once(self, owed).await.map(MutexGuard::new)
     }
 
     /// Joins the queue and waits as long as it takes for this caller's turn.
@@ -318,140 +307,63 @@ impl FairMutex {
             .await
     }
 
+    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
+        // One owner token for the whole wait: it is this caller's place in the queue, and it
+        // becomes the lock's owner token when the turn comes. Until then, dropping it gives
+        // the place up in the background.
+        let owed = OwedRelease::new(self.hold.clone());
+        let address = owed.owner().as_str().to_string();
+        let on = self.client.wait_on(&self.options.wait);
+        let lease = acquire(on, Placed::new(self, owed, address), deadline).await?;
+        Ok(MutexGuard::new(lease))
+    }
+}
+
+impl Asker for FairMutex {
+    fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    fn channel(&self) -> &str {
+        self.keys.wake_channel()
+    }
+
+    fn place_lease(&self) -> Duration {
+        self.options.get_place_lease()
+    }
+
     fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease {
         let options = &self.options.lease;
         Lease::new(owed, token, sent_at, options, self.client.renewals())
     }
 
-    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
-        // One owner token for the whole wait: it is this caller's place in the queue, and it
-        // becomes the lock's owner token when the turn comes. Until then, dropping it gives
-        // the place up in the background.
-        let contending = Contending {
-            fair: self,
-            owed: Some(OwedRelease::new(self.hold.clone())),
-        };
-        let on = self.client.wait_on(&self.options.wait);
-        let lease = acquire(on, contending, deadline).await?;
-        Ok(MutexGuard::new(lease))
-    }
-
-    /// One attempt: `Ok((token, sent_at))` when granted, `Err(retry_after)` when not. A grant
-    /// that comes back after its lease is asked again (the script re-grants to the same
-    /// owner, with a fresh lease) within `deadline` and at most [`MAX_LATE_GRANTS`] times;
-    /// then the call fails, and the caller's `owed` gives the grant back as it drops.
+    /// One attempt (see [`answer_in_time`] for late grants).
     async fn ask(
         &self,
         owed: &OwedRelease,
         place_lease: Duration,
         deadline: Option<Instant>,
-    ) -> Result<std::result::Result<(FencingToken, Instant), Option<Duration>>> {
+    ) -> Result<Answer> {
         let place = place_lease.as_millis().to_string();
         let keys = &self.keys;
-        let lease = self.options.lease.get_lease();
-        let mut late = 0;
-        loop {
-            let sent_at = Instant::now();
-            let reply: (i64, i64) = self
-                .client
+        let key_list = [
+            keys.lock(),
+            keys.fence(),
+            keys.queue(),
+            keys.places(),
+            keys.tickets(),
+        ];
+        let args = [
+            owed.owner().as_str(),
+            &self.lease_ms,
+            &place,
+            keys.wake_channel(),
+        ];
+        answer_in_time(self.options.lease.get_lease(), deadline, || {
+            self.client
                 .node()
-                .run_script(
-                    Phase::Acquire,
-                    &ACQUIRE,
-                    &[
-                        keys.lock(),
-                        keys.fence(),
-                        keys.queue(),
-                        keys.places(),
-                        keys.tickets(),
-                    ],
-                    &[
-                        owed.owner().as_str(),
-                        &self.lease_ms,
-                        &place,
-                        keys.wake_channel(),
-                    ],
-                )
-                .await?;
-            match reply {
-                (1, token) if !is_late(sent_at, lease) => {
-                    let token = FencingToken::new(u64::try_from(token).unwrap_or_default());
-                    return Ok(Ok((token, sent_at)));
-                }
-                // Granted after the lease: ask again (a re-grant to this owner), or fail.
-                (1, _) => {
-                    late += 1;
-                    if late >= MAX_LATE_GRANTS || deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(too_slow(lease, late));
-                    }
-                }
-                (0, pttl) => return Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
-                (granted, value) => {
-                    return Err(Error::UnexpectedReply {
-                        phase: Phase::Acquire,
-                        detail: format!("[{granted}, {value}]"),
-                    });
-                }
-            }
-        }
-    }
-}
-
-/// A `FairMutex`'s side of the acquire loop: one owner token (its place in the queue) for
-/// the whole wait; each attempt renews the place; only a wake-up addressed to it counts.
-struct Contending<'a> {
-    fair: &'a FairMutex,
-    /// The place (and then the grant) this wait owes the server; `None` once granted.
-    owed: Option<OwedRelease>,
-}
-
-impl Contending<'_> {
-    fn owed(&self) -> &OwedRelease {
-        self.owed
-            .as_ref()
-            .expect("a waiter owes its place until granted")
-    }
-}
-
-impl Contender for Contending<'_> {
-    fn name(&self) -> &str {
-        self.fair.name()
-    }
-
-    fn channel(&self) -> &str {
-        self.fair.keys.wake_channel()
-    }
-
-    async fn attempt(&mut self, _line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
-        let place_lease = self.fair.options.get_place_lease();
-        match self.fair.ask(self.owed(), place_lease, deadline).await? {
-            Ok((token, sent_at)) => {
-                let owed = self
-                    .owed
-                    .take()
-                    .expect("a waiter owes its place until granted");
-                Ok(Try::Won(self.fair.lease(owed, token, sent_at)))
-            }
-            Err(retry_after) => Ok(Try::Held(retry_after)),
-        }
-    }
-
-    fn address(&self) -> Option<&str> {
-        self.owed.as_ref().map(|owed| owed.owner().as_str())
-    }
-
-    fn refresh(&self) -> Option<Duration> {
-        Some(self.fair.options.get_place_lease() / 3)
-    }
-
-    async fn give_up(mut self) {
-        // Give the place up now. The reply is "not held", as expected; anything else (Redis
-        // gone, say) leaves the place to run out with its place lease.
-        if let Some(owed) = self.owed.take() {
-            match owed.pay().await {
-                Ok(()) | Err(Error::NotHeld { .. }) => {}
-                Err(err) => tracing::debug!(%err, "giving up a place in the queue"),
-            }
-        }
+                .run_script(Phase::Acquire, &ACQUIRE, &key_list, &args)
+        })
+        .await
     }
 }

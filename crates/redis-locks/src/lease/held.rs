@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::Released;
 use super::options::LeaseOptions;
 use super::owed::OwedRelease;
 use super::state::LeaseState;
@@ -138,7 +139,7 @@ impl Lease {
 
     /// Releases the lock and says whether it was still this lease's. A renewal under way is
     /// let finish and the watchdog stopped before the release is sent.
-    pub(crate) async fn release(mut self) -> Result<()> {
+    pub(crate) async fn release(mut self) -> Result<Released> {
         let state = self.state.clone();
         // Wait for a renewal under way, and stop the watchdog before the release is sent.
         let _gate = state.gate.lock().await;

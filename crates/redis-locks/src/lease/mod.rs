@@ -41,6 +41,7 @@
 //! (a reentrant hold count); a waiter mark for a lock kept in a hash (`waiters.lua` marks
 //! string keys); a shared local turn for readers (local turns are exclusive).
 
+mod guard;
 mod held;
 mod options;
 mod owed;
@@ -55,6 +56,7 @@ use std::time::Duration;
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::token::OwnerToken;
 
+pub(crate) use guard::guard_methods;
 pub(crate) use held::Lease;
 pub use options::{DEFAULT_LEASE, LeaseOptions};
 pub(crate) use owed::OwedRelease;
@@ -76,11 +78,57 @@ pub(crate) trait Hold: Send + Sync + 'static {
     /// The lock's name, for messages.
     fn name(&self) -> &str;
 
-    /// Releases the lock if `owner` holds it (and wakes its waiters).
-    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, ()>;
+    /// Releases the lock if `owner` holds it (and wakes its waiters), and says whether the
+    /// owner still holds it (a reentrant hold count).
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released>;
 
     /// Sets the lease to `lease` from now if `owner` holds the lock.
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()>;
+}
+
+/// What a release left: the outcome of releasing one hold of a lock that an owner may hold
+/// several times ([`ReentrantMutex`](crate::ReentrantMutex), the sides of an
+/// [`RwLock`](crate::RwLock)). A release that found the hold gone is an error instead,
+/// [`Error::NotHeld`].
+///
+/// ```
+/// use redis_locks::Released;
+/// assert!(Released::Freed.is_freed());
+/// assert_eq!(Released::StillHeld { holds: 2 }.holds(), 2);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// That was the owner's last hold (of this mode, for an `RwLock`): a `ReentrantMutex`
+    /// is free now, an `RwLock`'s write side is open (its readers may still read).
+    Freed,
+    /// The owner still holds the lock `holds` more times (re-entries not yet released).
+    StillHeld {
+        /// How many holds of the owner are still live (at least 1).
+        holds: u64,
+    },
+}
+
+impl Released {
+    /// A release that left `holds` holds of the owner.
+    pub(crate) fn leaving(holds: u64) -> Released {
+        match holds {
+            0 => Released::Freed,
+            holds => Released::StillHeld { holds },
+        }
+    }
+
+    /// Whether the owner holds no more.
+    pub fn is_freed(self) -> bool {
+        self == Released::Freed
+    }
+
+    /// How many holds of the owner are left (0 when freed).
+    pub fn holds(self) -> u64 {
+        match self {
+            Released::Freed => 0,
+            Released::StillHeld { holds } => holds,
+        }
+    }
 }
 
 /// Maps the `1 / 0 / -1` reply of an owner-checked script: done, the lock is gone, the lock

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::Hold;
+use super::{Hold, Released};
 use crate::error::Result;
 use crate::token::OwnerToken;
 
@@ -41,7 +41,7 @@ impl OwedRelease {
 
     /// Releases now and says whether the lock was still ours. If this future is dropped before
     /// the reply, the release is still paid in the background.
-    pub(crate) async fn pay(mut self) -> Result<()> {
+    pub(crate) async fn pay(mut self) -> Result<Released> {
         let outcome = self.hold.release(&self.owner).await;
         // A connection error leaves the outcome unknown; the background release would meet
         // the same broken connection, and the lease bounds the lock anyway.
@@ -69,7 +69,7 @@ impl Drop for OwedRelease {
             Ok(runtime) => {
                 runtime.spawn(async move {
                     match hold.release(&owner).await {
-                        Ok(()) => tracing::debug!(lock = hold.name(), "released in background"),
+                        Ok(_) => tracing::debug!(lock = hold.name(), "released in background"),
                         Err(err) => tracing::debug!(lock = hold.name(), %err, "background release"),
                     }
                 });

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::Phase;
 use crate::key::LockKeys;
-use crate::lease::{Hold, HoldFuture, lease_millis, owner_reply};
+use crate::lease::{Hold, HoldFuture, Released, lease_millis, owner_reply};
 use crate::node::{LockScript, Node};
 use crate::token::OwnerToken;
 use crate::wait::WAITERS_LUA;
@@ -36,7 +36,7 @@ impl Hold for MutexHold {
         self.keys.name()
     }
 
-    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, ()> {
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
             let reply = self
                 .node
@@ -52,7 +52,7 @@ impl Hold for MutexHold {
                     &[owner.as_str(), self.keys.wake_channel()],
                 )
                 .await?;
-            owner_reply(self.name(), Phase::Release, reply)
+            owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })
     }
 

@@ -19,6 +19,7 @@
 mod local;
 mod options;
 mod pause;
+mod placed;
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
@@ -34,6 +35,7 @@ use crate::node::{LockScript, Node, Subscription};
 pub(crate) use local::{LocalHolder, LocalQueue, LocalQueues};
 pub use options::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
 use pause::{Backoff, Bounds, confirm_limit, pause};
+pub(crate) use placed::{Answer, Asker, Placed, answer_in_time, try_once};
 
 /// The waiter prelude of the lock scripts: `holder_of`, `mark_waited`, `with_mark`, `wake`,
 /// `wake_all`, and the queue (`queue_purge`, `queue_join`, `queue_leave`, `queue_head`).

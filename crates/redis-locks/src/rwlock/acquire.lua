@@ -1,0 +1,131 @@
+-- acquire.lua: take a read or write hold of a lock kept in a hash (an RwLock, or a
+-- ReentrantMutex, which has only write holds), after the preludes fence.lua (next_token),
+-- waiters.lua (the queue) and holds.lua (the hash; its layout is described there).
+--
+-- KEYS[1]  the lock key (a hash, see holds.lua).
+-- KEYS[2]  the fencing counter (one for readers and writers).
+-- KEYS[3]  the lock's queue of waiters, KEYS[4] its place leases, KEYS[5] its ticket counter.
+-- ARGV[1]  the kind: 'rwlock' or 'reentrant'.
+-- ARGV[2]  the mode: 'r' (read) or 'w' (write).
+-- ARGV[3]  the hold id of this acquisition (32 lowercase hex characters, new per guard).
+-- ARGV[4]  the owner id (the OwnerId of the handle; non-empty, no control characters).
+-- ARGV[5]  the lease in milliseconds (a positive integer).
+-- ARGV[6]  the place lease in milliseconds: '0' asks without waiting (no place in the
+--          queue); otherwise a refusal gives the caller a place in the queue (or renews it)
+--          under the id ARGV[2] .. ARGV[3], and a grant takes it out.
+-- ARGV[7]  the lock's wake channel.
+--
+-- Who may enter:
+--   - the owner's own re-entry, at once: a write hold when the owner is the writer (it
+--     keeps the writer's fencing token), a read hold when the owner is the writer or holds
+--     a read hold already (so a reader that reads again never waits behind a writer that
+--     waits for it);
+--   - a writer when no hold is live and nobody waits before it in the queue;
+--   - a reader when no write hold is live and no writer waits before it in the queue (or
+--     in the queue at all, for a reader without a place): once a writer waits, readers
+--     that come later queue behind it.
+--
+-- Replies:
+--   {1, token}  granted: the hold h:ARGV[3] is written with the lease, and token is its
+--               fencing token (a new one from KEYS[2], or the writer's own on a write
+--               re-entry). Also the reply when the hold exists already (a retried request):
+--               its lease is set again and it keeps its token.
+--   {0, ms}     held: ms is how long until the first hold that keeps the caller out ends
+--               (a waiter retries then at the latest, in case its holder died).
+--   {0, -2}     the lock could be entered but others queue first; the first of them that
+--               may enter is woken (in case its wake-up was lost).
+--   {0, -3}     refused for good: a write hold asked by an owner that holds only read
+--               holds (an upgrade; two upgraders would wait for each other forever).
+-- Errors (no hold written; expired holds and places may have been cleaned up):
+--   WRONGTYPE <key> ...  KEYS[1] is not a hash, or a hash of another kind; a queue key
+--                        holds another type; KEYS[2] is not an integer.
+
+local key, kind, mode, hold, owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local lease, place_lease = tonumber(ARGV[5]), tonumber(ARGV[6])
+local wrong = holds_wrong_type(key, kind) or queue_wrong_type(KEYS[3], KEYS[4], KEYS[5])
+if wrong then
+  return wrong
+end
+local micros = server_micros()
+local now = math.floor(micros / 1000)
+local state = holds_read(key, now, true)
+local id = mode .. hold
+local placed = place_lease > 0
+queue_purge(KEYS[3], KEYS[4], now)
+
+local function grant(token)
+  redis.call('HSET', key, 'kind', kind,
+    'h:' .. hold, hold_value(now + lease, mode, token, owner))
+  if mode == 'w' then
+    redis.call('HSET', key, 'writer', owner, 'token', token)
+  end
+  holds_keep(key, now, now + lease)
+  queue_leave(KEYS[3], KEYS[4], KEYS[5], id)
+  return {1, token}
+end
+
+local function fresh_grant()
+  local token, err = next_token(KEYS[2], micros)
+  if not token then
+    return err
+  end
+  return grant(token)
+end
+
+local function wait_in_line()
+  if placed then
+    queue_join(KEYS[3], KEYS[4], KEYS[5], id, now, place_lease)
+  end
+end
+
+-- A retried request: the hold is there already.
+local mine = state.holds[hold]
+if mine then
+  return grant(mine.token)
+end
+
+-- Re-entry.
+if mode == 'w' and state.writer == owner then
+  return grant(state.token)
+end
+if mode == 'r' and (state.writer == owner or state.reads_of[owner]) then
+  return fresh_grant()
+end
+if mode == 'w' and state.reads_of[owner] then
+  return {0, -3}
+end
+
+-- Held against this mode.
+local soonest = holds_soonest(state, mode)
+if soonest then
+  wait_in_line()
+  return {0, math.max(soonest - now, 1)}
+end
+
+-- Free for this mode: enter unless others queue first.
+local ahead
+if mode == 'w' then
+  local head = queue_head(KEYS[3])
+  ahead = head and head ~= id
+else
+  local rank = redis.call('ZRANK', KEYS[3], id)
+  local before = {}
+  if not rank then
+    before = redis.call('ZRANGE', KEYS[3], 0, -1)
+  elseif rank > 0 then
+    before = redis.call('ZRANGE', KEYS[3], 0, rank - 1)
+  end
+  ahead = false
+  for _, other in ipairs(before) do
+    if string.sub(other, 1, 1) == 'w' then
+      ahead = true
+      break
+    end
+  end
+end
+if ahead then
+  wait_in_line()
+  wake_front(KEYS[3], ARGV[7], state)
+  return {0, -2}
+end
+return fresh_grant()

@@ -1,0 +1,43 @@
+-- downgrade.lua: turn one write hold of an RwLock into a read hold of the same owner, in one
+-- step, so that no other writer can enter in between (after the preludes waiters.lua and
+-- holds.lua). The hold keeps its lease and its fencing token. When it was the owner's last
+-- write hold, the readers at the front of the queue are woken.
+--
+-- KEYS[1]  the lock key (a hash, see holds.lua).
+-- KEYS[2]  the lock's queue of waiters, KEYS[3] its place leases, KEYS[4] its ticket counter.
+-- ARGV[1]  the hold id of the write hold.
+-- ARGV[2]  the lock's wake channel.
+--
+-- Replies:
+--    1  downgraded.
+--    0  the hold is gone (its lease ran out).
+--   -1  the hold is a read hold already.
+-- Errors (nothing written):
+--   WRONGTYPE <key> ...  KEYS[1] is not a hash, or a queue key holds another type.
+
+local key, hold = KEYS[1], ARGV[1]
+local found = redis.call('TYPE', key).ok
+if found ~= 'none' and found ~= 'hash' then
+  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
+end
+local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
+if wrong then
+  return wrong
+end
+local now = server_ms()
+local state = holds_read(key, now, true)
+local mine = state.holds[hold]
+if not mine then
+  return 0
+end
+if mine.mode ~= 'w' then
+  return -1
+end
+redis.call('HSET', key, 'h:' .. hold, hold_value(mine.deadline, 'r', mine.token, mine.owner))
+state.writes = state.writes - 1
+if state.writes == 0 then
+  redis.call('HDEL', key, 'writer', 'token')
+  queue_purge(KEYS[2], KEYS[3], now)
+  wake_front(KEYS[2], ARGV[2], state)
+end
+return 1

@@ -1,0 +1,154 @@
+-- holds.lua: the prelude of the scripts of locks kept in a hash (RwLock and ReentrantMutex),
+-- put after waiters.lua (the queue). It defines functions and runs nothing by itself.
+--
+-- The lock key K is a hash while the lock is held, absent while it is free:
+--   kind         'rwlock' or 'reentrant': which primitive the name is in use as.
+--   writer       the owner id (OwnerId) whose write holds these are; absent with none.
+--   token        the fencing token of the writer's first write hold (re-entries keep it).
+--   h:<hold>     one field per hold (per guard): '<deadline> <mode> <token> <owner>', with
+--                <hold> the guard's random hold id (32 hex), <deadline> the server time (ms)
+--                at which the hold's lease ends, <mode> 'r' (read) or 'w' (write), <token>
+--                the hold's fencing token and <owner> its owner id (which may contain
+--                spaces, so it comes last).
+-- Each hold has its own lease on the server clock: a hold whose deadline passed counts for
+-- nothing and is deleted by the next script that reads the hash. The key's own expiry
+-- (PEXPIRE) is only its garbage collection: it is kept at least as long as the latest
+-- deadline, so no code path leaves the key without a TTL.
+--
+-- Waiters wait in the lock's queue (waiters.lua), each under its own id: 'r' or 'w' (its
+-- mode) followed by its hold id. A waiter is woken by a wake-up addressed to that id.
+--
+-- holds_wrong_type(key, kind)
+--   Returns a 'WRONGTYPE <key> ...' error reply when key is neither absent nor a hash, or a
+--   hash of another kind (a name in use as another primitive); else nil.
+--
+-- holds_read(key, now, purge)
+--   Reads the holds of key at server time now (ms). With purge, deletes the holds whose
+--   deadline passed (and the writer and token fields with the last write hold, and the key
+--   with the last hold). Returns a table:
+--     holds        live holds by hold id: {deadline=, mode=, token=, owner=}
+--     count        how many live holds
+--     writes       how many live write holds
+--     writer       the writer's owner id, or false with no live write hold
+--     token        the writer's fencing token (a number), or false
+--     reads_of     live read holds by owner id: owner -> count
+--     latest       the latest deadline of a live hold (0 with none)
+--
+-- hold_value(deadline, mode, token, owner)
+--   The value of a hold field (numbers written in full: Lua's own number format would
+--   round a 16-digit fencing token).
+--
+-- holds_soonest(state, mode)
+--   The earliest deadline among the live holds that keep a waiter in mode out (every hold
+--   for 'w', the write holds for 'r'); nil when none does.
+--
+-- holds_keep(key, now, deadline)
+--   Makes sure key lives at least until deadline (server ms): its expiry is raised, never
+--   lowered.
+--
+-- wake_front(queue, channel, state)
+--   After a change, wakes the waiters of the queue's front that may now enter: the readers
+--   before its first writer (unless a write hold is live), or the first waiter when it is a
+--   writer and no hold is live. Looks at the first 64 waiters at most.
+
+local function holds_wrong_type(key, kind)
+  local found = redis.call('TYPE', key).ok
+  if found == 'none' then
+    return nil
+  end
+  if found ~= 'hash' then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a ' .. kind)
+  end
+  local held_as = redis.call('HGET', key, 'kind')
+  if held_as ~= kind then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' is in use as a ' .. tostring(held_as) ..
+      ', not a ' .. kind)
+  end
+  return nil
+end
+
+local function holds_read(key, now, purge)
+  local state = {holds = {}, count = 0, writes = 0, writer = false, token = false,
+    reads_of = {}, latest = 0}
+  local fields = redis.call('HGETALL', key)
+  local expired = {}
+  for i = 1, #fields, 2 do
+    local hold = string.match(fields[i], '^h:(.+)$')
+    if hold then
+      local deadline, mode, token, owner = string.match(fields[i + 1], '^(%d+) ([rw]) (%d+) (.*)$')
+      deadline = tonumber(deadline)
+      if deadline and deadline > now then
+        state.holds[hold] = {deadline = deadline, mode = mode, token = tonumber(token), owner = owner}
+        state.count = state.count + 1
+        if mode == 'w' then
+          state.writes = state.writes + 1
+        else
+          state.reads_of[owner] = (state.reads_of[owner] or 0) + 1
+        end
+        if deadline > state.latest then
+          state.latest = deadline
+        end
+      else
+        table.insert(expired, fields[i])
+      end
+    elseif fields[i] == 'writer' then
+      state.writer = fields[i + 1]
+    elseif fields[i] == 'token' then
+      state.token = tonumber(fields[i + 1])
+    end
+  end
+  if state.writes == 0 then
+    if purge and state.writer then
+      redis.call('HDEL', key, 'writer', 'token')
+    end
+    state.writer = false
+    state.token = false
+  end
+  if purge then
+    if state.count == 0 then
+      if #fields > 0 then
+        redis.call('DEL', key)
+      end
+    elseif #expired > 0 then
+      redis.call('HDEL', key, unpack(expired))
+    end
+  end
+  return state
+end
+
+local function hold_value(deadline, mode, token, owner)
+  return string.format('%d %s %d %s', deadline, mode, token, owner)
+end
+
+local function holds_soonest(state, mode)
+  local soonest = nil
+  for _, hold in pairs(state.holds) do
+    if (mode == 'w' or hold.mode == 'w') and (not soonest or hold.deadline < soonest) then
+      soonest = hold.deadline
+    end
+  end
+  return soonest
+end
+
+local function holds_keep(key, now, deadline)
+  local pttl = redis.call('PTTL', key)
+  if pttl < deadline - now then
+    redis.call('PEXPIRE', key, deadline - now)
+  end
+end
+
+local function wake_front(queue, channel, state)
+  if state.writes > 0 then
+    return
+  end
+  local front = redis.call('ZRANGE', queue, 0, 63)
+  for i, id in ipairs(front) do
+    if string.sub(id, 1, 1) == 'w' then
+      if i == 1 and state.count == 0 then
+        wake(channel, id)
+      end
+      return
+    end
+    wake(channel, id)
+  end
+end

@@ -1,0 +1,356 @@
+//! The machinery of the locks kept in a hash of holds (`holds.lua`), written once for
+//! [`RwLock`](crate::RwLock) and [`ReentrantMutex`](crate::ReentrantMutex): one hold per
+//! guard, each with its own lease on the server clock, an owner id for re-entry, and waiters
+//! that each keep their own place in the queue (as a `FairMutex`'s do).
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, LostReason, Phase, Result};
+use crate::fair::FairMutexOptions;
+use crate::key::LockKeys;
+use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis};
+use crate::node::{LockScript, Node};
+use crate::state::{HoldInfo, HoldMode, HoldsState};
+use crate::token::{FENCE_LUA, FencingToken, OwnerId, OwnerToken};
+use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
+
+/// The hash prelude: `holds_wrong_type`, `holds_read`, `hold_value`, `holds_soonest`,
+/// `holds_keep`, `wake_front`.
+const HOLDS_LUA: &str = include_str!("holds.lua");
+
+/// Read or write hold: `{1, token}`, `{0, ms | -2 | -3}`.
+static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        HOLDS_LUA,
+        include_str!("acquire.lua"),
+    ])
+});
+
+/// Release one hold by its id (and give up a place): `{1, left}`, `{0, 0}`.
+static RELEASE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("release.lua")]));
+
+/// Set one hold's lease: `1`, `0`.
+static EXTEND: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("extend.lua")]));
+
+/// Turn a write hold into a read hold: `1`, `0`, `-1`.
+static DOWNGRADE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("downgrade.lua")]));
+
+/// The state: `{kind, counter, waiting_readers, waiting_writers, (id, mode, owner, ms, token)...}`.
+static INSPECT: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("inspect.lua")]));
+
+/// What a name is in use as, stored in the hash (`kind`): two kinds never share a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    RwLock,
+    Reentrant,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::RwLock => "rwlock",
+            Kind::Reentrant => "reentrant",
+        }
+    }
+}
+
+/// The mode letter of the scripts and of a waiter's id in the queue.
+fn letter(mode: HoldMode) -> &'static str {
+    match mode {
+        HoldMode::Read => "r",
+        HoldMode::Write => "w",
+    }
+}
+
+/// How a hold is released and extended: by its hold id, which only its guard knows.
+struct HoldsHold {
+    node: Node,
+    keys: Arc<LockKeys>,
+}
+
+impl HoldsHold {
+    fn gone(&self) -> Error {
+        Error::NotHeld {
+            name: self.keys.name().to_string(),
+            reason: LostReason::Expired,
+        }
+    }
+}
+
+impl Hold for HoldsHold {
+    fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
+        Box::pin(async move {
+            let keys = &self.keys;
+            let reply: (i64, u64) = self
+                .node
+                .run_script(
+                    Phase::Release,
+                    &RELEASE,
+                    &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
+                    &[owner.as_str(), keys.wake_channel()],
+                )
+                .await?;
+            match reply {
+                (1, left) => Ok(Released::leaving(left)),
+                (0, _) => Err(self.gone()),
+                (code, left) => Err(Error::UnexpectedReply {
+                    phase: Phase::Release,
+                    detail: format!("[{code}, {left}]"),
+                }),
+            }
+        })
+    }
+
+    fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
+        Box::pin(async move {
+            let millis = lease_millis(lease)?.to_string();
+            let reply: i64 = self
+                .node
+                .run_script(
+                    Phase::Extend,
+                    &EXTEND,
+                    &[self.keys.lock()],
+                    &[owner.as_str(), &millis],
+                )
+                .await?;
+            match reply {
+                1 => Ok(()),
+                0 => Err(self.gone()),
+                other => Err(Error::UnexpectedReply {
+                    phase: Phase::Extend,
+                    detail: other.to_string(),
+                }),
+            }
+        })
+    }
+}
+
+/// A lock kept in a hash of holds, acting for one owner id.
+#[derive(Clone)]
+pub(crate) struct HoldsLock {
+    client: Client,
+    keys: Arc<LockKeys>,
+    hold: Arc<HoldsHold>,
+    options: FairMutexOptions,
+    /// The lease in milliseconds, as the acquire script takes it.
+    lease_ms: Arc<str>,
+    owner: OwnerId,
+    kind: Kind,
+}
+
+impl HoldsLock {
+    pub(crate) fn new(
+        client: Client,
+        name: &str,
+        options: FairMutexOptions,
+        kind: Kind,
+    ) -> Result<HoldsLock> {
+        options.check()?;
+        let keys = Arc::new(LockKeys::new(name)?);
+        Ok(HoldsLock {
+            hold: Arc::new(HoldsHold {
+                node: client.node().clone(),
+                keys: keys.clone(),
+            }),
+            lease_ms: lease_millis(options.get_lease_options().get_lease())?
+                .to_string()
+                .into(),
+            client,
+            keys,
+            options,
+            owner: OwnerId::random(),
+            kind,
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    pub(crate) fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    pub(crate) fn options(&self) -> &FairMutexOptions {
+        &self.options
+    }
+
+    pub(crate) fn set_owner(&mut self, owner: OwnerId) {
+        self.owner = owner;
+    }
+
+    /// One attempt without waiting.
+    pub(crate) async fn try_acquire(&self, mode: HoldMode) -> Result<Lease> {
+        let asking = Asking { lock: self, mode };
+        try_once(&asking, OwedRelease::new(self.hold.clone())).await
+    }
+
+    /// Waits in line until `deadline` (`None`: as long as it takes).
+    pub(crate) async fn acquire(&self, mode: HoldMode, deadline: Option<Instant>) -> Result<Lease> {
+        let asking = Asking { lock: self, mode };
+        // One hold id for the whole wait: the waiter's place in the queue (under its mode
+        // letter), and its hold once granted; dropping it gives the place up.
+        let owed = OwedRelease::new(self.hold.clone());
+        let address = format!("{}{}", letter(mode), owed.owner().as_str());
+        let on = self.client.wait_on(self.options.get_wait_options());
+        acquire(on, Placed::new(&asking, owed, address), deadline).await
+    }
+
+    /// Turns the write hold `hold` into a read hold of the same owner, in one step.
+    pub(crate) async fn downgrade(&self, hold: &OwnerToken) -> Result<()> {
+        let keys = &self.keys;
+        let reply: i64 = self
+            .client
+            .node()
+            .run_script(
+                Phase::Release,
+                &DOWNGRADE,
+                &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
+                &[hold.as_str(), keys.wake_channel()],
+            )
+            .await?;
+        match reply {
+            1 => Ok(()),
+            0 => Err(self.hold.gone()),
+            other => Err(Error::UnexpectedReply {
+                phase: Phase::Release,
+                detail: other.to_string(),
+            }),
+        }
+    }
+
+    /// Reads the holds, the counter and the waiters in one step.
+    pub(crate) async fn state(&self) -> Result<HoldsState> {
+        inspect(self.client.node(), &self.keys).await
+    }
+}
+
+/// Reads the state of a lock kept in a hash of holds, whichever kind (`None` holds when free).
+async fn inspect(node: &Node, keys: &LockKeys) -> Result<HoldsState> {
+    let reply: Vec<String> = node
+        .run_script(
+            Phase::Inspect,
+            &INSPECT,
+            &[keys.lock(), keys.fence(), keys.places()],
+            &[],
+        )
+        .await?;
+    let bad = || Error::UnexpectedReply {
+        phase: Phase::Inspect,
+        detail: format!("{reply:?}"),
+    };
+    let number = |text: &str| text.parse::<u64>().map_err(|_| bad());
+    let [kind, counter, readers, writers, rest @ ..] = reply.as_slice() else {
+        return Err(bad());
+    };
+    if rest.len() % 5 != 0 {
+        return Err(bad());
+    }
+    let mut holds = rest
+        .chunks_exact(5)
+        .map(|hold| {
+            Ok(HoldInfo {
+                mode: if hold[1] == "w" {
+                    HoldMode::Write
+                } else {
+                    HoldMode::Read
+                },
+                owner: hold[2].clone(),
+                lease_remaining: Duration::from_millis(number(&hold[3])?),
+                fencing_token: FencingToken::new(number(&hold[4])?),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    holds.sort_by_key(|hold| (hold.mode != HoldMode::Write, hold.fencing_token));
+    let counter = number(counter)?;
+    Ok(HoldsState {
+        kind: (!kind.is_empty()).then(|| kind.clone()),
+        holds,
+        fencing_counter: (counter > 0).then_some(FencingToken::new(counter)),
+        waiting_readers: number(readers)?,
+        waiting_writers: number(writers)?,
+    })
+}
+
+/// One acquisition's asking: the lock and the mode.
+struct Asking<'a> {
+    lock: &'a HoldsLock,
+    mode: HoldMode,
+}
+
+impl Asker for Asking<'_> {
+    fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    fn channel(&self) -> &str {
+        self.lock.keys.wake_channel()
+    }
+
+    fn place_lease(&self) -> Duration {
+        self.lock.options.get_place_lease()
+    }
+
+    fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease {
+        let options = self.lock.options.get_lease_options();
+        Lease::new(owed, token, sent_at, options, self.lock.client.renewals())
+    }
+
+    async fn ask(
+        &self,
+        owed: &OwedRelease,
+        place_lease: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Answer> {
+        let lock = self.lock;
+        let keys = &lock.keys;
+        let place = place_lease.as_millis().to_string();
+        let key_list = [
+            keys.lock(),
+            keys.fence(),
+            keys.queue(),
+            keys.places(),
+            keys.tickets(),
+        ];
+        let args = [
+            lock.kind.as_str(),
+            letter(self.mode),
+            owed.owner().as_str(),
+            lock.owner.as_str(),
+            &lock.lease_ms,
+            &place,
+            keys.wake_channel(),
+        ];
+        let lease = lock.options.get_lease_options().get_lease();
+        answer_in_time(lease, deadline, || async {
+            let reply: (i64, i64) = lock
+                .client
+                .node()
+                .run_script(Phase::Acquire, &ACQUIRE, &key_list, &args)
+                .await?;
+            if reply == (0, -3) {
+                // The upgrade refusal wrote nothing: nothing is owed.
+                return Err(Error::Upgrade {
+                    name: lock.name().to_string(),
+                    owner: lock.owner.to_string(),
+                });
+            }
+            Ok(reply)
+        })
+        .await
+    }
+}

@@ -1,0 +1,64 @@
+-- release.lua: give back one hold of a lock kept in a hash, by its hold id, and wake the
+-- waiters that may enter now (after the preludes waiters.lua and holds.lua). Also gives up
+-- the caller's place in the queue, if it still has one: this is how a wait that ends
+-- without the lock (or a cancelled one) leaves the line.
+--
+-- KEYS[1]  the lock key (a hash, see holds.lua).
+-- KEYS[2]  the lock's queue of waiters, KEYS[3] its place leases, KEYS[4] its ticket counter.
+-- ARGV[1]  the hold id the caller acquired with (its place in the queue was 'r' or 'w'
+--          followed by it).
+-- ARGV[2]  the lock's wake channel.
+--
+-- Replies:
+--   {1, left}  released; left is how many holds of the same owner and mode are still live
+--              (a ReentrantMutex's or a writer's hold count; 0 when the owner holds no more
+--              in this mode). When the release let waiters in (see wake_front), they were
+--              woken.
+--   {0, 0}     not released: the hold is gone (its lease ran out, or it was never granted).
+--              Nothing else is changed, except that expired holds are cleaned up and the
+--              caller's place, if any, is given up (waking whoever may enter now).
+-- Errors (nothing written):
+--   WRONGTYPE <key> ...  KEYS[1] is not a hash (another primitive holds the name), or a
+--                        queue key holds another type.
+
+local key, hold = KEYS[1], ARGV[1]
+local found = redis.call('TYPE', key).ok
+if found ~= 'none' and found ~= 'hash' then
+  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
+end
+local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
+if wrong then
+  return wrong
+end
+local now = server_ms()
+local state = holds_read(key, now, true)
+local released = state.holds[hold]
+local left = 0
+if released then
+  state.holds[hold] = nil
+  state.count = state.count - 1
+  if released.mode == 'w' then
+    state.writes = state.writes - 1
+    left = state.writes
+  else
+    state.reads_of[released.owner] = state.reads_of[released.owner] - 1
+    left = state.reads_of[released.owner]
+  end
+  if state.count == 0 then
+    redis.call('DEL', key)
+  elseif state.writes == 0 and released.mode == 'w' then
+    redis.call('HDEL', key, 'h:' .. hold, 'writer', 'token')
+  else
+    redis.call('HDEL', key, 'h:' .. hold)
+  end
+end
+queue_purge(KEYS[2], KEYS[3], now)
+queue_leave(KEYS[2], KEYS[3], KEYS[4], 'r' .. hold)
+queue_leave(KEYS[2], KEYS[3], KEYS[4], 'w' .. hold)
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  wake_front(KEYS[2], ARGV[2], state)
+end
+if released then
+  return {1, left}
+end
+return {0, 0}

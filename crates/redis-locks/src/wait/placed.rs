@@ -1,0 +1,177 @@
+//! Waiters that each keep their own place in the lock's queue, under their acquisition's
+//! token: `FairMutex`, `ReentrantMutex` and `RwLock` wait this way (a `Mutex`'s waiters of one
+//! process share one place instead, see [`local`](super::local)).
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Contender, Line, Try};
+use crate::error::{Error, Phase, Result};
+use crate::lease::{Lease, MAX_LATE_GRANTS, OwedRelease, is_late, too_slow};
+use crate::token::FencingToken;
+
+/// What one attempt of a placed waiter found: granted (its fencing token, and when the
+/// request was sent), or held (how long the blocking holder's lease still runs, if known).
+pub(crate) type Answer = std::result::Result<(FencingToken, Instant), Option<Duration>>;
+
+/// A primitive whose waiters keep their own place: how it asks once.
+pub(crate) trait Asker: Sync {
+    /// The lock's name.
+    fn name(&self) -> &str;
+
+    /// The lock's wake channel.
+    fn channel(&self) -> &str;
+
+    /// How long a place in the queue lasts without renewal.
+    fn place_lease(&self) -> Duration;
+
+    /// One attempt by `owed`'s token, keeping a place in the queue for `place_lease` when
+    /// refused (zero: ask without a place). A grant that comes back after its lease is
+    /// asked again within `deadline`, or fails.
+    fn ask(
+        &self,
+        owed: &OwedRelease,
+        place_lease: Duration,
+        deadline: Option<Instant>,
+    ) -> impl Future<Output = Result<Answer>> + Send;
+
+    /// The lease of a grant.
+    fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease;
+}
+
+/// Runs one acquire script call (`attempt`, replying `{1, token}` granted, `{0, ms}` held
+/// with ms of the holder's lease left, `{0, negative}` refused with no lease to wait for)
+/// until its grant comes back within `lease`: a late grant is asked again (the scripts
+/// re-grant to the same token with a fresh lease) within `deadline` and at most
+/// [`MAX_LATE_GRANTS`] times; then the call fails, and the caller's owed release gives the
+/// grant back as it drops.
+///
+/// # Errors
+/// [`Error::UnexpectedReply`] for any other reply; a late grant too often; the attempt's.
+pub(crate) async fn answer_in_time<F, Fut>(
+    lease: Duration,
+    deadline: Option<Instant>,
+    mut attempt: F,
+) -> Result<Answer>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(i64, i64)>>,
+{
+    let mut late = 0;
+    loop {
+        let sent_at = Instant::now();
+        match attempt().await? {
+            (1, token) if !is_late(sent_at, lease) => {
+                let token = FencingToken::new(u64::try_from(token).unwrap_or_default());
+                return Ok(Ok((token, sent_at)));
+            }
+            // Granted after the lease: ask again (a re-grant to this token), or fail.
+            (1, _) => {
+                late += 1;
+                if late >= MAX_LATE_GRANTS || deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(too_slow(lease, late));
+                }
+            }
+            (0, pttl) => return Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
+            (granted, value) => {
+                return Err(Error::UnexpectedReply {
+                    phase: Phase::Acquire,
+                    detail: format!("[{granted}, {value}]"),
+                });
+            }
+        }
+    }
+}
+
+/// Asks once without joining the queue: a `try_lock`.
+///
+/// # Errors
+/// [`Error::Held`] when refused; any error of the attempt.
+pub(crate) async fn try_once<A: Asker>(asker: &A, owed: OwedRelease) -> Result<Lease> {
+    match asker
+        .ask(&owed, Duration::ZERO, Some(Instant::now()))
+        .await?
+    {
+        Ok((token, sent_at)) => Ok(asker.lease(owed, token, sent_at)),
+        Err(retry_after) => {
+            owed.disarm();
+            Err(Error::Held {
+                name: asker.name().to_string(),
+                retry_after,
+            })
+        }
+    }
+}
+
+/// A placed waiter's side of the acquire loop: one token (its place in the queue) for the
+/// whole wait; each attempt renews the place; only a wake-up addressed to it counts; on
+/// timeout or cancellation the place is given up by releasing that token.
+pub(crate) struct Placed<'a, A> {
+    asker: &'a A,
+    /// The place (and then the grant) this wait owes the server; `None` once granted.
+    owed: Option<OwedRelease>,
+    /// The payload of a wake-up meant for this waiter.
+    address: String,
+}
+
+impl<'a, A: Asker> Placed<'a, A> {
+    /// A waiter owing `owed` (released if the wait is dropped), woken by `address`.
+    pub(crate) fn new(asker: &'a A, owed: OwedRelease, address: String) -> Placed<'a, A> {
+        Placed {
+            asker,
+            owed: Some(owed),
+            address,
+        }
+    }
+
+    fn owed(&self) -> &OwedRelease {
+        self.owed
+            .as_ref()
+            .expect("a waiter owes its place until granted")
+    }
+}
+
+impl<A: Asker> Contender for Placed<'_, A> {
+    fn name(&self) -> &str {
+        self.asker.name()
+    }
+
+    fn channel(&self) -> &str {
+        self.asker.channel()
+    }
+
+    async fn attempt(&mut self, _line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
+        let place_lease = self.asker.place_lease();
+        match self.asker.ask(self.owed(), place_lease, deadline).await? {
+            Ok((token, sent_at)) => {
+                let owed = self
+                    .owed
+                    .take()
+                    .expect("a waiter owes its place until granted");
+                Ok(Try::Won(self.asker.lease(owed, token, sent_at)))
+            }
+            Err(retry_after) => Ok(Try::Held(retry_after)),
+        }
+    }
+
+    fn address(&self) -> Option<&str> {
+        self.owed.as_ref().map(|_| self.address.as_str())
+    }
+
+    fn refresh(&self) -> Option<Duration> {
+        Some(self.asker.place_lease() / 3)
+    }
+
+    async fn give_up(mut self) {
+        // Give the place up now. The reply is "not held", as expected; anything else (Redis
+        // gone, say) leaves the place to run out with its place lease.
+        if let Some(owed) = self.owed.take() {
+            match owed.pay().await {
+                Ok(_) | Err(Error::NotHeld { .. }) => {}
+                Err(err) => tracing::debug!(%err, "giving up a place in the queue"),
+            }
+        }
+    }
+}
