@@ -1,9 +1,13 @@
-//! Checking a recorded history of lock holdings: no two overlap, tokens strictly increase.
+//! Checking a recorded history of lock holdings: no two overlap (unless both are shared
+//! holdings, as an `RwLock`'s readers), tokens strictly increase.
 //!
 //! Each holder records the interval in which it *acted* as the holder — from after its
 //! acquire call returned to before its release request was sent — with its fencing token.
 //! That interval lies inside the time the server considered it the holder, so for a correct
-//! lock no two recorded intervals overlap, and sorted by start their tokens strictly increase.
+//! lock no two recorded intervals overlap, and a holding that began after another ended has
+//! the greater token. Shared holdings ([`History::record_shared`]) may overlap each other,
+//! never an exclusive one; the report counts how often they did
+//! ([`Report::shared_overlaps`]), so a test can tell that readers really shared.
 //! The tests of every primitive, the demo and `redis-locks check` use this one checker.
 //!
 //! Timestamps are nanoseconds of the wall clock ([`now_nanos`]), so intervals recorded by
@@ -45,10 +49,26 @@ pub struct Interval {
     pub end: u64,
 }
 
-/// A thread-safe collection of [`Interval`]s; share it behind an `Arc`.
+/// A thread-safe collection of [`Interval`]s, exclusive and shared; share it behind an `Arc`.
+///
+/// ```
+/// use redis_locks::history::{History, Interval};
+///
+/// let iv = |worker: &str, token, start, end| Interval { worker: worker.into(), token, start, end };
+/// let history = History::default();
+/// history.record_shared(iv("reader-1", 1, 0, 10));
+/// history.record_shared(iv("reader-2", 2, 5, 15)); // readers may overlap
+/// history.record(iv("writer", 3, 16, 20));
+/// let report = history.check();
+/// assert!(report.is_ok() && report.shared_overlaps == 1);
+///
+/// history.record_shared(iv("late-reader", 4, 18, 25)); // inside the write: a violation
+/// assert_eq!(history.check().overlaps.len(), 1);
+/// ```
 #[derive(Debug, Default)]
 pub struct History {
     intervals: std::sync::Mutex<Vec<Interval>>,
+    shared: std::sync::Mutex<Vec<Interval>>,
 }
 
 /// What [`History::check`] found.
@@ -58,8 +78,12 @@ pub struct Report {
     pub acquisitions: usize,
     /// Pairs of intervals that overlap in time: two holders at once.
     pub overlaps: Vec<(Interval, Interval)>,
-    /// Pairs of successive intervals whose tokens do not strictly increase.
+    /// Pairs of intervals, the second begun after the first ended, whose tokens do not
+    /// strictly increase.
     pub token_regressions: Vec<(Interval, Interval)>,
+    /// How many shared intervals began while another shared one was open: proof that
+    /// shared holders really held at once.
+    pub shared_overlaps: usize,
 }
 
 impl Report {
@@ -98,7 +122,15 @@ impl History {
             .extend(intervals);
     }
 
-    /// A copy of every interval recorded so far.
+    /// Adds one shared interval (a reader's): it may overlap other shared ones.
+    pub fn record_shared(&self, interval: Interval) {
+        self.shared
+            .lock()
+            .expect("history lock is never poisoned")
+            .push(interval);
+    }
+
+    /// A copy of every exclusive interval recorded so far.
     pub fn intervals(&self) -> Vec<Interval> {
         self.intervals
             .lock()
@@ -106,40 +138,91 @@ impl History {
             .clone()
     }
 
+    /// A copy of every shared interval recorded so far.
+    pub fn shared_intervals(&self) -> Vec<Interval> {
+        self.shared
+            .lock()
+            .expect("history lock is never poisoned")
+            .clone()
+    }
+
     /// Checks the history recorded so far.
     pub fn check(&self) -> Report {
-        check(self.intervals())
+        check_modes(self.intervals(), self.shared_intervals())
     }
 }
 
-/// Checks a set of intervals: sorted by start, each must begin after every earlier one ended,
-/// and carry a greater token than the one before it.
-pub fn check(mut intervals: Vec<Interval>) -> Report {
-    intervals.sort_by_key(|i| (i.start, i.end));
+/// Checks a set of exclusive intervals: no two overlap, and each begun after another ended
+/// carries the greater token.
+pub fn check(intervals: Vec<Interval>) -> Report {
+    check_modes(intervals, Vec::new())
+}
+
+/// Checks exclusive and shared intervals together: an exclusive interval overlaps no other
+/// interval, shared ones may overlap each other (counted in
+/// [`Report::shared_overlaps`]), and of two intervals where one began after the other
+/// ended, the later carries the greater token.
+pub fn check_modes(exclusive: Vec<Interval>, shared: Vec<Interval>) -> Report {
+    let mut all: Vec<(Interval, bool)> = exclusive
+        .into_iter()
+        .map(|interval| (interval, false))
+        .chain(shared.into_iter().map(|interval| (interval, true)))
+        .collect();
+    all.sort_by_key(|(i, _)| (i.start, i.end));
     let mut report = Report {
-        acquisitions: intervals.len(),
+        acquisitions: all.len(),
         ..Report::default()
     };
-    let mut latest_end: Option<&Interval> = None;
-    for pair in intervals.windows(2) {
-        let (before, after) = (&pair[0], &pair[1]);
-        if after.token <= before.token {
-            report
-                .token_regressions
-                .push((before.clone(), after.clone()));
-        }
-    }
-    for interval in &intervals {
-        if let Some(open) = latest_end
-            && interval.start < open.end
-        {
+    // Overlaps: the open interval that ends last, of any mode and of the exclusive mode.
+    let mut open_any: Option<&Interval> = None;
+    let mut open_exclusive: Option<&Interval> = None;
+    let mut open_shared: Option<&Interval> = None;
+    let later = |open: Option<&Interval>, i: &Interval| open.is_some_and(|open| i.start < open.end);
+    for (interval, is_shared) in &all {
+        let clash = if *is_shared {
+            open_exclusive.filter(|_| later(open_exclusive, interval))
+        } else {
+            open_any.filter(|_| later(open_any, interval))
+        };
+        if let Some(open) = clash {
             report.overlaps.push((open.clone(), interval.clone()));
         }
-        if latest_end.is_none_or(|open| interval.end > open.end) {
-            latest_end = Some(interval);
+        if *is_shared && later(open_shared, interval) {
+            report.shared_overlaps += 1;
+        }
+        widen(&mut open_any, interval);
+        if *is_shared {
+            widen(&mut open_shared, interval);
+        } else {
+            widen(&mut open_exclusive, interval);
+        }
+    }
+    // Tokens: in order of start, each interval against the greatest token of those that
+    // ended before it began.
+    let mut by_end: Vec<&Interval> = all.iter().map(|(i, _)| i).collect();
+    by_end.sort_by_key(|i| i.end);
+    let mut ended = by_end.iter().peekable();
+    let mut greatest: Option<&Interval> = None;
+    for (interval, _) in &all {
+        while let Some(done) = ended.next_if(|done| done.end <= interval.start) {
+            if greatest.is_none_or(|g| done.token > g.token) {
+                greatest = Some(done);
+            }
+        }
+        if let Some(before) = greatest.filter(|g| interval.token <= g.token) {
+            report
+                .token_regressions
+                .push((before.clone(), interval.clone()));
         }
     }
     report
+}
+
+/// Makes `interval` the open one if it ends later.
+fn widen<'a>(open: &mut Option<&'a Interval>, interval: &'a Interval) {
+    if open.is_none_or(|open| interval.end > open.end) {
+        *open = Some(interval);
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +254,33 @@ mod tests {
             iv("c", 3, 30, 40),
         ]);
         assert_eq!(report.overlaps.len(), 2);
+    }
+
+    #[test]
+    fn shared_intervals_overlap_each_other_but_no_exclusive_one() {
+        let shared = vec![
+            iv("r1", 2, 10, 30),
+            iv("r2", 3, 15, 40),
+            iv("r3", 4, 35, 50),
+        ];
+        let report = check_modes(vec![iv("w1", 1, 0, 9), iv("w2", 5, 51, 60)], shared.clone());
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(report.shared_overlaps, 2);
+        // A writer inside the readers' time (one overlap per interval that begins inside
+        // another), and a reader inside a writer's.
+        let report = check_modes(vec![iv("w", 9, 36, 45)], shared);
+        assert_eq!(report.overlaps.len(), 1, "{report:?}");
+        let report = check_modes(vec![iv("w", 1, 0, 20)], vec![iv("r", 2, 10, 30)]);
+        assert_eq!(report.overlaps.len(), 1);
+    }
+
+    #[test]
+    fn a_reader_after_a_writer_needs_the_greater_token() {
+        let report = check_modes(vec![iv("w", 5, 0, 10)], vec![iv("r", 4, 11, 20)]);
+        assert_eq!(report.token_regressions.len(), 1);
+        // Overlapping readers may start in any token order.
+        let report = check_modes(vec![], vec![iv("r1", 4, 0, 20), iv("r2", 3, 5, 25)]);
+        assert!(report.is_ok(), "{report:?}");
     }
 
     #[test]

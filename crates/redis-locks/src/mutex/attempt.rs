@@ -26,8 +26,8 @@ const SEEDED: i64 = 1_000_000_000_000_000;
 /// How an attempt asks Redis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Ask {
-    /// The pipeline `SET NX PX` + `INCR` (+ `PTTL` with `pttl`, to say how long a refusal
-    /// lasts). Used by the first attempt of a `lock` and by every try-once call.
+    /// The pipeline `SET NX PX` + `INCR` (+ `PTTL` and `TYPE` with `pttl`, to say how long
+    /// a refusal lasts, or that the name is in use as another primitive). Used by the first attempt of a `lock` and by every try-once call.
     Fast { pttl: bool },
     /// The acquire script, which marks a held lock so that its release publishes a wake-up,
     /// and with `waiter` gives this process's waiters that place in the lock's queue. Used by
@@ -127,7 +127,7 @@ impl Mutex {
             .cmd("INCR")
             .arg(fence);
         if with_pttl {
-            pipe.cmd("PTTL").arg(lock);
+            pipe.cmd("PTTL").arg(lock).cmd("TYPE").arg(lock);
         }
         let sent_at = Instant::now();
         // A connection error leaves the outcome open: `owed` drops armed and releases by
@@ -142,9 +142,11 @@ impl Mutex {
             phase: Phase::Acquire,
             detail: format!("{replies:?}"),
         };
-        let (epoch, name, set, counter, pttl) = match replies.as_slice() {
-            [epoch, name, set, counter] => (epoch, name, set, counter, None),
-            [epoch, name, set, counter, pttl] => (epoch, name, set, counter, Some(pttl)),
+        let (epoch, name, set, counter, pttl, kind) = match replies.as_slice() {
+            [epoch, name, set, counter] => (epoch, name, set, counter, None, None),
+            [epoch, name, set, counter, pttl, kind] => {
+                (epoch, name, set, counter, Some(pttl), Some(kind))
+            }
             // Keep `owed` armed: whatever happened is released by owner token.
             _ => return Err(unexpected(&replies)),
         };
@@ -196,8 +198,14 @@ impl Mutex {
                 Err(err)
             }
             // A key without expiry was not written by this library (perhaps not even a
-            // string): the script says what it is, as the waiting path would.
-            (Value::Nil, _) if matches!(pttl, Some(Value::Int(-1))) => {
+            // string), and a key of another type is another primitive's (an `RwLock`'s
+            // hash): the script says what it is, as the waiting path would.
+            (Value::Nil, _)
+                if matches!(pttl, Some(Value::Int(-1)))
+                    || kind.is_some_and(|kind| {
+                        !matches!(kind, Value::SimpleString(kind) if kind == "string" || kind == "none")
+                    }) =>
+            {
                 self.ask_script(owed, Script::new(false), deadline).await
             }
             (Value::Nil, Value::ServerError(err)) => {

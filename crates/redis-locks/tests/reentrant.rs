@@ -1,0 +1,272 @@
+//! `ReentrantMutex` against a real server: hold counts, foreign owners, leases renewed on
+//! re-entry, cancelled re-entries, owners across handles, wake-ups.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, exists, pttl, raw, server};
+use redis_locks::{Error, LeaseOptions, OwnerId, ReentrantMutexOptions, Released, WaitOptions};
+use tokio::time::Instant;
+
+#[tokio::test]
+async fn one_owner_acquires_three_times_and_the_lock_is_free_after_the_third_release() {
+    let server = server();
+    let client = common::client(&server).await;
+    let lock = client.reentrant_mutex("ledger").unwrap();
+    let first = lock.lock().await.unwrap();
+    let second = lock.lock().await.unwrap();
+    let third = lock.try_lock().await.unwrap();
+    let token = first.fencing_token();
+    assert_eq!(second.fencing_token(), token);
+    assert_eq!(third.fencing_token(), token);
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.hold_count(), 3);
+    assert_eq!(state.writer(), Some(lock.owner().as_str()));
+    assert_eq!(state.kind.as_deref(), Some("reentrant"));
+    // Released in any order: the count goes down, the lock stays until the last.
+    assert_eq!(
+        second.release().await.unwrap(),
+        Released::StillHeld { holds: 2 }
+    );
+    assert!(exists(&server, "ledger"));
+    assert_eq!(
+        first.release().await.unwrap(),
+        Released::StillHeld { holds: 1 }
+    );
+    assert!(exists(&server, "ledger"));
+    assert_eq!(third.release().await.unwrap(), Released::Freed);
+    assert!(!exists(&server, "ledger"));
+    // The next owner's first hold takes a greater token.
+    let next = client
+        .reentrant_mutex("ledger")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_foreign_owner_is_refused_and_changes_nothing() {
+    let server = server();
+    let client = common::client(&server).await;
+    let lock = client.reentrant_mutex("ledger").unwrap();
+    let guard = lock.lock().await.unwrap();
+    let before = lock.state().await.unwrap();
+    let foreign = client.reentrant_mutex("ledger").unwrap();
+    assert_ne!(foreign.owner(), lock.owner());
+    assert!(matches!(
+        foreign.try_lock().await,
+        Err(Error::Held {
+            retry_after: Some(_),
+            ..
+        })
+    ));
+    assert!(matches!(
+        foreign.lock_timeout(Duration::from_millis(50)).await,
+        Err(Error::WaitTimeout { .. })
+    ));
+    // A release by anything but the hold's own id (as another owner would send it) is
+    // refused by the script and changes nothing.
+    let script = redis::Script::new(
+        &[
+            common::WAITERS_LUA,
+            include_str!("../src/rwlock/holds.lua"),
+            include_str!("../src/rwlock/release.lua"),
+        ]
+        .join("\n"),
+    );
+    let reply: (i64, i64) = script
+        .key("ledger")
+        .key("{ledger}:queue")
+        .key("{ledger}:places")
+        .key("{ledger}:tickets")
+        .arg(format!("{:032x}", 7))
+        .arg("{ledger}:wake")
+        .invoke(&mut raw(&server))
+        .unwrap();
+    assert_eq!(reply, (0, 0));
+    let after = lock.state().await.unwrap();
+    assert_eq!(after.hold_count(), 1);
+    assert_eq!(after.holds[0].owner, before.holds[0].owner);
+    assert_eq!(after.holds[0].fencing_token, before.holds[0].fencing_token);
+    assert_eq!(
+        after.waiting_writers, 0,
+        "the timed-out waiter left the line"
+    );
+    assert!(guard.release().await.unwrap().is_freed());
+}
+
+#[tokio::test]
+async fn a_re_entry_renews_the_lease() {
+    let server = server();
+    let client = common::client(&server).await;
+    let options = ReentrantMutexOptions::default().lease(Duration::from_millis(1500));
+    let lock = client.reentrant_mutex_with("ledger", options).unwrap();
+    let first = lock.lock().await.unwrap();
+    let entered = Instant::now();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Without renewal the key would have at most 800 ms left now.
+    let second = lock.lock().await.unwrap();
+    assert!(
+        pttl(&server, "ledger") > 1000,
+        "pttl {}",
+        pttl(&server, "ledger")
+    );
+    // Past the first hold's lease the lock is still the owner's, by the second hold.
+    let first_lost = first.lost();
+    tokio::time::timeout(Duration::from_secs(2), first_lost)
+        .await
+        .unwrap();
+    assert!(entered.elapsed() >= Duration::from_millis(1400));
+    // (The guard counts its lease from the request's send, less a drift allowance: the
+    // server ends the hold a moment later.)
+    assert!(
+        eventually(Duration::from_secs(1), || async {
+            lock.state().await.unwrap().hold_count() == 1
+        })
+        .await
+    );
+    let foreign = client.reentrant_mutex("ledger").unwrap();
+    assert!(matches!(foreign.try_lock().await, Err(Error::Held { .. })));
+    common::assert_not_held(first.release().await, redis_locks::LostReason::Expired);
+    assert!(second.release().await.unwrap().is_freed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_re_entries_leave_the_count_right() {
+    let server = server();
+    let client = common::client(&server).await;
+    let lock = client.reentrant_mutex("ledger").unwrap();
+    let outer = lock.lock().await.unwrap();
+    // Re-entries cancelled at every point: before the request, in flight, after the grant.
+    for i in 0..40u64 {
+        let lock = lock.clone();
+        let task = tokio::spawn(async move {
+            let guard = lock.lock().await;
+            std::future::pending::<()>().await;
+            drop(guard);
+        });
+        for _ in 0..(i % 8) {
+            tokio::task::yield_now().await;
+        }
+        task.abort();
+        let _ = task.await;
+    }
+    // Every cancelled re-entry's hold is given back in the background, and only its own.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            lock.state().await.unwrap().hold_count() == 1
+        })
+        .await,
+        "{:?}",
+        lock.state().await.unwrap()
+    );
+    assert!(outer.release().await.unwrap().is_freed());
+    assert!(!exists(&server, "ledger"));
+}
+
+#[tokio::test]
+async fn handles_with_one_owner_id_re_enter_each_others_lock() {
+    let server = server();
+    let one = common::client(&server).await;
+    let two = common::client(&server).await;
+    let job = OwnerId::new("job 42").unwrap();
+    let a = one
+        .reentrant_mutex("ledger")
+        .unwrap()
+        .with_owner(job.clone());
+    let b = two.reentrant_mutex("ledger").unwrap().with_owner(job);
+    let ga = a.lock().await.unwrap();
+    let gb = b.try_lock().await.unwrap();
+    assert_eq!(ga.fencing_token(), gb.fencing_token());
+    assert_eq!(a.state().await.unwrap().writer(), Some("job 42"));
+    assert_eq!(gb.release().await.unwrap().holds(), 1);
+    assert!(ga.release().await.unwrap().is_freed());
+    assert!(matches!(
+        OwnerId::new("bad\nid"),
+        Err(Error::InvalidOwner { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_release_wakes_the_next_owner_without_polling() {
+    let server = server();
+    let client = common::client(&server).await;
+    let lock = client.reentrant_mutex("ledger").unwrap();
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    // A waiter polling every 20 s: only a wake-up lets it in quickly.
+    let options = ReentrantMutexOptions::default()
+        .wait_options(WaitOptions::default().retry_delay(Duration::from_secs(20)));
+    let waiter = client.reentrant_mutex_with("ledger", options).unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock().await.unwrap() });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            lock.state().await.unwrap().waiting_writers == 1
+        })
+        .await
+    );
+    // Releasing a re-entry leaves the lock held: the waiter stays out.
+    inner.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished());
+    outer.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the waiter was woken by the last release")
+        .unwrap();
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_every_hold_and_lost_tells_the_end() {
+    let server = server();
+    let client = common::client(&server).await;
+    let options = ReentrantMutexOptions::default().lease_options(
+        LeaseOptions::default()
+            .lease(Duration::from_millis(300))
+            .watchdog(true),
+    );
+    let lock = client.reentrant_mutex_with("ledger", options).unwrap();
+    let a = lock.lock().await.unwrap();
+    let b = lock.lock().await.unwrap();
+    assert!(a.is_renewed() && b.is_renewed());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(a.lost_reason().is_none() && b.lost_reason().is_none());
+    assert_eq!(lock.state().await.unwrap().hold_count(), 2);
+    // The hold deleted behind the guards' backs: the next renewal finds it gone.
+    redis::cmd("DEL")
+        .arg("ledger")
+        .exec(&mut raw(&server))
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(2), a.lost())
+        .await
+        .unwrap();
+    assert_eq!(lost, redis_locks::LostReason::Expired);
+}
+
+#[tokio::test]
+async fn a_name_held_as_a_mutex_is_refused() {
+    let server = server();
+    let client = common::client(&server).await;
+    let mutex = client.mutex("ledger").unwrap().lock().await.unwrap();
+    let lock = client.reentrant_mutex("ledger").unwrap();
+    assert!(matches!(
+        lock.try_lock().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        lock.lock_timeout(Duration::from_millis(100)).await,
+        Err(Error::WrongType { .. })
+    ));
+    mutex.release().await.unwrap();
+    let held = lock.lock().await.unwrap();
+    assert!(matches!(
+        client.rwlock("ledger").unwrap().try_write().await,
+        Err(Error::WrongType { .. })
+    ));
+    held.release().await.unwrap();
+}

@@ -1,0 +1,547 @@
+//! `RwLock` against a real server: readers share, writers exclude (across tasks and
+//! processes), writers are not starved, a killed reader's hold ends with its own lease,
+//! downgrade and upgrade, and every row of seed 004's comparison table.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{
+    assert_not_held, child_main, client, env, eventually, exists, raw, server, wait_for_go,
+};
+use redis_locks::history::{History, Interval, now_nanos};
+use redis_locks::{Client, Error, LeaseOptions, LostReason, RwLockOptions};
+use test_support::ChildProcess;
+use tokio::time::Instant;
+
+/// A lease of `ms` renewed by the watchdog, and a 20 s retry delay: a waiter that is not
+/// woken would wait that long.
+fn renewed(ms: u64) -> RwLockOptions {
+    RwLockOptions::default().lease_options(
+        LeaseOptions::default()
+            .lease(Duration::from_millis(ms))
+            .watchdog(true),
+    )
+}
+
+/// Holds a read or write guard for a little work, then records the holding.
+async fn hold_for_a_moment(history: &History, worker: &str, token: u64, shared: bool) {
+    let start = now_nanos();
+    // Long enough for readers to meet (a few ms), short enough to keep the test quick.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let interval = Interval {
+        worker: worker.to_string(),
+        token,
+        start,
+        end: now_nanos(),
+    };
+    if shared {
+        history.record_shared(interval);
+    } else {
+        history.record(interval);
+    }
+}
+
+/// `readers` reader tasks and `writers` writer tasks, each `count` acquisitions of "rw".
+async fn contend(
+    client: Client,
+    prefix: String,
+    readers: usize,
+    writers: usize,
+    count: usize,
+    history: Arc<History>,
+) {
+    let mut tasks = Vec::new();
+    for i in 0..readers + writers {
+        let (client, history) = (client.clone(), history.clone());
+        let worker = format!("{prefix}-{i}");
+        let reader = i < readers;
+        tasks.push(tokio::spawn(async move {
+            let lock = client.rwlock_with("rw", renewed(10_000)).unwrap();
+            for _ in 0..count {
+                if reader {
+                    let guard = lock.read().await.unwrap();
+                    hold_for_a_moment(&history, &worker, guard.fencing_token().get(), true).await;
+                    guard.release().await.unwrap();
+                } else {
+                    let guard = lock.write().await.unwrap();
+                    hold_for_a_moment(&history, &worker, guard.fencing_token().get(), false).await;
+                    guard.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+const READS: usize = 20;
+const WRITES: usize = 10;
+
+#[test]
+#[ignore = "runs only as a child process of readers_share_and_writers_exclude_across_processes"]
+fn rwlock_contender_child() {
+    child_main(|client| async move {
+        println!("ready");
+        wait_for_go(&env("CHILD_REDIS_URL")).await;
+        let history = Arc::new(History::default());
+        let prefix = format!("process-{}", std::process::id());
+        contend(client, prefix, 2, 1, READS, history.clone()).await;
+        for interval in history.intervals() {
+            println!("interval {}", serde_json::to_string(&interval).unwrap());
+        }
+        for interval in history.shared_intervals() {
+            println!("shared {}", serde_json::to_string(&interval).unwrap());
+        }
+        println!("done");
+    });
+}
+
+fn parse(lines: Vec<String>, marker: &str) -> Vec<Interval> {
+    lines
+        .iter()
+        .map(|line| serde_json::from_str(&line[marker.len()..]).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_and_writers_exclude_across_processes() {
+    let server = server();
+    let url = server.url();
+    let mut children: Vec<ChildProcess> = (0..2)
+        .map(|_| {
+            ChildProcess::spawn_test("rwlock_contender_child", &[("CHILD_REDIS_URL", &url)])
+                .unwrap()
+        })
+        .collect();
+    for child in &mut children {
+        let ready =
+            tokio::task::block_in_place(|| child.wait_for_line("ready", Duration::from_secs(30)));
+        assert!(ready.is_some(), "child connected");
+    }
+    let client = client(&server).await;
+    let history = Arc::new(History::default());
+    redis::cmd("SET")
+        .arg("go")
+        .arg(1)
+        .exec(&mut raw(&server))
+        .unwrap();
+    // Here: 4 readers and 1 writer; in each child 2 readers and 1 writer (the child's
+    // writer does READS writes): 8 readers and 3 writers in all.
+    contend(client, "task".into(), 4, 1, WRITES, history.clone()).await;
+    for child in &mut children {
+        let done =
+            tokio::task::block_in_place(|| child.wait_for_line("done", Duration::from_secs(120)));
+        assert!(done.is_some(), "child finished");
+        history.extend(parse(child.take_lines("interval "), "interval "));
+        for interval in parse(child.take_lines("shared "), "shared ") {
+            history.record_shared(interval);
+        }
+    }
+    let report = history.check();
+    assert_eq!(report.acquisitions, 5 * WRITES + 2 * 3 * READS);
+    assert!(report.is_ok(), "{report}: {:?}", report.overlaps.first());
+    assert!(
+        report.shared_overlaps > 0,
+        "readers never held at once: {report}"
+    );
+    assert!(!exists(&server, "rw"), "the lock is free at the end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_goes_before_every_reader_that_came_after_it() {
+    let server = server();
+    let client = client(&server).await;
+    // A reader that holds on until told, so that the writer's wait lasts as long as the
+    // test needs; 8 readers re-acquire back to back beside it.
+    let anchor = client.rwlock("rw").unwrap().read().await.unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let asks = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    // Each read: (asked at, granted at), in ns.
+    let reads = Arc::new(std::sync::Mutex::new(Vec::<(u64, u64)>::new()));
+    let mut readers = Vec::new();
+    for _ in 0..8 {
+        let lock = client.rwlock_with("rw", renewed(10_000)).unwrap();
+        let (stop, asks, reads) = (stop.clone(), asks.clone(), reads.clone());
+        readers.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let asked = now_nanos();
+                asks.lock().unwrap().push(asked);
+                let guard = lock.read().await.unwrap();
+                reads.lock().unwrap().push((asked, now_nanos()));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    let writer = client.rwlock_with("rw", renewed(10_000)).unwrap();
+    let write = tokio::spawn(async move {
+        let guard = writer.write().await.unwrap();
+        let granted = now_nanos();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        guard.release().await.unwrap();
+        granted
+    });
+    let observer = client.rwlock("rw").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            observer.state().await.unwrap().waiting_writers == 1
+        })
+        .await,
+        "the writer queued"
+    );
+    // From now on every reader asks after the writer queued; let each of them ask.
+    let queued = now_nanos();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            asks.lock()
+                .unwrap()
+                .iter()
+                .filter(|asked| **asked > queued)
+                .count()
+                >= 8
+        })
+        .await,
+        "readers asked after the writer"
+    );
+    anchor.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(10), write)
+        .await
+        .expect("the writer was served within 10 s")
+        .unwrap();
+    // Let the readers go round a few more times after the write.
+    let after = reads.lock().unwrap().len();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            reads.lock().unwrap().len() > after + 8
+        })
+        .await
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    let reads = reads.lock().unwrap().clone();
+    let late: Vec<_> = reads.iter().filter(|(asked, _)| *asked > queued).collect();
+    assert!(
+        late.len() >= 8,
+        "readers that asked after the writer queued were served"
+    );
+    let jumped: Vec<_> = late.iter().filter(|(_, got)| *got < granted).collect();
+    assert!(
+        jumped.is_empty(),
+        "{} of {} readers that asked after the writer queued were let in before it",
+        jumped.len(),
+        late.len()
+    );
+}
+
+#[test]
+#[ignore = "runs only as a child process of a_killed_readers_hold_ends_with_its_own_lease"]
+fn short_reader_child() {
+    child_main(|client| async move {
+        let options = RwLockOptions::default().lease(Duration::from_millis(1500));
+        let lock = client.rwlock_with("rw", options).unwrap();
+        let guard = lock.read().await.unwrap();
+        println!("reading {}", guard.owner_token().as_str());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(guard);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_readers_hold_ends_with_its_own_lease() {
+    let server = server();
+    let client = client(&server).await;
+    // A live reader, renewed by its watchdog all along.
+    let live = client.rwlock_with("rw", renewed(600)).unwrap();
+    let live_guard = live.read().await.unwrap();
+    let mut child =
+        ChildProcess::spawn_test("short_reader_child", &[("CHILD_REDIS_URL", &server.url())])
+            .unwrap();
+    let line =
+        tokio::task::block_in_place(|| child.wait_for_line("reading ", Duration::from_secs(30)));
+    assert!(line.is_some(), "the child reads");
+    let dead_deadline = Instant::now() + Duration::from_millis(1500);
+    child.kill_hard();
+    let writer = client.rwlock("rw").unwrap();
+    let write = tokio::spawn(async move {
+        let guard = writer.write().await.unwrap();
+        (Instant::now(), guard)
+    });
+    // After the dead reader's lease, only the live reader's hold is left, untouched.
+    let observer = client.rwlock("rw").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            observer.state().await.unwrap().holds.len() == 1
+        })
+        .await,
+        "the dead reader's hold ended"
+    );
+    assert!(Instant::now() >= dead_deadline - Duration::from_millis(100));
+    let state = observer.state().await.unwrap();
+    assert_eq!(state.holds[0].owner, live.owner().as_str());
+    assert_eq!(
+        state.waiting_writers, 1,
+        "the writer still waits for the live reader"
+    );
+    assert!(live_guard.lost_reason().is_none());
+    assert!(!write.is_finished());
+    // The live reader leaves: the writer is woken and enters.
+    live_guard.release().await.unwrap();
+    let (entered, guard) = tokio::time::timeout(Duration::from_secs(2), write)
+        .await
+        .expect("the writer entered after the last live reader left")
+        .unwrap();
+    assert!(entered >= dead_deadline - Duration::from_millis(100));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_readers_lease_alone_holds_a_writer_up() {
+    let server = server();
+    let client = client(&server).await;
+    // A reader that will never release (as if killed): its lease ends it.
+    let stuck = client
+        .rwlock_with(
+            "rw",
+            RwLockOptions::default().lease(Duration::from_millis(800)),
+        )
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let other = client.rwlock("rw").unwrap().read().await.unwrap();
+    other.release().await.unwrap();
+    // A writer that waits without polling: only the stuck reader's lease end lets it in.
+    let writer = client
+        .rwlock_with("rw", renewed(5_000).wait_options(slow_polling()))
+        .unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), writer.write())
+        .await
+        .expect("the writer entered at the stuck reader's lease end")
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(700));
+    assert_not_held(stuck.release().await, LostReason::Expired);
+    guard.release().await.unwrap();
+}
+
+fn slow_polling() -> redis_locks::WaitOptions {
+    redis_locks::WaitOptions::default().retry_delay(Duration::from_secs(20))
+}
+
+#[tokio::test]
+async fn downgrade_keeps_writers_out_and_upgrade_is_refused() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.rwlock("rw").unwrap();
+    let write = lock.write().await.unwrap();
+    let token = write.fencing_token();
+    // Another owner's writer waits in line.
+    let other = client.rwlock_with("rw", renewed(5_000)).unwrap();
+    let waiting = tokio::spawn(async move { other.write().await.unwrap() });
+    let observer = client.rwlock("rw").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            observer.state().await.unwrap().waiting_writers == 1
+        })
+        .await
+    );
+    let read = write.downgrade().await.unwrap();
+    assert_eq!(read.fencing_token(), token, "the hold keeps its token");
+    let state = observer.state().await.unwrap();
+    assert_eq!(state.holds.len(), 1);
+    assert_eq!(state.holds[0].mode, redis_locks::HoldMode::Read);
+    assert_eq!(state.waiting_writers, 1);
+    assert!(!waiting.is_finished(), "no writer entered at the downgrade");
+    // A newcomer reader queues behind the waiting writer...
+    assert!(matches!(
+        client.rwlock("rw").unwrap().try_read().await,
+        Err(Error::Held { .. })
+    ));
+    // ...and the read holder's own owner asking to write is refused at once.
+    match lock.write().await {
+        Err(Error::Upgrade { owner, .. }) => assert_eq!(owner, lock.owner().as_str()),
+        other => panic!("expected Upgrade, got {other:?}"),
+    }
+    assert_eq!(observer.state().await.unwrap().holds.len(), 1);
+    read.release().await.unwrap();
+    let writer = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the writer entered once the downgraded reader left")
+        .unwrap();
+    assert!(writer.fencing_token() > token);
+    writer.release().await.unwrap();
+}
+
+// Seed 004's comparison table, row by row.
+
+#[tokio::test]
+async fn table_read_lock_is_reentrant_even_with_a_writer_waiting() {
+    let server = server();
+    let client = client(&server).await;
+    let reader = client.rwlock("rw").unwrap();
+    let first = reader.read().await.unwrap();
+    let writer = client.rwlock_with("rw", renewed(5_000)).unwrap();
+    let waiting = tokio::spawn(async move { writer.write().await.unwrap() });
+    let observer = client.rwlock("rw").unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            observer.state().await.unwrap().waiting_writers == 1
+        })
+        .await
+    );
+    // The reader reads again: granted at once, not queued behind the writer it blocks.
+    let again = reader.try_read().await.unwrap();
+    assert_eq!(observer.state().await.unwrap().holds.len(), 2);
+    assert_eq!(again.release().await.unwrap().holds(), 1);
+    assert!(first.release().await.unwrap().is_freed());
+    let write = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    write.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn table_only_the_holder_releases() {
+    let server = server();
+    let client = client(&server).await;
+    let a = client.rwlock("rw").unwrap().read().await.unwrap();
+    let b = client.rwlock("rw").unwrap().read().await.unwrap();
+    let observer = client.rwlock("rw").unwrap();
+    // B releasing releases only B's hold; A's stays.
+    assert!(b.release().await.unwrap().is_freed());
+    let state = observer.state().await.unwrap();
+    assert_eq!(state.holds.len(), 1);
+    assert_eq!(state.holds[0].fencing_token, a.fencing_token());
+    // No other owner's writer can take or end it.
+    assert!(matches!(
+        client.rwlock("rw").unwrap().try_write().await,
+        Err(Error::Held { .. })
+    ));
+    assert_eq!(observer.state().await.unwrap().holds.len(), 1);
+    a.release().await.unwrap();
+    assert!(!exists(&server, "rw"));
+}
+
+#[tokio::test]
+async fn table_a_hold_ends_by_itself_when_its_lease_runs_out() {
+    let server = server();
+    let client = client(&server).await;
+    let options = RwLockOptions::default().lease(Duration::from_millis(300));
+    let write = client
+        .rwlock_with("rw", options)
+        .unwrap()
+        .write()
+        .await
+        .unwrap();
+    let lost = write.lost();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(2), lost)
+            .await
+            .unwrap(),
+        LostReason::LeaseEnded
+    );
+    let next = client
+        .rwlock("rw")
+        .unwrap()
+        .write_timeout(Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(next.fencing_token() > write.fencing_token());
+    assert_not_held(write.release().await, LostReason::Expired);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn table_the_write_lock_is_reentrant_for_its_owner() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.rwlock("rw").unwrap();
+    let first = lock.write().await.unwrap();
+    let second = lock.try_write().await.unwrap();
+    // The writer may read too.
+    let read = lock.try_read().await.unwrap();
+    assert_eq!(second.fencing_token(), first.fencing_token());
+    assert!(read.fencing_token() > first.fencing_token());
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.writer(), Some(lock.owner().as_str()));
+    assert_eq!(state.hold_count(), 3);
+    // Another owner stays out until every write hold is released.
+    let other = client.rwlock("rw").unwrap();
+    assert!(other.try_read().await.is_err());
+    assert_eq!(second.release().await.unwrap().holds(), 1);
+    assert!(other.try_read().await.is_err());
+    assert!(first.release().await.unwrap().is_freed());
+    let shared = other.try_read().await.unwrap();
+    shared.release().await.unwrap();
+    read.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_name_in_use_as_one_kind_is_refused_as_another() {
+    let server = server();
+    let client = client(&server).await;
+    let rw = client.rwlock("name").unwrap().read().await.unwrap();
+    assert!(matches!(
+        client.mutex("name").unwrap().try_lock().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        client.reentrant_mutex("name").unwrap().try_lock().await,
+        Err(Error::WrongType { .. })
+    ));
+    rw.release().await.unwrap();
+    let mutex = client.mutex("name").unwrap().lock().await.unwrap();
+    assert!(matches!(
+        client.rwlock("name").unwrap().try_read().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        client.rwlock("name").unwrap().state().await,
+        Err(Error::WrongType { .. })
+    ));
+    mutex.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_wait_leaves_no_place_and_no_hold() {
+    let server = server();
+    let client = client(&server).await;
+    let write = client.rwlock("rw").unwrap().write().await.unwrap();
+    let observer = client.rwlock("rw").unwrap();
+    for mode in ["read", "write"] {
+        let lock = client.rwlock("rw").unwrap();
+        let waiting = tokio::spawn(async move {
+            if mode == "read" {
+                drop(lock.read().await);
+            } else {
+                drop(lock.write().await);
+            }
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                let state = observer.state().await.unwrap();
+                state.waiting_readers + state.waiting_writers == 1
+            })
+            .await,
+            "{mode} waits"
+        );
+        waiting.abort();
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                let state = observer.state().await.unwrap();
+                state.waiting_readers + state.waiting_writers == 0
+            })
+            .await,
+            "the cancelled {mode} left its place"
+        );
+    }
+    assert_eq!(observer.state().await.unwrap().holds.len(), 1);
+    write.release().await.unwrap();
+    assert!(!exists(&server, "rw"));
+}
