@@ -34,7 +34,9 @@ static ACQUIRE: LazyLock<LockScript> =
 static RELEASE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
 
-/// How a [`FairMutex`] acquires: the lease and watchdog ([`LeaseOptions`], as for a
+/// How a [`FairMutex`] (and a [`ReentrantMutex`](crate::ReentrantMutex) or an
+/// [`RwLock`](crate::RwLock), whose options are this type under another name) acquires: the
+/// lease and watchdog ([`LeaseOptions`], as for a
 /// [`Mutex`](crate::Mutex)), how it waits ([`WaitOptions`]), and the place lease of a waiter
 /// in the queue.
 ///

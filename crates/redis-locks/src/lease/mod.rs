@@ -36,11 +36,13 @@
 //!    contention checker of [`history`](crate::history), cancel safety, bad input.
 //!
 //! A primitive with an exclusive string lock key (as `Mutex` and `FairMutex`) needs nothing
-//! more from `lease/`, `wait/` or `node/`. What the next ones will need there: a
-//! caller-chosen owner token for an owed release and a release that reports what is left
-//! (a reentrant hold count); a waiter mark for a lock kept in a hash (`waiters.lua` marks
-//! string keys); a shared local turn for readers (local turns are exclusive).
-
+//! more from `lease/`, `wait/` or `node/`; one whose waiters each keep their own place in the
+//! queue reuses [`Placed`](crate::wait::Placed) (its `Asker` says how to ask once). A lock
+//! with several holds per key (`ReentrantMutex`, `RwLock`, `rwlock/holds.rs`) gives each
+//! guard a hold id of its own as the owed release's token, keeps the owner id for re-entry
+//! in the hold, and reports what a release left ([`Released`]). Guards get their lease
+//! methods from `guard_methods!`.
+//!
 mod guard;
 mod held;
 mod options;
