@@ -545,3 +545,152 @@ async fn a_cancelled_wait_leaves_no_place_and_no_hold() {
     write.release().await.unwrap();
     assert!(!exists(&server, "rw"));
 }
+
+#[tokio::test]
+async fn releases_wake_exactly_those_who_may_enter() {
+    let server = server();
+    let client = client(&server).await;
+    let observer = client.rwlock("rw").unwrap();
+    let write = client.rwlock("rw").unwrap().write().await.unwrap();
+    // Three readers that would poll only every 20 s: a wake-up must let them in.
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = client
+                .rwlock_with("rw", renewed(5_000).wait_options(slow_polling()))
+                .unwrap();
+            tokio::spawn(async move { lock.read().await.unwrap() })
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            observer.state().await.unwrap().waiting_readers == 3
+        })
+        .await
+    );
+    write.release().await.unwrap();
+    let mut guards = Vec::new();
+    for reader in readers {
+        guards.push(
+            tokio::time::timeout(Duration::from_secs(2), reader)
+                .await
+                .expect("the write release woke every reader")
+                .unwrap(),
+        );
+    }
+    assert_eq!(observer.state().await.unwrap().holds.len(), 3);
+    // A writer behind them is woken by the last read release, not by the others.
+    let writer = client
+        .rwlock_with("rw", renewed(5_000).wait_options(slow_polling()))
+        .unwrap();
+    let waiting = tokio::spawn(async move { writer.write().await.unwrap() });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            observer.state().await.unwrap().waiting_writers == 1
+        })
+        .await
+    );
+    let last = guards.pop().unwrap();
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    assert_eq!(observer.state().await.unwrap().waiting_writers, 1);
+    last.release().await.unwrap();
+    let write = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the last read release woke the writer")
+        .unwrap();
+    write.release().await.unwrap();
+}
+
+#[test]
+#[ignore = "runs only as a child process of a_writer_that_dies_waiting_holds_readers_up_only_for_its_place_lease"]
+fn waiting_writer_child() {
+    child_main(|client| async move {
+        let lock = client.rwlock("rw").unwrap();
+        println!("waiting");
+        let guard = lock.write().await.unwrap();
+        drop(guard);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_dies_waiting_holds_readers_up_only_for_its_place_lease() {
+    let server = server();
+    let client = client(&server).await;
+    let observer = client.rwlock("rw").unwrap();
+    let anchor = client.rwlock("rw").unwrap().read().await.unwrap();
+    let mut child = ChildProcess::spawn_test(
+        "waiting_writer_child",
+        &[("CHILD_REDIS_URL", &server.url())],
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            observer.state().await.unwrap().waiting_writers == 1
+        })
+        .await,
+        "the child's writer waits"
+    );
+    // A reader that comes now queues behind the writer.
+    let reader = client.rwlock("rw").unwrap();
+    let reading = tokio::spawn(async move { reader.read().await.unwrap() });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            observer.state().await.unwrap().waiting_readers == 1
+        })
+        .await
+    );
+    child.kill_hard();
+    let killed = Instant::now();
+    // The dead writer's place lease (2 s by default) runs out; the reader's next renewal of
+    // its own place finds no writer before it.
+    let guard = tokio::time::timeout(Duration::from_secs(5), reading)
+        .await
+        .expect("the reader entered after the dead writer's place lease")
+        .unwrap();
+    assert!(killed.elapsed() < Duration::from_secs(4));
+    assert_eq!(observer.state().await.unwrap().waiting_writers, 0);
+    guard.release().await.unwrap();
+    anchor.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_a_typed_error() {
+    let server = server();
+    let client = client(&server).await;
+    assert!(matches!(client.rwlock(""), Err(Error::InvalidName { .. })));
+    assert!(matches!(
+        client.reentrant_mutex("a\u{1b}b"),
+        Err(Error::InvalidName { .. })
+    ));
+    let zero = RwLockOptions::default().lease(Duration::ZERO);
+    assert!(matches!(
+        client.rwlock_with("rw", zero),
+        Err(Error::InvalidDuration { .. })
+    ));
+    let huge = RwLockOptions::default().lease(Duration::from_secs(u64::MAX / 2));
+    assert!(matches!(
+        client.rwlock_with("rw", huge),
+        Err(Error::InvalidDuration { .. })
+    ));
+    assert!(matches!(
+        redis_locks::OwnerId::new(&"x".repeat(257)),
+        Err(Error::InvalidOwner { .. })
+    ));
+    // A lock key of another Redis type.
+    redis::cmd("RPUSH")
+        .arg("list")
+        .arg("x")
+        .exec(&mut raw(&server))
+        .unwrap();
+    let lock = client.rwlock("list").unwrap();
+    assert!(matches!(
+        lock.try_read().await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        lock.write_timeout(Duration::from_millis(50)).await,
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(lock.state().await, Err(Error::WrongType { .. })));
+}
