@@ -13,9 +13,9 @@ use crate::client::Client;
 use crate::error::Result;
 use crate::fair::FairMutexOptions;
 use crate::lease::{Lease, Released, guard_methods};
+use crate::owner::OwnerId;
 use crate::rwlock::{HoldsLock, Kind};
 use crate::state::{HoldMode, HoldsState};
-use crate::token::OwnerId;
 
 /// The options of a [`ReentrantMutex`]: a lease (renewed by a watchdog by default), how it
 /// waits, and the place lease of its waiters, as for a [`FairMutex`](crate::FairMutex).

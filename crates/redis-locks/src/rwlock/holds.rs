@@ -14,8 +14,9 @@ use crate::fair::FairMutexOptions;
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis};
 use crate::node::{LockScript, Node};
+use crate::owner::OwnerId;
 use crate::state::{HoldInfo, HoldMode, HoldsState};
-use crate::token::{FENCE_LUA, FencingToken, OwnerId, OwnerToken};
+use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
 
 /// The hash prelude: `holds_wrong_type`, `holds_read`, `hold_value`, `holds_soonest`,

@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::Result;
 use crate::fair::FairMutexOptions;
+use crate::owner::OwnerId;
 use crate::state::{HoldMode, HoldsState};
-use crate::token::OwnerId;
 
 pub use guard::{RwLockReadGuard, RwLockWriteGuard};
 pub(crate) use holds::{HoldsLock, Kind};
