@@ -30,7 +30,8 @@ struct Cli {
 const EXIT_CODES: &str = "Exit codes: 0 success (run: the command's own code, or 128+N if a \
 signal N ended it); 1 a check failed (demo, bench) or a chart could not be written; 64 bad \
 usage; 65 a key of the lock holds something that is not this lock's (another type, a \
-fencing counter that is not a number); 69 Redis unreachable, not Redis, too slow, or \
+fencing counter that is not a number), or the name is held as another kind of lock (run \
+--shared on a Mutex, run on an RwLock); 69 Redis unreachable, not Redis, too slow, or \
 refusing the command (read-only replica, out of memory), or no private server, or (bench) no \
 redis-locks-bench program to run (cargo build --release -p redis-locks-bench builds it); 70 \
 the lock was lost during the run (or Redis gave a reply the lock never expects); 75 the lock \
@@ -53,10 +54,12 @@ enum Commands {
         args: demo::DemoArgs,
     },
     /// Run a command while holding a lock (a distributed flock): acquire, run it with the
-    /// lease renewed in the background, release when it exits. The command gets the fencing
-    /// token in REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME; it runs in a process
-    /// group of its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL
-    /// after --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
+    /// lease renewed in the background, release when it exits. The lock is the Mutex NAME,
+    /// or with --shared / --exclusive the read / write side of the RwLock NAME (flock -s /
+    /// -x: many shared runs at once, or one exclusive). The command gets the fencing token in
+    /// REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME; it runs in a process group of
+    /// its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL after
+    /// --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
     Run {
         /// Redis to use [default: redis://127.0.0.1:6379].
         #[arg(long, env = "REDIS_URL")]
@@ -65,7 +68,8 @@ enum Commands {
         args: run::RunArgs,
     },
     /// Show a lock: held or free, the holder, its lease, how many processes wait for it now,
-    /// the fencing counter.
+    /// the fencing counter. For an RwLock (or a ReentrantMutex): its kind, every hold with
+    /// its mode, owner, lease and fencing token, and the readers and writers waiting in line.
     Status {
         /// The lock's name.
         name: String,

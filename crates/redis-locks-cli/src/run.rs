@@ -1,7 +1,10 @@
-//! `redis-locks run NAME -- COMMAND`: the distributed `flock(1)`. Acquires the lock, runs the
-//! command with the lease renewed in the background, releases when it exits; stops the
-//! command if the lock is lost.
+//! `redis-locks run NAME -- COMMAND`: the distributed `flock(1)`. Acquires the lock (the
+//! `Mutex` NAME, or with `--shared` / `--exclusive` the read or write side of the `RwLock`
+//! NAME), runs the command with the lease renewed in the background, releases when it exits;
+//! stops the command if the lock is lost.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -9,17 +12,34 @@ use std::io::IsTerminal;
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp};
-use redis_locks::{Client, LockKeys, Mutex, MutexGuard, MutexOptions};
+use redis_locks::{
+    Client, FencingToken, HoldsState, LeaseOptions, LockKeys, LockState, LostReason, Mutex,
+    MutexGuard, MutexOptions, RwLock, RwLockOptions, RwLockReadGuard, RwLockWriteGuard,
+};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use cli_support::exit::CliError;
+
+use crate::status::{Found, inspect};
 
 /// Options of `redis-locks run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// The lock's name.
     pub name: String,
+    /// Take the read side of the RwLock NAME (like flock -s): any number of `run --shared`
+    /// hold it at once, each with its own lease and fencing token; none while a
+    /// `run --exclusive` holds it, and none that comes after a waiting `--exclusive` (writers
+    /// are never starved).
+    #[arg(long, short = 's', conflicts_with = "exclusive")]
+    pub shared: bool,
+    /// Take the write side of the RwLock NAME (like flock -x): alone, while no `--shared`
+    /// or other `--exclusive` run holds it. Without --shared or --exclusive, `run` takes the
+    /// Mutex NAME; a name is one kind of lock at a time, and taking it as another fails
+    /// (exit 65) while it is held.
+    #[arg(long, short = 'x')]
+    pub exclusive: bool,
     /// The lease; a watchdog renews it every third while the command runs, so it bounds how
     /// long the lock outlives a crash of this process.
     #[arg(long, default_value = "30s", value_parser = cli_support::parse_duration, allow_hyphen_values = true)]
@@ -52,13 +72,17 @@ pub struct RunArgs {
 pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
     // Bad input is bad usage, whether or not Redis can be reached.
     LockKeys::new(&args.name)?;
-    redis_locks::LeaseOptions::default()
-        .lease(args.ttl)
-        .check()?;
+    let lease = LeaseOptions::default().lease(args.ttl).watchdog(true);
+    lease.check()?;
     let client = Client::connect(url).await?;
-    let options = MutexOptions::default().lease(args.ttl).watchdog(true);
-    let mutex = client.mutex_with(&args.name, options)?;
-    let guard = acquire(&mutex, args).await?;
+    let lock = Lock::new(&client, args, lease)?;
+    let guard = match acquire(&lock, &client, args).await {
+        Ok(guard) => guard,
+        Err(err @ redis_locks::Error::WrongType { .. }) => {
+            return Err(lock.refusal(&client, err).await);
+        }
+        Err(err) => return Err(err.into()),
+    };
     // Listen for signals before the command exists, so none sent once it runs is missed
     // (with the default action, a Ctrl-C would kill this process and orphan the command).
     let signals = match Signals::listen() {
@@ -118,48 +142,231 @@ fn interactive() -> bool {
 /// How long `run` waits in silence before it says who holds the lock.
 const QUIET_WAIT: Duration = Duration::from_secs(1);
 
-/// Takes the lock as `--wait` says; a wait longer than [`QUIET_WAIT`] says once, on stderr,
-/// who holds the lock and how long its lease still runs (unless `--quiet`).
-async fn acquire(mutex: &Mutex, args: &RunArgs) -> Result<MutexGuard, redis_locks::Error> {
-    let lock = async {
-        match args.wait {
-            None => mutex.lock().await,
-            Some(wait) if wait.is_zero() => mutex.try_lock().await,
-            Some(wait) => mutex.lock_timeout(wait).await,
+/// The lock `run` takes: the `Mutex` NAME, or a side of the `RwLock` NAME.
+enum Lock {
+    Mutex(Mutex),
+    Read(RwLock),
+    Write(RwLock),
+}
+
+/// The guard of a [`Lock`]: what `run` holds while the command runs.
+enum Guard {
+    Mutex(MutexGuard),
+    Read(RwLockReadGuard),
+    Write(RwLockWriteGuard),
+}
+
+/// Takes a lock with the methods `forever`, `once` and `within` (`lock`, `try_lock`,
+/// `lock_timeout` for a `Mutex`) as `--wait` says: no `--wait` waits as long as it takes,
+/// `--wait 0` tries once.
+macro_rules! take {
+    ($lock:expr, $wait:expr, $forever:ident, $once:ident, $within:ident) => {
+        match $wait {
+            None => $lock.$forever().await,
+            Some(wait) if wait.is_zero() => $lock.$once().await,
+            Some(wait) => $lock.$within(wait).await,
         }
     };
-    tokio::pin!(lock);
+}
+
+impl Lock {
+    /// The lock `args` ask for, with `lease` for its hold.
+    fn new(client: &Client, args: &RunArgs, lease: LeaseOptions) -> Result<Lock, CliError> {
+        let name = &args.name;
+        let rwlock =
+            |lease| client.rwlock_with(name, RwLockOptions::default().lease_options(lease));
+        Ok(if args.shared {
+            Lock::Read(rwlock(lease)?)
+        } else if args.exclusive {
+            Lock::Write(rwlock(lease)?)
+        } else {
+            Lock::Mutex(client.mutex_with(name, MutexOptions::default().lease_options(lease))?)
+        })
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Lock::Mutex(lock) => lock.name(),
+            Lock::Read(lock) | Lock::Write(lock) => lock.name(),
+        }
+    }
+
+    /// Takes the lock: as long as it takes without `wait`, once with a zero `wait`.
+    async fn take(&self, wait: Option<Duration>) -> Result<Guard, redis_locks::Error> {
+        match self {
+            Lock::Mutex(lock) => take!(lock, wait, lock, try_lock, lock_timeout).map(Guard::Mutex),
+            Lock::Read(lock) => take!(lock, wait, read, try_read, read_timeout).map(Guard::Read),
+            Lock::Write(lock) => {
+                take!(lock, wait, write, try_write, write_timeout).map(Guard::Write)
+            }
+        }
+    }
+
+    /// What this lock is, as the user asked for it.
+    fn kind(&self) -> Kind {
+        match self {
+            Lock::Mutex(_) => Kind::Mutex,
+            Lock::Read(_) | Lock::Write(_) => Kind::RwLock,
+        }
+    }
+
+    /// The error of an acquisition refused with `WrongType` (exit 65): when the name is in
+    /// use as another kind of lock, it says which, since the server's message names only the
+    /// key's Redis type ("holds a hash, not a lock"); else `err` as it is (a fencing counter
+    /// that is not a number, a key of another Redis type).
+    async fn refusal(&self, client: &Client, err: redis_locks::Error) -> CliError {
+        let name = self.name();
+        let found = inspect(client, name).await;
+        match found.as_ref().ok().and_then(Kind::held) {
+            Some(held) if held != self.kind() => CliError::Data(format!(
+                "lock {name:?} is in use as {}, so it cannot be taken as {} until its holders \
+                 release it ({err})",
+                held.describe(),
+                self.kind().describe()
+            )),
+            _ => err.into(),
+        }
+    }
+}
+
+/// The kinds of lock a name can be held as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Mutex,
+    RwLock,
+    Reentrant,
+}
+
+impl Kind {
+    /// What the name whose state is `found` is held as; `None` when it is free.
+    fn held(found: &Found) -> Option<Kind> {
+        match found {
+            Found::Mutex(state) => state.holder.is_some().then_some(Kind::Mutex),
+            Found::Holds(state) => match state.kind.as_deref()? {
+                "rwlock" => Some(Kind::RwLock),
+                "reentrant" => Some(Kind::Reentrant),
+                _ => None,
+            },
+        }
+    }
+
+    /// The kind as `run`'s messages name it.
+    fn describe(self) -> &'static str {
+        match self {
+            Kind::Mutex => "a Mutex (plain `run`)",
+            Kind::RwLock => "an RwLock (`run --shared` / `run --exclusive`)",
+            Kind::Reentrant => "a ReentrantMutex (a program's: run does not take one)",
+        }
+    }
+}
+
+/// Runs `$body` with `$bound` bound to the guard inside the [`Guard`] `$guard`, whichever
+/// kind: the guards have the same lease methods, each on its own type.
+macro_rules! each_guard {
+    ($guard:expr, $bound:ident => $body:expr) => {
+        match $guard {
+            Guard::Mutex($bound) => $body,
+            Guard::Read($bound) => $body,
+            Guard::Write($bound) => $body,
+        }
+    };
+}
+
+impl Guard {
+    fn name(&self) -> &str {
+        each_guard!(self, guard => guard.name())
+    }
+
+    fn fencing_token(&self) -> FencingToken {
+        each_guard!(self, guard => guard.fencing_token())
+    }
+
+    fn lost(&self) -> Pin<Box<dyn Future<Output = LostReason> + Send>> {
+        each_guard!(self, guard => Box::pin(guard.lost()))
+    }
+
+    fn lost_reason(&self) -> Option<LostReason> {
+        each_guard!(self, guard => guard.lost_reason())
+    }
+
+    /// Releases the lock. (What an `RwLock` release leaves of its owner's holds does not
+    /// matter here: each `run` is an owner of its own, with one hold.)
+    async fn release(self) -> Result<(), redis_locks::Error> {
+        each_guard!(self, guard => guard.release().await.map(|_| ()))
+    }
+}
+
+/// Takes the lock as `--wait` says; a wait longer than [`QUIET_WAIT`] says once, on stderr,
+/// who holds the lock and how long its lease still runs (unless `--quiet`).
+async fn acquire(
+    lock: &Lock,
+    client: &Client,
+    args: &RunArgs,
+) -> Result<Guard, redis_locks::Error> {
+    let take = lock.take(args.wait);
+    tokio::pin!(take);
     if args.quiet {
-        return lock.await;
+        return take.await;
     }
     tokio::select! {
-        outcome = &mut lock => return outcome,
+        outcome = &mut take => return outcome,
         () = tokio::time::sleep(QUIET_WAIT) => {}
     }
-    let name = mutex.name();
-    match mutex.state().await {
-        Ok(state) => match state.holder {
-            Some(holder) => match holder.lease_remaining {
-                Some(left) => eprintln!(
-                    "redis-locks: waiting for lock {name:?}: held by owner {}, whose lease ends \
-                     in {} unless its holder renews it",
-                    holder.owner,
-                    humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
-                ),
-                None => eprintln!(
-                    "redis-locks: waiting for lock {name:?}: its key has no expiry, so it was \
-                     not set by redis-locks and will never be freed unless someone deletes it"
-                ),
-            },
-            None => eprintln!("redis-locks: waiting for lock {name:?}: it was just freed"),
+    let state = match inspect(client, &args.name).await {
+        Ok(Found::Mutex(state)) => format!(": {}", mutex_holder(&state)),
+        Ok(Found::Holds(state)) => format!(": {}", holds_holders(&state)),
+        Err(err) => format!(" (its state: {err})"),
+    };
+    eprintln!("redis-locks: waiting for lock {:?}{state}", args.name);
+    take.await
+}
+
+/// Who holds a `Mutex`, for the waiting notice.
+fn mutex_holder(state: &LockState) -> String {
+    match &state.holder {
+        Some(holder) => match holder.lease_remaining {
+            Some(left) => format!(
+                "held by owner {}, whose lease ends in {} unless its holder renews it",
+                holder.owner,
+                millis(left)
+            ),
+            None => "its key has no expiry, so it was not set by redis-locks and will never be \
+                     freed unless someone deletes it"
+                .to_string(),
         },
-        Err(err) => eprintln!("redis-locks: waiting for lock {name:?} (its state: {err})"),
+        None => "it was just freed".to_string(),
     }
-    lock.await
+}
+
+/// Who holds an `RwLock` (or a `ReentrantMutex`) and who waits in line, for the waiting
+/// notice.
+fn holds_holders(state: &HoldsState) -> String {
+    let Some(last) = state.holds.iter().map(|hold| hold.lease_remaining).max() else {
+        return "it was just freed".to_string();
+    };
+    let held = match state.writer() {
+        Some(writer) => format!("held for writing by owner {writer}"),
+        None => match state.holds.len() {
+            1 => format!("held for reading by owner {}", state.holds[0].owner),
+            n => format!("held for reading by {n} holds"),
+        },
+    };
+    format!(
+        "{held}, whose last lease ends in {} unless renewed; in line: {} reader(s), {} \
+         writer(s)",
+        millis(last),
+        state.waiting_readers,
+        state.waiting_writers
+    )
+}
+
+/// A duration to the millisecond, as people read it.
+fn millis(duration: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(duration.as_millis() as u64))
 }
 
 /// Releases the lock of a command that has finished with `code`, and says if it had been lost.
-async fn finish(guard: MutexGuard, code: u8) -> Result<u8, CliError> {
+async fn finish(guard: Guard, code: u8) -> Result<u8, CliError> {
     match guard.release().await {
         Ok(()) => Ok(code),
         Err(err) if err.is_not_held() => Err(CliError::Lost(format!(
@@ -230,7 +437,7 @@ impl Target {
 
 /// Releases the lock of a run that failed before its command ran; the failure is what the
 /// user hears about, and a release that went wrong is said beside it.
-async fn release_after_failure(guard: MutexGuard, name: &str) {
+async fn release_after_failure(guard: Guard, name: &str) {
     if let Err(err) = guard.release().await {
         eprintln!("redis-locks: releasing {name:?}: {err}");
     }
@@ -297,7 +504,7 @@ fn group_members(group: Pid) -> usize {
 async fn supervise(
     child: &mut Child,
     target: Target,
-    guard: MutexGuard,
+    guard: Guard,
     grace: Duration,
     mut signals: Signals,
 ) -> Result<u8, CliError> {

@@ -1,15 +1,47 @@
 //! `redis-locks status NAME`: who holds a lock, its lease, whether anyone waits, the
-//! fencing counter.
+//! fencing counter. A `Mutex` or `FairMutex` (a string key) shows its holder; an `RwLock` or
+//! `ReentrantMutex` (a hash of holds) shows every hold and the waiters in line.
 
-use redis_locks::{Client, LockKeys};
+use std::time::Duration;
+
+use redis_locks::{Client, HoldsState, LockKeys, LockState};
 use serde::Serialize;
 
 use cli_support::exit::CliError;
 
-/// What `status --json` prints.
+/// A lock's state, whichever kind of lock the name is in use as.
+pub enum Found {
+    /// A `Mutex` or `FairMutex`, or a free name.
+    Mutex(LockState),
+    /// An `RwLock` or a `ReentrantMutex`, held.
+    Holds(HoldsState),
+}
+
+/// Reads the state of the lock `name`: as a `Mutex` first; when its key is a hash
+/// (`WrongType`), as a lock of holds. A hash that is no lock of holds (a foreign key, or one
+/// freed in between) is asked about as a `Mutex` again, which then says what it is.
+///
+/// # Errors
+/// As `Mutex::state` and `RwLock::state`: `WrongType` for a key that is no lock's.
+pub async fn inspect(client: &Client, name: &str) -> Result<Found, redis_locks::Error> {
+    let mutex = client.mutex(name)?;
+    match mutex.state().await {
+        Err(redis_locks::Error::WrongType { .. }) => {}
+        state => return state.map(Found::Mutex),
+    }
+    let holds = client.rwlock(name)?.state().await?;
+    if holds.kind.is_some() {
+        return Ok(Found::Holds(holds));
+    }
+    mutex.state().await.map(Found::Mutex)
+}
+
+/// What `status --json` prints for a `Mutex` or `FairMutex` (or a free name).
 #[derive(Debug, Serialize)]
 struct Status<'a> {
     name: &'a str,
+    /// Always `"mutex"`: a `Mutex` or a `FairMutex` (or a free name).
+    kind: &'static str,
     held: bool,
     holder_owner: Option<&'a str>,
     /// A waiter marked the lock during this holder's tenure (it may have gone since).
@@ -20,27 +52,64 @@ struct Status<'a> {
     lease_remaining_ms: Option<u64>,
 }
 
+/// What `status --json` prints for an `RwLock` or a `ReentrantMutex`.
+#[derive(Debug, Serialize)]
+struct HoldsStatus<'a> {
+    name: &'a str,
+    /// `"rwlock"` or `"reentrant"`.
+    kind: Option<&'a str>,
+    held: bool,
+    /// Every live hold, writers first, then by fencing token.
+    holds: Vec<Hold<'a>>,
+    hold_count: usize,
+    waiting_readers: u64,
+    waiting_writers: u64,
+    fencing_counter: Option<u64>,
+}
+
+/// One hold in [`HoldsStatus`].
+#[derive(Debug, Serialize)]
+struct Hold<'a> {
+    /// `"read"` or `"write"`.
+    mode: redis_locks::HoldMode,
+    owner: &'a str,
+    lease_remaining_ms: u64,
+    fencing_token: u64,
+}
+
 /// Prints the lock's state as a few lines, or one JSON object with `json`.
 pub async fn run(url: &str, name: &str, json: bool) -> Result<(), CliError> {
     // A bad name is bad usage, whether or not Redis can be reached.
     LockKeys::new(name)?;
     let client = Client::connect(url).await?;
-    let state = client.mutex(name)?.state().await?;
+    match inspect(&client, name).await? {
+        Found::Mutex(state) => show_mutex(name, &state, json),
+        Found::Holds(state) => show_holds(name, &state, json),
+    }
+    Ok(())
+}
+
+fn print_json(value: &impl Serialize) {
+    println!("{}", serde_json::to_string(value).expect("plain data"));
+}
+
+fn ms(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+fn show_mutex(name: &str, state: &LockState, json: bool) {
     let holder = state.holder.as_ref();
-    let status = Status {
-        name,
-        held: holder.is_some(),
-        holder_owner: holder.map(|h| h.owner.as_str()),
-        waited_for: holder.is_some_and(|h| h.waited_for),
-        waiting_processes: state.listeners,
-        fencing_counter: state.fencing_counter.map(|t| t.get()),
-        lease_remaining_ms: holder
-            .and_then(|h| h.lease_remaining)
-            .map(|d| d.as_millis() as u64),
-    };
     if json {
-        println!("{}", serde_json::to_string(&status).expect("plain data"));
-        return Ok(());
+        return print_json(&Status {
+            name,
+            kind: "mutex",
+            held: holder.is_some(),
+            holder_owner: holder.map(|h| h.owner.as_str()),
+            waited_for: holder.is_some_and(|h| h.waited_for),
+            waiting_processes: state.listeners,
+            fencing_counter: state.fencing_counter.map(|t| t.get()),
+            lease_remaining_ms: holder.and_then(|h| h.lease_remaining).map(ms),
+        });
     }
     println!("lock            {name}");
     match holder {
@@ -67,12 +136,74 @@ pub async fn run(url: &str, name: &str, json: bool) -> Result<(), CliError> {
         1 => println!("waiting         1 process listens for the release"),
         n => println!("waiting         {n} processes listen for the release"),
     }
-    match state.fencing_counter {
-        Some(counter) if holder.is_some() => {
-            println!("fencing counter {counter} (the holder's token is at most this)")
-        }
+    print_counter(
+        state.fencing_counter.map(|t| t.get()),
+        holder.is_some(),
+        "the holder's token is at most this",
+    );
+}
+
+fn show_holds(name: &str, state: &HoldsState, json: bool) {
+    if json {
+        return print_json(&HoldsStatus {
+            name,
+            kind: state.kind.as_deref(),
+            held: !state.holds.is_empty(),
+            holds: state
+                .holds
+                .iter()
+                .map(|hold| Hold {
+                    mode: hold.mode,
+                    owner: &hold.owner,
+                    lease_remaining_ms: ms(hold.lease_remaining),
+                    fencing_token: hold.fencing_token.get(),
+                })
+                .collect(),
+            hold_count: state.hold_count(),
+            waiting_readers: state.waiting_readers,
+            waiting_writers: state.waiting_writers,
+            fencing_counter: state.fencing_counter.map(|t| t.get()),
+        });
+    }
+    println!("lock            {name}");
+    let kind = state.kind.as_deref().unwrap_or("none");
+    match kind {
+        "rwlock" => println!("kind            rwlock (read-write lock)"),
+        "reentrant" => println!("kind            reentrant (reentrant mutex)"),
+        other => println!("kind            {other}"),
+    }
+    let state_line = match (state.writer(), state.hold_count()) {
+        (_, 0) => "free".to_string(),
+        (Some(writer), _) => format!("held for writing by owner {writer}"),
+        (None, 1) => "held for reading by 1 hold".to_string(),
+        (None, n) => format!("held for reading by {n} holds"),
+    };
+    println!("state           {state_line}");
+    for hold in &state.holds {
+        println!(
+            "hold            {:<5} owner {}  lease remaining {}  fencing token {}",
+            hold.mode.to_string(),
+            hold.owner,
+            humantime::format_duration(hold.lease_remaining),
+            hold.fencing_token
+        );
+    }
+    println!("holds           {}", state.hold_count());
+    println!(
+        "waiting         {} reader(s) and {} writer(s) in line",
+        state.waiting_readers, state.waiting_writers
+    );
+    print_counter(
+        state.fencing_counter.map(|t| t.get()),
+        !state.holds.is_empty(),
+        "every hold's token is at most this",
+    );
+}
+
+fn print_counter(counter: Option<u64>, held: bool, note: &str) {
+    match counter {
+        Some(counter) if held => println!("fencing counter {counter} ({note})"),
         Some(counter) => println!("fencing counter {counter}"),
         None => println!("fencing counter none (never taken)"),
     }
-    Ok(())
 }

@@ -119,21 +119,18 @@ fn a_waiting_run_starts_after_a_killed_holders_ttl() {
     );
 }
 
-/// Starts `run NAME --ttl 600ms --grace GRACE -- sh -c SCRIPT`, waits for the script's
-/// `ready <pid> [<pid>...]` line, then deletes the lock key by hand, as an operator or an
-/// expiry would. Returns the runner and the pids of the line.
+/// Starts `run NAME FLAGS... --ttl 600ms --grace GRACE -- sh -c SCRIPT`, waits for the
+/// script's `ready <pid> [<pid>...]` line, then deletes the lock key by hand, as an operator
+/// or an expiry would. Returns the runner and the pids of the line.
 fn run_and_lose_the_lock(
     server: &RedisServer,
     name: &str,
+    flags: &[&str],
     grace: &str,
     script: &str,
 ) -> (ChildProcess, Vec<i32>) {
-    let mut runner = ChildProcess::spawn(run(
-        server,
-        &[name, "--ttl", "600ms", "--grace", grace],
-        &["sh", "-c", script],
-    ))
-    .unwrap();
+    let args = [&[name, "--ttl", "600ms", "--grace", grace][..], flags].concat();
+    let mut runner = ChildProcess::spawn(run(server, &args, &["sh", "-c", script])).unwrap();
     let ready = runner
         .wait_for_line("ready", Duration::from_secs(30))
         .unwrap();
@@ -226,18 +223,29 @@ fn all_gone(pids: &[i32], limit: Duration) -> bool {
 fn a_lock_lost_mid_run_stops_the_command_and_exits_70() {
     let server = RedisServer::start().unwrap();
     let script = "trap 'echo got-term; exit 0' TERM; echo ready $$; while :; do sleep 0.05; done";
-    let (mut runner, _) = run_and_lose_the_lock(&server, "lost", "5s", script);
-    runner
-        .wait_for_line("got-term", Duration::from_secs(5))
-        .expect("the command got SIGTERM");
-    assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
+    // The same for the Mutex and for either side of the RwLock (a hold of its hash).
+    for (name, flags) in [
+        ("lost", &[][..]),
+        ("lost-shared", &["--shared"]),
+        ("lost-exclusive", &["--exclusive"]),
+    ] {
+        let (mut runner, _) = run_and_lose_the_lock(&server, name, flags, "5s", script);
+        runner
+            .wait_for_line("got-term", Duration::from_secs(5))
+            .expect("the command got SIGTERM");
+        assert_eq!(
+            runner.wait_exit(Duration::from_secs(10)),
+            Some(70),
+            "{flags:?}"
+        );
+    }
 }
 
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let server = RedisServer::start().unwrap();
     let script = "trap '' TERM; echo ready $$; while :; do sleep 0.05; done";
-    let (mut runner, pids) = run_and_lose_the_lock(&server, "stubborn", "1s", script);
+    let (mut runner, pids) = run_and_lose_the_lock(&server, "stubborn", &[], "1s", script);
     let pid = pids[0];
     let lost = std::time::Instant::now();
     assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
@@ -351,6 +359,7 @@ fn status_shows_holder_counter_and_lease() {
     };
     let free = status("shown");
     assert_eq!(free["held"], false);
+    assert_eq!(free["kind"], "mutex");
     assert_eq!(free["fencing_counter"], serde_json::Value::Null);
     let mut holder = ChildProcess::spawn(run(
         &server,
@@ -399,7 +408,7 @@ fn a_lost_lock_stops_every_process_the_command_started() {
     // Grandchildren in the background: one plain, one that ignores SIGTERM.
     let script = "sleep 60 & a=$!; sh -c 'trap \"\" TERM; while :; do sleep 0.05; done' & b=$!; \
                   echo ready $$ $a $b; wait";
-    let (mut runner, pids) = run_and_lose_the_lock(&server, "tree", "1s", script);
+    let (mut runner, pids) = run_and_lose_the_lock(&server, "tree", &[], "1s", script);
     assert_eq!(pids.len(), 3, "{pids:?}");
     assert_eq!(runner.wait_exit(Duration::from_secs(10)), Some(70));
     // `run` exits once the grace period is over and the SIGKILL sent: nothing survives it.
