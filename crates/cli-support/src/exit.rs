@@ -7,8 +7,9 @@ use std::process::ExitCode;
 pub const CHECK_FAILED: u8 = 1;
 /// Bad usage: unknown flag, malformed duration, empty lock name.
 pub const USAGE: u8 = 64;
-/// A key of the lock holds something that is not this lock's: another Redis type, or a
-/// fencing counter that is not an integer (`EX_DATAERR`).
+/// A key of the lock holds something that is not this lock's: another Redis type, a name in
+/// use as another kind of lock (an `RwLock` taken as a `Mutex`, say), or a fencing counter
+/// that is not an integer (`EX_DATAERR`).
 pub const DATA: u8 = 65;
 /// Redis cannot be reached, is not Redis, answers too slowly, or refuses the command
 /// (read-only replica, out of memory); or a private server could not be started; or
