@@ -1,15 +1,24 @@
 //! `bench handoff`: W workers contend for ONE lock — acquire, hold H, release, think T — so a
 //! waiting worker must take over. Measures how fast and how fairly the lock changes hands,
-//! for `Mutex`, `FairMutex`, and the fixed-delay polling loop most peers use.
+//! for `Mutex`, `FairMutex`, and the fixed-delay polling loop most peers use; and, with
+//! `--kind rwlock`, R readers and W writers sharing one `RwLock`.
+//!
+//! While the workers run, each process counts the holders it has right now ([`Occupancy`]):
+//! a holder that enters beside an exclusive one (a writer, any holder of a mutex) fails the
+//! run at once; afterwards the recorded intervals of all processes are checked again.
 
 use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis_locks::history::{Interval, check, now_nanos};
-use redis_locks::{Client, FairMutexOptions, MutexOptions, OwnerToken};
+use redis_locks::history::{Interval, check_modes, now_nanos};
+use redis_locks::{Client, OwnerToken};
 use serde::Serialize;
 
 use super::baseline::BareLock;
+use super::primitive::{Handle, Primitive};
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use cli_support::exit::CliError;
 use cli_support::leftovers::delete_counters;
@@ -17,9 +26,19 @@ use cli_support::leftovers::delete_counters;
 /// Options of `bench handoff`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct HandoffArgs {
-    /// Workers contending for the one lock.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=1024))]
-    pub workers: u16,
+    /// Run this variant only: mutex, fair-mutex, polling, or rwlock (--readers and --writers
+    /// on one RwLock). By default mutex, fair-mutex and polling, one after another.
+    #[arg(long, value_enum)]
+    pub kind: Option<Kind>,
+    /// Workers contending for the one lock [default: 8] (not with --kind rwlock).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(2..=1024))]
+    pub workers: Option<u16>,
+    /// With --kind rwlock: workers that read [default: 8].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub readers: Option<u16>,
+    /// With --kind rwlock: workers that write [default: 2].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub writers: Option<u16>,
     /// How long each holder holds the lock, e.g. 1ms.
     #[arg(long, default_value = "1ms", value_parser = super::parse_duration)]
     pub hold: Duration,
@@ -45,11 +64,9 @@ pub struct HandoffArgs {
 /// One process's share of a `--processes` run (started by `handoff`; not for direct use).
 #[derive(Debug, Clone, clap::Args)]
 pub struct HandoffWorkerArgs {
+    /// The variant (its `--kind`) and its settings.
     #[command(flatten)]
     handoff: HandoffArgs,
-    /// The variant: mutex, fair-mutex or polling.
-    #[arg(long)]
-    kind: Kind,
     /// The lock all workers contend for.
     #[arg(long)]
     lock: String,
@@ -64,12 +81,14 @@ pub struct HandoffWorkerArgs {
     start_ns: u64,
 }
 
+/// A variant of `bench handoff`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
-enum Kind {
+pub enum Kind {
     Mutex,
     FairMutex,
     Polling,
+    Rwlock,
 }
 
 impl Kind {
@@ -79,6 +98,7 @@ impl Kind {
             Kind::Mutex => "mutex",
             Kind::FairMutex => "fair-mutex",
             Kind::Polling => "polling",
+            Kind::Rwlock => "rwlock",
         }
     }
 
@@ -87,7 +107,102 @@ impl Kind {
             Kind::Mutex => "Mutex",
             Kind::FairMutex => "FairMutex",
             Kind::Polling => "polling",
+            Kind::Rwlock => "RwLock",
         }
+    }
+}
+
+impl HandoffArgs {
+    /// Refuses the options that do not go with the variant asked for.
+    pub(crate) fn check(&self) -> Result<(), CliError> {
+        let rwlock = self.kind == Some(Kind::Rwlock);
+        if rwlock && self.workers.is_some() {
+            return Err(CliError::Usage(
+                "--kind rwlock takes --readers and --writers, not --workers".into(),
+            ));
+        }
+        if !rwlock && (self.readers.is_some() || self.writers.is_some()) {
+            return Err(CliError::Usage(
+                "--readers and --writers go with --kind rwlock".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The variants to run, in order.
+    fn kinds(&self) -> Vec<Kind> {
+        match self.kind {
+            Some(kind) => vec![kind],
+            None => vec![Kind::Mutex, Kind::FairMutex, Kind::Polling],
+        }
+    }
+
+    /// How many workers read (the first ones) with `--kind rwlock`.
+    fn readers(&self) -> u16 {
+        self.readers.unwrap_or(8)
+    }
+
+    /// How many workers write (those after the readers) with `--kind rwlock`.
+    fn writers(&self) -> u16 {
+        self.writers.unwrap_or(2)
+    }
+
+    /// How many workers run `kind`.
+    fn workers(&self, kind: Kind) -> u16 {
+        match kind {
+            Kind::Rwlock => self.readers() + self.writers(),
+            _ => self.workers.unwrap_or(8),
+        }
+    }
+
+    /// What worker `worker` takes under `kind`; `None` for the polling loop.
+    fn primitive(&self, kind: Kind, worker: usize) -> Option<Primitive> {
+        match kind {
+            Kind::Mutex => Some(Primitive::Mutex),
+            Kind::FairMutex => Some(Primitive::FairMutex),
+            Kind::Polling => None,
+            Kind::Rwlock if worker < self.readers() as usize => Some(Primitive::Read),
+            Kind::Rwlock => Some(Primitive::Write),
+        }
+    }
+}
+
+/// The holders this process's workers have right now: readers in the low 32 bits, exclusive
+/// holders (writers, mutex holders) above. A worker enters after its acquire call returned
+/// and leaves before its release is sent, inside the time the server counts it a holder, so
+/// a clash here is a real one.
+#[derive(Debug, Default)]
+struct Occupancy(AtomicU64);
+
+/// One exclusive holder in an [`Occupancy`].
+const EXCLUSIVE: u64 = 1 << 32;
+
+impl Occupancy {
+    /// Counts a holder in; fails when it enters beside an exclusive holder, or as an
+    /// exclusive holder beside anyone.
+    fn enter(&self, shared: bool, lock: &str) -> Result<(), CliError> {
+        let before = self
+            .0
+            .fetch_add(if shared { 1 } else { EXCLUSIVE }, Ordering::SeqCst);
+        if before >= EXCLUSIVE || (!shared && before != 0) {
+            return Err(CliError::CheckFailed(format!(
+                "{lock}: {} entered while this process held it: {} reader(s), {} exclusive holder(s) (writer or mutex holder)",
+                if shared {
+                    "a reader"
+                } else {
+                    "an exclusive holder"
+                },
+                before % EXCLUSIVE,
+                before / EXCLUSIVE
+            )));
+        }
+        Ok(())
+    }
+
+    /// Counts a holder out.
+    fn leave(&self, shared: bool) {
+        self.0
+            .fetch_sub(if shared { 1 } else { EXCLUSIVE }, Ordering::SeqCst);
     }
 }
 
@@ -96,6 +211,8 @@ impl Kind {
 #[derive(Debug, Clone, Copy, Serialize, serde::Deserialize)]
 struct Record {
     worker: usize,
+    /// A reader's: it may overlap other readers.
+    shared: bool,
     token: u64,
     asked: Duration,
     acquired: Duration,
@@ -103,9 +220,9 @@ struct Record {
     released: Duration,
 }
 
-/// One variant's figures, as `--json` prints them.
+/// How a variant ran, as `--json` prints it at the head of its object.
 #[derive(Debug, Clone, Serialize)]
-pub struct VariantReport {
+struct Setup {
     bench: &'static str,
     variant: Kind,
     workers: u16,
@@ -114,14 +231,65 @@ pub struct VariantReport {
     hold_ms: f64,
     think_ms: f64,
     seconds: f64,
+}
+
+/// The acquisitions of a group of workers: all of a variant's, or one side of an `RwLock`.
+#[derive(Debug, Clone, Serialize)]
+struct Group {
     acquisitions: usize,
     per_second: f64,
-    idle_gap: Summary,
-    utilisation: f64,
+    /// From asking to holding.
     wait: Summary,
-    real_hold_mean_ms: f64,
+    /// The fewest acquisitions of one worker of the group.
     per_worker_min: usize,
     per_worker_max: usize,
+}
+
+impl Group {
+    /// The acquisitions of `records` by `workers` in a run of `seconds`.
+    fn of<'a>(
+        records: impl Iterator<Item = &'a Record>,
+        workers: Range<usize>,
+        seconds: f64,
+    ) -> Group {
+        let mut waits = Latencies::default();
+        let mut per_worker: HashMap<usize, usize> = workers.clone().map(|w| (w, 0)).collect();
+        let mut acquisitions = 0;
+        for record in records {
+            acquisitions += 1;
+            waits.record(record.acquired - record.asked);
+            *per_worker.entry(record.worker).or_default() += 1;
+        }
+        Group {
+            acquisitions,
+            per_second: acquisitions as f64 / seconds,
+            wait: waits.summary(),
+            per_worker_min: per_worker.values().copied().min().unwrap_or(0),
+            per_worker_max: per_worker.values().copied().max().unwrap_or(0),
+        }
+    }
+
+    /// The per-worker spread as the tables show it: `min/max (max ÷ min)`.
+    fn spread(&self) -> String {
+        format!(
+            "{}/{} ({:.2})",
+            self.per_worker_min,
+            self.per_worker_max,
+            self.per_worker_max as f64 / self.per_worker_min.max(1) as f64
+        )
+    }
+}
+
+/// One mutex variant's figures, as `--json` prints them.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantReport {
+    #[serde(flatten)]
+    setup: Setup,
+    #[serde(flatten)]
+    all: Group,
+    idle_gap: Summary,
+    utilisation: f64,
+    real_hold_mean_ms: f64,
     retakes_share: f64,
     longest_waiter_share: f64,
     requests_per_acquisition: f64,
@@ -129,12 +297,39 @@ pub struct VariantReport {
     token_regressions: usize,
 }
 
-/// Runs the three variants one after another and prints a table, or one JSON object per
-/// variant with `json`.
+/// The `RwLock` variant's figures, as `--json` prints them.
+#[derive(Debug, Clone, Serialize)]
+pub struct RwLockReport {
+    #[serde(flatten)]
+    setup: Setup,
+    readers: u16,
+    writers: u16,
+    reads: Group,
+    writes: Group,
+    requests_per_acquisition: f64,
+    /// The most read holds recorded at one moment (more than 1: readers really shared).
+    max_concurrent_readers: usize,
+    /// Recorded holds that overlap a write hold.
+    overlaps: usize,
+    token_regressions: usize,
+}
+
+/// A variant's report.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+enum Report {
+    Mutex(VariantReport),
+    RwLock(RwLockReport),
+}
+
+/// Runs the variants one after another and prints a table, or one JSON object per variant
+/// with `json`. A recorded overlap or token regression fails the run once the figures are
+/// out.
 pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliError> {
+    args.check()?;
     let run_id = format!("{:08x}", rand::random::<u32>());
     let mut reports = Vec::new();
-    for kind in [Kind::Mutex, Kind::FairMutex, Kind::Polling] {
+    for kind in args.kinds() {
         let lock = format!("bench:handoff:{run_id}:{}", kind.label());
         let bar = progress(kind.label(), args.duration, json);
         let ticker = Ticker::start(bar);
@@ -142,7 +337,15 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
             processes(url, kind, &lock, args).await
         } else {
             let start_ns = now_nanos();
-            workers(url, kind, &lock, 0..args.workers as usize, args, start_ns).await
+            workers(
+                url,
+                kind,
+                &lock,
+                0..args.workers(kind) as usize,
+                args,
+                start_ns,
+            )
+            .await
         };
         drop(ticker);
         // The lock's fencing counter goes, whether or not the variant got through.
@@ -157,6 +360,18 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
     }
     if !json {
         print_reports(args, &reports);
+    }
+    for report in &reports {
+        let (setup, overlaps, regressions) = match report {
+            Report::Mutex(r) => (&r.setup, r.overlaps, r.token_regressions),
+            Report::RwLock(r) => (&r.setup, r.overlaps, r.token_regressions),
+        };
+        if overlaps + regressions > 0 {
+            return Err(CliError::CheckFailed(format!(
+                "{}: {overlaps} overlaps and {regressions} token regressions",
+                setup.variant.label()
+            )));
+        }
     }
     Ok(())
 }
@@ -180,6 +395,7 @@ async fn workers(
         }
     }
     let bare = BareLock::new(cli_support::connection(url).await?, lease);
+    let occupancy = Arc::new(Occupancy::default());
     let since_start = move || Duration::from_nanos(now_nanos().saturating_sub(start_ns));
     let deadline = args.duration;
     // Wait for the common start (other processes' shares start at the same moment).
@@ -187,49 +403,54 @@ async fn workers(
     let requests_before: u64 = clients.iter().map(super::requests).sum();
     let mut tasks = Vec::new();
     for (n, worker) in ids.enumerate() {
-        let client = &clients[n % clients.len()];
-        let mutex = client.mutex_with(lock, MutexOptions::default().lease(lease))?;
-        let fair = client.fair_mutex_with(lock, FairMutexOptions::default().lease(lease))?;
-        let (bare, lock) = (bare.clone(), lock.to_string());
+        // Each worker has a handle of its own: an owner id of its own.
+        let primitive = args.primitive(kind, worker);
+        let handle = primitive
+            .map(|primitive| Handle::new(&clients[n % clients.len()], lock, primitive, Some(lease)))
+            .transpose()?;
+        let shared = primitive.is_some_and(Primitive::shared);
+        let (bare, lock, occupancy) = (bare.clone(), lock.to_string(), occupancy.clone());
         let (hold, think, poll) = (args.hold, args.think, args.poll);
         tasks.push(tokio::spawn(async move {
             let mut records = Vec::new();
             let mut polled = 0u64;
             while since_start() < deadline {
                 let asked = since_start();
-                let (token, acquired, release_start) = match kind {
-                    Kind::Mutex | Kind::FairMutex => {
-                        let guard = if kind == Kind::Mutex {
-                            mutex.lock().await?
-                        } else {
-                            fair.lock().await?
-                        };
-                        let acquired = since_start();
-                        tokio::time::sleep(hold).await;
-                        let release_start = since_start();
-                        let token = guard.fencing_token().get();
-                        guard.release().await?;
-                        (token, acquired, release_start)
-                    }
-                    Kind::Polling => {
-                        let owner = OwnerToken::random();
+                // A guard, or the polling loop's bare lock taken for `owner`.
+                let owner = OwnerToken::random();
+                let guard = match &handle {
+                    Some(handle) => Some(handle.acquire().await?),
+                    None => {
                         bare.acquire_polling(&lock, owner.as_str(), poll)
                             .await
                             .map_err(|err| CliError::Unavailable(err.to_string()))?;
-                        let acquired = since_start();
-                        tokio::time::sleep(hold).await;
-                        let release_start = since_start();
+                        None
+                    }
+                };
+                let acquired = since_start();
+                occupancy.enter(shared, &lock)?;
+                tokio::time::sleep(hold).await;
+                occupancy.leave(shared);
+                let release_start = since_start();
+                let token = match guard {
+                    Some(guard) => {
+                        let token = guard.fencing_token();
+                        guard.release().await?;
+                        token
+                    }
+                    None => {
                         bare.release(&lock, owner.as_str())
                             .await
                             .map_err(|err| CliError::Unavailable(err.to_string()))?;
                         polled += 1;
                         // Polling has no fencing token: number this worker's holds instead
                         // (unique across workers, so the overlap check still works).
-                        (((worker as u64) << 40) | polled, acquired, release_start)
+                        ((worker as u64) << 40) | polled
                     }
                 };
                 records.push(Record {
                     worker,
+                    shared,
                     token,
                     asked,
                     acquired,
@@ -268,7 +489,7 @@ async fn processes(
         CliError::CannotRun(format!("finding this program to start again: {err}"))
     })?;
     let shares = args.processes as usize;
-    let total = args.workers as usize;
+    let total = args.workers(kind) as usize;
     // Time for every process to start and connect before the common start.
     let start_ns = now_nanos() + 1_500_000_000;
     let mut children = Vec::new();
@@ -284,13 +505,18 @@ async fn processes(
             .args(["--kind", kind.cli_name(), "--lock", lock])
             .args(["--first", &first.to_string(), "--count", &count.to_string()])
             .args(["--start-ns", &start_ns.to_string()])
-            .args(["--workers", &args.workers.to_string()])
             .args(["--hold", &format!("{}ns", args.hold.as_nanos())])
             .args(["--think", &format!("{}ns", args.think.as_nanos())])
             .args(["--duration", &format!("{}ns", args.duration.as_nanos())])
             .args(["--poll", &format!("{}ns", args.poll.as_nanos())])
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
+        if kind == Kind::Rwlock {
+            command.args(["--readers", &args.readers().to_string()]);
+            command.args(["--writers", &args.writers().to_string()]);
+        } else {
+            command.args(["--workers", &total.to_string()]);
+        }
         if args.client_per_worker {
             command.arg("--client-per-worker");
         }
@@ -303,11 +529,18 @@ async fn processes(
         let output = output
             .map_err(|err| CliError::CannotRun(format!("starting a worker process: {err}")))?;
         if !output.status.success() {
-            return Err(CliError::Unavailable(format!(
+            let message = format!(
                 "a worker process failed ({}): {}",
                 output.status,
                 String::from_utf8_lossy(&output.stderr).trim()
-            )));
+            );
+            // A failed check stays a failed check.
+            return Err(match output.status.code() {
+                Some(code) if code == i32::from(cli_support::exit::CHECK_FAILED) => {
+                    CliError::CheckFailed(message)
+                }
+                _ => CliError::Unavailable(message),
+            });
         }
         for line in String::from_utf8_lossy(&output.stdout).lines() {
             match serde_json::from_str(line) {
@@ -328,15 +561,11 @@ async fn processes(
 /// requests as JSON lines for the parent.
 pub async fn worker_process(url: &str, args: &HandoffWorkerArgs) -> Result<(), CliError> {
     let ids = args.first..args.first + args.count;
-    let (records, requests) = workers(
-        url,
-        args.kind,
-        &args.lock,
-        ids,
-        &args.handoff,
-        args.start_ns,
-    )
-    .await?;
+    let kind = args.handoff.kind.ok_or_else(|| {
+        CliError::Usage("handoff-worker runs the one variant --kind names".into())
+    })?;
+    let (records, requests) =
+        workers(url, kind, &args.lock, ids, &args.handoff, args.start_ns).await?;
     let mut out = String::new();
     for record in records {
         out.push_str(&serde_json::to_string(&ShareLine::Record(record)).expect("plain data"));
@@ -347,16 +576,65 @@ pub async fn worker_process(url: &str, args: &HandoffWorkerArgs) -> Result<(), C
     Ok(())
 }
 
-fn analyse(kind: Kind, args: &HandoffArgs, records: &[Record], requests: u64) -> VariantReport {
+/// The figures of one variant from its workers' records and the requests of their clients.
+fn analyse(kind: Kind, args: &HandoffArgs, records: &[Record], requests: u64) -> Report {
+    let seconds = args.duration.as_secs_f64();
+    let workers = args.workers(kind);
+    let setup = Setup {
+        bench: "handoff",
+        variant: kind,
+        workers,
+        client_per_worker: args.client_per_worker,
+        processes: args.processes,
+        hold_ms: args.hold.as_secs_f64() * 1000.0,
+        think_ms: args.think.as_secs_f64() * 1000.0,
+        seconds,
+    };
+    // The held intervals of all processes: an exclusive one overlaps none, a shared one no
+    // exclusive one; of two apart, the later has the greater token.
+    let interval = |r: &Record| Interval {
+        worker: r.worker.to_string(),
+        token: r.token,
+        start: r.acquired.as_nanos() as u64,
+        end: r.release_start.as_nanos() as u64,
+    };
+    let (shared, exclusive): (Vec<&Record>, Vec<&Record>) = records.iter().partition(|r| r.shared);
+    let history = check_modes(
+        exclusive.iter().copied().map(interval).collect(),
+        shared.iter().copied().map(interval).collect(),
+    );
+    let overlaps = history.overlaps.len();
+    // Polling has no fencing tokens.
+    let token_regressions = match kind {
+        Kind::Polling => 0,
+        _ => history.token_regressions.len(),
+    };
+    let requests_per_acquisition = requests as f64 / records.len().max(1) as f64;
+    if kind == Kind::Rwlock {
+        let readers = args.readers() as usize;
+        return Report::RwLock(RwLockReport {
+            setup,
+            readers: args.readers(),
+            writers: args.writers(),
+            reads: Group::of(shared.iter().copied(), 0..readers, seconds),
+            writes: Group::of(
+                exclusive.iter().copied(),
+                readers..workers as usize,
+                seconds,
+            ),
+            requests_per_acquisition,
+            max_concurrent_readers: most_at_once(&shared),
+            overlaps,
+            token_regressions,
+        });
+    }
     let mut sorted = records.to_vec();
     sorted.sort_by_key(|r| r.acquired);
     let n = sorted.len();
-    let (mut gaps, mut waits, mut hold_total) =
-        (Latencies::default(), Latencies::default(), Duration::ZERO);
+    let (mut gaps, mut hold_total) = (Latencies::default(), Duration::ZERO);
     let (mut retakes, mut handoffs_with_waiters, mut to_longest) = (0usize, 0usize, 0usize);
     let mut held = Duration::ZERO;
     for (i, record) in sorted.iter().enumerate() {
-        waits.record(record.acquired - record.asked);
         hold_total += record.release_start - record.acquired;
         held += record.released.saturating_sub(record.acquired);
         let Some(previous) = i.checked_sub(1).map(|p| sorted[p]) else {
@@ -384,54 +662,38 @@ fn analyse(kind: Kind, args: &HandoffArgs, records: &[Record], requests: u64) ->
         (Some(first), Some(last)) => last.released.saturating_sub(first.acquired),
         _ => Duration::ZERO,
     };
-    let mut per_worker: HashMap<usize, usize> = HashMap::new();
-    for record in &sorted {
-        *per_worker.entry(record.worker).or_default() += 1;
-    }
-    let intervals = sorted
-        .iter()
-        .map(|r| Interval {
-            worker: r.worker.to_string(),
-            token: r.token,
-            start: r.acquired.as_nanos() as u64,
-            end: r.release_start.as_nanos() as u64,
-        })
-        .collect();
-    let history = check(intervals);
     let share = |part: usize, whole: usize| part as f64 / whole.max(1) as f64;
-    VariantReport {
-        bench: "handoff",
-        variant: kind,
-        workers: args.workers,
-        client_per_worker: args.client_per_worker,
-        processes: args.processes,
-        hold_ms: args.hold.as_secs_f64() * 1000.0,
-        think_ms: args.think.as_secs_f64() * 1000.0,
-        seconds: args.duration.as_secs_f64(),
-        acquisitions: n,
-        per_second: n as f64 / args.duration.as_secs_f64(),
+    Report::Mutex(VariantReport {
+        setup,
+        all: Group::of(sorted.iter(), 0..workers as usize, seconds),
         idle_gap: gaps.summary(),
         utilisation: held.as_secs_f64() / span.as_secs_f64().max(f64::MIN_POSITIVE),
-        wait: waits.summary(),
         real_hold_mean_ms: hold_total.as_secs_f64() * 1000.0 / n.max(1) as f64,
-        per_worker_min: (0..args.workers as usize)
-            .map(|w| per_worker.get(&w).copied().unwrap_or(0))
-            .min()
-            .unwrap_or(0),
-        per_worker_max: per_worker.values().copied().max().unwrap_or(0),
         retakes_share: share(retakes, handoffs_with_waiters),
         longest_waiter_share: share(to_longest, handoffs_with_waiters),
-        requests_per_acquisition: requests as f64 / n.max(1) as f64,
-        overlaps: history.overlaps.len(),
-        token_regressions: if kind == Kind::Polling {
-            0
-        } else {
-            history.token_regressions.len()
-        },
-    }
+        requests_per_acquisition,
+        overlaps,
+        token_regressions,
+    })
 }
 
-fn print_reports(args: &HandoffArgs, reports: &[VariantReport]) {
+/// The most of `holds` recorded at one moment (one ending as another begins is not two).
+fn most_at_once(holds: &[&Record]) -> usize {
+    let mut edges: Vec<(Duration, i64)> = holds
+        .iter()
+        .flat_map(|r| [(r.acquired, 1), (r.release_start, -1)])
+        .collect();
+    // At one instant the ends come first.
+    edges.sort();
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+fn print_reports(args: &HandoffArgs, reports: &[Report]) {
     let clients = match (args.client_per_worker, args.processes) {
         (true, _) => "a client per worker".to_string(),
         (false, 1) => "one shared client".to_string(),
@@ -441,62 +703,114 @@ fn print_reports(args: &HandoffArgs, reports: &[VariantReport]) {
         1 => "one process".to_string(),
         n => format!("{n} processes"),
     };
-    println!(
-        "bench handoff: {} workers, one lock, {processes}, {clients}; each loop: acquire, hold {:?}, release, think {:?}; {:.1} s per variant; polling retries every {:?}\n",
-        args.workers,
+    let setting = format!(
+        "{processes}, {clients}; each loop: acquire, hold {:?}, release, think {:?}; {:.1} s per variant",
         args.hold,
         args.think,
         args.duration.as_secs_f64(),
-        args.poll
     );
-    let mut rows = vec![
-        std::iter::once("".to_string())
-            .chain(reports.iter().map(|r| r.variant_label().to_string()))
+    let mutexes: Vec<&VariantReport> = reports
+        .iter()
+        .filter_map(|r| match r {
+            Report::Mutex(r) => Some(r),
+            Report::RwLock(_) => None,
+        })
+        .collect();
+    if let Some(first) = mutexes.first() {
+        println!(
+            "bench handoff: {} workers, one lock, {setting}; polling retries every {:?}\n",
+            first.setup.workers, args.poll
+        );
+        print_mutexes(&mutexes);
+    }
+    for report in reports {
+        if let Report::RwLock(report) = report {
+            let some = |n: u16, what: &str| match n {
+                1 => format!("1 {what}"),
+                n => format!("{n} {what}s"),
+            };
+            println!(
+                "bench handoff: {} and {}, one RwLock, a handle (owner) each, {setting}\n",
+                some(report.readers, "reader"),
+                some(report.writers, "writer")
+            );
+            print_rwlock(report);
+        }
+    }
+}
+
+/// A row of a table with a column per item: its name and how an item's cell is written.
+type Row<'a, T> = (&'a str, &'a dyn Fn(&T) -> String);
+
+/// Prints a table with a column per item of `items`, headed `header`.
+fn print_columns<T>(header: &[&str], items: &[T], rows: &[Row<'_, T>]) {
+    let mut table = vec![
+        std::iter::once("")
+            .chain(header.iter().copied())
+            .map(str::to_string)
             .collect::<Vec<_>>(),
     ];
-    let mut row = |name: &str, f: &dyn Fn(&VariantReport) -> String| {
-        rows.push(
+    for (name, cell) in rows {
+        table.push(
             std::iter::once(name.to_string())
-                .chain(reports.iter().map(f))
+                .chain(items.iter().map(cell))
                 .collect(),
         );
-    };
-    row("acquisitions/s", &|r| format!("{:.0}", r.per_second));
-    row("idle gap p50", &|r| format!("{:.3} ms", r.idle_gap.p50_ms));
-    row("idle gap p99", &|r| format!("{:.3} ms", r.idle_gap.p99_ms));
-    row("utilisation", &|r| format!("{:.2}", r.utilisation));
-    row("wait p50", &|r| format!("{:.2} ms", r.wait.p50_ms));
-    row("wait p99", &|r| format!("{:.2} ms", r.wait.p99_ms));
-    row("wait max", &|r| format!("{:.2} ms", r.wait.max_ms));
-    row("real hold (mean)", &|r| {
-        format!("{:.3} ms", r.real_hold_mean_ms)
-    });
-    row("per worker min/max", &|r| {
-        format!(
-            "{}/{} ({:.2})",
-            r.per_worker_min,
-            r.per_worker_max,
-            r.per_worker_max as f64 / r.per_worker_min.max(1) as f64
-        )
-    });
-    row("releaser re-took", &|r| {
-        format!("{:.1}%", r.retakes_share * 100.0)
-    });
-    row("to longest waiter", &|r| {
-        format!("{:.1}%", r.longest_waiter_share * 100.0)
-    });
-    row("requests/acq", &|r| {
-        format!("{:.3}", r.requests_per_acquisition)
-    });
-    row("overlaps", &|r| r.overlaps.to_string());
-    print_table(&rows);
+    }
+    print_table(&table);
+}
+
+fn print_mutexes(reports: &[&VariantReport]) {
+    let header: Vec<&str> = reports.iter().map(|r| r.setup.variant.label()).collect();
+    print_columns(
+        &header,
+        reports,
+        &[
+            ("acquisitions/s", &|r| format!("{:.0}", r.all.per_second)),
+            ("idle gap p50", &|r| format!("{:.3} ms", r.idle_gap.p50_ms)),
+            ("idle gap p99", &|r| format!("{:.3} ms", r.idle_gap.p99_ms)),
+            ("utilisation", &|r| format!("{:.2}", r.utilisation)),
+            ("wait p50", &|r| format!("{:.2} ms", r.all.wait.p50_ms)),
+            ("wait p99", &|r| format!("{:.2} ms", r.all.wait.p99_ms)),
+            ("wait max", &|r| format!("{:.2} ms", r.all.wait.max_ms)),
+            ("real hold (mean)", &|r| {
+                format!("{:.3} ms", r.real_hold_mean_ms)
+            }),
+            ("per worker min/max", &|r| r.all.spread()),
+            ("releaser re-took", &|r| {
+                format!("{:.1}%", r.retakes_share * 100.0)
+            }),
+            ("to longest waiter", &|r| {
+                format!("{:.1}%", r.longest_waiter_share * 100.0)
+            }),
+            ("requests/acq", &|r| {
+                format!("{:.3}", r.requests_per_acquisition)
+            }),
+            ("overlaps", &|r| r.overlaps.to_string()),
+        ],
+    );
     println!(
         "\n  idle gap: from a release returning to the next acquisition returning; utilisation: share of the run the lock was held;\n  re-took / longest waiter: of the handoffs that had someone waiting;\n  requests/acq: every round trip of the run (the workers' arrival and the wake-up subscription too) per acquisition."
     );
 }
 
-impl VariantReport {
-    fn variant_label(&self) -> &'static str {
-        self.variant.label()
-    }
+fn print_rwlock(report: &RwLockReport) {
+    print_columns(
+        &["reads", "writes"],
+        &[&report.reads, &report.writes],
+        &[
+            ("acquisitions/s", &|g| format!("{:.0}", g.per_second)),
+            ("wait p50", &|g| format!("{:.2} ms", g.wait.p50_ms)),
+            ("wait p99", &|g| format!("{:.2} ms", g.wait.p99_ms)),
+            ("wait max", &|g| format!("{:.2} ms", g.wait.max_ms)),
+            ("per worker min/max", &|g| g.spread()),
+        ],
+    );
+    println!(
+        "\n  requests/acq: {:.3} (every round trip of the run, the workers' arrival and the wake-up subscription too, per read or write)\n  max concurrent readers: {}\n  overlaps (a hold beside a write hold): {}; token regressions: {}",
+        report.requests_per_acquisition,
+        report.max_concurrent_readers,
+        report.overlaps,
+        report.token_regressions
+    );
 }

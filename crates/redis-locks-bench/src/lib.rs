@@ -9,6 +9,7 @@
 mod baseline;
 mod handoff;
 mod market;
+mod primitive;
 mod stats;
 mod throughput;
 
@@ -25,11 +26,13 @@ pub use throughput::ThroughputArgs;
 /// Which benchmark to run.
 #[derive(Debug, clap::Subcommand)]
 pub enum Bench {
-    /// C workers acquire+release their own locks: lock cost against bare SET NX PX +
-    /// compare-and-delete, with and without a fencing counter.
+    /// C workers acquire+release their own locks (--kind: mutex, fair-mutex, reentrant, read,
+    /// write): lock cost against bare SET NX PX + compare-and-delete, with and without a
+    /// fencing counter.
     Throughput(ThroughputArgs),
     /// W workers contend for one lock: handoff speed, fairness, requests per acquisition,
-    /// for Mutex, FairMutex and a 50 ms polling loop.
+    /// for Mutex, FairMutex and a 50 ms polling loop; or R readers and W writers on one
+    /// RwLock (--kind rwlock).
     Handoff(HandoffArgs),
     /// The market of "Redis in Action" 6.2: WATCH vs a coarse lock vs fine-grained locks,
     /// scenarios 1/1, 5/1, 5/5; table, JSON, an SVG chart, invariants checked.
@@ -37,6 +40,16 @@ pub enum Bench {
     /// One process's share of `handoff --processes N` (started by `handoff`).
     #[command(hide = true)]
     HandoffWorker(HandoffWorkerArgs),
+}
+
+impl Bench {
+    /// Refuses options that do not go together (before any server is started for the run).
+    pub fn check(&self) -> Result<(), CliError> {
+        match self {
+            Bench::Handoff(args) => args.check(),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Runs one benchmark against `target`.

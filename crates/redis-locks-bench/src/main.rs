@@ -41,6 +41,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
+    cli.bench.check()?;
     let target = RedisTarget::resolve(cli.redis)?;
     redis_locks_bench::run(&target, &cli.bench, cli.json)
         .await

@@ -1,14 +1,16 @@
 //! `bench throughput`: C workers acquire and release their own distinct locks as fast as they
-//! can — the library's cost per lock against the bare minimum, each on one connection.
+//! can — the library's cost per lock (of the primitive `--kind` names) against the bare
+//! minimum, each on one connection.
 
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis_locks::{Client, MutexOptions, OwnerToken};
+use redis_locks::{Client, LockKeys, OwnerToken};
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::baseline::BareLock;
+use super::primitive::{Handle, Primitive};
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use cli_support::exit::CliError;
 use cli_support::leftovers::delete_counters;
@@ -26,12 +28,16 @@ pub struct ThroughputArgs {
     /// (a 30 s lease renewed by the client's watchdog).
     #[arg(long, value_parser = super::parse_duration)]
     pub lease: Option<Duration>,
+    /// The primitive measured: mutex, fair-mutex, reentrant (ReentrantMutex), read or write
+    /// (the two sides of an RwLock).
+    #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
+    pub kind: Primitive,
 }
 
 /// One variant's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct Variant {
-    name: &'static str,
+    name: String,
     acquisitions: u64,
     per_second: f64,
     acquire: Summary,
@@ -50,6 +56,7 @@ pub struct Memory {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     bench: &'static str,
+    kind: Primitive,
     workers: u16,
     seconds_per_variant: f64,
     lease_ms: Option<u64>,
@@ -65,8 +72,9 @@ pub struct Report {
 /// How many alternating slices each variant runs in.
 const SLICES: u32 = 10;
 
+/// What one slice measures.
 #[derive(Clone, Copy, PartialEq)]
-enum Kind {
+enum Side {
     Ours,
     Bare,
     BareFenced,
@@ -106,44 +114,45 @@ async fn measure(
     // Before anything is measured: take every worker's lock once, so its fencing counter is
     // seeded (a first acquisition costs one more round trip) and the release script loaded.
     for worker in 0..args.workers {
-        let mutex = client.mutex(&worker_key(run_id, worker))?;
-        mutex.lock().await?.release().await?;
+        let handle = Handle::new(client, &worker_key(run_id, worker), args.kind, args.lease)?;
+        handle.acquire().await?.release().await?;
     }
     let slice = args.duration / SLICES;
     let mut totals: [(u64, Latencies, u64); 3] = Default::default();
     // Alternate the variants in short slices, so a noisy moment of the machine hits both alike.
     for round in 0..SLICES {
-        for kind in [Kind::Ours, Kind::Bare, Kind::BareFenced] {
-            let label = match kind {
-                Kind::Ours => format!("redis-locks, slice {}/{SLICES}", round + 1),
-                Kind::Bare => format!("bare, slice {}/{SLICES}", round + 1),
-                Kind::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
+        for side in [Side::Ours, Side::Bare, Side::BareFenced] {
+            let label = match side {
+                Side::Ours => format!("redis-locks, slice {}/{SLICES}", round + 1),
+                Side::Bare => format!("bare, slice {}/{SLICES}", round + 1),
+                Side::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
             };
             let bar = progress(&label, slice, json);
             let requests_before = super::requests(client) + bare.requests();
             let ticker = Ticker::start(bar);
-            let (count, latencies) = phase(client, &bare, kind, args, slice, run_id).await?;
+            let (count, latencies) = phase(client, &bare, side, args, slice, run_id).await?;
             drop(ticker);
-            let slot = &mut totals[kind as usize];
+            let slot = &mut totals[side as usize];
             slot.0 += count;
             slot.1.add(&latencies);
             slot.2 += super::requests(client) + bare.requests() - requests_before;
         }
     }
     let seconds = args.duration.as_secs_f64();
-    let variant = |name, (count, latencies, requests): &(u64, Latencies, u64)| Variant {
+    let variant = |name: String, (count, latencies, requests): &(u64, Latencies, u64)| Variant {
         name,
         acquisitions: *count,
         per_second: *count as f64 / seconds,
         acquire: latencies.summary(),
         requests_per_acquisition: *requests as f64 / (*count).max(1) as f64,
     };
-    let ours = variant("redis-locks Mutex", &totals[0]);
-    let bare_v = variant("bare SET NX PX + compare-and-delete", &totals[1]);
-    let fenced = variant("bare fenced: SET NX PX + INCR + c-a-d", &totals[2]);
+    let ours = variant(format!("redis-locks {}", args.kind.label()), &totals[0]);
+    let bare_v = variant("bare SET NX PX + compare-and-delete".into(), &totals[1]);
+    let fenced = variant("bare fenced: SET NX PX + INCR + c-a-d".into(), &totals[2]);
     let ratio = |other: &Variant| ours.per_second / other.per_second.max(f64::MIN_POSITIVE);
     Ok(Report {
         bench: "throughput",
+        kind: args.kind,
         workers: args.workers,
         seconds_per_variant: seconds,
         lease_ms: args.lease.map(|lease| lease.as_millis() as u64),
@@ -152,46 +161,41 @@ async fn measure(
         ours,
         bare: bare_v,
         bare_fenced: fenced,
-        memory: memory(client, &connection, run_id).await?,
+        memory: memory(client, &connection, args.kind, run_id).await?,
     })
 }
 
 async fn phase(
     client: &Client,
     bare: &BareLock,
-    kind: Kind,
+    side: Side,
     args: &ThroughputArgs,
     duration: Duration,
     run_id: &str,
 ) -> Result<(u64, Latencies), CliError> {
     let deadline = Instant::now() + duration;
-    let options = match args.lease {
-        Some(lease) => MutexOptions::default().lease(lease),
-        None => MutexOptions::default(),
-    };
     let mut tasks = Vec::new();
     for worker in 0..args.workers {
-        let options = options.clone();
         let key = worker_key(run_id, worker);
-        let (client, bare) = (client.clone(), bare.clone());
+        let handle = Handle::new(client, &key, args.kind, args.lease)?;
+        let keys = LockKeys::new(&key)?;
+        let bare = bare.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Latencies::default();
             let mut count = 0u64;
-            let mutex = client.mutex_with(&key, options)?;
             while Instant::now() < deadline {
                 let started = Instant::now();
-                match kind {
-                    Kind::Ours => {
-                        let guard = mutex.lock().await?;
+                match side {
+                    Side::Ours => {
+                        let guard = handle.acquire().await?;
                         latencies.record(started.elapsed());
                         guard.release().await?;
                     }
-                    Kind::Bare | Kind::BareFenced => {
+                    Side::Bare | Side::BareFenced => {
                         let token = OwnerToken::random();
-                        let taken = if kind == Kind::Bare {
+                        let taken = if side == Side::Bare {
                             bare.try_acquire(&key, token.as_str()).await
                         } else {
-                            let keys = mutex.keys();
                             bare.try_acquire_fenced(
                                 &key,
                                 keys.fence(),
@@ -234,15 +238,17 @@ fn memory_key(run_id: &str) -> String {
     format!("bench:memory:{run_id}")
 }
 
-/// What a held lock costs in memory, asked over `connection`; `None` (with a word on stderr)
-/// where the server refuses `MEMORY USAGE`, as some managed services do.
+/// What a held lock of `kind` costs in memory, asked over `connection`; `None` (with a word
+/// on stderr) where the server refuses `MEMORY USAGE`, as some managed services do.
 async fn memory(
     client: &Client,
     connection: &ConnectionManager,
+    kind: Primitive,
     run_id: &str,
 ) -> Result<Option<Memory>, CliError> {
-    let mutex = client.mutex(&memory_key(run_id))?;
-    let guard = mutex.lock().await?;
+    let name = memory_key(run_id);
+    let keys = LockKeys::new(&name)?;
+    let guard = Handle::new(client, &name, kind, None)?.acquire().await?;
     let usage = |key: String| {
         let mut connection = connection.clone();
         async move {
@@ -254,9 +260,9 @@ async fn memory(
                 .map(Option::unwrap_or_default)
         }
     };
-    let held = usage(mutex.keys().lock().to_string()).await;
-    let counter = usage(mutex.keys().fence().to_string()).await;
-    let epoch = usage(mutex.keys().epoch().to_string()).await;
+    let held = usage(keys.lock().to_string()).await;
+    let counter = usage(keys.fence().to_string()).await;
+    let epoch = usage(keys.epoch().to_string()).await;
     guard.release().await?;
     match (held, counter, epoch) {
         (Ok(held), Ok(counter), Ok(epoch)) => Ok(Some(Memory {
@@ -273,8 +279,9 @@ async fn memory(
 
 fn print_report(report: &Report) {
     println!(
-        "bench throughput: {} workers, each acquiring and releasing its own lock; {:.1} s per variant in 10 alternating slices, one connection; {}\n",
+        "bench throughput: {} workers, each acquiring and releasing its own lock ({}); {:.1} s per variant in 10 alternating slices, one connection; {}\n",
         report.workers,
+        report.kind.label(),
         report.seconds_per_variant,
         match report.lease_ms {
             Some(ms) => format!("explicit {ms} ms lease, no watchdog"),

@@ -20,6 +20,28 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs the benchmark `command` (its words, without `--redis` and `--json`) against
+/// `server`; its JSON objects.
+fn json_runs(server: &RedisServer, command: &str) -> Vec<serde_json::Value> {
+    let url = server.url();
+    let args: Vec<&str> = command.split_whitespace().collect();
+    let out = bench(&[&args[..], &["--redis", &url, "--json"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// Fails when a run left a fencing counter behind in `server`.
+fn assert_no_counters_left(server: &RedisServer) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*bench:*:fence")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
 #[test]
 fn help_lists_the_benchmarks_and_bad_usage_exits_64() {
     let out = bench(&["--help"]);
@@ -37,6 +59,10 @@ fn help_lists_the_benchmarks_and_bad_usage_exits_64() {
         &["nothing"],
         &["throughput", "--duration", "0s"],
         &["handoff", "--workers", "1"],
+        &["handoff", "--kind", "rwlock", "--workers", "4"],
+        &["handoff", "--readers", "2"],
+        &["handoff", "--kind", "rwlock", "--writers", "0"],
+        &["throughput", "--kind", "upgradable"],
     ] {
         let out = bench(args);
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -61,25 +87,10 @@ fn an_unreachable_server_exits_69_under_the_programs_own_name() {
 #[test]
 fn handoff_across_processes_with_a_client_each_reports_every_variant_without_overlaps() {
     let server = RedisServer::start().unwrap();
-    let url = server.url();
-    let out = bench(&[
-        "handoff",
-        "--redis",
-        &url,
-        "--json",
-        "--workers",
-        "4",
-        "--processes",
-        "2",
-        "--client-per-worker",
-        "--duration",
-        "500ms",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let reports: Vec<serde_json::Value> = text(&out.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let reports = json_runs(
+        &server,
+        "handoff --workers 4 --processes 2 --client-per-worker --duration 500ms",
+    );
     assert_eq!(reports.len(), 3, "Mutex, FairMutex, polling");
     for report in &reports {
         assert_eq!(report["processes"], 2, "{report}");
@@ -91,9 +102,81 @@ fn handoff_across_processes_with_a_client_each_reports_every_variant_without_ove
         assert!(report["requests_per_acquisition"].as_f64().unwrap() >= 2.0);
     }
     // The run left no fencing counter behind.
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*bench:handoff:*")
-        .query(&mut server.connection().unwrap())
-        .unwrap();
-    assert!(keys.iter().all(|key| !key.ends_with(":fence")), "{keys:?}");
+    assert_no_counters_left(&server);
+}
+
+#[test]
+fn throughput_measures_every_kind_of_lock_against_the_bare_minimum() {
+    let server = RedisServer::start().unwrap();
+    for (kind, name) in [
+        ("fair-mutex", "redis-locks FairMutex"),
+        ("reentrant", "redis-locks ReentrantMutex"),
+        ("read", "redis-locks RwLock read"),
+        ("write", "redis-locks RwLock write"),
+    ] {
+        let runs = json_runs(
+            &server,
+            &format!("throughput --kind {kind} --workers 2 --duration 200ms"),
+        );
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        let run = &runs[0];
+        assert_eq!(run["kind"], kind.replace('-', "_"), "{run}");
+        assert_eq!(run["ours"]["name"], name, "{run}");
+        for variant in ["ours", "bare", "bare_fenced"] {
+            assert!(run[variant]["acquisitions"].as_u64().unwrap() > 0, "{run}");
+            // An uncontended acquire + release is two round trips, for the library too.
+            let requests = run[variant]["requests_per_acquisition"].as_f64().unwrap();
+            assert!((2.0..2.5).contains(&requests), "{run}");
+        }
+        assert!(run["ratio_ours_to_bare"].as_f64().unwrap() > 0.0, "{run}");
+        assert!(run["ratio_ours_to_bare_fenced"].as_f64().unwrap() > 0.0);
+        assert!(run["memory"]["held_lock_key_bytes"].as_i64().unwrap() > 0);
+    }
+    assert_no_counters_left(&server);
+}
+
+#[test]
+fn rwlock_handoff_lets_readers_share_and_writers_in_alone() {
+    let server = RedisServer::start().unwrap();
+    let runs = json_runs(
+        &server,
+        "handoff --kind rwlock --readers 4 --writers 2 --hold 2ms --duration 1s",
+    );
+    assert_eq!(runs.len(), 1, "only the variant asked for: {runs:?}");
+    let run = &runs[0];
+    assert_eq!(run["variant"], "rwlock", "{run}");
+    assert_eq!((&run["readers"], &run["writers"]), (&4.into(), &2.into()));
+    assert_eq!(run["workers"], 6, "{run}");
+    for side in ["reads", "writes"] {
+        assert!(run[side]["acquisitions"].as_u64().unwrap() > 0, "{run}");
+        assert!(run[side]["per_second"].as_f64().unwrap() > 0.0, "{run}");
+        // Every reader and every writer got in: nobody starved.
+        assert!(run[side]["per_worker_min"].as_u64().unwrap() > 0, "{run}");
+        let wait = &run[side]["wait"];
+        assert!(wait["p50_ms"].as_f64().unwrap() <= wait["p99_ms"].as_f64().unwrap());
+        assert!(wait["p99_ms"].as_f64().unwrap() <= wait["max_ms"].as_f64().unwrap());
+    }
+    assert!(run["max_concurrent_readers"].as_u64().unwrap() > 1, "{run}");
+    assert_eq!(run["overlaps"], 0, "{run}");
+    assert_eq!(run["token_regressions"], 0, "{run}");
+    assert!(run["requests_per_acquisition"].as_f64().unwrap() >= 2.0);
+    assert_no_counters_left(&server);
+    // The table form says what a reader looks for.
+    let url = server.url();
+    let command =
+        format!("handoff --redis {url} --kind rwlock --readers 2 --writers 1 --duration 200ms");
+    let out = bench(&command.split_whitespace().collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    for row in [
+        "2 readers and 1 writer,",
+        "reads",
+        "writes",
+        "wait max",
+        "per worker min/max",
+        "max concurrent readers",
+        "requests/acq",
+    ] {
+        assert!(table.contains(row), "{row} missing:\n{table}");
+    }
 }
