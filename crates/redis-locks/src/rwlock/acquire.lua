@@ -37,18 +37,31 @@
 --   {0, -3}     refused for good: a write hold asked by an owner that holds only read
 --               holds (an upgrade; two upgraders would wait for each other forever).
 -- Errors (no hold written; expired holds and places may have been cleaned up):
---   WRONGTYPE <key> ...  KEYS[1] is not a hash, or a hash of another kind; a queue key
---                        holds another type; KEYS[2] is not an integer.
+--   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type, or a hash that is
+--                        not one), or has live holds of another kind; a queue key holds
+--                        another type; KEYS[2] is not an integer (only checked when a new
+--                        token is taken).
+--   ERR ...              an argument out of its range (kind, mode, an empty hold or owner,
+--                        a lease that is not a positive integer, a place lease that is not
+--                        a non-negative integer); nothing is read or written.
 
 local key, kind, mode, hold, owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local lease, place_lease = tonumber(ARGV[5]), tonumber(ARGV[6])
-local wrong = holds_wrong_type(key, kind) or queue_wrong_type(KEYS[3], KEYS[4], KEYS[5])
+local lease, place_lease = holds_number(ARGV[5], 1), holds_number(ARGV[6], 0)
+if (kind ~= 'rwlock' and kind ~= 'reentrant') or (mode ~= 'r' and mode ~= 'w') or not lease
+    or not place_lease or hold == '' or owner == '' then
+  return redis.error_reply('ERR acquire.lua: bad arguments (kind, mode, hold, owner, lease, place lease)')
+end
+local wrong = holds_not_ours(key) or queue_wrong_type(KEYS[3], KEYS[4], KEYS[5])
 if wrong then
   return wrong
 end
 local micros = server_micros()
 local now = math.floor(micros / 1000)
 local state = holds_read(key, now, true)
+wrong = holds_other_kind(key, state, kind)
+if wrong then
+  return wrong
+end
 local id = mode .. hold
 local placed = place_lease > 0
 queue_purge(KEYS[3], KEYS[4], now)

@@ -13,14 +13,11 @@
 --    0  the hold is gone (its lease ran out).
 --   -1  the hold is a read hold already.
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  KEYS[1] is not a hash, or a queue key holds another type.
+--   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type, or a hash that is
+--                        not one), or a queue key holds another type.
 
 local key, hold = KEYS[1], ARGV[1]
-local found = redis.call('TYPE', key).ok
-if found ~= 'none' and found ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
-end
-local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
+local wrong = holds_not_ours(key) or queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
 if wrong then
   return wrong
 end

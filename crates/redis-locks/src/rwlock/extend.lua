@@ -10,12 +10,17 @@
 --   1  extended: the hold was live and now ends ARGV[2] ms from now.
 --   0  not extended: the hold is gone (its lease ran out). Expired holds are cleaned up.
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  KEYS[1] is not a hash.
+--   ERR ...              ARGV[2] is not a positive integer.
+--   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type, or a hash that is
+--                        not one).
 
-local key, hold, lease = KEYS[1], ARGV[1], tonumber(ARGV[2])
-local found = redis.call('TYPE', key).ok
-if found ~= 'none' and found ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
+local key, hold, lease = KEYS[1], ARGV[1], holds_number(ARGV[2], 1)
+if not lease then
+  return redis.error_reply('ERR extend.lua: the lease must be a positive integer (ms)')
+end
+local wrong = holds_not_ours(key)
+if wrong then
+  return wrong
 end
 local now = server_ms()
 local state = holds_read(key, now, true)

@@ -18,14 +18,23 @@
 -- Waiters wait in the lock's queue (waiters.lua), each under its own id: 'r' or 'w' (its
 -- mode) followed by its hold id. A waiter is woken by a wake-up addressed to that id.
 --
--- holds_wrong_type(key, kind)
---   Returns a 'WRONGTYPE <key> ...' error reply when key is neither absent nor a hash, or a
---   hash of another kind (a name in use as another primitive); else nil.
+-- holds_not_ours(key)
+--   Returns a 'WRONGTYPE <key> ...' error reply when key is neither absent nor a lock of
+--   holds (a hash whose kind is 'rwlock' or 'reentrant'): such a key is never written or
+--   deleted by these scripts. Else nil.
+--
+-- holds_other_kind(key, state, kind)
+--   After holds_read: a 'WRONGTYPE <key> is in use as ...' error reply when key has live
+--   holds of another kind than kind (a name in use as another primitive); else nil. A lock
+--   whose holds all expired is free for either kind.
+--
+-- holds_number(text, least)
+--   text as an integer if it is one and at least least, else nil (for leases from ARGV).
 --
 -- holds_read(key, now, purge)
---   Reads the holds of key at server time now (ms). With purge, deletes the holds whose
---   deadline passed (and the writer and token fields with the last write hold, and the key
---   with the last hold). Returns a table:
+--   Reads the holds of key (a lock of holds, or absent) at server time now (ms). With purge,
+--   deletes the holds whose deadline passed (and the writer and token fields with the last
+--   write hold, and the key with the last hold). Returns a table:
 --     holds        live holds by hold id: {deadline=, mode=, token=, owner=}
 --     count        how many live holds
 --     writes       how many live write holds
@@ -33,6 +42,7 @@
 --     token        the writer's fencing token (a number), or false
 --     reads_of     live read holds by owner id: owner -> count
 --     latest       the latest deadline of a live hold (0 with none)
+--     kind         the kind field, or false
 --
 -- hold_value(deadline, mode, token, owner)
 --   The value of a hold field (numbers written in full: Lua's own number format would
@@ -43,33 +53,48 @@
 --   for 'w', the write holds for 'r'); nil when none does.
 --
 -- holds_keep(key, now, deadline)
---   Makes sure key lives at least until deadline (server ms): its expiry is raised, never
---   lowered.
+--   Makes sure key lives at least until deadline (server ms): its expiry is raised (or set,
+--   if it had none), never lowered.
 --
 -- wake_front(queue, channel, state)
 --   After a change, wakes the waiters of the queue's front that may now enter: the readers
 --   before its first writer (unless a write hold is live), or the first waiter when it is a
 --   writer and no hold is live. Looks at the first 64 waiters at most.
 
-local function holds_wrong_type(key, kind)
+local function holds_not_ours(key)
   local found = redis.call('TYPE', key).ok
   if found == 'none' then
     return nil
   end
   if found ~= 'hash' then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a ' .. kind)
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
   end
-  local held_as = redis.call('HGET', key, 'kind')
-  if held_as ~= kind then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' is in use as a ' .. tostring(held_as) ..
+  local kind = redis.call('HGET', key, 'kind')
+  if kind ~= 'rwlock' and kind ~= 'reentrant' then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a hash that is not a lock of holds')
+  end
+  return nil
+end
+
+local function holds_other_kind(key, state, kind)
+  if state.count > 0 and state.kind ~= kind then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' is in use as a ' .. tostring(state.kind) ..
       ', not a ' .. kind)
+  end
+  return nil
+end
+
+local function holds_number(text, least)
+  local number = tonumber(text)
+  if number and number == math.floor(number) and number >= least then
+    return number
   end
   return nil
 end
 
 local function holds_read(key, now, purge)
   local state = {holds = {}, count = 0, writes = 0, writer = false, token = false,
-    reads_of = {}, latest = 0}
+    reads_of = {}, latest = 0, kind = false}
   local fields = redis.call('HGETALL', key)
   local expired = {}
   for i = 1, #fields, 2 do
@@ -95,6 +120,8 @@ local function holds_read(key, now, purge)
       state.writer = fields[i + 1]
     elseif fields[i] == 'token' then
       state.token = tonumber(fields[i + 1])
+    elseif fields[i] == 'kind' then
+      state.kind = fields[i + 1]
     end
   end
   if state.writes == 0 then
@@ -132,7 +159,7 @@ end
 
 local function holds_keep(key, now, deadline)
   local pttl = redis.call('PTTL', key)
-  if pttl < deadline - now then
+  if pttl < 0 or pttl < deadline - now then
     redis.call('PEXPIRE', key, deadline - now)
   end
 end

@@ -19,7 +19,8 @@ use crate::state::{HoldInfo, HoldMode, HoldsState};
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
 
-/// The hash prelude: `holds_wrong_type`, `holds_read`, `hold_value`, `holds_soonest`,
+/// The hash prelude: `holds_not_ours`, `holds_other_kind`, `holds_number`, `holds_read`,
+/// `hold_value`, `holds_soonest`,
 /// `holds_keep`, `wake_front`.
 const HOLDS_LUA: &str = include_str!("holds.lua");
 

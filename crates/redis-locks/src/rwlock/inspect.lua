@@ -14,12 +14,13 @@
 --     holds     five values per live hold, in no particular order:
 --               hold id, mode ('r' or 'w'), owner id, remaining lease in ms, fencing token.
 -- Errors:
---   WRONGTYPE <key> ...  KEYS[1] is not a hash, or KEYS[2] is not an integer.
+--   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type, or a hash that is
+--                        not one), or KEYS[2] is not an integer (or not a string).
 
 local key = KEYS[1]
-local found = redis.call('TYPE', key).ok
-if found ~= 'none' and found ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
+local wrong = holds_not_ours(key)
+if wrong then
+  return wrong
 end
 local now = server_ms()
 local state = holds_read(key, now, false)
@@ -27,7 +28,10 @@ local kind = ''
 if state.count > 0 then
   kind = redis.call('HGET', key, 'kind') or ''
 end
-local counter = redis.call('GET', KEYS[2])
+local counter = redis.pcall('GET', KEYS[2])
+if type(counter) == 'table' and counter.err then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: ' .. counter.err)
+end
 if counter then
   counter = tonumber(counter)
   if not counter then

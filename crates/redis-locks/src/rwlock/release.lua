@@ -18,15 +18,11 @@
 --              Nothing else is changed, except that expired holds are cleaned up and the
 --              caller's place, if any, is given up (waking whoever may enter now).
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  KEYS[1] is not a hash (another primitive holds the name), or a
---                        queue key holds another type.
+--   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type: a Mutex holds the
+--                        name; or a hash that is not one), or a queue key holds another type.
 
 local key, hold = KEYS[1], ARGV[1]
-local found = redis.call('TYPE', key).ok
-if found ~= 'none' and found ~= 'hash' then
-  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
-end
-local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
+local wrong = holds_not_ours(key) or queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
 if wrong then
   return wrong
 end
