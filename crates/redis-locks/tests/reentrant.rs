@@ -72,6 +72,7 @@ async fn a_foreign_owner_is_refused_and_changes_nothing() {
     // refused by the script and changes nothing.
     let script = redis::Script::new(
         &[
+            include_str!("../src/rwlock/release_first.lua"),
             common::WAITERS_LUA,
             include_str!("../src/rwlock/holds.lua"),
             include_str!("../src/rwlock/release.lua"),

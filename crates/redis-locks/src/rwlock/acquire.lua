@@ -51,6 +51,26 @@ if (kind ~= 'rwlock' and kind ~= 'reentrant') or (mode ~= 'r' and mode ~= 'w') o
     or not place_lease or hold == '' or owner == '' then
   return redis.error_reply('ERR acquire.lua: bad arguments (kind, mode, hold, owner, lease, place lease)')
 end
+
+-- The common case first, in as few calls as it takes: nobody holds the lock and nobody
+-- waits (the lock key and the queue are absent), so either mode enters at once.
+if redis.call('EXISTS', key) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+  local micros = server_micros()
+  local token, err = next_token(KEYS[2], micros)
+  if not token then
+    return err
+  end
+  local deadline = math.floor(micros / 1000) + lease
+  local value = hold_value(deadline, mode, token, owner)
+  if mode == 'w' then
+    redis.call('HSET', key, 'kind', kind, 'h:' .. hold, value, 'writer', owner, 'token', token)
+  else
+    redis.call('HSET', key, 'kind', kind, 'h:' .. hold, value)
+  end
+  redis.call('PEXPIRE', key, lease)
+  return {1, token}
+end
+
 local wrong = holds_not_ours(key) or queue_wrong_type(KEYS[3], KEYS[4], KEYS[5])
 if wrong then
   return wrong

@@ -35,8 +35,14 @@ static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
 });
 
 /// Release one hold by its id (and give up a place): `{1, left}`, `{0, 0}`.
-static RELEASE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("release.lua")]));
+static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        include_str!("release_first.lua"),
+        WAITERS_LUA,
+        HOLDS_LUA,
+        include_str!("release.lua"),
+    ])
+});
 
 /// Set one hold's lease: `1`, `0`.
 static EXTEND: LazyLock<LockScript> =
