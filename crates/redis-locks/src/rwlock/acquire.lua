@@ -54,7 +54,7 @@ end
 
 -- The common case first, in as few calls as it takes: nobody holds the lock and nobody
 -- waits (the lock key and the queue are absent), so either mode enters at once.
-if redis.call('EXISTS', key) == 0 and redis.call('EXISTS', KEYS[3]) == 0 then
+if redis.call('EXISTS', key, KEYS[3]) == 0 then
   local micros = server_micros()
   local token, err = next_token(KEYS[2], micros)
   if not token then
