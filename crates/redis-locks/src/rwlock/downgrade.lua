@@ -21,9 +21,7 @@ local wrong = holds_not_ours(key) or queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
 if wrong then
   return wrong
 end
-local now = server_ms()
-local state = holds_read(key, now, true)
-local mine = state.holds[hold]
+local now, state, mine = holds_find(key, hold)
 if not mine then
   return 0
 end

@@ -22,9 +22,7 @@ local wrong = holds_not_ours(key)
 if wrong then
   return wrong
 end
-local now = server_ms()
-local state = holds_read(key, now, true)
-local mine = state.holds[hold]
+local now, state, mine = holds_find(key, hold)
 if not mine then
   return 0
 end

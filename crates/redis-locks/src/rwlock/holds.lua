@@ -48,6 +48,11 @@
 --   The value of a hold field (numbers written in full: Lua's own number format would
 --   round a 16-digit fencing token).
 --
+-- holds_find(key, hold)
+--   For the scripts that act on one hold (release, extend, downgrade): the server time now
+--   (ms), the holds of key read with purge (see holds_read), and the live hold with id hold
+--   (nil when it is gone).
+--
 -- holds_soonest(state, mode)
 --   The earliest deadline among the live holds that keep a waiter in mode out (every hold
 --   for 'w', the write holds for 'r'); nil when none does.
@@ -145,6 +150,12 @@ end
 
 local function hold_value(deadline, mode, token, owner)
   return string.format('%d %s %d %s', deadline, mode, token, owner)
+end
+
+local function holds_find(key, hold)
+  local now = server_ms()
+  local state = holds_read(key, now, true)
+  return now, state, state.holds[hold]
 end
 
 local function holds_soonest(state, mode)

@@ -26,9 +26,7 @@ local wrong = holds_not_ours(key) or queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
 if wrong then
   return wrong
 end
-local now = server_ms()
-local state = holds_read(key, now, true)
-local released = state.holds[hold]
+local now, state, released = holds_find(key, hold)
 local left = 0
 if released then
   state.holds[hold] = nil
