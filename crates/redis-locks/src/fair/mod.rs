@@ -214,7 +214,7 @@ impl Client {
     /// A [`FairMutex`] handle for the lock `name` with the given options.
     ///
     /// # Errors
-    /// As [`Client::mutex_with`]; also [`Error::InvalidDuration`] for a place lease under
+    /// As [`Client::mutex_with`]; also [`Error::InvalidDuration`](crate::Error::InvalidDuration) for a place lease under
     /// 3 ms or over an hour.
     pub fn fair_mutex_with(&self, name: &str, options: FairMutexOptions) -> Result<FairMutex> {
         FairMutex::new(self.clone(), LockKeys::new(name)?, options)
@@ -249,8 +249,8 @@ impl FairMutex {
     /// Takes the lock only if it is free and nobody waits for it; never joins the queue.
     ///
     /// # Errors
-    /// [`Error::Held`] when it is held (with the holder's remaining lease) or others wait
-    /// (`retry_after` is then `None`); [`Error::WrongType`], [`Error::Connection`] as for
+    /// [`Error::Held`](crate::Error::Held) when it is held (with the holder's remaining lease) or others wait
+    /// (`retry_after` is then `None`); [`Error::WrongType`](crate::Error::WrongType), [`Error::Connection`](crate::Error::Connection) as for
     /// [`Mutex::try_lock`](crate::Mutex::try_lock).
     ///
     /// # Cancel safety
@@ -277,7 +277,7 @@ impl FairMutex {
     /// is given up (the next waiter is woken if it is now first).
     ///
     /// # Errors
-    /// [`Error::WaitTimeout`] when the turn did not come within `wait`; otherwise as
+    /// [`Error::WaitTimeout`](crate::Error::WaitTimeout) when the turn did not come within `wait`; otherwise as
     /// [`FairMutex::lock`].
     ///
     /// # Cancel safety
@@ -299,7 +299,7 @@ impl FairMutex {
     /// not yet removed).
     ///
     /// # Errors
-    /// [`Error::WrongType`] when the queue key holds another type; [`Error::Connection`].
+    /// [`Error::WrongType`](crate::Error::WrongType) when the queue key holds another type; [`Error::Connection`](crate::Error::Connection).
     pub async fn waiting(&self) -> Result<u64> {
         let queue = self.keys.queue();
         let command = redis::cmd("ZCARD").arg(queue).to_owned();
