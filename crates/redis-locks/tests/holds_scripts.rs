@@ -562,6 +562,38 @@ fn a_write_waits_for_the_soonest_read_and_a_placed_refusal_joins_the_queue() {
 }
 
 #[test]
+fn a_retry_must_carry_its_holds_own_mode_and_owner() {
+    let server = server();
+    let mut con = raw(&server);
+    let (_, token) = read(1, "A").run(&mut con);
+    let before = fields(&mut con);
+    // The same hold id in the other mode, or for another owner: refused, nothing written.
+    for ask in [write(1, "A"), read(1, "B")] {
+        let err = ask.try_run(&mut con).expect_err("refused");
+        assert!(
+            err.to_string().contains("another mode or by another owner"),
+            "{err}"
+        );
+    }
+    assert_eq!(fields(&mut con), before);
+    // The true retry is granted again with its token.
+    assert_eq!(read(1, "A").run(&mut con), (1, token));
+}
+
+#[test]
+fn a_write_re_entry_renews_every_write_hold_of_the_owner() {
+    let server = server();
+    let mut con = raw(&server);
+    write(1, "A").run(&mut con);
+    assert_eq!(extend(&mut con, 1, 300), 1);
+    let short = hold_of(&mut con, 1).unwrap().deadline;
+    write(2, "A").run(&mut con);
+    let renewed = hold_of(&mut con, 1).unwrap().deadline;
+    assert!(renewed > short + 1000, "{short} -> {renewed}");
+    assert_eq!(renewed, hold_of(&mut con, 2).unwrap().deadline);
+}
+
+#[test]
 fn an_upgrade_is_refused_with_minus_three_and_writes_nothing() {
     let server = server();
     let mut con = raw(&server);

@@ -101,38 +101,40 @@ async fn a_foreign_owner_is_refused_and_changes_nothing() {
 }
 
 #[tokio::test]
-async fn a_re_entry_renews_the_lease() {
+async fn a_re_entry_renews_the_lease_of_every_hold_of_the_owner() {
     let server = server();
     let client = common::client(&server).await;
     let options = ReentrantMutexOptions::default().lease(Duration::from_millis(1500));
     let lock = client.reentrant_mutex_with("ledger", options).unwrap();
+    // Taken before the request: the first hold's lease ends no earlier than 1500 ms after.
+    let asked = Instant::now();
     let first = lock.lock().await.unwrap();
-    let entered = Instant::now();
     tokio::time::sleep(Duration::from_millis(700)).await;
-    // Without renewal the key would have at most 800 ms left now.
+    // Without renewal the first hold and the key would have at most 800 ms left now.
     let second = lock.lock().await.unwrap();
     assert!(
         pttl(&server, "ledger") > 1000,
         "pttl {}",
         pttl(&server, "ledger")
     );
-    // Past the first hold's lease the lock is still the owner's, by the second hold.
-    let first_lost = first.lost();
-    tokio::time::timeout(Duration::from_secs(2), first_lost)
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.hold_count(), 2);
+    for hold in &state.holds {
+        assert!(
+            hold.lease_remaining > Duration::from_millis(1000),
+            "{hold:?}"
+        );
+    }
+    // The first guard still counts on its own lease only (it cannot know of the renewal):
+    // its lost() resolves at its own deadline, while the server keeps its hold.
+    tokio::time::timeout(Duration::from_secs(2), first.lost())
         .await
         .unwrap();
-    assert!(entered.elapsed() >= Duration::from_millis(1400));
-    // (The guard counts its lease from the request's send, less a drift allowance: the
-    // server ends the hold a moment later.)
-    assert!(
-        eventually(Duration::from_secs(1), || async {
-            lock.state().await.unwrap().hold_count() == 1
-        })
-        .await
-    );
+    assert!(asked.elapsed() >= Duration::from_millis(1400));
+    assert_eq!(lock.state().await.unwrap().hold_count(), 2);
     let foreign = client.reentrant_mutex("ledger").unwrap();
     assert!(matches!(foreign.try_lock().await, Err(Error::Held { .. })));
-    common::assert_not_held(first.release().await, redis_locks::LostReason::Expired);
+    assert_eq!(first.release().await.unwrap().holds(), 1);
     assert!(second.release().await.unwrap().is_freed());
 }
 
@@ -140,7 +142,7 @@ async fn a_re_entry_renews_the_lease() {
 async fn cancelled_re_entries_leave_the_count_right() {
     let server = server();
     let client = common::client(&server).await;
-    let lock = client.reentrant_mutex("ledger").unwrap();
+    let lock = std::sync::Arc::new(client.reentrant_mutex("ledger").unwrap());
     let outer = lock.lock().await.unwrap();
     // Re-entries cancelled at every point: before the request, in flight, after the grant.
     for i in 0..40u64 {
@@ -192,6 +194,14 @@ async fn handles_with_one_owner_id_re_enter_each_others_lock() {
     ));
 }
 
+/// A waiter that polls rarely (a 20 s retry delay, a 30 s place lease renewed every third
+/// of it): beside a wake-up, only the 2 s look of a live waiter lets it in.
+fn quiet_waiting() -> WaitOptions {
+    WaitOptions::default()
+        .retry_delay(Duration::from_secs(20))
+        .place_lease(Duration::from_secs(30))
+}
+
 #[tokio::test]
 async fn a_release_wakes_the_next_owner_without_polling() {
     let server = server();
@@ -200,8 +210,7 @@ async fn a_release_wakes_the_next_owner_without_polling() {
     let outer = lock.lock().await.unwrap();
     let inner = lock.lock().await.unwrap();
     // A waiter polling every 20 s: only a wake-up lets it in quickly.
-    let options = ReentrantMutexOptions::default()
-        .wait_options(WaitOptions::default().retry_delay(Duration::from_secs(20)));
+    let options = ReentrantMutexOptions::default().wait_options(quiet_waiting());
     let waiter = client.reentrant_mutex_with("ledger", options).unwrap();
     let waiting = tokio::spawn(async move { waiter.lock().await.unwrap() });
     assert!(
@@ -215,7 +224,8 @@ async fn a_release_wakes_the_next_owner_without_polling() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished());
     outer.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(2), waiting)
+    // Within 1 s: a live waiter looks again on its own only every 2 s.
+    let next = tokio::time::timeout(Duration::from_secs(1), waiting)
         .await
         .expect("the waiter was woken by the last release")
         .unwrap();

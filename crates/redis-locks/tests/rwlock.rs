@@ -258,13 +258,14 @@ async fn a_killed_readers_hold_ends_with_its_own_lease() {
     // A live reader, renewed by its watchdog all along.
     let live = client.rwlock_with("rw", renewed(600)).unwrap();
     let live_guard = live.read().await.unwrap();
+    // The child's hold is granted after this, so its lease ends after dead_deadline.
+    let dead_deadline = Instant::now() + Duration::from_millis(1500);
     let mut child =
         ChildProcess::spawn_test("short_reader_child", &[("CHILD_REDIS_URL", &server.url())])
             .unwrap();
     let line =
         tokio::task::block_in_place(|| child.wait_for_line("reading ", Duration::from_secs(30)));
     assert!(line.is_some(), "the child reads");
-    let dead_deadline = Instant::now() + Duration::from_millis(1500);
     child.kill_hard();
     let writer = client.rwlock("rw").unwrap();
     let write = tokio::spawn(async move {
@@ -303,7 +304,9 @@ async fn a_killed_readers_hold_ends_with_its_own_lease() {
 async fn a_dead_readers_lease_alone_holds_a_writer_up() {
     let server = server();
     let client = client(&server).await;
-    // A reader that will never release (as if killed): its lease ends it.
+    // A reader that will never release (as if killed): its lease ends it, no earlier than
+    // 800 ms after `started`.
+    let started = Instant::now();
     let stuck = client
         .rwlock_with(
             "rw",
@@ -313,7 +316,6 @@ async fn a_dead_readers_lease_alone_holds_a_writer_up() {
         .read()
         .await
         .unwrap();
-    let started = Instant::now();
     let other = client.rwlock("rw").unwrap().read().await.unwrap();
     other.release().await.unwrap();
     // A writer that waits without polling: only the stuck reader's lease end lets it in.
@@ -324,13 +326,22 @@ async fn a_dead_readers_lease_alone_holds_a_writer_up() {
         .await
         .expect("the writer entered at the stuck reader's lease end")
         .unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(700));
+    assert!(started.elapsed() >= Duration::from_millis(750));
     assert_not_held(stuck.release().await, LostReason::Expired);
     guard.release().await.unwrap();
 }
 
+/// How soon a woken waiter enters: well under the 2 s after which a live waiter looks again
+/// on its own, so a waiter that enters within it was woken.
+const WOKEN_WITHIN: Duration = Duration::from_secs(1);
+
+/// A waiter that polls rarely (a 20 s retry delay, a 30 s place lease renewed every third
+/// of it): beside a wake-up, only its holder's lease end or the 2 s look of a live waiter
+/// let it in.
 fn slow_polling() -> redis_locks::WaitOptions {
-    redis_locks::WaitOptions::default().retry_delay(Duration::from_secs(20))
+    redis_locks::WaitOptions::default()
+        .retry_delay(Duration::from_secs(20))
+        .place_lease(Duration::from_secs(30))
 }
 
 #[tokio::test]
@@ -571,7 +582,7 @@ async fn releases_wake_exactly_those_who_may_enter() {
     let mut guards = Vec::new();
     for reader in readers {
         guards.push(
-            tokio::time::timeout(Duration::from_secs(2), reader)
+            tokio::time::timeout(WOKEN_WITHIN, reader)
                 .await
                 .expect("the write release woke every reader")
                 .unwrap(),
@@ -595,7 +606,7 @@ async fn releases_wake_exactly_those_who_may_enter() {
     }
     assert_eq!(observer.state().await.unwrap().waiting_writers, 1);
     last.release().await.unwrap();
-    let write = tokio::time::timeout(Duration::from_secs(2), waiting)
+    let write = tokio::time::timeout(WOKEN_WITHIN, waiting)
         .await
         .expect("the last read release woke the writer")
         .unwrap();

@@ -11,7 +11,9 @@ macro_rules! guard_methods {
                 self.lease.name()
             }
 
-            /// This acquisition's fencing token: greater than that of every earlier holder of the lock.
+            /// This acquisition's fencing token: greater than that of every earlier holder of the
+            /// lock of another owner (a `ReentrantMutex`'s or an `RwLock` writer's re-entries
+            /// share their owner's first token).
             pub fn fencing_token(&self) -> $crate::FencingToken {
                 self.lease.fencing_token()
             }

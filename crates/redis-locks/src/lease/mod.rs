@@ -101,7 +101,9 @@ pub(crate) trait Hold: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
     /// That was the owner's last hold (of this mode, for an `RwLock`): a `ReentrantMutex`
-    /// is free now, an `RwLock`'s write side is open (its readers may still read).
+    /// is free now; after an `RwLock` write release, no write hold is left (its owner's or
+    /// other owners' reads may still hold); after a read release, this owner reads no more
+    /// (other owners may).
     Freed,
     /// The owner still holds the lock `holds` more times (re-entries not yet released).
     StillHeld {

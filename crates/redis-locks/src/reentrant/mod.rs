@@ -2,8 +2,8 @@
 //!
 //! Seed 001's reentrant lock is a hash `{owner -> hold count}`. This one is kept in the same
 //! hash of holds as an [`RwLock`](crate::RwLock)'s write side (`rwlock/holds.lua`, with the
-//! kind `reentrant`): each acquisition is a hold of its own with its own lease, so a
-//! cancelled re-entry takes back exactly its own hold and never another's count.
+//! kind `reentrant`): each acquisition is a hold of its own with its own id, so a cancelled
+//! re-entry takes back exactly its own hold and never another's count.
 
 use std::time::Duration;
 
@@ -24,16 +24,18 @@ pub type ReentrantMutexOptions = FairMutexOptions;
 /// A distributed lock that its owner may take again while holding it.
 ///
 /// The owner is an explicit [`OwnerId`], never a thread (async tasks move between threads):
-/// one is generated per handle and shared by its clones, or set with
-/// [`with_owner`](ReentrantMutex::with_owner). Each `lock()` by the owner while it holds the
+/// one is generated per handle, or set with [`with_owner`](ReentrantMutex::with_owner). A
+/// handle is one owner, so it is not `Clone`: tasks that must exclude each other make a
+/// handle each, and code that re-enters shares one handle (by reference, or `Arc`). Each `lock()` by the owner while it holds the
 /// lock is granted at once and returns a guard of its own (a *hold*); the lock is free when
 /// the last hold is released, and each release says how many are left ([`Released`]).
 ///
 /// - **Fencing**: the first hold takes a new fencing token; re-entries keep it.
 /// - **Leases**: every hold has its own lease on the server, renewed by its guard's watchdog;
-///   a re-entry makes sure the lock lives at least its lease from now. A hold whose lease
-///   ran out counts for nothing (its guard's `lost()` resolves), while the owner's other
-///   holds keep the lock.
+///   a re-entry renews the owner's other holds on the server to at least its own lease. A
+///   guard still counts on its own lease only (its `lost()` resolves at its own deadline,
+///   unless its watchdog renews it); a hold whose lease ran out counts for nothing, while
+///   the owner's other holds keep the lock.
 /// - **Waiting**: other owners wait in line, first come first served, woken one at a time
 ///   (as for a [`FairMutex`](crate::FairMutex)); cancel-safe as every `lock()`.
 /// - **Kinds**: a name held as a `ReentrantMutex` refuses to be taken as any other primitive
@@ -55,7 +57,6 @@ pub type ReentrantMutexOptions = FairMutexOptions;
 /// assert_eq!(outer.release().await?, Released::Freed);
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
 pub struct ReentrantMutex {
     lock: HoldsLock,
 }

@@ -17,7 +17,8 @@
 --
 -- Who may enter:
 --   - the owner's own re-entry, at once: a write hold when the owner is the writer (it
---     keeps the writer's fencing token), a read hold when the owner is the writer or holds
+--     keeps the writer's fencing token, and the owner's other write holds are renewed to
+--     at least this lease), a read hold when the owner is the writer or holds
 --     a read hold already (so a reader that reads again never waits behind a writer that
 --     waits for it);
 --   - a writer when no hold is live and nobody waits before it in the queue;
@@ -41,6 +42,8 @@
 --                        not one), or has live holds of another kind; a queue key holds
 --                        another type; KEYS[2] is not an integer (only checked when a new
 --                        token is taken).
+--   ERR ...              ARGV[3] names a live hold of another mode or owner (hold ids are
+--                        random per acquisition: never sent by the library).
 --   ERR ...              an argument out of its range (kind, mode, an empty hold or owner,
 --                        a lease that is not a positive integer, a place lease that is not
 --                        a non-negative integer); nothing is read or written.
@@ -111,14 +114,24 @@ local function wait_in_line()
   end
 end
 
--- A retried request: the hold is there already.
+-- A retried request: the hold is there already (under this mode and owner only: a hold id
+-- is never another acquisition's).
 local mine = state.holds[hold]
 if mine then
+  if mine.mode ~= mode or mine.owner ~= owner then
+    return redis.error_reply('ERR acquire.lua: hold ' .. hold .. ' was taken in another mode or by another owner')
+  end
   return grant(mine.token)
 end
 
--- Re-entry.
+-- Re-entry. A write re-entry renews the owner's other write holds too: the lock is the
+-- owner's at least until now + lease, by every hold.
 if mode == 'w' and state.writer == owner then
+  for other, held in pairs(state.holds) do
+    if held.mode == 'w' and held.deadline < now + lease then
+      redis.call('HSET', key, 'h:' .. other, hold_value(now + lease, 'w', held.token, held.owner))
+    end
+  end
   return grant(state.token)
 end
 if mode == 'r' and (state.writer == owner or state.reads_of[owner]) then

@@ -112,7 +112,8 @@ impl RwLockWriteGuard {
 
     /// Turns this write hold into a read hold, in one step on the server: no other writer
     /// can enter in between. The hold keeps its lease, fencing token and watchdog. When it
-    /// was the owner's last write hold, readers waiting in line are let in.
+    /// was the owner's last write hold, the readers at the front of the line (those ahead
+    /// of the first waiting writer) are let in.
     ///
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) when the hold's lease had run out (the

@@ -1,5 +1,5 @@
-//! `RwLock`: many readers or one writer, every reader with its own lease, writers never
-//! starved; cluster-ready (one hash key and its companions, all in the lock's slot).
+//! `RwLock`: many readers or one writer, every reader with its own lease, writers not
+//! starved by other owners' readers; cluster-ready (one hash key and its companions, all in the lock's slot).
 //!
 //! The lock is a hash of holds (`holds.lua` describes its layout), shared with
 //! [`ReentrantMutex`](crate::ReentrantMutex) (`holds.rs`, the kind tells them apart); the
@@ -28,12 +28,21 @@ pub type RwLockOptions = FairMutexOptions;
 /// A distributed read-write lock: many readers at once, or one writer.
 ///
 /// # Owners and holds
-/// A handle acts for one [`OwnerId`] (a fresh one per handle, shared by its clones, or set
-/// with [`with_owner`](RwLock::with_owner)). Every `read()` or `write()` returns a guard
+/// A handle acts for one [`OwnerId`] (a fresh one per handle, or set with
+/// [`with_owner`](RwLock::with_owner)). A handle is one owner, so it is not `Clone`: tasks
+/// that must exclude each other make a handle each (`client.rwlock(name)` is cheap), and
+/// tasks that act as one owner share one handle (`Arc<RwLock>`) or one owner id.
+///
+/// ```compile_fail
+/// fn share(lock: &redis_locks::RwLock) -> redis_locks::RwLock {
+///     lock.clone() // a handle is one owner: make another with `client.rwlock(name)`
+/// }
+/// ``` Every `read()` or `write()` returns a guard
 /// with a hold of its own: its own lease on the server's clock, its own fencing token, its
 /// own random id. So a crashed reader keeps writers out only until *its* lease ends, and no
 /// reader can release or extend another's hold. Fencing tokens come from one counter for
-/// readers and writers: a writer's token is greater than every earlier hold's.
+/// readers and writers: a writer's first token is greater than every earlier hold's (its
+/// write re-entries share it; reads it takes while writing take new ones).
 ///
 /// # Priority policy
 /// Fair, as tokio's `RwLock`: waiters queue on the server in order of arrival. A reader
@@ -45,8 +54,15 @@ pub type RwLockOptions = FairMutexOptions;
 /// next writer); a read release that leaves no reader wakes the writer at the front.
 ///
 /// A writer that dies while waiting holds the readers behind it up for at most its place
-/// lease ([`RwLockOptions::place_lease`], 2 s by default): its place is then dropped and
-/// the readers are let in by the next attempt or release.
+/// lease ([`RwLockOptions::place_lease`], 2 s by default) and a third of theirs (when they
+/// renew their places and find it gone): its place is then dropped and the readers are let
+/// in. A release wakes at most the first 64 waiters at the queue's front; readers behind
+/// them look again when they renew their places.
+///
+/// Re-entry is by owner: an owner that holds a read reads again at once, even past a
+/// waiting writer (it would otherwise wait for a writer that waits for it). So an owner
+/// whose reads overlap without a gap keeps writers out as one long read would: give tasks
+/// that read independently a handle each.
 ///
 /// # Re-entry, downgrade, upgrade
 /// - The writer may take the write lock again (a re-entry keeps its fencing token) and may
@@ -76,7 +92,6 @@ pub type RwLockOptions = FairMutexOptions;
 /// writer.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
 pub struct RwLock {
     lock: HoldsLock,
 }
