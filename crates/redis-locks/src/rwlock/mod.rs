@@ -31,18 +31,18 @@ pub type RwLockOptions = FairMutexOptions;
 /// A handle acts for one [`OwnerId`] (a fresh one per handle, or set with
 /// [`with_owner`](RwLock::with_owner)). A handle is one owner, so it is not `Clone`: tasks
 /// that must exclude each other make a handle each (`client.rwlock(name)` is cheap), and
-/// tasks that act as one owner share one handle (`Arc<RwLock>`) or one owner id.
+/// tasks that act as one owner share one handle (`Arc<RwLock>`) or one owner id. Every
+/// `read()` or `write()` returns a guard with a hold of its own: its own lease on the
+/// server's clock, its own fencing token, its own random id. So a crashed reader keeps writers out only until *its* lease ends, and no
+/// reader can release or extend another's hold. Fencing tokens come from one counter for
+/// readers and writers: a writer's first token is greater than every earlier hold's (its
+/// write re-entries share it; reads it takes while writing take new ones).
 ///
 /// ```compile_fail
 /// fn share(lock: &redis_locks::RwLock) -> redis_locks::RwLock {
 ///     lock.clone() // a handle is one owner: make another with `client.rwlock(name)`
 /// }
-/// ``` Every `read()` or `write()` returns a guard
-/// with a hold of its own: its own lease on the server's clock, its own fencing token, its
-/// own random id. So a crashed reader keeps writers out only until *its* lease ends, and no
-/// reader can release or extend another's hold. Fencing tokens come from one counter for
-/// readers and writers: a writer's first token is greater than every earlier hold's (its
-/// write re-entries share it; reads it takes while writing take new ones).
+/// ```
 ///
 /// # Priority policy
 /// Fair, as tokio's `RwLock`: waiters queue on the server in order of arrival. A reader
