@@ -186,7 +186,7 @@ fn downgrade(con: &mut Connection, hold: u32) -> i64 {
 }
 
 fn try_inspect(con: &mut Connection) -> RedisResult<Vec<String>> {
-    script(INSPECT_LUA)
+    lua(&[FENCE_LUA, WAITERS_LUA, HOLDS_LUA, INSPECT_LUA])
         .key(&[LOCK, FENCE, PLACES][..])
         .invoke(con)
 }
@@ -1050,7 +1050,7 @@ fn inspect_reports_free_written_and_read_locks_and_writes_nothing() {
     // the script runs as well read-only (EVAL_RO refuses every write command).
     assert_eq!(fields(&mut con), before);
     assert_eq!(queue(&mut con), line);
-    let code = [WAITERS_LUA, HOLDS_LUA, INSPECT_LUA].join("\n");
+    let code = [FENCE_LUA, WAITERS_LUA, HOLDS_LUA, INSPECT_LUA].join("\n");
     let read_only: Vec<String> = redis::cmd("EVAL_RO")
         .arg(&code)
         .arg(3)

@@ -19,7 +19,11 @@ fn extend() -> Script {
     lua(&[WAITERS_LUA, include_str!("../src/mutex/extend.lua")])
 }
 fn inspect() -> Script {
-    lua(&[WAITERS_LUA, include_str!("../src/mutex/inspect.lua")])
+    lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/mutex/inspect.lua"),
+    ])
 }
 
 fn run_acquire(con: &mut Connection, owner: &str, ms: u64) -> redis::RedisResult<(i64, i64)> {

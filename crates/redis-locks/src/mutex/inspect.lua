@@ -1,5 +1,5 @@
 -- inspect.lua: read a Mutex's (or FairMutex's) state in one consistent step (after the
--- waiters.lua prelude: holder_of). Writes nothing.
+-- preludes fence.lua (read_counter) and waiters.lua (holder_of)). Writes nothing.
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  the fencing counter.
@@ -21,8 +21,8 @@
 --              process (client) with a waiter of this lock waiting right now; 0 without
 --              ARGV[1].
 -- Errors:
---   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] is not a string.
---   WRONGTYPE <key> ...  KEYS[2] is a string that is not an integer.
+--   WRONGTYPE  KEYS[1] is not a string.
+--   WRONGTYPE <key> ...  KEYS[2] is not an integer (or not a string).
 
 local owner, is_marked = holder_of(KEYS[1])
 local pttl = -2
@@ -35,14 +35,9 @@ if owner then
 else
   owner = ''
 end
-local counter = redis.call('GET', KEYS[2])
-if counter then
-  counter = tonumber(counter)
-  if not counter then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: not an integer')
-  end
-else
-  counter = 0
+local counter, err = read_counter(KEYS[2])
+if not counter then
+  return err
 end
 local listeners = 0
 if ARGV[1] then

@@ -53,8 +53,14 @@ static DOWNGRADE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("downgrade.lua")]));
 
 /// The state: `{kind, counter, waiting_readers, waiting_writers, (id, mode, owner, ms, token)...}`.
-static INSPECT: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("inspect.lua")]));
+static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        HOLDS_LUA,
+        include_str!("inspect.lua"),
+    ])
+});
 
 /// What a name is in use as, stored in the hash (`kind`): two kinds never share a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 -- inspect.lua: read the state of a lock kept in a hash in one consistent step (after the
--- preludes waiters.lua and holds.lua). Writes nothing.
+-- preludes fence.lua (read_counter), waiters.lua and holds.lua). Writes nothing.
 --
 -- KEYS[1]  the lock key (a hash, see holds.lua).
 -- KEYS[2]  the fencing counter.
@@ -28,17 +28,9 @@ local kind = ''
 if state.count > 0 then
   kind = redis.call('HGET', key, 'kind') or ''
 end
-local counter = redis.pcall('GET', KEYS[2])
-if type(counter) == 'table' and counter.err then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: ' .. counter.err)
-end
-if counter then
-  counter = tonumber(counter)
-  if not counter then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: not an integer')
-  end
-else
-  counter = 0
+local counter, err = read_counter(KEYS[2])
+if not counter then
+  return err
 end
 local readers, writers = 0, 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf')) do

@@ -1,6 +1,6 @@
 -- fence.lua: the shared prelude of every script that hands out fencing tokens; it is put in
--- front of mutex/acquire.lua and fair/acquire.lua. It defines two functions and runs
--- nothing by itself.
+-- front of mutex/acquire.lua, fair/acquire.lua and rwlock/acquire.lua, and of the inspect
+-- scripts (read_counter). It defines three functions and runs nothing by itself.
 --
 -- server_micros()
 --   Returns  the server's clock in µs (TIME). A script reads it before it writes anything,
@@ -18,6 +18,10 @@
 --   On error it returns nil and an error reply, having written nothing:
 --            'WRONGTYPE <counter> ...' when the counter is not a string or not an integer;
 --            any other error (NOPERM, OOM, READONLY) as the server raised it.
+--
+-- read_counter(counter)
+--   Returns  the counter's value (0 when absent), or nil and a 'WRONGTYPE <counter> ...'
+--            error reply when it is not an integer (or not a string). Writes nothing.
 
 local function server_micros()
   local now = redis.call('TIME')
@@ -38,4 +42,19 @@ local function next_token(counter, micros)
     redis.call('SET', counter, token)
   end
   return token
+end
+
+local function read_counter(counter)
+  local value = redis.pcall('GET', counter)
+  if type(value) == 'table' and value.err then
+    return nil, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter: ' .. value.err)
+  end
+  if not value then
+    return 0
+  end
+  local number = tonumber(value)
+  if not number then
+    return nil, redis.error_reply('WRONGTYPE ' .. counter .. ' is not a fencing counter: not an integer')
+  end
+  return number
 end
