@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 /// an [`RwLock`](crate::RwLock)): every acquisition by the same owner id is a re-entry.
 ///
 /// An owner is an explicit id, never a thread: async tasks move between threads. A handle
-/// gets a fresh random id when it is made, shared by its clones; give the handles of several
+/// gets a fresh random id when it is made (a handle is not `Clone`); give the handles of several
 /// processes or tasks one id (say, a job id) with `with_owner` when they act as one owner.
 ///
 /// ```
