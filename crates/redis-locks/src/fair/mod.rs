@@ -15,16 +15,13 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
-use crate::lease::{
-    Hold, HoldFuture, Lease, LeaseOptions, OwedRelease, Released, lease_millis, owner_reply,
-};
+use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
 use crate::mutex::{MutexGuard, MutexHold, inspect};
 use crate::node::LockScript;
+use crate::options::LockOptions;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{
-    Answer, Asker, Placed, WAITERS_LUA, WaitOptions, acquire, answer_in_time, try_once,
-};
+use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
 static ACQUIRE: LazyLock<LockScript> =
@@ -34,87 +31,21 @@ static ACQUIRE: LazyLock<LockScript> =
 static RELEASE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
 
-/// How a [`FairMutex`] (and a [`ReentrantMutex`](crate::ReentrantMutex) or an
-/// [`RwLock`](crate::RwLock), whose options are this type under another name) acquires: the
-/// lease and watchdog ([`LeaseOptions`], as for a
-/// [`Mutex`](crate::Mutex)), how it waits ([`WaitOptions`]), and the place lease of a waiter
-/// in the queue.
+/// How a [`FairMutex`] acquires: the options every primitive takes ([`LockOptions`]); for a
+/// `FairMutex` the place lease ([`LockOptions::place_lease`]) says how long a dead waiter at
+/// the head can hold up the queue.
 ///
 /// ```
 /// use std::time::Duration;
-/// use redis_locks::{FairMutexOptions, LeaseOptions};
+/// use redis_locks::FairMutexOptions;
 ///
 /// let options = FairMutexOptions::default()
 ///     .lease(Duration::from_secs(5))
 ///     .place_lease(Duration::from_millis(500));
 /// assert_eq!(options.get_place_lease(), Duration::from_millis(500));
-/// assert!(!options.get_lease_options().get_watchdog());
-///
-/// // The lease part, as every primitive takes it:
-/// let renewed = FairMutexOptions::default().lease_options(LeaseOptions::default().max_renewals(3));
-/// assert!(renewed.get_lease_options().get_watchdog());
+/// assert!(!options.get_watchdog());
 /// ```
-///
-/// The default is a 30 s lease renewed by a watchdog (as for a `Mutex`) and 2 s place leases.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct FairMutexOptions {
-    lease: LeaseOptions,
-    wait: WaitOptions,
-}
-
-impl FairMutexOptions {
-    /// The lease, watchdog and renewal caps, as for a [`Mutex`](crate::Mutex).
-    pub fn lease_options(mut self, options: LeaseOptions) -> Self {
-        self.lease = options;
-        self
-    }
-
-    /// How a waiting `lock()` keeps its place and behaves while wake-ups are down, all at
-    /// once (it replaces what [`place_lease`](FairMutexOptions::place_lease) set before).
-    pub fn wait_options(mut self, options: WaitOptions) -> Self {
-        self.wait = options;
-        self
-    }
-
-    /// Shorthand for [`LeaseOptions::lease`].
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = self.lease.lease(lease);
-        self
-    }
-
-    /// Shorthand for [`WaitOptions::place_lease`]: how long a waiter keeps its place without
-    /// renewing it (3 ms to 1 hour), so how long a dead waiter at the head can hold up the
-    /// queue.
-    pub fn place_lease(mut self, place_lease: Duration) -> Self {
-        self.wait = self.wait.place_lease(place_lease);
-        self
-    }
-
-    /// The lease options in force.
-    pub fn get_lease_options(&self) -> &LeaseOptions {
-        &self.lease
-    }
-
-    /// The wait options in force.
-    pub fn get_wait_options(&self) -> &WaitOptions {
-        &self.wait
-    }
-
-    /// The place lease in force.
-    pub fn get_place_lease(&self) -> Duration {
-        self.wait.get_place_lease()
-    }
-
-    /// Checks every value, so a bad one is reported when the handle is made.
-    ///
-    /// # Errors
-    /// As [`LeaseOptions::check`] and [`WaitOptions::check`].
-    pub fn check(&self) -> Result<()> {
-        self.lease.check()?;
-        self.wait.check()
-    }
-}
+pub type FairMutexOptions = LockOptions;
 
 /// How a `FairMutex` is released (leaving the queue, waking only the next waiter) and
 /// extended (as a `Mutex` is: the lock key is the same kind of string key, so the `Mutex`'s
@@ -234,7 +165,7 @@ impl FairMutex {
                 keys: keys.clone(),
                 lock,
             }),
-            lease_ms: lease_millis(options.lease.get_lease())?.to_string().into(),
+            lease_ms: lease_millis(options.get_lease())?.to_string().into(),
             client,
             keys,
             options,
@@ -315,7 +246,7 @@ impl FairMutex {
         // the place up in the background.
         let owed = OwedRelease::new(self.hold.clone());
         let address = owed.owner().as_str().to_string();
-        let on = self.client.wait_on(&self.options.wait);
+        let on = self.client.wait_on(self.options.get_wait_options());
         let lease = acquire(on, Placed::new(self, owed, address), deadline).await?;
         Ok(MutexGuard::new(lease))
     }
@@ -335,7 +266,7 @@ impl Asker for FairMutex {
     }
 
     fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease {
-        let options = &self.options.lease;
+        let options = self.options.get_lease_options();
         Lease::new(owed, token, sent_at, options, self.client.renewals())
     }
 
@@ -361,7 +292,7 @@ impl Asker for FairMutex {
             &place,
             keys.wake_channel(),
         ];
-        answer_in_time(self.options.lease.get_lease(), deadline, || {
+        answer_in_time(self.options.get_lease(), deadline, || {
             self.client
                 .node()
                 .run_script(Phase::Acquire, &ACQUIRE, &key_list, &args)

@@ -11,15 +11,15 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::Result;
-use crate::fair::FairMutexOptions;
 use crate::lease::{Lease, Released, guard_methods};
+use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::rwlock::{HoldsLock, Kind};
 use crate::state::{HoldMode, HoldsState};
 
 /// The options of a [`ReentrantMutex`]: a lease (renewed by a watchdog by default), how it
 /// waits, and the place lease of its waiters, as for a [`FairMutex`](crate::FairMutex).
-pub type ReentrantMutexOptions = FairMutexOptions;
+pub type ReentrantMutexOptions = LockOptions;
 
 /// A distributed lock that its owner may take again while holding it.
 ///

@@ -10,10 +10,10 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, LostReason, Phase, Result};
-use crate::fair::FairMutexOptions;
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis};
 use crate::node::{LockScript, Node};
+use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldInfo, HoldMode, HoldsState};
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
@@ -159,7 +159,7 @@ pub(crate) struct HoldsLock {
     client: Client,
     keys: Arc<LockKeys>,
     hold: Arc<HoldsHold>,
-    options: FairMutexOptions,
+    options: LockOptions,
     /// The lease in milliseconds, as the acquire script takes it.
     lease_ms: Arc<str>,
     owner: OwnerId,
@@ -170,7 +170,7 @@ impl HoldsLock {
     pub(crate) fn new(
         client: Client,
         name: &str,
-        options: FairMutexOptions,
+        options: LockOptions,
         kind: Kind,
     ) -> Result<HoldsLock> {
         options.check()?;
@@ -199,7 +199,7 @@ impl HoldsLock {
         &self.owner
     }
 
-    pub(crate) fn options(&self) -> &FairMutexOptions {
+    pub(crate) fn options(&self) -> &LockOptions {
         &self.options
     }
 

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::Result;
-use crate::fair::FairMutexOptions;
+use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldMode, HoldsState};
 
@@ -23,7 +23,7 @@ pub(crate) use holds::{HoldsLock, Kind};
 
 /// The options of an [`RwLock`]: a lease per hold (renewed by a watchdog by default), how it
 /// waits, and the place lease of its waiters, as for a [`FairMutex`](crate::FairMutex).
-pub type RwLockOptions = FairMutexOptions;
+pub type RwLockOptions = LockOptions;
 
 /// A distributed read-write lock: many readers at once, or one writer.
 ///
