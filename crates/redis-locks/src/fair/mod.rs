@@ -21,7 +21,9 @@ use crate::node::LockScript;
 use crate::options::LockOptions;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
+use crate::wait::{
+    Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, run_on_line, try_once,
+};
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
 static ACQUIRE: LazyLock<LockScript> =
@@ -63,17 +65,9 @@ impl Hold for FairHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
-            let keys = &self.keys;
-            let reply = self
-                .lock
-                .node
-                .run_script(
-                    Phase::Release,
-                    &RELEASE,
-                    &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
-                    &[owner.as_str(), keys.wake_channel()],
-                )
-                .await?;
+            let node = &self.lock.node;
+            let reply =
+                run_on_line(node, Phase::Release, &RELEASE, &self.keys, owner.as_str()).await?;
             owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })
     }

@@ -9,7 +9,7 @@ use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, lease_millis, owner_reply};
 use crate::node::{LockScript, Node};
 use crate::token::OwnerToken;
-use crate::wait::WAITERS_LUA;
+use crate::wait::{WAITERS_LUA, run_on_line};
 
 /// Owner-checked delete that wakes the next waiter if one marked the lock: `1` released, `0`
 /// gone, `-1` another owner's.
@@ -38,20 +38,14 @@ impl Hold for MutexHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
-            let reply = self
-                .node
-                .run_script(
-                    Phase::Release,
-                    &RELEASE,
-                    &[
-                        self.keys.lock(),
-                        self.keys.queue(),
-                        self.keys.places(),
-                        self.keys.tickets(),
-                    ],
-                    &[owner.as_str(), self.keys.wake_channel()],
-                )
-                .await?;
+            let reply = run_on_line(
+                &self.node,
+                Phase::Release,
+                &RELEASE,
+                &self.keys,
+                owner.as_str(),
+            )
+            .await?;
             owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })
     }

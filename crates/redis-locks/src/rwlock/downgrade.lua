@@ -17,11 +17,10 @@
 --                        not one), or a queue key holds another type.
 
 local key, hold = KEYS[1], ARGV[1]
-local wrong = holds_not_ours(key) or queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
+local wrong, now, state, mine = holds_find(KEYS, hold)
 if wrong then
   return wrong
 end
-local now, state, mine = holds_find(key, hold)
 if not mine then
   return 0
 end

@@ -18,11 +18,10 @@ local key, hold, lease = KEYS[1], ARGV[1], holds_number(ARGV[2], 1)
 if not lease then
   return redis.error_reply('ERR extend.lua: the lease must be a positive integer (ms)')
 end
-local wrong = holds_not_ours(key)
+local wrong, now, _, mine = holds_find(KEYS, hold)
 if wrong then
   return wrong
 end
-local now, state, mine = holds_find(key, hold)
 if not mine then
   return 0
 end

@@ -48,10 +48,12 @@
 --   The value of a hold field (numbers written in full: Lua's own number format would
 --   round a 16-digit fencing token).
 --
--- holds_find(key, hold)
---   For the scripts that act on one hold (release, extend, downgrade): the server time now
---   (ms), the holds of key read with purge (see holds_read), and the live hold with id hold
---   (nil when it is gone).
+-- holds_find(keys, hold)
+--   For the scripts that act on one hold (release, extend, downgrade): keys[1] is the lock
+--   key, keys[2..4] (if given) its queue's keys. Returns a WRONGTYPE error reply (nothing
+--   written) when keys[1] is not a lock of holds or a queue key holds another type; else
+--   nil, the server time now (ms), the holds of the lock read with purge (see holds_read),
+--   and the live hold with id hold (nil when it is gone).
 --
 -- holds_soonest(state, mode)
 --   The earliest deadline among the live holds that keep a waiter in mode out (every hold
@@ -152,10 +154,17 @@ local function hold_value(deadline, mode, token, owner)
   return string.format('%d %s %d %s', deadline, mode, token, owner)
 end
 
-local function holds_find(key, hold)
+local function holds_find(keys, hold)
+  local wrong = holds_not_ours(keys[1])
+  if not wrong and keys[2] then
+    wrong = queue_wrong_type(keys[2], keys[3], keys[4])
+  end
+  if wrong then
+    return wrong
+  end
   local now = server_ms()
-  local state = holds_read(key, now, true)
-  return now, state, state.holds[hold]
+  local state = holds_read(keys[1], now, true)
+  return nil, now, state, state.holds[hold]
 end
 
 local function holds_soonest(state, mode)

@@ -17,7 +17,9 @@ use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldInfo, HoldMode, HoldsState};
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
+use crate::wait::{
+    Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, run_on_line, try_once,
+};
 
 /// The hash prelude: `holds_not_ours`, `holds_other_kind`, `holds_number`, `holds_read`,
 /// `hold_value`, `holds_soonest`,
@@ -108,16 +110,14 @@ impl Hold for HoldsHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
-            let keys = &self.keys;
-            let reply: (i64, u64) = self
-                .node
-                .run_script(
-                    Phase::Release,
-                    &RELEASE,
-                    &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
-                    &[owner.as_str(), keys.wake_channel()],
-                )
-                .await?;
+            let reply: (i64, u64) = run_on_line(
+                &self.node,
+                Phase::Release,
+                &RELEASE,
+                &self.keys,
+                owner.as_str(),
+            )
+            .await?;
             match reply {
                 (1, left) => Ok(Released::leaving(left)),
                 (0, _) => Err(self.gone()),
@@ -226,17 +226,9 @@ impl HoldsLock {
 
     /// Turns the write hold `hold` into a read hold of the same owner, in one step.
     pub(crate) async fn downgrade(&self, hold: &OwnerToken) -> Result<()> {
-        let keys = &self.keys;
-        let reply: i64 = self
-            .client
-            .node()
-            .run_script(
-                Phase::Release,
-                &DOWNGRADE,
-                &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
-                &[hold.as_str(), keys.wake_channel()],
-            )
-            .await?;
+        let node = self.client.node();
+        let reply: i64 =
+            run_on_line(node, Phase::Release, &DOWNGRADE, &self.keys, hold.as_str()).await?;
         match reply {
             1 => Ok(()),
             0 => Err(self.hold.gone()),

@@ -22,11 +22,10 @@
 --                        name; or a hash that is not one), or a queue key holds another type.
 
 local key, hold = KEYS[1], ARGV[1]
-local wrong = holds_not_ours(key) or queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
+local wrong, now, state, released = holds_find(KEYS, hold)
 if wrong then
   return wrong
 end
-local now, state, released = holds_find(key, hold)
 local left = 0
 if released then
   state.holds[hold] = nil

@@ -41,18 +41,30 @@ pub(crate) use placed::{Answer, Asker, Placed, answer_in_time, try_once};
 /// `wake_all`, and the queue (`queue_purge`, `queue_join`, `queue_leave`, `queue_head`).
 pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
 
+/// Runs `script` on a lock and its line of waiters: KEYS the lock key, the queue, the place
+/// leases and the ticket counter; ARGV `id` (an owner token, hold id or waiter id) and the
+/// wake channel. Every release (and leave, and downgrade) takes these, whatever primitive.
+pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
+    node: &Node,
+    phase: Phase,
+    script: &LockScript,
+    keys: &LockKeys,
+    id: &str,
+) -> Result<T> {
+    node.run_script(
+        phase,
+        script,
+        &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
+        &[id, keys.wake_channel()],
+    )
+    .await
+}
+
 /// Gives a waiter's place in a lock's queue up (`leave.lua`): for a wait that ended without
 /// the lock. If the lock is free, the next waiter is woken, in case the release was meant for
 /// this one. A failure is only logged: the place lease ends the place anyway.
 pub(crate) async fn leave_queue(node: &Node, keys: &LockKeys, waiter: &str) {
-    let outcome = node
-        .run_script::<i64>(
-            Phase::Release,
-            &LEAVE,
-            &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
-            &[waiter, keys.wake_channel()],
-        )
-        .await;
+    let outcome = run_on_line::<i64>(node, Phase::Release, &LEAVE, keys, waiter).await;
     if let Err(err) = outcome {
         tracing::debug!(lock = keys.name(), %err, "leaving the queue; its place lease ends it");
     }
