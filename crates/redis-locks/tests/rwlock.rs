@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    assert_not_held, child_main, client, env, eventually, exists, raw, server, wait_for_go,
+    assert_not_held, child_main, client, env, eventually, exists, holds_of, raw, report_holds,
+    server, shared_holds_of, wait_for_go,
 };
 use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{Client, Error, LeaseOptions, LostReason, RwLockOptions};
@@ -89,21 +90,8 @@ fn rwlock_contender_child() {
         let history = Arc::new(History::default());
         let prefix = format!("process-{}", std::process::id());
         contend(client, prefix, 2, 1, READS, history.clone()).await;
-        for interval in history.intervals() {
-            println!("interval {}", serde_json::to_string(&interval).unwrap());
-        }
-        for interval in history.shared_intervals() {
-            println!("shared {}", serde_json::to_string(&interval).unwrap());
-        }
-        println!("done");
+        report_holds(&history);
     });
-}
-
-fn parse(lines: Vec<String>, marker: &str) -> Vec<Interval> {
-    lines
-        .iter()
-        .map(|line| serde_json::from_str(&line[marker.len()..]).unwrap())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,11 +120,9 @@ async fn readers_share_and_writers_exclude_across_processes() {
     // writer does READS writes): 8 readers and 3 writers in all.
     contend(client, "task".into(), 4, 1, WRITES, history.clone()).await;
     for child in &mut children {
-        let done =
-            tokio::task::block_in_place(|| child.wait_for_line("done", Duration::from_secs(120)));
-        assert!(done.is_some(), "child finished");
-        history.extend(parse(child.take_lines("interval "), "interval "));
-        for interval in parse(child.take_lines("shared "), "shared ") {
+        // Each child: one writer and two readers, READS acquisitions each.
+        history.extend(holds_of(child, READS));
+        for interval in shared_holds_of(child, 2 * READS) {
             history.record_shared(interval);
         }
     }

@@ -167,16 +167,20 @@ pub async fn record_hold(
     guard.release().await.unwrap();
 }
 
-/// In a child process: prints its recorded holdings for the parent, then `done`.
+/// In a child process: prints its recorded holdings (exclusive, then shared) for the parent,
+/// then `done`.
 pub fn report_holds(history: &redis_locks::history::History) {
     for interval in history.intervals() {
         println!("interval {}", serde_json::to_string(&interval).unwrap());
     }
+    for interval in history.shared_intervals() {
+        println!("shared {}", serde_json::to_string(&interval).unwrap());
+    }
     println!("done");
 }
 
-/// In the parent: a child's holdings, once it said `done` (within two minutes); exactly
-/// `expected` of them.
+/// In the parent: a child's exclusive holdings, once it said `done` (within two minutes);
+/// exactly `expected` of them.
 pub fn holds_of(
     child: &mut test_support::ChildProcess,
     expected: usize,
@@ -184,11 +188,29 @@ pub fn holds_of(
     let done =
         tokio::task::block_in_place(|| child.wait_for_line("done", Duration::from_secs(120)));
     assert!(done.is_some(), "child finished its acquisitions");
-    let intervals: Vec<redis_locks::history::Interval> = child
-        .take_lines("interval ")
-        .iter()
-        .map(|line| serde_json::from_str(&line["interval ".len()..]).unwrap())
-        .collect();
+    let intervals = reported(child, "interval ");
     assert_eq!(intervals.len(), expected);
     intervals
+}
+
+/// In the parent, after [`holds_of`]: the child's shared holdings; exactly `expected`.
+pub fn shared_holds_of(
+    child: &mut test_support::ChildProcess,
+    expected: usize,
+) -> Vec<redis_locks::history::Interval> {
+    let intervals = reported(child, "shared ");
+    assert_eq!(intervals.len(), expected);
+    intervals
+}
+
+/// The intervals a child printed after `marker`.
+fn reported(
+    child: &mut test_support::ChildProcess,
+    marker: &str,
+) -> Vec<redis_locks::history::Interval> {
+    child
+        .take_lines(marker)
+        .iter()
+        .map(|line| serde_json::from_str(&line[marker.len()..]).unwrap())
+        .collect()
 }
