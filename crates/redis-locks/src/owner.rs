@@ -30,7 +30,7 @@ impl OwnerId {
     /// Checks an owner id.
     ///
     /// # Errors
-    /// [`Error::InvalidOwner`](crate::Error::InvalidOwner) when it is empty, longer than
+    /// [`Error::InvalidOwner`] when it is empty, longer than
     /// [`OwnerId::MAX_LEN`] bytes, or contains a control character.
     pub fn new(id: &str) -> Result<OwnerId> {
         let invalid = |reason| Error::InvalidOwner {

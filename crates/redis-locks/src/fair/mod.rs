@@ -2,10 +2,11 @@
 //!
 //! This module is the worked example of "how to add a primitive" (see the lease core's module
 //! docs): its scripts (`acquire.lua`, `release.lua`, after the shared preludes), a [`Hold`]
-//! (release by owner; extend as a `Mutex` does), a [`Contender`] (one attempt that joins or
-//! renews a place in the server's queue; a wake-up addressed to this waiter; a place lease to
-//! renew; the place given up on timeout), options made of [`LeaseOptions`], [`WaitOptions`]
-//! and its own place lease, and [`MutexGuard`]s around the core's leases.
+//! (release by owner; extend as a `Mutex` does), an [`Asker`] (one attempt that joins or
+//! renews a place in the server's queue, which [`Placed`] turns into the acquire loop's
+//! contender: a wake-up addressed to this waiter, a place lease to renew, the place given up
+//! on timeout), the common [`LockOptions`] under its own name, and [`MutexGuard`]s around the
+//! core's leases.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;

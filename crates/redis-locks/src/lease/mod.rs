@@ -27,12 +27,15 @@
 //!    for how long), and optionally a cheaper first attempt, a place to give up on timeout,
 //!    and a wake-up address. [`acquire`](crate::wait::acquire) runs the one acquire loop
 //!    with it: listening for wake-ups, sleeping until the holder's lease ends, local turns,
-//!    the wait budget. A grant becomes a [`Lease`] through [`Lease::new`], from the attempt's
-//!    [`OwedRelease`] and the time its request was sent.
-//! 4. **Options** contain a [`LeaseOptions`] and a [`WaitOptions`](crate::WaitOptions), plus
-//!    the primitive's own settings (as `FairMutexOptions::place_lease`).
-//! 5. **A public guard** wraps the `Lease` (see `mutex/guard.rs`), and `Client` gets a
-//!    constructor. Tests: the scripts against a real server (every reply of the header), the
+//!    the wait budget. A primitive whose waiters each keep their own place in the queue
+//!    writes only an [`Asker`](crate::wait::Asker) (one attempt) and uses
+//!    [`Placed`](crate::wait::Placed) as its contender. A grant becomes a [`Lease`] through
+//!    [`Lease::new`], from the attempt's [`OwedRelease`] and the time its request was sent.
+//! 4. **Options**: the common [`LockOptions`](crate::LockOptions) (a [`LeaseOptions`] and a
+//!    [`WaitOptions`](crate::WaitOptions)) under the primitive's name (`pub type
+//!    FairMutexOptions = LockOptions`), or a struct around it for settings of its own.
+//! 5. **A public guard** wraps the `Lease` and gets its methods from `guard_methods!` (see
+//!    `mutex/guard.rs`), and `Client` gets a constructor. Tests: the scripts against a real server (every reply of the header), the
 //!    contention checker of [`history`](crate::history), cancel safety, bad input.
 //!
 //! A primitive with an exclusive string lock key (as `Mutex` and `FairMutex`) needs nothing
@@ -40,8 +43,7 @@
 //! queue reuses [`Placed`](crate::wait::Placed) (its `Asker` says how to ask once). A lock
 //! with several holds per key (`ReentrantMutex`, `RwLock`, `rwlock/holds.rs`) gives each
 //! guard a hold id of its own as the owed release's token, keeps the owner id for re-entry
-//! in the hold, and reports what a release left ([`Released`]). Guards get their lease
-//! methods from `guard_methods!`.
+//! in the hold, and reports what a release left ([`Released`]).
 //!
 mod guard;
 mod held;

@@ -37,7 +37,7 @@ pub(super) enum Ask {
 }
 
 /// What the script writes as the fencing counter's epoch on a grant (`acquire.lua`,
-/// KEYS[3] and ARGV[4]).
+/// `KEYS[3]` and `ARGV[4]`).
 enum Epoch {
     /// Nothing: the waiting path, or a grant asked again after it came back late.
     Keep,
@@ -350,7 +350,7 @@ struct Script {
     /// Mark a grant at once, for waiters of this process queued behind this one.
     mark: bool,
     /// A waiter's attempt: a refusal gives this place (`LocalQueue::id`) to the process's
-    /// waiters in the lock's queue (see `acquire.lua`, ARGV[5]), a grant takes it out.
+    /// waiters in the lock's queue (see `acquire.lua`, `ARGV[5]`), a grant takes it out.
     waiter: Option<Arc<str>>,
     /// What to write as the counter's epoch.
     epoch: Epoch,

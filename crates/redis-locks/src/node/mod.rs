@@ -197,7 +197,7 @@ impl Node {
 
     /// Runs `script` with `EVAL` in a pipeline after `CLIENT SETNAME name` and
     /// `CLIENT GETNAME`, so the script surely runs on the connection the name was given to
-    /// (see `mutex/acquire.lua`, KEYS[3]). Used only on the rare path that brings a fencing
+    /// (see `mutex/acquire.lua`, `KEYS[3]`). Used only on the rare path that brings a fencing
     /// counter up to the clock on a new connection. When the name sticks, it is recorded as
     /// the connection's; when it does not (an ACL without `CLIENT`, a proxy that answers for
     /// the server), this node never names again, and the script numbers every grant: slower,
@@ -240,7 +240,7 @@ impl Node {
         convert(phase, reply)
     }
 
-    /// The name this node believes its connection has (see `mutex/acquire.lua`, KEYS[3]).
+    /// The name this node believes its connection has (see `mutex/acquire.lua`, `KEYS[3]`).
     pub(crate) fn connection_name(&self) -> Option<Arc<str>> {
         self.inner.naming.get()
     }

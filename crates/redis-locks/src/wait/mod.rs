@@ -8,7 +8,7 @@
 //! it sleeps until a release wakes it, or until the holder's lease ends (the key expires then,
 //! so a crashed holder is noticed at once), or until its place lease must be renewed, or
 //! until the caller's wait budget runs out. While the wake-up connection is not live it polls
-//! with a jittered delay ([`pause`]). A primitive that takes *local turns* (a `Mutex`) lets
+//! with a jittered delay ([`pause`](mod@pause)). A primitive that takes *local turns* (a `Mutex`) lets
 //! only the first of its waiters of one lock in this process talk to Redis ([`local`]); one
 //! whose waiters keep their own place on the server (a `FairMutex`) does not.
 //!
