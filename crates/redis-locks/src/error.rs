@@ -36,6 +36,68 @@ impl std::fmt::Display for LostReason {
     }
 }
 
+/// What one node of a [`Redlock`](crate::Redlock) answered to one request: the per-node
+/// outcome carried by [`Error::NoQuorum`].
+///
+/// ```
+/// use redis_locks::{NodeVote, Vote};
+/// let vote = NodeVote { url: "redis://10.0.0.1:6379".into(), vote: Vote::TimedOut };
+/// assert_eq!(vote.to_string(), "redis://10.0.0.1:6379: timed out");
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Vote {
+    /// The node granted the lock (or did what was asked: released, extended).
+    Granted,
+    /// Another owner holds the lock on this node (for a release or extension: the lock is
+    /// gone or another owner's there), with its remaining lease when known.
+    Held {
+        /// How long the other holder's lease still runs on that node.
+        retry_after: Option<Duration>,
+    },
+    /// No reply within the per-node timeout.
+    TimedOut,
+    /// The node answered with an error, or could not be reached.
+    Failed(Box<Error>),
+    /// The outcome was decided before this node answered; its request finishes (or times
+    /// out) in the background.
+    Pending,
+}
+
+/// One node's [`Vote`], with the node's URL (password hidden).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct NodeVote {
+    /// The node's URL, its password hidden.
+    pub url: String,
+    /// What it answered.
+    pub vote: Vote,
+}
+
+impl std::fmt::Display for NodeVote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.url)?;
+        match &self.vote {
+            Vote::Granted => f.write_str("granted"),
+            Vote::Held {
+                retry_after: Some(left),
+            } => write!(f, "held by another owner for {left:?}"),
+            Vote::Held { retry_after: None } => f.write_str("held by another owner"),
+            Vote::TimedOut => f.write_str("timed out"),
+            Vote::Failed(err) => write!(f, "failed: {err}"),
+            Vote::Pending => f.write_str("no answer yet when the outcome was decided"),
+        }
+    }
+}
+
+fn fmt_votes(votes: &[NodeVote]) -> String {
+    votes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// What was being done when a request failed: the `phase` of [`Error::Connection`],
 /// [`Error::Auth`], [`Error::Redis`] and [`Error::UnexpectedReply`].
 ///
@@ -217,6 +279,28 @@ pub enum Error {
         key: String,
         /// The server's message.
         detail: String,
+    },
+    /// A [`Redlock`](crate::Redlock) request could not reach the majority it needs: too
+    /// many of its nodes timed out, failed or could not be reached (not: were held by
+    /// others, which is [`Error::Held`]). `votes` says what each node answered. After a
+    /// failed acquire, whatever a node granted has been released.
+    #[error("lock {name:?}: {phase} needs {needed} of {} nodes and could not get them ({})", votes.len(), fmt_votes(votes))]
+    NoQuorum {
+        /// The lock name.
+        name: String,
+        /// What was being done.
+        phase: Phase,
+        /// How many nodes must agree (a majority).
+        needed: usize,
+        /// Each node's answer, in the order the nodes were given.
+        votes: Vec<NodeVote>,
+    },
+    /// The nodes given to a [`Redlock`](crate::Redlock) cannot form a quorum: none, an even
+    /// number of them, or one server given twice.
+    #[error("invalid Redlock nodes: {reason}")]
+    InvalidNodes {
+        /// What is wrong.
+        reason: String,
     },
     /// Redis could not be reached, or did not answer in time, or the connection dropped.
     /// For a release or extension, the outcome is then unknown; the lease still bounds it.

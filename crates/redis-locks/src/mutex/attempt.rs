@@ -345,6 +345,49 @@ impl Mutex {
     }
 }
 
+/// What one acquire script call on one node said, for a primitive that asks several nodes
+/// at once with a `Mutex`'s key on each ([`Redlock`](crate::Redlock)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeGrant {
+    /// Granted, with the node's fencing token (`acquire.lua`'s `{1, token}`).
+    Granted(u64),
+    /// Held by another owner, with its remaining lease when it has one (`{0, pttl}`); the key
+    /// is marked, so its release publishes a wake-up.
+    Held(Option<Duration>),
+}
+
+/// Runs `acquire.lua` once on `node` for `owner` with a lease of `lease_ms` milliseconds:
+/// outside any queue, with no epoch (the script numbers the grant itself).
+///
+/// # Errors
+/// As the script's errors (see `acquire.lua`); [`Error::Connection`] when the node did not
+/// answer (the outcome is then unknown: the caller releases by owner token).
+pub(crate) async fn acquire_on(
+    node: &crate::node::Node,
+    keys: &crate::key::LockKeys,
+    owner: &str,
+    lease_ms: &str,
+) -> Result<NodeGrant> {
+    let reply = node
+        .run_script::<(i64, i64)>(
+            Phase::Acquire,
+            &ACQUIRE,
+            &[keys.lock(), keys.fence(), keys.epoch()],
+            &[owner, lease_ms],
+        )
+        .await?;
+    match reply {
+        (1, token) if token > 0 => Ok(NodeGrant::Granted(token as u64)),
+        (0, pttl) => Ok(NodeGrant::Held(
+            u64::try_from(pttl).ok().map(Duration::from_millis),
+        )),
+        (granted, value) => Err(Error::UnexpectedReply {
+            phase: Phase::Acquire,
+            detail: format!("[{granted}, {value}]"),
+        }),
+    }
+}
+
 /// One call of the acquire script, and what came before it.
 struct Script {
     /// Mark a grant at once, for waiters of this process queued behind this one.

@@ -1,0 +1,114 @@
+//! How a [`Redlock`](crate::Redlock) is released and extended by its owner: the lease core's
+//! [`Hold`], one owner-checked `Mutex` request per node, sent to all nodes at once, and a
+//! majority needed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::quorum::{Answers, Quorum, count, unreachable};
+use crate::error::{Error, LostReason, Phase, Result, Vote};
+use crate::lease::{Hold, HoldFuture, Released};
+use crate::mutex::MutexHold;
+use crate::token::OwnerToken;
+
+/// A Redlock's key on every node.
+pub(crate) struct RedlockHold {
+    pub(crate) quorum: Arc<Quorum>,
+    /// The `Mutex` key of the lock on each node, in the nodes' order.
+    pub(crate) nodes: Vec<Arc<MutexHold>>,
+}
+
+/// One node's answer to an owner-checked request: done, or not this owner's any more (and
+/// why).
+type Owned = std::result::Result<(), LostReason>;
+
+impl RedlockHold {
+    fn name_of(&self) -> &str {
+        self.nodes[0].keys.name()
+    }
+
+    /// Sends an owner-checked request (release or extend) to every node at once; done when a
+    /// majority did it, not held when a majority no longer can have it.
+    async fn on_all<F>(&self, phase: Phase, request: F) -> Result<()>
+    where
+        F: Fn(Arc<MutexHold>) -> HoldFuture<'static, ()>,
+    {
+        let needed = self.quorum.needed();
+        let total = self.nodes.len();
+        let answers: Answers<Owned> = self
+            .quorum
+            .ask(
+                0..total,
+                |index, _node| {
+                    let request = request(self.nodes[index].clone());
+                    async move {
+                        match request.await {
+                            Ok(()) => Ok(Ok(())),
+                            Err(Error::NotHeld { reason, .. }) => Ok(Err(reason)),
+                            Err(err) => Err(err),
+                        }
+                    }
+                },
+                |answers| {
+                    let done = count(answers, Result::is_ok);
+                    let refused = count(answers, Result::is_err);
+                    done >= needed || total - refused - unreachable(answers) < needed
+                },
+            )
+            .await;
+        let done = count(&answers, Result::is_ok);
+        let refused = count(&answers, Result::is_err);
+        if done >= needed {
+            return Ok(());
+        }
+        if refused > total - needed {
+            let taken = count(&answers, |reply| *reply == Err(LostReason::Taken));
+            return Err(Error::NotHeld {
+                name: self.name_of().to_string(),
+                reason: if taken > 0 {
+                    LostReason::Taken
+                } else {
+                    LostReason::Expired
+                },
+            });
+        }
+        Err(Error::NoQuorum {
+            name: self.name_of().to_string(),
+            phase,
+            needed,
+            votes: self.quorum.votes(answers, |reply| match reply {
+                Ok(()) => Vote::Granted,
+                Err(_) => Vote::Held { retry_after: None },
+            }),
+        })
+    }
+}
+
+impl Hold for RedlockHold {
+    fn name(&self) -> &str {
+        self.name_of()
+    }
+
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
+        Box::pin(async move {
+            let owner = owner.clone();
+            self.on_all(Phase::Release, |node| {
+                let owner = owner.clone();
+                Box::pin(async move { node.release(&owner).await.map(drop) })
+            })
+            .await
+            .map(|()| Released::Freed)
+        })
+    }
+
+    fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
+        Box::pin(async move {
+            let owner = owner.clone();
+            self.on_all(Phase::Extend, |node| {
+                let owner = owner.clone();
+                Box::pin(async move { node.extend(&owner, lease).await })
+            })
+            .await
+        })
+    }
+}

@@ -1,0 +1,651 @@
+//! `Redlock`: one lock over N independent Redis masters, held while a majority grants it.
+//!
+//! # The algorithm
+//! Each node keeps the lock as a [`Mutex`](crate::Mutex) key (the same scripts, run on
+//! every node). One attempt, with a fresh owner token:
+//! 1. the acquire script goes to **all nodes at once**, each request bounded by the per-node
+//!    timeout ([`RedlockOptions::node_timeout`]); the attempt reads the replies until its
+//!    outcome is decided: a majority granted, or a majority can no longer grant;
+//! 2. the fencing token is raised on the granting nodes (below), still all at once;
+//! 3. the validity is the lease less the time since the first request was sent, less the
+//!    drift allowance (1% of the lease + 2 ms); a validity that is gone is a failed attempt.
+//!    The guard's [`lease_deadline`](RedlockGuard::lease_deadline) is exactly that validity,
+//!    and its `lost()` fires when it passes without a renewal confirmed by a majority.
+//!
+//! A failed attempt releases the lock on every node that may have granted it (including
+//! nodes that timed out: their request may land later), then waits: when the first node
+//! refused because another owner holds it there, for the wake-up its release publishes
+//! (the acquire loop of every primitive, listening on the first node); otherwise for a random
+//! pause around [`retry_delay`](RedlockOptions::retry_delay), so that contenders whose votes
+//! split do not split again. Nodes that grant after the outcome was decided are released in
+//! the background. Renewal (the watchdog) and [`extend`](RedlockGuard::extend) are the
+//! owner-checked extend on all nodes, done when a majority confirmed it; release is the
+//! owner-checked release on all nodes.
+//!
+//! An attempt fails with [`Error::NoQuorum`] (with each node's [`Vote`](crate::Vote)), at
+//! once, when timeouts and errors alone leave fewer nodes than a majority; when other owners
+//! hold the lock it is [`Error::Held`] (or a wait, for `lock`).
+//!
+//! # Fencing tokens
+//! Every node keeps a fencing counter beside its key; the acquire script increments it to
+//! `max(counter + 1, the node's clock in µs)` and returns it. An attempt whose majority `G`
+//! granted takes `T = max` of their tokens, then runs `raise.lua` on each granting node whose
+//! token was below `T`: owner-checked (only while that node still holds this attempt's key),
+//! it sets the counter to at least `T`. The guard is handed out, with `T`, only if a
+//! majority `R` ⊆ `G` has its counter at `T` or above this way (nodes that returned `T`
+//! itself count), and only within the validity.
+//!
+//! **Claim.** If holder B's guard is issued after holder A's guard (their validity windows do
+//! not overlap, by the majority rule), then `T_B > T_A`, as long as a majority of nodes keeps
+//! its data and clocks run at rates within the drift allowance.
+//!
+//! **Argument.** `R_A` and `G_B` are both majorities, so some node `n` is in both. On `n`,
+//! A's key lived from A's acquire on `n` at least until A's raise on `n` (the raise checks it),
+//! and B's acquire on `n` found no other owner's key. So B's acquire on `n` ran either after
+//! A's key on `n` was gone — after A's raise, when `n`'s counter was already ≥ `T_A`, so B's
+//! token from `n` is > `T_A`, and `T_B` ≥ it — or before A's acquire on `n`. In that second
+//! case B's key on `n` was gone before A's acquire on `n`, which is before A's guard was
+//! issued; but B's validity promises B's key on every node of `G_B`, `n` included, until B's
+//! lease deadline, which is after B's guard is issued — and that is after A's guard was
+//! issued: B's key would have outlived its own end, which only a node that lost its data
+//! (or a clock running too fast) allows. ∎
+//!
+//! A node restarted *without* its data gets its counter back from its clock
+//! (`max(counter + 1, clock µs)`), so tokens still grow as long as clocks are not set back;
+//! its *key*, though, is gone, which is why such a node must stay down for a lease before
+//! it rejoins (below).
+//!
+//! # What Redlock assumes
+//! - **Bounded clock drift**: every node's clock and this process's monotonic clock measure
+//!   a lease at rates within the drift allowance of each other (1% + 2 ms). Nothing assumes
+//!   synchronized clocks, only similar rates; but a node whose clock jumps forward expires
+//!   keys early.
+//! - **Bounded pauses**: a holder that pauses (GC, SIGSTOP, swap) past its validity may act
+//!   after its lease ended; `lost()` fires as soon as it runs again, and a resource that
+//!   checks fencing tokens refuses its writes (Martin Kleppmann's objection to Redlock was
+//!   that it has no tokens; these tokens answer it for resources that check them).
+//! - **Nodes keep their data, or come back late**: a node that restarts without the keys it
+//!   had (no persistence, or an AOF that lost its last second) can grant a lock that is still
+//!   held elsewhere, and with one more such node two holders can each count a majority. Run
+//!   the nodes with `appendfsync always`, or keep a restarted node out for at least the
+//!   longest lease in use (delayed restart) before clients reach it again.
+//!
+//! # When to use something else
+//! One Redis master with a replica and `WAIT` (or Redis with `appendfsync always`) is simpler
+//! and as safe for most uses: a [`Mutex`](crate::Mutex) with fencing tokens already keeps a
+//! paused holder from doing harm. Redlock buys availability while a minority of masters is
+//! down, at the price of N servers and three round trips per acquisition and release. Where
+//! correctness must not rest on clocks at all, use a consensus store (etcd, ZooKeeper).
+//!
+//! N = 1 is a single node: a [`Mutex`](crate::Mutex) with a slower acquire. An even N is
+//! refused: it tolerates no more failures than N − 1.
+
+mod guard;
+mod hold;
+mod options;
+mod quorum;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+pub use guard::RedlockGuard;
+use hold::RedlockHold;
+pub use options::RedlockOptions;
+use quorum::{Answer, Answers, Quorum, count, unreachable};
+
+use crate::client::Client;
+use crate::error::{Error, Phase, Result, Vote};
+use crate::key::LockKeys;
+use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, is_late, lease_millis, too_slow};
+use crate::mutex::{MutexHold, NodeGrant, acquire_on, inspect};
+use crate::node::LockScript;
+use crate::state::LockState;
+use crate::token::{FENCE_LUA, FencingToken};
+use crate::wait::{Contender, Line, Try, WAITERS_LUA, acquire};
+
+/// Bring a node's counter up to the chosen token, owner-checked: `1` / `0` gone / `-1` taken.
+static RAISE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("raise.lua")]));
+
+/// A lock over N independent Redis masters (the Redlock algorithm), held while a majority of
+/// them grants it, with fencing tokens that still grow from one holder to the next. See the
+/// module documentation in the crate README's Redlock section for the algorithm, the
+/// argument for the tokens and what it assumes.
+///
+/// The handle is cheap to clone; each acquisition has a fresh owner token, used on every
+/// node. The nodes are [`Client`]s, one per server, in a fixed order: the first node's
+/// wake-ups wake waiters, and the first client's watchdog renews leases.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let servers = test_support::start_many(3)?;
+/// use std::time::Duration;
+/// use redis_locks::{Client, Redlock, RedlockOptions};
+///
+/// let mut clients = Vec::new();
+/// for server in &servers {
+///     clients.push(Client::connect(&server.url()).await?);
+/// }
+/// let options = RedlockOptions::default().lease(Duration::from_secs(10));
+/// let lock = Redlock::with_options(&clients, "jobs:nightly", options)?;
+/// let guard = lock.lock_timeout(Duration::from_secs(1)).await?;
+/// assert!(lock.try_lock().await.unwrap_err().is_held());
+/// let state = lock.state().await?;
+/// assert_eq!(state.holder(), Some(guard.owner_token().as_str()));
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    clients: Arc<[Client]>,
+    keys: Arc<LockKeys>,
+    hold: Arc<RedlockHold>,
+    options: RedlockOptions,
+    /// The lease in milliseconds, as the acquire script takes it.
+    lease_ms: Arc<str>,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("name", &self.name())
+            .field("nodes", &self.hold.quorum.nodes().len())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Redlock {
+    /// A Redlock handle for the lock `name` over the servers of `clients`, with default
+    /// options (a 30 s lease renewed by a watchdog, a 1 s per-node timeout).
+    ///
+    /// # Errors
+    /// [`Error::InvalidNodes`] for no clients, an even number of them, or one server given
+    /// twice; [`Error::InvalidName`] as for [`Client::mutex`].
+    pub fn new(clients: &[Client], name: &str) -> Result<Redlock> {
+        Redlock::with_options(clients, name, RedlockOptions::default())
+    }
+
+    /// A Redlock handle for the lock `name` with the given options.
+    ///
+    /// # Errors
+    /// As [`Redlock::new`]; also [`Error::InvalidDuration`] as [`RedlockOptions::check`]
+    /// says.
+    pub fn with_options(
+        clients: &[Client],
+        name: &str,
+        options: RedlockOptions,
+    ) -> Result<Redlock> {
+        check_nodes(clients)?;
+        options.check()?;
+        let keys = Arc::new(LockKeys::new(name)?);
+        let nodes: Vec<_> = clients.iter().map(|client| client.node().clone()).collect();
+        let holds = nodes
+            .iter()
+            .map(|node| {
+                Arc::new(MutexHold {
+                    node: node.clone(),
+                    keys: keys.clone(),
+                })
+            })
+            .collect();
+        let hold = RedlockHold {
+            quorum: Arc::new(Quorum::new(nodes, options.get_node_timeout())),
+            nodes: holds,
+        };
+        Ok(Redlock {
+            clients: clients.into(),
+            keys,
+            hold: Arc::new(hold),
+            lease_ms: lease_millis(options.get_lease())?.to_string().into(),
+            options,
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    /// The Redis keys behind this lock, the same on every node.
+    pub fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    /// How many nodes must grant the lock: a majority.
+    pub fn quorum(&self) -> usize {
+        self.hold.quorum.needed()
+    }
+
+    /// Tries once to take the lock on a majority.
+    ///
+    /// # Errors
+    /// [`Error::Held`] when other owners hold it on too many nodes, with how long until
+    /// enough of their leases end; [`Error::NoQuorum`] when too many nodes did not answer or
+    /// failed; [`Error::Connection`] when grants kept coming back after their validity.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped after the requests went out, whatever the nodes granted is
+    /// released by owner token in a background task.
+    pub async fn try_lock(&self) -> Result<RedlockGuard> {
+        match self.attempt().await? {
+            Try::Won(lease) => Ok(RedlockGuard::new(lease)),
+            Try::Held(retry_after) => Err(Error::Held {
+                name: self.name().to_string(),
+                retry_after,
+            }),
+        }
+    }
+
+    /// Waits as long as it takes to take the lock.
+    ///
+    /// # Errors
+    /// As [`Redlock::try_lock`], except that a held lock is waited for.
+    ///
+    /// # Cancel safety
+    /// As [`Redlock::try_lock`].
+    pub async fn lock(&self) -> Result<RedlockGuard> {
+        self.acquire_until(None).await
+    }
+
+    /// Waits at most `wait` to take the lock; `Duration::ZERO` tries exactly once.
+    ///
+    /// # Errors
+    /// [`Error::WaitTimeout`] when the lock stayed held for all of `wait`; otherwise as
+    /// [`Redlock::try_lock`].
+    ///
+    /// # Cancel safety
+    /// As [`Redlock::try_lock`].
+    pub async fn lock_timeout(&self, wait: Duration) -> Result<RedlockGuard> {
+        self.acquire_until(Instant::now().checked_add(wait)).await
+    }
+
+    /// Reads the lock's state on every node at once (each within the per-node timeout).
+    ///
+    /// # Errors
+    /// None of its own: a node that fails or times out is reported in its
+    /// [`NodeState::state`].
+    pub async fn state(&self) -> Result<RedlockState> {
+        let quorum = &self.hold.quorum;
+        let keys = self.keys.clone();
+        let answers = quorum
+            .ask(
+                0..quorum.nodes().len(),
+                |_, node| {
+                    let (node, keys) = (node.clone(), keys.clone());
+                    async move { inspect(&node, &keys).await }
+                },
+                |_| false,
+            )
+            .await;
+        let nodes = answers
+            .into_iter()
+            .zip(quorum.nodes())
+            .map(|(answer, node)| NodeState {
+                url: node.url().to_string(),
+                state: match answer {
+                    Some(Answer::Replied(state)) => Ok(state),
+                    Some(Answer::Failed(err)) => Err(err),
+                    Some(Answer::TimedOut) | None => Err(quorum.timed_out(Phase::Inspect)),
+                },
+            })
+            .collect();
+        Ok(RedlockState {
+            quorum: quorum.needed(),
+            nodes,
+        })
+    }
+
+    async fn acquire_until(&self, deadline: Option<Instant>) -> Result<RedlockGuard> {
+        let on = self.clients[0].wait_on(self.options.get_wait_options());
+        let lease = acquire(on, Contending { lock: self }, deadline).await?;
+        Ok(RedlockGuard::new(lease))
+    }
+
+    /// One attempt on all nodes; a grant whose validity was gone by the time it was proven
+    /// is given back and asked again, at most [`MAX_LATE_GRANTS`] times.
+    async fn attempt(&self) -> Result<Try> {
+        let mut late = 0;
+        loop {
+            let owed = OwedRelease::new(self.hold.clone());
+            let sent_at = Instant::now();
+            let token = match self.ask(&owed).await {
+                Asked::Granted(token) => token,
+                Asked::Refused(outcome) => {
+                    // Whatever may have been granted was released already.
+                    owed.disarm();
+                    return outcome.map(Try::Held);
+                }
+                Asked::NotRaised(err) => {
+                    owed.give_back().await;
+                    return Err(err);
+                }
+            };
+            if !is_late(sent_at, self.options.get_lease()) {
+                let lease = Lease::new(
+                    owed,
+                    FencingToken::new(token),
+                    sent_at,
+                    self.options.get_lease_options(),
+                    self.clients[0].renewals(),
+                );
+                return Ok(Try::Won(lease));
+            }
+            owed.give_back().await;
+            late += 1;
+            if late >= MAX_LATE_GRANTS {
+                return Err(too_slow(self.options.get_lease(), late));
+            }
+        }
+    }
+
+    /// Asks every node for the lock with `owed`'s owner token, then raises the fencing
+    /// counter on the granting majority.
+    async fn ask(&self, owed: &OwedRelease) -> Asked {
+        let quorum = &self.hold.quorum;
+        let total = quorum.nodes().len();
+        let needed = quorum.needed();
+        let owner: Arc<str> = owed.owner().as_str().into();
+        let keys = self.keys.clone();
+        let lease_ms = self.lease_ms.clone();
+        let (mut answers, mut late): (Answers<NodeGrant>, _) = quorum
+            .ask_keeping(
+                0..total,
+                |_, node| {
+                    let (node, keys, owner, lease_ms) =
+                        (node.clone(), keys.clone(), owner.clone(), lease_ms.clone());
+                    async move { acquire_on(&node, &keys, &owner, &lease_ms).await }
+                },
+                |answers| {
+                    let held = count(answers, |grant| matches!(grant, NodeGrant::Held(_)));
+                    granted(answers).len() >= needed || total - held - unreachable(answers) < needed
+                },
+            )
+            .await;
+        let grants = granted(&answers);
+        if grants.len() < needed {
+            // The requests still under way are released with the rest.
+            drop(late);
+            return Asked::Refused(self.refused(owed, answers).await);
+        }
+        let token = grants
+            .iter()
+            .map(|(_, token)| *token)
+            .max()
+            .unwrap_or_default();
+        let behind: Vec<usize> = grants
+            .iter()
+            .filter(|(_, node_token)| *node_token < token)
+            .map(|(index, _)| *index)
+            .collect();
+        let at_token = grants.len() - behind.len();
+        let chosen = token.to_string();
+        let raised: Answers<i64> = quorum
+            .ask(
+                behind.iter().copied(),
+                |_, node| {
+                    let (node, keys, owner, chosen) =
+                        (node.clone(), keys.clone(), owner.clone(), chosen.clone());
+                    async move {
+                        node.run_script::<i64>(
+                            Phase::Acquire,
+                            &RAISE,
+                            &[keys.lock(), keys.fence()],
+                            &[&owner, &chosen],
+                        )
+                        .await
+                    }
+                },
+                |raised| {
+                    let done = count(raised, |reply| *reply == 1);
+                    let refused = behind.len() - done - unasked_open(raised, &behind);
+                    at_token + done >= needed || at_token + behind.len() - refused < needed
+                },
+            )
+            .await;
+        let done = count(&raised, |reply| *reply == 1);
+        if at_token + done >= needed {
+            // Nodes that granted meanwhile keep their grant (the lock is held on more nodes
+            // than a bare majority, so one of them failing does not lose it); those that
+            // did not answer, or failed, may grant yet: release them (each release follows
+            // the acquire on its node's connection).
+            late.take_ready(&mut answers);
+            self.release_on(
+                owed,
+                (0..total).filter(|index| !matches!(answers[*index], Some(Answer::Replied(_)))),
+            );
+            return Asked::Granted(token);
+        }
+        // The keys ran out (or nodes failed) between the grant and the raise: give it all back.
+        let mut votes = quorum.votes(raised, |reply| match reply {
+            1 => Vote::Granted,
+            _ => Vote::Held { retry_after: None },
+        });
+        for (index, _) in grants.iter().filter(|(_, node_token)| *node_token == token) {
+            votes[*index].vote = Vote::Granted;
+        }
+        Asked::NotRaised(Error::NoQuorum {
+            name: self.name().to_string(),
+            phase: Phase::Acquire,
+            needed,
+            votes,
+        })
+    }
+
+    /// A failed attempt: release whatever may have been granted (every node but those that
+    /// refused), and say how long to wait, or that no majority can be reached.
+    async fn refused(
+        &self,
+        owed: &OwedRelease,
+        answers: Answers<NodeGrant>,
+    ) -> Result<Option<Duration>> {
+        let quorum = &self.hold.quorum;
+        let (total, needed) = (quorum.nodes().len(), quorum.needed());
+        let all_refused = count(&answers, |grant| matches!(grant, NodeGrant::Held(_))) == total;
+        if !all_refused {
+            // Awaited, so that the next attempt does not find this one's keys.
+            let maybe_granted = (0..total).filter(|index| {
+                !matches!(answers[*index], Some(Answer::Replied(NodeGrant::Held(_))))
+            });
+            self.release_now(owed, maybe_granted.collect()).await;
+        }
+        let unreachable = unreachable(&answers);
+        if unreachable > total - needed {
+            return Err(Error::NoQuorum {
+                name: self.name().to_string(),
+                phase: Phase::Acquire,
+                needed,
+                votes: quorum.votes(answers, |grant| match grant {
+                    NodeGrant::Granted(_) => Vote::Granted,
+                    NodeGrant::Held(retry_after) => Vote::Held { retry_after },
+                }),
+            });
+        }
+        // The lock can be taken once enough holders' leases end: of the nodes held, all but
+        // as many as may stay held.
+        let mut leases: Vec<Option<Duration>> = answers
+            .iter()
+            .filter_map(|answer| match answer {
+                Some(Answer::Replied(NodeGrant::Held(left))) => Some(*left),
+                _ => None,
+            })
+            .collect();
+        leases.sort_by_key(|left| left.unwrap_or(Duration::MAX));
+        let must_end = (leases.len() + unreachable + needed)
+            .saturating_sub(total)
+            .max(1);
+        let lease_ends = leases.get(must_end - 1).copied().flatten();
+        // Only a release on the first node wakes the waiters (they listen there); when it did
+        // not refuse, no wake-up is sure to come: retry after a random pause.
+        let first_held = matches!(answers[0], Some(Answer::Replied(NodeGrant::Held(_))));
+        if first_held {
+            return Ok(lease_ends);
+        }
+        let delay = self.options.get_lock_options().get_retry_delay();
+        let pause = delay / 2 + delay.mul_f64(rand::rng().random_range(0.0..1.0));
+        Ok(Some(lease_ends.map_or(pause, |left| left.min(pause))))
+    }
+
+    /// Releases this attempt's owner token on `nodes` and waits for the answers (each within
+    /// the per-node timeout); failures are only logged: the lease ends those keys.
+    async fn release_now(&self, owed: &OwedRelease, nodes: Vec<usize>) {
+        let owner = owed.owner().clone();
+        let holds = &self.hold.nodes;
+        self.hold
+            .quorum
+            .ask(
+                nodes,
+                |index, _| {
+                    let (hold, owner) = (holds[index].clone(), owner.clone());
+                    async move { Hold::release(&*hold, &owner).await }
+                },
+                |_| false,
+            )
+            .await;
+    }
+
+    /// Releases this attempt's owner token on `nodes` in the background.
+    fn release_on(&self, owed: &OwedRelease, nodes: impl Iterator<Item = usize>) {
+        let nodes: Vec<usize> = nodes.collect();
+        if nodes.is_empty() {
+            return;
+        }
+        let owner = owed.owner().clone();
+        let holds: Vec<_> = nodes
+            .iter()
+            .map(|index| self.hold.nodes[*index].clone())
+            .collect();
+        tokio::spawn(async move {
+            for hold in holds {
+                if let Err(err) = Hold::release(&*hold, &owner).await {
+                    tracing::debug!(%err, "releasing a late node of a Redlock grant");
+                }
+            }
+        });
+    }
+}
+
+/// What one round of asking every node came to.
+enum Asked {
+    /// A majority granted, and has its fencing counter at the token (not yet checked
+    /// against the validity).
+    Granted(u64),
+    /// No majority granted; whatever may have been granted was released. How long to wait
+    /// before the next attempt, or that no majority can be reached ([`Error::NoQuorum`]).
+    Refused(Result<Option<Duration>>),
+    /// A majority granted, but the token could not be raised on a majority: nothing was
+    /// released yet.
+    NotRaised(Error),
+}
+
+/// The nodes that granted, with their tokens.
+fn granted(answers: &Answers<NodeGrant>) -> Vec<(usize, u64)> {
+    answers
+        .iter()
+        .enumerate()
+        .filter_map(|(index, answer)| match answer {
+            Some(Answer::Replied(NodeGrant::Granted(token))) => Some((index, *token)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How many of the nodes `asked` have not answered yet.
+fn unasked_open<T>(answers: &Answers<T>, asked: &[usize]) -> usize {
+    asked
+        .iter()
+        .filter(|index| answers[**index].is_none())
+        .count()
+}
+
+/// Refuses a set of nodes that cannot form a quorum.
+fn check_nodes(clients: &[Client]) -> Result<()> {
+    let invalid = |reason: String| Err(Error::InvalidNodes { reason });
+    if clients.is_empty() {
+        return invalid("no nodes given; a Redlock needs 1, 3, 5... independent servers".into());
+    }
+    if clients.len().is_multiple_of(2) {
+        return invalid(format!(
+            "{} nodes given; use an odd number (an even number tolerates no more failures than one fewer)",
+            clients.len()
+        ));
+    }
+    let mut urls: Vec<&str> = clients.iter().map(|client| client.node().url()).collect();
+    urls.sort_unstable();
+    if let Some(pair) = urls.windows(2).find(|pair| pair[0] == pair[1]) {
+        return invalid(format!(
+            "the server {} is given twice; a majority must be of independent servers",
+            pair[0]
+        ));
+    }
+    Ok(())
+}
+
+/// A Redlock's side of the acquire loop: each attempt asks every node.
+struct Contending<'a> {
+    lock: &'a Redlock,
+}
+
+impl Contender for Contending<'_> {
+    fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    fn channel(&self) -> &str {
+        self.lock.keys.wake_channel()
+    }
+
+    async fn attempt(&mut self, _line: Line<'_>, _deadline: Option<Instant>) -> Result<Try> {
+        self.lock.attempt().await
+    }
+}
+
+/// A Redlock's state on each node, read at once.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RedlockState {
+    /// How many nodes must agree.
+    pub quorum: usize,
+    /// Each node's view, in the nodes' order.
+    pub nodes: Vec<NodeState>,
+}
+
+/// One node's view of a Redlock.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct NodeState {
+    /// The node's URL, its password hidden.
+    pub url: String,
+    /// The lock's state there, or why it could not be read.
+    pub state: Result<LockState>,
+}
+
+impl RedlockState {
+    /// The owner token that a majority of nodes agree holds the lock, if any.
+    pub fn holder(&self) -> Option<&str> {
+        let owners: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter_map(|node| node.state.as_ref().ok()?.holder.as_ref())
+            .map(|holder| holder.owner.as_str())
+            .collect();
+        owners
+            .iter()
+            .find(|owner| owners.iter().filter(|other| other == owner).count() >= self.quorum)
+            .copied()
+    }
+
+    /// The greatest fencing counter of the nodes that answered: the next holder's token is
+    /// greater than every token a holder had before.
+    pub fn fencing_counter(&self) -> Option<FencingToken> {
+        self.nodes
+            .iter()
+            .filter_map(|node| node.state.as_ref().ok()?.fencing_counter)
+            .max()
+    }
+}

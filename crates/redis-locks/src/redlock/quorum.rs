@@ -1,0 +1,186 @@
+//! Asking the N independent nodes of a [`Redlock`](crate::Redlock) at once: every request of
+//! a Redlock (acquire, raise, extend, release, inspect) is one request per node, sent to all
+//! of them together, each bounded by the per-node timeout, and read until its outcome is
+//! decided.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+use crate::error::{Error, NodeVote, Result, Vote};
+use crate::node::Node;
+
+/// The nodes of one Redlock and how long each may take to answer.
+pub(crate) struct Quorum {
+    nodes: Vec<Node>,
+    node_timeout: Duration,
+}
+
+/// What one node answered to one request.
+pub(crate) enum Answer<T> {
+    /// A reply.
+    Replied(T),
+    /// No reply within the per-node timeout.
+    TimedOut,
+    /// An error reply, or no connection.
+    Failed(Error),
+}
+
+/// Each node's answer, by node index; `None` for a node that was not asked, or had not
+/// answered when the outcome was decided.
+pub(crate) type Answers<T> = Vec<Option<Answer<T>>>;
+
+impl Quorum {
+    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration) -> Quorum {
+        Quorum {
+            nodes,
+            node_timeout,
+        }
+    }
+
+    /// How many nodes make a majority.
+    pub(crate) fn needed(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    pub(crate) fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Sends `request` to each node in `which` at once (each bounded by the per-node
+    /// timeout) and collects the answers until `decided` says the outcome is known; answers
+    /// already in by then are taken too. Requests still under way are left to finish (or
+    /// time out) in a background task: a request that went out is never cut off midway.
+    pub(crate) async fn ask<T, Fut>(
+        &self,
+        which: impl IntoIterator<Item = usize>,
+        request: impl Fn(usize, &Node) -> Fut,
+        decided: impl FnMut(&Answers<T>) -> bool,
+    ) -> Answers<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.ask_keeping(which, request, decided).await.0
+    }
+
+    /// As [`ask`](Quorum::ask), but the requests still under way when the outcome was decided
+    /// are returned, for the caller to take their answers later ([`Late::take_ready`]); they
+    /// finish in the background when it drops them.
+    pub(crate) async fn ask_keeping<T, Fut>(
+        &self,
+        which: impl IntoIterator<Item = usize>,
+        request: impl Fn(usize, &Node) -> Fut,
+        mut decided: impl FnMut(&Answers<T>) -> bool,
+    ) -> (Answers<T>, Late<T>)
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let mut answers: Answers<T> = (0..self.nodes.len()).map(|_| None).collect();
+        let timeout = self.node_timeout;
+        let mut late = Late {
+            pending: which
+                .into_iter()
+                .map(|index| {
+                    let request = request(index, &self.nodes[index]);
+                    async move {
+                        let answer = match tokio::time::timeout(timeout, request).await {
+                            Ok(Ok(reply)) => Answer::Replied(reply),
+                            Ok(Err(err)) => Answer::Failed(err),
+                            Err(_) => Answer::TimedOut,
+                        };
+                        (index, answer)
+                    }
+                    .boxed()
+                })
+                .collect(),
+        };
+        while let Some((index, answer)) = late.pending.next().await {
+            answers[index] = Some(answer);
+            if decided(&answers) {
+                // Take what is in already: a node that answered with the others counts.
+                late.take_ready(&mut answers);
+                break;
+            }
+        }
+        (answers, late)
+    }
+
+    /// The error of one node that did not answer within the per-node timeout.
+    pub(crate) fn timed_out(&self, phase: crate::error::Phase) -> Error {
+        Error::Connection {
+            phase,
+            source: redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no reply within the node timeout of {:?}",
+                    self.node_timeout
+                ),
+            )),
+        }
+    }
+
+    /// The answers as the per-node votes of an error, `vote` saying what a reply was.
+    pub(crate) fn votes<T>(&self, answers: Answers<T>, vote: impl Fn(T) -> Vote) -> Vec<NodeVote> {
+        answers
+            .into_iter()
+            .zip(&self.nodes)
+            .map(|(answer, node)| NodeVote {
+                url: node.url().to_string(),
+                vote: match answer {
+                    None => Vote::Pending,
+                    Some(Answer::Replied(reply)) => vote(reply),
+                    Some(Answer::TimedOut) => Vote::TimedOut,
+                    Some(Answer::Failed(err)) => Vote::Failed(Box::new(err)),
+                },
+            })
+            .collect()
+    }
+}
+
+/// Requests of one [`Quorum::ask_keeping`] still under way; dropped, they finish in the
+/// background.
+pub(crate) struct Late<T: Send + 'static> {
+    pending: FuturesUnordered<BoxFuture<'static, (usize, Answer<T>)>>,
+}
+
+impl<T: Send + 'static> Late<T> {
+    /// Moves the answers that have come in meanwhile into `answers`.
+    pub(crate) fn take_ready(&mut self, answers: &mut Answers<T>) {
+        while let Some(Some((index, answer))) = self.pending.next().now_or_never() {
+            answers[index] = Some(answer);
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Late<T> {
+    fn drop(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { while pending.next().await.is_some() {} });
+        }
+    }
+}
+
+/// How many answers are replies for which `counts` holds.
+pub(crate) fn count<T>(answers: &Answers<T>, counts: impl Fn(&T) -> bool) -> usize {
+    answers
+        .iter()
+        .filter(|answer| matches!(answer, Some(Answer::Replied(reply)) if counts(reply)))
+        .count()
+}
+
+/// How many nodes answered with no reply (timed out or failed).
+pub(crate) fn unreachable<T>(answers: &Answers<T>) -> usize {
+    answers
+        .iter()
+        .filter(|answer| matches!(answer, Some(Answer::TimedOut | Answer::Failed(_))))
+        .count()
+}

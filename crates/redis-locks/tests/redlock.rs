@@ -1,0 +1,407 @@
+//! Redlock over independent real redis-server processes: the quorum, faults (nodes killed,
+//! paused, a key lost), fencing tokens across nodes, cancellation, bad input.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_locks::history::{History, Interval, now_nanos};
+use redis_locks::{Client, Error, LostReason, Redlock, RedlockOptions, Vote};
+use test_support::RedisServer;
+use tokio::time::Instant;
+
+/// `n` private servers and a client for each.
+async fn nodes(n: usize) -> (Vec<RedisServer>, Vec<Client>) {
+    let servers = test_support::start_many(n).expect("start private redis-servers");
+    let mut clients = Vec::new();
+    for server in &servers {
+        clients.push(common::client(server).await);
+    }
+    (servers, clients)
+}
+
+fn options(lease_ms: u64, node_timeout_ms: u64) -> RedlockOptions {
+    RedlockOptions::default()
+        .lease(Duration::from_millis(lease_ms))
+        .node_timeout(Duration::from_millis(node_timeout_ms))
+}
+
+/// Which servers hold a key `key` now.
+fn holding(servers: &[RedisServer], key: &str) -> Vec<usize> {
+    servers
+        .iter()
+        .enumerate()
+        .filter(|(_, server)| server.pid().is_some() && common::exists(server, key))
+        .map(|(index, _)| index)
+        .collect()
+}
+
+fn get(server: &RedisServer, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut common::raw(server))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contending_tasks_never_overlap_and_tokens_increase() {
+    let (_servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:contended", options(2_000, 200)).unwrap();
+    let history = Arc::new(History::default());
+    let mut tasks = Vec::new();
+    for worker in 0..8 {
+        let (lock, history) = (lock.clone(), history.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..15 {
+                let guard = lock.lock_timeout(Duration::from_secs(30)).await.unwrap();
+                let start = now_nanos();
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                let end = now_nanos();
+                history.record(Interval {
+                    worker: format!("task-{worker}"),
+                    token: guard.fencing_token().get(),
+                    start,
+                    end,
+                });
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("no task hangs")
+            .unwrap();
+    }
+    let report = history.check();
+    assert_eq!(report.acquisitions, 120);
+    assert!(report.is_ok(), "{report}: {report:?}");
+}
+
+#[tokio::test]
+async fn a_minority_down_still_acquires_a_majority_down_is_a_typed_error() {
+    let (mut servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:down", options(2_000, 200)).unwrap();
+    servers[1].kill();
+    servers[3].kill();
+    let guard = lock.try_lock().await.expect("3 of 5 nodes grant");
+    assert_eq!(holding(&servers, "rl:down"), vec![0, 2, 4]);
+    guard.release().await.unwrap();
+    assert!(holding(&servers, "rl:down").is_empty());
+
+    servers[4].kill();
+    let started = Instant::now();
+    let err = lock.lock().await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "bounded: {:?}",
+        started.elapsed()
+    );
+    let Error::NoQuorum {
+        needed,
+        votes,
+        phase,
+        ..
+    } = &err
+    else {
+        panic!("expected NoQuorum, got {err:?}");
+    };
+    assert_eq!((*needed, votes.len()), (3, 5));
+    assert_eq!(*phase, redis_locks::Phase::Acquire);
+    for (index, vote) in votes.iter().enumerate() {
+        let down = [1, 3, 4].contains(&index);
+        assert_eq!(
+            matches!(vote.vote, Vote::Failed(_) | Vote::TimedOut),
+            down,
+            "node {index}: {vote}"
+        );
+    }
+    assert!(
+        holding(&servers, "rl:down").is_empty(),
+        "the two grants were released"
+    );
+}
+
+#[tokio::test]
+async fn a_paused_node_costs_at_most_the_node_timeout() {
+    let (servers, clients) = nodes(5).await;
+    // A long lease: the acquire must not wait anything like it.
+    let lock = Redlock::with_options(&clients, "rl:paused", options(20_000, 300)).unwrap();
+    servers[0].pause();
+    servers[2].pause();
+    let started = Instant::now();
+    let guard = lock.try_lock().await.expect("3 live nodes grant");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    assert!(released.elapsed() < Duration::from_secs(2));
+    servers[0].resume();
+    servers[2].resume();
+    // The paused nodes' queued requests land now: the acquire, then its release.
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            holding(&servers, "rl:paused").is_empty()
+        })
+        .await,
+        "no key left behind on the nodes that were paused"
+    );
+}
+
+#[tokio::test]
+async fn a_key_lost_on_one_node_does_not_let_a_second_holder_in() {
+    let (servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:lost-key", options(5_000, 200)).unwrap();
+    let guard = lock.try_lock().await.unwrap();
+    let held_on = holding(&servers, "rl:lost-key");
+    assert!(held_on.len() >= 3);
+    // A node restarted without persistence forgets the key: simulated by deleting it.
+    redis::cmd("DEL")
+        .arg("rl:lost-key")
+        .exec(&mut common::raw(&servers[held_on[0]]))
+        .unwrap();
+    let err = lock.try_lock().await.unwrap_err();
+    assert!(err.is_held(), "{err:?}");
+    assert_eq!(
+        get(&servers[held_on[0]], "rl:lost-key"),
+        None,
+        "the refused attempt released what it got"
+    );
+    // The holder still proves a majority: it can extend, and release.
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn tokens_increase_across_a_minority_restarting_without_data() {
+    let (mut servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:fencing", options(5_000, 300)).unwrap();
+    let fence = lock.keys().fence().to_string();
+    // Node 4's counter is far ahead of the others (as after many grants it alone saw).
+    let ahead: u64 = 1 << 52;
+    redis::cmd("SET")
+        .arg(&fence)
+        .arg(ahead)
+        .exec(&mut common::raw(&servers[4]))
+        .unwrap();
+    let mut last = 0;
+    let guard = lock.try_lock().await.unwrap();
+    assert!(guard.fencing_token().get() > ahead);
+    last = last.max(guard.fencing_token().get());
+    // The raise brought the granting majority's counters up to the token.
+    let raised = (0..5)
+        .filter(|index| {
+            get(&servers[*index], &fence).is_some_and(|value| value.parse::<u64>().unwrap() >= last)
+        })
+        .count();
+    assert!(raised >= 3, "only {raised} counters at the token");
+    guard.release().await.unwrap();
+    // Node 4 (the one ahead) and node 0 restart empty: only the raise remembers the token.
+    for index in [4, 0] {
+        servers[index].restart().unwrap();
+    }
+    for round in 0..6 {
+        let guard = lock.lock_timeout(Duration::from_secs(10)).await.unwrap();
+        let token = guard.fencing_token().get();
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
+        guard.release().await.unwrap();
+        if round == 2 {
+            // Another minority loses its data.
+            servers[1].restart().unwrap();
+            servers[4].restart().unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_attempt_leaves_no_key_on_any_node() {
+    let (servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:clean", options(5_000, 200)).unwrap();
+    // Another owner holds three nodes.
+    for server in &servers[..3] {
+        redis::cmd("SET")
+            .arg("rl:clean")
+            .arg("someone-else")
+            .arg("PX")
+            .arg(5_000)
+            .exec(&mut common::raw(server))
+            .unwrap();
+    }
+    let err = lock.try_lock().await.unwrap_err();
+    assert!(err.is_held(), "{err:?}");
+    assert!(
+        err.retry_after()
+            .is_some_and(|left| left <= Duration::from_secs(5))
+    );
+    for (index, server) in servers.iter().enumerate() {
+        let value = get(server, "rl:clean");
+        if index < 3 {
+            assert!(value.is_some_and(|value| value.starts_with("someone-else")));
+        } else {
+            assert_eq!(value, None, "node {index} keeps nothing of the attempt");
+        }
+    }
+}
+
+#[tokio::test]
+async fn quorum_is_exact_for_every_subset_of_paused_nodes() {
+    let (servers, clients) = nodes(5).await;
+    for paused in 0u32..32 {
+        let down: Vec<usize> = (0..5).filter(|index| paused & (1 << index) != 0).collect();
+        let name = format!("rl:subset:{paused}");
+        let lock = Redlock::with_options(&clients, &name, options(3_000, 100)).unwrap();
+        for index in &down {
+            servers[*index].pause();
+        }
+        let started = Instant::now();
+        let outcome = lock.try_lock().await;
+        let took = started.elapsed();
+        for index in &down {
+            servers[*index].resume();
+        }
+        assert!(
+            took < Duration::from_secs(2),
+            "subset {down:?} took {took:?}"
+        );
+        let free = 5 - down.len();
+        match outcome {
+            Ok(guard) => {
+                assert!(free >= 3, "granted with only {free} live nodes");
+                guard.release().await.unwrap();
+            }
+            Err(Error::NoQuorum { .. }) => assert!(free < 3, "refused with {free} live nodes"),
+            Err(err) => panic!("subset {down:?}: {err:?}"),
+        }
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                holding(&servers, &name).is_empty()
+            })
+            .await,
+            "subset {down:?}: keys left behind"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquires_leave_no_key_behind() {
+    let (servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:cancel", options(1_500, 200)).unwrap();
+    for round in 0u64..40 {
+        let cut = Duration::from_micros((round * 97) % 3_000);
+        let attempt = lock.lock();
+        let _ = tokio::time::timeout(cut, attempt).await;
+    }
+    // Every grant is released in the background; at the latest, its lease ends it.
+    assert!(
+        common::eventually(Duration::from_secs(3), || async {
+            holding(&servers, "rl:cancel").is_empty()
+        })
+        .await,
+        "keys left: {:?}",
+        holding(&servers, "rl:cancel")
+    );
+    let guard = lock.try_lock().await.expect("the lock is free again");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_on_a_majority_and_loss_is_signalled() {
+    let (mut servers, clients) = nodes(3).await;
+    let options = options(300, 50).watchdog(true);
+    let lock = Redlock::with_options(&clients, "rl:watchdog", options).unwrap();
+    let guard = lock.lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(guard.lost_reason(), None, "renewed past its first lease");
+    assert!(holding(&servers, "rl:watchdog").len() >= 2);
+    // One node down: still a majority.
+    servers[2].kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(guard.lost_reason(), None, "two of three still renew");
+    // A second node down: no majority can be proven any more.
+    servers[1].kill();
+    let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost() fires within the lease");
+    assert_eq!(reason, LostReason::LeaseEnded);
+    assert!(matches!(
+        guard.release().await.unwrap_err(),
+        Error::NoQuorum { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_release_after_the_lease_says_the_lock_is_gone() {
+    let (_servers, clients) = nodes(3).await;
+    let lock = Redlock::with_options(&clients, "rl:expired", options(50, 10)).unwrap();
+    let guard = lock.try_lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let other = lock.try_lock().await.expect("free after the lease");
+    let err = guard.release().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotHeld {
+                reason: LostReason::Taken,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    other.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn one_node_is_a_plain_lock_and_bad_node_sets_are_refused() {
+    let (_servers, clients) = nodes(3).await;
+    let single = Redlock::new(&clients[..1], "rl:single").unwrap();
+    let guard = single.try_lock().await.unwrap();
+    assert!(single.try_lock().await.unwrap_err().is_held());
+    guard.release().await.unwrap();
+
+    for bad in [&clients[..0], &clients[..2]] {
+        let err = Redlock::new(bad, "rl:bad").unwrap_err();
+        assert!(matches!(err, Error::InvalidNodes { .. }), "{err:?}");
+    }
+    let twice = [clients[0].clone(), clients[1].clone(), clients[0].clone()];
+    let err = Redlock::new(&twice, "rl:bad").unwrap_err();
+    assert!(err.to_string().contains("given twice"), "{err}");
+    let three = &clients[..3];
+    for (options, what) in [
+        (options(100, 0), "zero node timeout"),
+        (options(100, 100), "node timeout not below the lease"),
+        (
+            RedlockOptions::default().lease(Duration::ZERO),
+            "zero lease",
+        ),
+    ] {
+        let err = Redlock::with_options(three, "rl:bad", options).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidDuration { .. }),
+            "{what}: {err:?}"
+        );
+    }
+    assert!(matches!(
+        Redlock::new(three, "").unwrap_err(),
+        Error::InvalidName { .. }
+    ));
+}
+
+#[tokio::test]
+async fn state_shows_each_node_and_the_majority_holder() {
+    let (mut servers, clients) = nodes(3).await;
+    let lock = Redlock::with_options(&clients, "rl:state", options(5_000, 200)).unwrap();
+    let state = lock.state().await.unwrap();
+    assert_eq!(
+        (state.quorum, state.nodes.len(), state.holder()),
+        (2, 3, None)
+    );
+    let guard = lock.try_lock().await.unwrap();
+    servers[2].kill();
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.holder(), Some(guard.owner_token().as_str()));
+    assert!(state.nodes[2].state.is_err());
+    assert!(state.fencing_counter().unwrap() >= guard.fencing_token());
+    guard.release().await.unwrap();
+}
