@@ -66,11 +66,12 @@ impl From<redis_locks::Error> for CliError {
             err if err.is_auth() => CliError::NoPermission(err.to_string()),
             err @ (redis_locks::Error::InvalidName { .. }
             | redis_locks::Error::InvalidDuration { .. }
-            | redis_locks::Error::InvalidUrl { .. }) => CliError::Usage(err.to_string()),
+            | redis_locks::Error::InvalidUrl { .. }
+            | redis_locks::Error::InvalidNodes { .. }) => CliError::Usage(err.to_string()),
             err @ redis_locks::Error::WrongType { .. } => CliError::Data(err.to_string()),
-            err @ (redis_locks::Error::NotRedis { .. } | redis_locks::Error::Redis { .. }) => {
-                CliError::Unavailable(err.to_string())
-            }
+            err @ (redis_locks::Error::NotRedis { .. }
+            | redis_locks::Error::Redis { .. }
+            | redis_locks::Error::NoQuorum { .. }) => CliError::Unavailable(err.to_string()),
             err => CliError::Lock(err),
         }
     }

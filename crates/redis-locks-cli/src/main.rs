@@ -34,7 +34,7 @@ fencing counter that is not a number), or the name is held as another kind of lo
 --shared on a Mutex, run on an RwLock); 69 Redis unreachable, not Redis, too slow, or \
 refusing the command (read-only replica, out of memory), or no private server, or (bench) no \
 redis-locks-bench program to run (cargo build --release -p redis-locks-bench builds it); 70 \
-the lock was lost during the run (or Redis gave a reply the lock never expects); 75 the lock \
+the lock was lost during the run (or Redis gave a reply the lock never expects); 69 also when no majority of the --redis servers of a Redlock answers; 75 the lock \
 was not acquired within --wait; 77 Redis refused access (NOAUTH, WRONGPASS, NOPERM); 127 the \
 command could not be started.";
 
@@ -61,9 +61,12 @@ enum Commands {
     /// its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL after
     /// --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
     Run {
-        /// Redis to use [default: redis://127.0.0.1:6379].
-        #[arg(long, env = "REDIS_URL")]
-        redis: Option<String>,
+        /// Redis to use [default: redis://127.0.0.1:6379]. Give it several times (or a comma
+        /// list in REDIS_URL), an odd number of independent servers, to take a Redlock: the
+        /// lock is held while a majority grants it (plain runs only, not --shared/--exclusive;
+        /// every server must be reachable when run starts).
+        #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
+        redis: Vec<String>,
         #[command(flatten)]
         args: run::RunArgs,
     },
@@ -73,9 +76,11 @@ enum Commands {
     Status {
         /// The lock's name.
         name: String,
-        /// Redis to use [default: redis://127.0.0.1:6379].
-        #[arg(long, env = "REDIS_URL")]
-        redis: Option<String>,
+        /// Redis to use [default: redis://127.0.0.1:6379]. Several (or a comma list in
+        /// REDIS_URL): the Redlock NAME on those servers, each node's view and whether a
+        /// majority agrees on the holder.
+        #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
+        redis: Vec<String>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -110,6 +115,19 @@ enum Commands {
     },
 }
 
+/// The URLs of `--redis` (repeated, or a comma list in `REDIS_URL`), or the default one.
+fn urls(redis: Vec<String>) -> Vec<String> {
+    let urls: Vec<String> = redis
+        .into_iter()
+        .map(|url| url.trim().to_string())
+        .filter(|url| !url.is_empty())
+        .collect();
+    if urls.is_empty() {
+        return vec![DEFAULT_URL.to_string()];
+    }
+    urls
+}
+
 fn main() -> ExitCode {
     match cli_support::parse::<Cli>() {
         Ok(cli) => cli_support::block_on("redis-locks", run(cli.command)),
@@ -123,13 +141,9 @@ async fn run(command: Commands) -> Result<u8, CliError> {
             let target = RedisTarget::resolve(redis)?;
             demo::run(&target, &args).await.map(|()| 0)
         }
-        Commands::Run { redis, args } => {
-            run::run(redis.as_deref().unwrap_or(DEFAULT_URL), &args).await
-        }
+        Commands::Run { redis, args } => run::run(&urls(redis), &args).await,
         Commands::Status { name, redis, json } => {
-            status::run(redis.as_deref().unwrap_or(DEFAULT_URL), &name, json)
-                .await
-                .map(|()| 0)
+            status::run(&urls(redis), &name, json).await.map(|()| 0)
         }
         // This process becomes redis-locks-bench; back here only if it could not.
         Commands::Bench { args } => Err(bench::exec(args)),

@@ -14,7 +14,8 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redis_locks::{
     Client, FencingToken, HoldsState, LeaseOptions, LockKeys, LockState, LostReason, Mutex,
-    MutexGuard, MutexOptions, RwLock, RwLockOptions, RwLockReadGuard, RwLockWriteGuard,
+    MutexGuard, MutexOptions, Redlock, RedlockGuard, RedlockOptions, RedlockState, RwLock,
+    RwLockOptions, RwLockReadGuard, RwLockWriteGuard,
 };
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -69,17 +70,28 @@ pub struct RunArgs {
 }
 
 /// Runs the command under the lock and returns the exit code to leave with.
-pub async fn run(url: &str, args: &RunArgs) -> Result<u8, CliError> {
+pub async fn run(urls: &[String], args: &RunArgs) -> Result<u8, CliError> {
     // Bad input is bad usage, whether or not Redis can be reached.
     LockKeys::new(&args.name)?;
     let lease = LeaseOptions::default().lease(args.ttl).watchdog(true);
     lease.check()?;
-    let client = Client::connect(url).await?;
-    let lock = Lock::new(&client, args, lease)?;
-    let guard = match acquire(&lock, &client, args).await {
+    if urls.len() > 1 && (args.shared || args.exclusive) {
+        return Err(CliError::Usage(
+            "--shared and --exclusive take one Redis: several --redis make a Redlock, which \
+             has no read side"
+                .into(),
+        ));
+    }
+    let mut clients = Vec::with_capacity(urls.len());
+    for url in urls {
+        clients.push(Client::connect(url).await?);
+    }
+    let client = &clients[0];
+    let lock = Lock::new(&clients, args, lease)?;
+    let guard = match acquire(&lock, client, args).await {
         Ok(guard) => guard,
         Err(err @ redis_locks::Error::WrongType { .. }) => {
-            return Err(lock.refusal(&client, err).await);
+            return Err(lock.refusal(client, err).await);
         }
         Err(err) => return Err(err.into()),
     };
@@ -145,6 +157,7 @@ const QUIET_WAIT: Duration = Duration::from_secs(1);
 /// The lock `run` takes: the `Mutex` NAME, or a side of the `RwLock` NAME.
 enum Lock {
     Mutex(Mutex),
+    Redlock(Redlock),
     Read(RwLock),
     Write(RwLock),
 }
@@ -152,6 +165,7 @@ enum Lock {
 /// The guard of a [`Lock`]: what `run` holds while the command runs.
 enum Guard {
     Mutex(MutexGuard),
+    Redlock(RedlockGuard),
     Read(RwLockReadGuard),
     Write(RwLockWriteGuard),
 }
@@ -171,8 +185,16 @@ macro_rules! take {
 
 impl Lock {
     /// The lock `args` ask for, with `lease` for its hold.
-    fn new(client: &Client, args: &RunArgs, lease: LeaseOptions) -> Result<Lock, CliError> {
+    fn new(clients: &[Client], args: &RunArgs, lease: LeaseOptions) -> Result<Lock, CliError> {
         let name = &args.name;
+        if clients.len() > 1 {
+            let options = RedlockOptions::default()
+                .lock_options(redis_locks::LockOptions::default().lease_options(lease));
+            return Ok(Lock::Redlock(Redlock::with_options(
+                clients, name, options,
+            )?));
+        }
+        let client = &clients[0];
         let rwlock =
             |lease| client.rwlock_with(name, RwLockOptions::default().lease_options(lease));
         Ok(if args.shared {
@@ -187,6 +209,7 @@ impl Lock {
     fn name(&self) -> &str {
         match self {
             Lock::Mutex(lock) => lock.name(),
+            Lock::Redlock(lock) => lock.name(),
             Lock::Read(lock) | Lock::Write(lock) => lock.name(),
         }
     }
@@ -195,6 +218,9 @@ impl Lock {
     async fn take(&self, wait: Option<Duration>) -> Result<Guard, redis_locks::Error> {
         match self {
             Lock::Mutex(lock) => take!(lock, wait, lock, try_lock, lock_timeout).map(Guard::Mutex),
+            Lock::Redlock(lock) => {
+                take!(lock, wait, lock, try_lock, lock_timeout).map(Guard::Redlock)
+            }
             Lock::Read(lock) => take!(lock, wait, read, try_read, read_timeout).map(Guard::Read),
             Lock::Write(lock) => {
                 take!(lock, wait, write, try_write, write_timeout).map(Guard::Write)
@@ -205,7 +231,7 @@ impl Lock {
     /// What this lock is, as the user asked for it.
     fn kind(&self) -> Kind {
         match self {
-            Lock::Mutex(_) => Kind::Mutex,
+            Lock::Mutex(_) | Lock::Redlock(_) => Kind::Mutex,
             Lock::Read(_) | Lock::Write(_) => Kind::RwLock,
         }
     }
@@ -216,6 +242,9 @@ impl Lock {
     /// that is not a number, a key of another Redis type).
     async fn refusal(&self, client: &Client, err: redis_locks::Error) -> CliError {
         let name = self.name();
+        if let Lock::Redlock(_) = self {
+            return err.into();
+        }
         let found = inspect(client, name).await;
         match found.as_ref().ok().and_then(Kind::held) {
             Some(held) if held != self.kind() => CliError::Data(format!(
@@ -266,6 +295,7 @@ macro_rules! each_guard {
     ($guard:expr, $bound:ident => $body:expr) => {
         match $guard {
             Guard::Mutex($bound) => $body,
+            Guard::Redlock($bound) => $body,
             Guard::Read($bound) => $body,
             Guard::Write($bound) => $body,
         }
@@ -312,6 +342,14 @@ async fn acquire(
         outcome = &mut take => return outcome,
         () = tokio::time::sleep(QUIET_WAIT) => {}
     }
+    if let Lock::Redlock(lock) = lock {
+        let state = match lock.state().await {
+            Ok(state) => format!(": {}", redlock_holder(&state)),
+            Err(err) => format!(" (its state: {err})"),
+        };
+        eprintln!("redis-locks: waiting for lock {:?}{state}", args.name);
+        return take.await;
+    }
     let state = match inspect(client, &args.name).await {
         Ok(Found::Mutex(state)) => format!(": {}", mutex_holder(&state)),
         Ok(Found::Holds(state)) => format!(": {}", holds_holders(&state)),
@@ -319,6 +357,21 @@ async fn acquire(
     };
     eprintln!("redis-locks: waiting for lock {:?}{state}", args.name);
     take.await
+}
+
+/// Who holds a Redlock, for the waiting notice.
+fn redlock_holder(state: &RedlockState) -> String {
+    let answered = state.nodes.iter().filter(|node| node.state.is_ok()).count();
+    let total = state.nodes.len();
+    match state.holder() {
+        Some(owner) => format!(
+            "held by owner {owner} on a majority of its {total} nodes ({answered} answered)"
+        ),
+        None => format!(
+            "no owner holds a majority of its {total} nodes now ({answered} answered): \
+             contenders' votes split, or nodes are down"
+        ),
+    }
 }
 
 /// Who holds a `Mutex`, for the waiting notice.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, HoldsState, LockKeys, LockState};
+use redis_locks::{Client, HoldsState, LockKeys, LockState, Redlock, RedlockState};
 use serde::Serialize;
 
 use cli_support::exit::CliError;
@@ -77,11 +77,47 @@ struct Hold<'a> {
     fencing_token: u64,
 }
 
+/// What `status --json` prints for a Redlock (several `--redis`).
+#[derive(Debug, Serialize)]
+struct RedlockStatus<'a> {
+    name: &'a str,
+    /// Always `"redlock"`.
+    kind: &'static str,
+    /// How many nodes must agree.
+    quorum: usize,
+    /// The owner a majority of nodes agree holds the lock, if any.
+    majority_holder: Option<&'a str>,
+    /// The greatest fencing counter among the nodes that answered.
+    fencing_counter: Option<u64>,
+    nodes: Vec<NodeStatus<'a>>,
+}
+
+/// One node in [`RedlockStatus`].
+#[derive(Debug, Serialize)]
+struct NodeStatus<'a> {
+    url: &'a str,
+    held: bool,
+    holder_owner: Option<&'a str>,
+    lease_remaining_ms: Option<u64>,
+    fencing_counter: Option<u64>,
+    /// Why the node's state could not be read, if it could not.
+    error: Option<String>,
+}
+
 /// Prints the lock's state as a few lines, or one JSON object with `json`.
-pub async fn run(url: &str, name: &str, json: bool) -> Result<(), CliError> {
+pub async fn run(urls: &[String], name: &str, json: bool) -> Result<(), CliError> {
     // A bad name is bad usage, whether or not Redis can be reached.
     LockKeys::new(name)?;
-    let client = Client::connect(url).await?;
+    if urls.len() > 1 {
+        let mut clients = Vec::with_capacity(urls.len());
+        for url in urls {
+            clients.push(Client::connect(url).await?);
+        }
+        let state = Redlock::new(&clients, name)?.state().await?;
+        show_redlock(name, &state, json);
+        return Ok(());
+    }
+    let client = Client::connect(&urls[0]).await?;
     match inspect(&client, name).await? {
         Found::Mutex(state) => show_mutex(name, &state, json),
         Found::Holds(state) => show_holds(name, &state, json),
@@ -197,6 +233,74 @@ fn show_holds(name: &str, state: &HoldsState, json: bool) {
         state.fencing_counter.map(|t| t.get()),
         !state.holds.is_empty(),
         "every hold's token is at most this",
+    );
+}
+
+fn show_redlock(name: &str, state: &RedlockState, json: bool) {
+    if json {
+        return print_json(&RedlockStatus {
+            name,
+            kind: "redlock",
+            quorum: state.quorum,
+            majority_holder: state.holder(),
+            fencing_counter: state.fencing_counter().map(|t| t.get()),
+            nodes: state
+                .nodes
+                .iter()
+                .map(|node| {
+                    let holder = node.state.as_ref().ok().and_then(|s| s.holder.as_ref());
+                    NodeStatus {
+                        url: &node.url,
+                        held: holder.is_some(),
+                        holder_owner: holder.map(|h| h.owner.as_str()),
+                        lease_remaining_ms: holder.and_then(|h| h.lease_remaining).map(ms),
+                        fencing_counter: node
+                            .state
+                            .as_ref()
+                            .ok()
+                            .and_then(|s| s.fencing_counter)
+                            .map(|t| t.get()),
+                        error: node.state.as_ref().err().map(ToString::to_string),
+                    }
+                })
+                .collect(),
+        });
+    }
+    println!("lock            {name}");
+    println!(
+        "kind            redlock over {} nodes (a majority is {})",
+        state.nodes.len(),
+        state.quorum
+    );
+    match state.holder() {
+        Some(owner) => println!("state           held: a majority agrees on owner {owner}"),
+        None => println!("state           free: no owner holds a majority"),
+    }
+    for node in &state.nodes {
+        let view = match &node.state {
+            Err(err) => format!("unreachable ({err})"),
+            Ok(LockState {
+                holder: Some(holder),
+                ..
+            }) => match holder.lease_remaining {
+                Some(left) => format!(
+                    "held by {} for {}",
+                    holder.owner,
+                    humantime::format_duration(left)
+                ),
+                None => format!(
+                    "held by {} with no expiry (not set by redis-locks)",
+                    holder.owner
+                ),
+            },
+            Ok(_) => "free".to_string(),
+        };
+        println!("node            {}  {view}", node.url);
+    }
+    print_counter(
+        state.fencing_counter().map(|t| t.get()),
+        state.holder().is_some(),
+        "the greatest of the nodes' counters; the next holder's token is greater",
     );
 }
 

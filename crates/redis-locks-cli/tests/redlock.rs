@@ -1,0 +1,137 @@
+//! `redis-locks run` and `status` over several `--redis` servers: a Redlock.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use test_support::{ChildProcess, RedisServer};
+
+fn with_nodes(cmd: &mut Command, servers: &[RedisServer]) {
+    for server in servers {
+        cmd.args(["--redis", &server.url()]);
+    }
+}
+
+fn run(servers: &[RedisServer], args: &[&str], command: &[&str]) -> Command {
+    let mut cmd = common::command();
+    cmd.arg("run");
+    with_nodes(&mut cmd, servers);
+    cmd.args(args).arg("--").args(command);
+    cmd
+}
+
+fn output(mut cmd: Command) -> Output {
+    cmd.output().expect("run redis-locks")
+}
+
+fn holders(servers: &[RedisServer], key: &str) -> usize {
+    servers
+        .iter()
+        .filter(|server| {
+            redis::cmd("EXISTS")
+                .arg(key)
+                .query::<i64>(&mut server.connection().unwrap())
+                .unwrap()
+                == 1
+        })
+        .count()
+}
+
+#[test]
+fn run_over_three_servers_holds_a_majority_and_tokens_increase() {
+    let servers = test_support::start_many(3).unwrap();
+    let script =
+        "echo token=$REDIS_LOCKS_TOKEN; for p in $PORTS; do redis-cli -p $p EXISTS rl-job; done";
+    let ports: Vec<String> = servers.iter().map(|s| s.port().to_string()).collect();
+    let ports = ports.join(" ");
+    let token = |out: &Output| -> u64 {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let field = text.split_whitespace().next().unwrap().to_string();
+        field.strip_prefix("token=").unwrap().parse().unwrap()
+    };
+    let mut first = run(&servers, &["rl-job"], &["sh", "-c", script]);
+    first.env("PORTS", &ports);
+    let first = output(first);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let held_on = String::from_utf8_lossy(&first.stdout)
+        .lines()
+        .filter(|line| line.trim() == "1")
+        .count();
+    assert!(
+        held_on >= 2,
+        "the key is on a majority while the command runs: {first:?}"
+    );
+    // The same list as a comma list in REDIS_URL.
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let mut second = common::command();
+    second
+        .args(["run", "rl-job", "--", "sh", "-c", script])
+        .env("REDIS_URL", urls.join(","))
+        .env("PORTS", &ports);
+    let second = output(second);
+    assert_eq!(second.status.code(), Some(0), "{second:?}");
+    assert!(token(&second) > token(&first));
+    assert_eq!(holders(&servers, "rl-job"), 0, "released on every node");
+}
+
+#[test]
+fn a_held_redlock_makes_wait_zero_exit_75_and_status_shows_every_node() {
+    let servers = test_support::start_many(3).unwrap();
+    let mut holder_cmd = run(
+        &servers,
+        &["rl-held"],
+        &["sh", "-c", "echo holding; sleep 4"],
+    );
+    holder_cmd.stdout(std::process::Stdio::piped());
+    let mut holder = ChildProcess::spawn(holder_cmd).unwrap();
+    assert!(
+        holder
+            .wait_for_line("holding", Duration::from_secs(10))
+            .is_some()
+    );
+    let refused = output(run(&servers, &["rl-held", "--wait", "0"], &["true"]));
+    assert_eq!(refused.status.code(), Some(75), "{refused:?}");
+
+    let mut status = common::command();
+    status.args(["status", "rl-held", "--json"]);
+    with_nodes(&mut status, &servers);
+    let status = output(status);
+    assert_eq!(status.status.code(), Some(0), "{status:?}");
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(json["kind"], "redlock");
+    assert_eq!(json["quorum"], 2);
+    let nodes = json["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    let owner = json["majority_holder"].as_str().expect("a majority holder");
+    assert!(
+        nodes
+            .iter()
+            .filter(|node| node["holder_owner"] == owner)
+            .count()
+            >= 2
+    );
+
+    let mut text = common::command();
+    text.args(["status", "rl-held"]);
+    with_nodes(&mut text, &servers);
+    let text = String::from_utf8(output(text).stdout).unwrap();
+    assert!(text.contains("a majority agrees on owner"), "{text}");
+    assert_eq!(text.matches("node ").count(), 3, "{text}");
+    assert_eq!(holder.wait_exit(Duration::from_secs(20)), Some(0));
+    assert_eq!(holders(&servers, "rl-held"), 0, "released on every node");
+}
+
+#[test]
+fn a_majority_down_is_exit_69_and_bad_node_lists_are_usage_errors() {
+    let mut servers = test_support::start_many(3).unwrap();
+    // Two nodes: an even number is refused.
+    let even = output(run(&servers[..2], &["rl-bad"], &["true"]));
+    assert_eq!(even.status.code(), Some(64), "{even:?}");
+    let shared = output(run(&servers, &["rl-bad", "--shared"], &["true"]));
+    assert_eq!(shared.status.code(), Some(64), "{shared:?}");
+    // A node that cannot be reached when `run` starts: it says so (exit 69).
+    servers[2].kill();
+    let killed = output(run(&servers, &["rl-bad"], &["true"]));
+    assert_eq!(killed.status.code(), Some(69), "{killed:?}");
+}
