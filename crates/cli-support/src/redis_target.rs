@@ -10,36 +10,74 @@ use crate::exit::CliError;
 
 /// The Redis a command uses; a private server is stopped when this is dropped.
 pub struct RedisTarget {
-    /// The URL to connect to.
+    /// The URL to connect to (the first node's, with several).
     pub url: String,
-    /// The private server, when this run started one.
+    /// The private server, when this run started one (the first, with several).
     pub private: Option<RedisServer>,
+    /// The other nodes' URLs, when several independent servers were given or started (a
+    /// Redlock's nodes): the first node is `url`.
+    pub more: Vec<String>,
+    /// The other private servers this run started.
+    more_private: Vec<RedisServer>,
 }
 
 impl RedisTarget {
     /// Uses `url` when given; otherwise starts a private server (installing it first if needed).
     pub fn resolve(url: Option<String>) -> Result<RedisTarget, CliError> {
-        if let Some(url) = url {
-            return Ok(RedisTarget { url, private: None });
+        RedisTarget::resolve_nodes(url.into_iter().collect(), 1)
+    }
+
+    /// Uses `urls` when any are given; otherwise starts `nodes` private servers (installing
+    /// redis-server first if needed), each on its own free port.
+    pub fn resolve_nodes(urls: Vec<String>, nodes: usize) -> Result<RedisTarget, CliError> {
+        let mut urls = urls.into_iter();
+        if let Some(url) = urls.next() {
+            return Ok(RedisTarget {
+                url,
+                private: None,
+                more: urls.collect(),
+                more_private: Vec::new(),
+            });
         }
         ensure_installed()?;
-        let server = RedisServer::start().map_err(|err| {
+        let mut servers = test_support::start_many(nodes.max(1)).map_err(|err| {
             CliError::Unavailable(format!("could not start a private redis-server: {err}"))
         })?;
+        let first = servers.remove(0);
         Ok(RedisTarget {
-            url: server.url(),
-            private: Some(server),
+            url: first.url(),
+            private: Some(first),
+            more: servers.iter().map(RedisServer::url).collect(),
+            more_private: servers,
         })
+    }
+
+    /// Every node's URL, the first first.
+    pub fn urls(&self) -> Vec<String> {
+        std::iter::once(self.url.clone())
+            .chain(self.more.iter().cloned())
+            .collect()
     }
 
     /// One line that says which Redis this is, for a report's header.
     pub fn describe(&self) -> String {
+        let nodes = 1 + self.more.len();
         match &self.private {
+            Some(server) if nodes > 1 => format!(
+                "{nodes} private redis-servers ({}) on 127.0.0.1 ports {}, started for this run and stopped at its end",
+                server_version(),
+                std::iter::once(server)
+                    .chain(&self.more_private)
+                    .map(|server| server.port().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Some(server) => format!(
                 "a private redis-server ({}) on 127.0.0.1:{}, started for this run and stopped at its end",
                 server_version(),
                 server.port()
             ),
+            None if nodes > 1 => format!("{} (from --redis / REDIS_URL)", self.urls().join(", ")),
             None => format!("{} (from --redis / REDIS_URL)", self.url),
         }
     }

@@ -106,3 +106,72 @@ impl BareLock {
         self.requests.load(Ordering::Relaxed)
     }
 }
+
+/// The bare minimum of a Redlock: a [`BareLock`] on each of N nodes, asked all at once, done
+/// when a majority agreed; the rest of the requests are seen through in the background (as
+/// the library does with a release), so no node keeps a key.
+#[derive(Clone)]
+pub struct BareQuorum {
+    nodes: Vec<BareLock>,
+}
+
+/// One bare request to one node.
+type BareRequest = futures_util::future::BoxFuture<'static, redis::RedisResult<bool>>;
+
+impl BareQuorum {
+    /// One bare lock per node.
+    pub fn new(nodes: Vec<BareLock>) -> BareQuorum {
+        BareQuorum { nodes }
+    }
+
+    /// `SET key token NX PX lease` on every node at once: true when a majority took it.
+    pub async fn try_acquire(&self, key: &str, token: &str) -> redis::RedisResult<bool> {
+        self.majority(key, token, |node, key, token| {
+            Box::pin(async move { node.try_acquire(&key, &token).await })
+        })
+        .await
+    }
+
+    /// The compare-and-delete on every node at once: true when a majority deleted it.
+    pub async fn release(&self, key: &str, token: &str) -> redis::RedisResult<bool> {
+        self.majority(key, token, |node, key, token| {
+            Box::pin(async move { node.release(&key, &token).await })
+        })
+        .await
+    }
+
+    async fn majority(
+        &self,
+        key: &str,
+        token: &str,
+        request: impl Fn(BareLock, String, String) -> BareRequest,
+    ) -> redis::RedisResult<bool> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let needed = self.nodes.len() / 2 + 1;
+        let mut pending: FuturesUnordered<BareRequest> = self
+            .nodes
+            .iter()
+            .map(|node| request(node.clone(), key.to_string(), token.to_string()))
+            .collect();
+        let (mut yes, mut no) = (0, 0);
+        while let Some(reply) = pending.next().await {
+            if reply? {
+                yes += 1;
+            } else {
+                no += 1;
+            }
+            if yes >= needed || no > self.nodes.len() - needed {
+                break;
+            }
+        }
+        if !pending.is_empty() {
+            tokio::spawn(async move { while pending.next().await.is_some() {} });
+        }
+        Ok(yes >= needed)
+    }
+
+    /// Requests sent so far, over all nodes.
+    pub fn requests(&self) -> u64 {
+        self.nodes.iter().map(BareLock::requests).sum()
+    }
+}

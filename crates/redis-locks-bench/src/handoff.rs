@@ -26,8 +26,10 @@ use cli_support::leftovers::delete_counters;
 /// Options of `bench handoff`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct HandoffArgs {
-    /// Run this variant only: mutex, fair-mutex, polling, or rwlock (--readers and --writers
-    /// on one RwLock). By default mutex, fair-mutex and polling, one after another.
+    /// Run this variant only: mutex, fair-mutex, polling, rwlock (--readers and --writers
+    /// on one RwLock), or redlock (one Redlock over every --redis node, or --nodes private
+    /// servers). By default mutex, fair-mutex and polling, one after another (and redlock
+    /// too when several nodes are given), all on the first node but redlock.
     #[arg(long, value_enum)]
     pub kind: Option<Kind>,
     /// Workers contending for the one lock [default: 8] (not with --kind rwlock).
@@ -89,6 +91,7 @@ pub enum Kind {
     FairMutex,
     Polling,
     Rwlock,
+    Redlock,
 }
 
 impl Kind {
@@ -99,6 +102,7 @@ impl Kind {
             Kind::FairMutex => "fair-mutex",
             Kind::Polling => "polling",
             Kind::Rwlock => "rwlock",
+            Kind::Redlock => "redlock",
         }
     }
 
@@ -108,6 +112,7 @@ impl Kind {
             Kind::FairMutex => "FairMutex",
             Kind::Polling => "polling",
             Kind::Rwlock => "RwLock",
+            Kind::Redlock => "Redlock",
         }
     }
 }
@@ -129,10 +134,11 @@ impl HandoffArgs {
         Ok(())
     }
 
-    /// The variants to run, in order.
-    fn kinds(&self) -> Vec<Kind> {
+    /// The variants to run, in order, with `nodes` nodes given.
+    fn kinds(&self, nodes: usize) -> Vec<Kind> {
         match self.kind {
             Some(kind) => vec![kind],
+            None if nodes > 1 => vec![Kind::Mutex, Kind::FairMutex, Kind::Polling, Kind::Redlock],
             None => vec![Kind::Mutex, Kind::FairMutex, Kind::Polling],
         }
     }
@@ -159,6 +165,7 @@ impl HandoffArgs {
     fn primitive(&self, kind: Kind, worker: usize) -> Option<Primitive> {
         match kind {
             Kind::Mutex => Some(Primitive::Mutex),
+            Kind::Redlock => Some(Primitive::Redlock),
             Kind::FairMutex => Some(Primitive::FairMutex),
             Kind::Polling => None,
             Kind::Rwlock if worker < self.readers() as usize => Some(Primitive::Read),
@@ -325,20 +332,25 @@ enum Report {
 /// Runs the variants one after another and prints a table, or one JSON object per variant
 /// with `json`. A recorded overlap or token regression fails the run once the figures are
 /// out.
-pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliError> {
+pub async fn run(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), CliError> {
     args.check()?;
     let run_id = format!("{:08x}", rand::random::<u32>());
     let mut reports = Vec::new();
-    for kind in args.kinds() {
+    for kind in args.kinds(urls.len()) {
+        // Every variant but the Redlock runs on the first node.
+        let urls = match kind {
+            Kind::Redlock => urls,
+            _ => &urls[..1],
+        };
         let lock = format!("bench:handoff:{run_id}:{}", kind.label());
         let bar = progress(kind.label(), args.duration, json);
         let ticker = Ticker::start(bar);
         let measured = if args.processes > 1 {
-            processes(url, kind, &lock, args).await
+            processes(urls, kind, &lock, args).await
         } else {
             let start_ns = now_nanos();
             workers(
-                url,
+                urls,
                 kind,
                 &lock,
                 0..args.workers(kind) as usize,
@@ -349,7 +361,10 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
         };
         drop(ticker);
         // The lock's fencing counter goes, whether or not the variant got through.
-        let cleaned = delete_counters(url, &[&lock]).await;
+        let mut cleaned = Ok(());
+        for url in urls {
+            cleaned = cleaned.and(delete_counters(url, &[&lock]).await);
+        }
         let (records, requests) = measured?;
         cleaned?;
         let report = analyse(kind, args, &records, requests);
@@ -380,7 +395,7 @@ pub async fn run(url: &str, args: &HandoffArgs, json: bool) -> Result<(), CliErr
 /// run's duration: fresh clients (one, or one per worker), so their requests are this run's;
 /// the polling baseline goes over a connection of its own.
 async fn workers(
-    url: &str,
+    urls: &[String],
     kind: Kind,
     lock: &str,
     ids: std::ops::Range<usize>,
@@ -388,19 +403,27 @@ async fn workers(
     start_ns: u64,
 ) -> Result<(Vec<Record>, u64), CliError> {
     let lease = Duration::from_secs(10);
-    let mut clients = vec![Client::connect(url).await?];
-    if args.client_per_worker {
-        for _ in 1..ids.len() {
-            clients.push(Client::connect(url).await?);
+    // One client per node (a Redlock's nodes), once, or once per worker.
+    let sets = if args.client_per_worker {
+        ids.len().max(1)
+    } else {
+        1
+    };
+    let mut clients: Vec<Vec<Client>> = Vec::with_capacity(sets);
+    for _ in 0..sets {
+        let mut set = Vec::with_capacity(urls.len());
+        for url in urls {
+            set.push(Client::connect(url).await?);
         }
+        clients.push(set);
     }
-    let bare = BareLock::new(cli_support::connection(url).await?, lease);
+    let bare = BareLock::new(cli_support::connection(&urls[0]).await?, lease);
     let occupancy = Arc::new(Occupancy::default());
     let since_start = move || Duration::from_nanos(now_nanos().saturating_sub(start_ns));
     let deadline = args.duration;
     // Wait for the common start (other processes' shares start at the same moment).
     tokio::time::sleep(Duration::from_nanos(start_ns.saturating_sub(now_nanos()))).await;
-    let requests_before: u64 = clients.iter().map(super::requests).sum();
+    let requests_before: u64 = clients.iter().flatten().map(super::requests).sum();
     let mut tasks = Vec::new();
     for (n, worker) in ids.enumerate() {
         // Each worker has a handle of its own: an owner id of its own.
@@ -466,7 +489,7 @@ async fn workers(
     for task in tasks {
         records.extend(task.await.expect("bench worker does not panic")?);
     }
-    let requests_after: u64 = clients.iter().map(super::requests).sum();
+    let requests_after: u64 = clients.iter().flatten().map(super::requests).sum();
     Ok((records, requests_after - requests_before + bare.requests()))
 }
 
@@ -480,7 +503,7 @@ enum ShareLine {
 /// Runs the workers of one variant spread over `args.processes` processes (this program,
 /// started again with the hidden `handoff-worker`), and gathers their records and requests.
 async fn processes(
-    url: &str,
+    urls: &[String],
     kind: Kind,
     lock: &str,
     args: &HandoffArgs,
@@ -497,10 +520,11 @@ async fn processes(
     for share in 0..shares {
         let count = total / shares + usize::from(share < total % shares);
         let mut command = tokio::process::Command::new(&program);
+        command.arg("--json");
+        for url in urls {
+            command.arg("--redis").arg(url);
+        }
         command
-            .arg("--json")
-            .arg("--redis")
-            .arg(url)
             .arg("handoff-worker")
             .args(["--kind", kind.cli_name(), "--lock", lock])
             .args(["--first", &first.to_string(), "--count", &count.to_string()])
@@ -559,13 +583,13 @@ async fn processes(
 
 /// One process's share of a `--processes` run: runs its workers and prints their records and
 /// requests as JSON lines for the parent.
-pub async fn worker_process(url: &str, args: &HandoffWorkerArgs) -> Result<(), CliError> {
+pub async fn worker_process(urls: &[String], args: &HandoffWorkerArgs) -> Result<(), CliError> {
     let ids = args.first..args.first + args.count;
     let kind = args.handoff.kind.ok_or_else(|| {
         CliError::Usage("handoff-worker runs the one variant --kind names".into())
     })?;
     let (records, requests) =
-        workers(url, kind, &args.lock, ids, &args.handoff, args.start_ns).await?;
+        workers(urls, kind, &args.lock, ids, &args.handoff, args.start_ns).await?;
     let mut out = String::new();
     for record in records {
         out.push_str(&serde_json::to_string(&ShareLine::Record(record)).expect("plain data"));

@@ -58,10 +58,10 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
         println!("Redis: {}\n", target.describe());
     }
     match bench {
-        Bench::Throughput(args) => throughput::run(&target.url, args, json).await,
-        Bench::Handoff(args) => handoff::run(&target.url, args, json).await,
+        Bench::Throughput(args) => throughput::run(&target.urls(), args, json).await,
+        Bench::Handoff(args) => handoff::run(&target.urls(), args, json).await,
         Bench::Market(args) => market::run(&target.url, args, json).await,
-        Bench::HandoffWorker(args) => handoff::worker_process(&target.url, args).await,
+        Bench::HandoffWorker(args) => handoff::worker_process(&target.urls(), args).await,
     }
 }
 

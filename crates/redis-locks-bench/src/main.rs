@@ -18,9 +18,15 @@ use redis_locks_bench::Bench;
 #[derive(Debug, Parser)]
 #[command(name = "redis-locks-bench", after_help = EXIT_CODES)]
 struct Cli {
-    /// Redis to use; without it a private redis-server is started.
-    #[arg(long, env = "REDIS_URL", global = true)]
-    redis: Option<String>,
+    /// Redis to use; without it a private redis-server is started. Several (repeated, or a
+    /// comma list in REDIS_URL) are the independent nodes of `--kind redlock`; the other
+    /// kinds use the first.
+    #[arg(long, env = "REDIS_URL", global = true, value_delimiter = ',')]
+    redis: Vec<String>,
+    /// Without --redis: how many private redis-servers to start (the nodes of
+    /// `--kind redlock`; an odd number).
+    #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=15))]
+    nodes: u16,
     /// Print one JSON object per run instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -42,7 +48,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
     cli.bench.check()?;
-    let target = RedisTarget::resolve(cli.redis)?;
+    let target = RedisTarget::resolve_nodes(cli.redis, usize::from(cli.nodes))?;
     redis_locks_bench::run(&target, &cli.bench, cli.json)
         .await
         .map(|()| 0)

@@ -1,12 +1,12 @@
 //! The library's primitives as the benchmarks drive them: one handle type and one guard type
-//! over `Mutex`, `FairMutex`, `ReentrantMutex` and the two sides of an `RwLock`, so that
+//! over `Mutex`, `FairMutex`, `ReentrantMutex`, the two sides of an `RwLock` and `Redlock`, so that
 //! `throughput` and `handoff` run every primitive through the same loop.
 
 use std::time::Duration;
 
 use redis_locks::{
-    Client, FairMutex, FairMutexOptions, Mutex, MutexGuard, MutexOptions, ReentrantGuard,
-    ReentrantMutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    Client, FairMutex, FairMutexOptions, Mutex, MutexGuard, MutexOptions, Redlock, RedlockGuard,
+    RedlockOptions, ReentrantGuard, ReentrantMutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 use serde::Serialize;
 
@@ -25,6 +25,8 @@ pub enum Primitive {
     Read,
     /// `RwLock::write`.
     Write,
+    /// `Redlock::lock` over every `--redis` node (or `--nodes` private servers).
+    Redlock,
 }
 
 impl Primitive {
@@ -36,6 +38,7 @@ impl Primitive {
             Primitive::Reentrant => "ReentrantMutex",
             Primitive::Read => "RwLock read",
             Primitive::Write => "RwLock write",
+            Primitive::Redlock => "Redlock",
         }
     }
 
@@ -53,6 +56,7 @@ pub enum Handle {
     Reentrant(ReentrantMutex),
     Read(RwLock),
     Write(RwLock),
+    Redlock(Redlock),
 }
 
 /// What an acquisition of a [`Handle`] holds.
@@ -61,13 +65,15 @@ pub enum Guard {
     Reentrant(ReentrantGuard),
     Read(RwLockReadGuard),
     Write(RwLockWriteGuard),
+    Redlock(RedlockGuard),
 }
 
 impl Handle {
-    /// A handle of `primitive` for the lock `name` on `client`: with the library's default
-    /// options (a 30 s lease renewed by the watchdog), or an explicit `lease` without it.
+    /// A handle of `primitive` for the lock `name` on the first of `clients` (a Redlock: on
+    /// all of them): with the library's default options (a 30 s lease renewed by the
+    /// watchdog), or an explicit `lease` without it.
     pub fn new(
-        client: &Client,
+        clients: &[Client],
         name: &str,
         primitive: Primitive,
         lease: Option<Duration>,
@@ -76,7 +82,16 @@ impl Handle {
             Some(lease) => FairMutexOptions::default().lease(lease),
             None => FairMutexOptions::default(),
         };
+        let client = &clients[0];
         Ok(match primitive {
+            Primitive::Redlock => Handle::Redlock(Redlock::with_options(
+                clients,
+                name,
+                match lease {
+                    Some(lease) => RedlockOptions::default().lease(lease),
+                    None => RedlockOptions::default(),
+                },
+            )?),
             Primitive::Mutex => Handle::Mutex(client.mutex_with(
                 name,
                 match lease {
@@ -99,6 +114,7 @@ impl Handle {
             Handle::Reentrant(reentrant) => Guard::Reentrant(reentrant.lock().await?),
             Handle::Read(rwlock) => Guard::Read(rwlock.read().await?),
             Handle::Write(rwlock) => Guard::Write(rwlock.write().await?),
+            Handle::Redlock(redlock) => Guard::Redlock(redlock.lock().await?),
         })
     }
 }
@@ -111,6 +127,7 @@ impl Guard {
             Guard::Reentrant(guard) => guard.fencing_token(),
             Guard::Read(guard) => guard.fencing_token(),
             Guard::Write(guard) => guard.fencing_token(),
+            Guard::Redlock(guard) => guard.fencing_token(),
         }
         .get()
     }
@@ -122,6 +139,7 @@ impl Guard {
             Guard::Reentrant(guard) => guard.release().await.map(drop),
             Guard::Read(guard) => guard.release().await.map(drop),
             Guard::Write(guard) => guard.release().await.map(drop),
+            Guard::Redlock(guard) => guard.release().await,
         }
     }
 }

@@ -9,7 +9,7 @@ use redis_locks::{Client, LockKeys, OwnerToken};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::baseline::BareLock;
+use super::baseline::{BareLock, BareQuorum};
 use super::primitive::{Handle, Primitive};
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use cli_support::exit::CliError;
@@ -29,7 +29,8 @@ pub struct ThroughputArgs {
     #[arg(long, value_parser = super::parse_duration)]
     pub lease: Option<Duration>,
     /// The primitive measured: mutex, fair-mutex, reentrant (ReentrantMutex), read or write
-    /// (the two sides of an RwLock).
+    /// (the two sides of an RwLock), or redlock (over every --redis node, or --nodes private
+    /// servers; measured beside a Mutex on the first node).
     #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
     pub kind: Primitive,
 }
@@ -41,6 +42,8 @@ pub struct Variant {
     acquisitions: u64,
     per_second: f64,
     acquire: Summary,
+    /// Acquire and release, one after the other.
+    cycle: Summary,
     requests_per_acquisition: f64,
 }
 
@@ -65,6 +68,17 @@ pub struct Report {
     bare_fenced: Variant,
     ratio_ours_to_bare: f64,
     ratio_ours_to_bare_fenced: f64,
+    /// With `--kind redlock`: how many nodes, and a `Mutex` on the first node alone, measured
+    /// in the same run.
+    nodes: usize,
+    one_node: Option<Variant>,
+    /// With `--kind redlock`: the bare Redlock (`SET NX PX` and compare-and-delete on every
+    /// node at once, a majority) in the same run.
+    bare_quorum: Option<Variant>,
+    /// With `--kind redlock`: the Redlock's acquire+release p50 over the bare Redlock's.
+    ratio_cycle_p50_to_bare_quorum: Option<f64>,
+    /// With `--kind redlock`: the Redlock's acquire+release p50 over the one-node `Mutex`'s.
+    ratio_cycle_p50_to_one_node: Option<f64>,
     /// `None` where the server refuses `MEMORY USAGE`.
     memory: Option<Memory>,
 }
@@ -78,18 +92,39 @@ enum Side {
     Ours,
     Bare,
     BareFenced,
+    /// A `Mutex` on the first node, beside a Redlock.
+    OneNode,
+    /// The bare Redlock: `SET NX PX` and compare-and-delete on every node at once.
+    BareQuorum,
 }
 
 /// Runs the benchmark against `url` and prints a table, or one JSON object with `json`.
-pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), CliError> {
-    let client = Client::connect(url).await?;
+pub async fn run(urls: &[String], args: &ThroughputArgs, json: bool) -> Result<(), CliError> {
+    let urls = match args.kind {
+        Primitive::Redlock => urls,
+        _ => &urls[..1],
+    };
+    let mut clients = Vec::with_capacity(urls.len());
+    for url in urls {
+        clients.push(Client::connect(url).await?);
+    }
     let run_id = format!("{:08x}", rand::random::<u32>());
-    let measured = measure(&client, url, args, &run_id, json).await;
+    let measured = measure(&clients, urls, args, &run_id, json).await;
     // The run's fencing counters go, whether or not it got through.
     let mut locks: Vec<String> = (0..args.workers).map(|w| worker_key(&run_id, w)).collect();
+    if args.kind == Primitive::Redlock {
+        for worker in 0..args.workers {
+            let key = worker_key(&run_id, worker);
+            locks.push(side_key(&key, Side::OneNode, args.kind));
+            locks.push(side_key(&key, Side::BareFenced, args.kind));
+        }
+    }
     locks.push(memory_key(&run_id));
     let locks: Vec<&str> = locks.iter().map(String::as_str).collect();
-    let cleaned = delete_counters(url, &locks).await;
+    let mut cleaned = Ok(());
+    for url in urls {
+        cleaned = cleaned.and(delete_counters(url, &locks).await);
+    }
     let report = measured?;
     cleaned?;
     if json {
@@ -103,53 +138,100 @@ pub async fn run(url: &str, args: &ThroughputArgs, json: bool) -> Result<(), Cli
 /// Warms up, runs every variant in alternating slices, and measures what a lock costs in
 /// memory. The bare variants and `MEMORY USAGE` go over a connection of their own to `url`.
 async fn measure(
-    client: &Client,
-    url: &str,
+    clients: &[Client],
+    urls: &[String],
     args: &ThroughputArgs,
     run_id: &str,
     json: bool,
 ) -> Result<Report, CliError> {
-    let connection = cli_support::connection(url).await?;
+    let connection = cli_support::connection(&urls[0]).await?;
     let bare = BareLock::new(connection.clone(), Duration::from_secs(30));
+    let mut bare_nodes = Vec::with_capacity(clients.len());
+    for url in urls {
+        bare_nodes.push(BareLock::new(
+            cli_support::connection(url).await?,
+            Duration::from_secs(30),
+        ));
+    }
+    let quorum = BareQuorum::new(bare_nodes);
     // Before anything is measured: take every worker's lock once, so its fencing counter is
     // seeded (a first acquisition costs one more round trip) and the release script loaded.
+    let redlock = args.kind == Primitive::Redlock;
     for worker in 0..args.workers {
-        let handle = Handle::new(client, &worker_key(run_id, worker), args.kind, args.lease)?;
+        let key = worker_key(run_id, worker);
+        let handle = Handle::new(clients, &key, args.kind, args.lease)?;
         handle.acquire().await?.release().await?;
+        if redlock {
+            let one = side_key(&key, Side::OneNode, args.kind);
+            let one = Handle::new(clients, &one, Primitive::Mutex, args.lease)?;
+            one.acquire().await?.release().await?;
+        }
     }
+    let sides: &[Side] = if redlock {
+        &[
+            Side::Ours,
+            Side::OneNode,
+            Side::BareQuorum,
+            Side::Bare,
+            Side::BareFenced,
+        ]
+    } else {
+        &[Side::Ours, Side::Bare, Side::BareFenced]
+    };
+    let requests = || -> u64 { clients.iter().map(super::requests).sum() };
     let slice = args.duration / SLICES;
-    let mut totals: [(u64, Latencies, u64); 3] = Default::default();
+    let mut totals: [(u64, Latencies, Latencies, u64); 5] = Default::default();
     // Alternate the variants in short slices, so a noisy moment of the machine hits both alike.
     for round in 0..SLICES {
-        for side in [Side::Ours, Side::Bare, Side::BareFenced] {
+        for &side in sides {
             let label = match side {
                 Side::Ours => format!("redis-locks, slice {}/{SLICES}", round + 1),
+                Side::OneNode => format!("one node, slice {}/{SLICES}", round + 1),
+                Side::BareQuorum => format!("bare Redlock, slice {}/{SLICES}", round + 1),
                 Side::Bare => format!("bare, slice {}/{SLICES}", round + 1),
                 Side::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
             };
             let bar = progress(&label, slice, json);
-            let requests_before = super::requests(client) + bare.requests();
+            let requests_before = requests() + bare.requests() + quorum.requests();
             let ticker = Ticker::start(bar);
-            let (count, latencies) = phase(client, &bare, side, args, slice, run_id).await?;
+            let (count, latencies, cycles) =
+                phase(clients, (&bare, &quorum), side, args, slice, run_id).await?;
             drop(ticker);
             let slot = &mut totals[side as usize];
             slot.0 += count;
             slot.1.add(&latencies);
-            slot.2 += super::requests(client) + bare.requests() - requests_before;
+            slot.2.add(&cycles);
+            slot.3 += requests() + bare.requests() + quorum.requests() - requests_before;
         }
     }
     let seconds = args.duration.as_secs_f64();
-    let variant = |name: String, (count, latencies, requests): &(u64, Latencies, u64)| Variant {
-        name,
-        acquisitions: *count,
-        per_second: *count as f64 / seconds,
-        acquire: latencies.summary(),
-        requests_per_acquisition: *requests as f64 / (*count).max(1) as f64,
-    };
+    let variant =
+        |name: String, (count, latencies, cycles, requests): &(u64, Latencies, Latencies, u64)| {
+            Variant {
+                name,
+                acquisitions: *count,
+                per_second: *count as f64 / seconds,
+                acquire: latencies.summary(),
+                cycle: cycles.summary(),
+                requests_per_acquisition: *requests as f64 / (*count).max(1) as f64,
+            }
+        };
     let ours = variant(format!("redis-locks {}", args.kind.label()), &totals[0]);
     let bare_v = variant("bare SET NX PX + compare-and-delete".into(), &totals[1]);
     let fenced = variant("bare fenced: SET NX PX + INCR + c-a-d".into(), &totals[2]);
     let ratio = |other: &Variant| ours.per_second / other.per_second.max(f64::MIN_POSITIVE);
+    let one_node =
+        redlock.then(|| variant("redis-locks Mutex, first node alone".into(), &totals[3]));
+    let bare_quorum = redlock.then(|| {
+        variant(
+            "bare Redlock: SET NX PX + c-a-d on all nodes".into(),
+            &totals[4],
+        )
+    });
+    let cycle_ratio =
+        |other: &Variant| ours.cycle.p50_ms / other.cycle.p50_ms.max(f64::MIN_POSITIVE);
+    let ratio_cycle_p50_to_one_node = one_node.as_ref().map(cycle_ratio);
+    let ratio_cycle_p50_to_bare_quorum = bare_quorum.as_ref().map(cycle_ratio);
     Ok(Report {
         bench: "throughput",
         kind: args.kind,
@@ -158,54 +240,68 @@ async fn measure(
         lease_ms: args.lease.map(|lease| lease.as_millis() as u64),
         ratio_ours_to_bare: ratio(&bare_v),
         ratio_ours_to_bare_fenced: ratio(&fenced),
+        nodes: clients.len(),
+        one_node,
+        ratio_cycle_p50_to_one_node,
+        bare_quorum,
+        ratio_cycle_p50_to_bare_quorum,
         ours,
         bare: bare_v,
         bare_fenced: fenced,
-        memory: memory(client, &connection, args.kind, run_id).await?,
+        memory: memory(clients, &connection, args.kind, run_id).await?,
     })
 }
 
 async fn phase(
-    client: &Client,
-    bare: &BareLock,
+    clients: &[Client],
+    (bare, quorum): (&BareLock, &BareQuorum),
     side: Side,
     args: &ThroughputArgs,
     duration: Duration,
     run_id: &str,
-) -> Result<(u64, Latencies), CliError> {
+) -> Result<(u64, Latencies, Latencies), CliError> {
     let deadline = Instant::now() + duration;
     let mut tasks = Vec::new();
     for worker in 0..args.workers {
-        let key = worker_key(run_id, worker);
-        let handle = Handle::new(client, &key, args.kind, args.lease)?;
+        let key = side_key(&worker_key(run_id, worker), side, args.kind);
+        let handle = match side {
+            Side::OneNode => Handle::new(clients, &key, Primitive::Mutex, args.lease)?,
+            _ => Handle::new(clients, &key, args.kind, args.lease)?,
+        };
         let keys = LockKeys::new(&key)?;
-        let bare = bare.clone();
+        let (bare, quorum) = (bare.clone(), quorum.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Latencies::default();
+            let mut cycles = Latencies::default();
             let mut count = 0u64;
             while Instant::now() < deadline {
                 let started = Instant::now();
                 match side {
-                    Side::Ours => {
+                    Side::Ours | Side::OneNode => {
                         let guard = handle.acquire().await?;
                         latencies.record(started.elapsed());
                         guard.release().await?;
                     }
-                    Side::Bare | Side::BareFenced => {
+                    Side::Bare | Side::BareFenced | Side::BareQuorum => {
                         let token = OwnerToken::random();
-                        let taken = if side == Side::Bare {
-                            bare.try_acquire(&key, token.as_str()).await
-                        } else {
-                            bare.try_acquire_fenced(
-                                &key,
-                                keys.fence(),
-                                keys.epoch(),
-                                token.as_str(),
-                            )
-                            .await
+                        let taken = match side {
+                            Side::Bare => bare.try_acquire(&key, token.as_str()).await,
+                            Side::BareQuorum => quorum.try_acquire(&key, token.as_str()).await,
+                            _ => {
+                                bare.try_acquire_fenced(
+                                    &key,
+                                    keys.fence(),
+                                    keys.epoch(),
+                                    token.as_str(),
+                                )
+                                .await
+                            }
                         };
                         latencies.record(started.elapsed());
-                        let released = bare.release(&key, token.as_str()).await;
+                        let released = match side {
+                            Side::BareQuorum => quorum.release(&key, token.as_str()).await,
+                            _ => bare.release(&key, token.as_str()).await,
+                        };
                         if !matches!((taken, released), (Ok(true), Ok(true))) {
                             return Err(CliError::CheckFailed(format!(
                                 "the bare lock on {key} failed"
@@ -213,24 +309,39 @@ async fn phase(
                         }
                     }
                 }
+                cycles.record(started.elapsed());
                 count += 1;
             }
-            Ok::<_, CliError>((count, latencies))
+            Ok::<_, CliError>((count, latencies, cycles))
         }));
     }
     let mut total = 0;
     let mut all = Latencies::default();
+    let mut all_cycles = Latencies::default();
     for task in tasks {
-        let (count, latencies) = task.await.expect("bench worker does not panic")?;
+        let (count, latencies, cycles) = task.await.expect("bench worker does not panic")?;
         total += count;
         all.add(&latencies);
+        all_cycles.add(&cycles);
     }
-    Ok((total, all))
+    Ok((total, all, all_cycles))
 }
 
 /// The lock of one worker.
 fn worker_key(run_id: &str, worker: u16) -> String {
     format!("bench:throughput:{run_id}:{worker}")
+}
+
+/// The lock a worker takes in `side`: its own lock; beside a Redlock, one name per kind of
+/// variant (a release seen through in the background after a majority answered may still
+/// be on its way to a node when the next slice begins).
+fn side_key(key: &str, side: Side, kind: Primitive) -> String {
+    match (kind, side) {
+        (Primitive::Redlock, Side::OneNode) => format!("{key}:one-node"),
+        (Primitive::Redlock, Side::BareQuorum) => format!("{key}:bare-quorum"),
+        (Primitive::Redlock, Side::Bare | Side::BareFenced) => format!("{key}:bare"),
+        _ => key.to_string(),
+    }
 }
 
 /// The lock whose keys `MEMORY USAGE` measures.
@@ -241,14 +352,14 @@ fn memory_key(run_id: &str) -> String {
 /// What a held lock of `kind` costs in memory, asked over `connection`; `None` (with a word
 /// on stderr) where the server refuses `MEMORY USAGE`, as some managed services do.
 async fn memory(
-    client: &Client,
+    clients: &[Client],
     connection: &ConnectionManager,
     kind: Primitive,
     run_id: &str,
 ) -> Result<Option<Memory>, CliError> {
     let name = memory_key(run_id);
     let keys = LockKeys::new(&name)?;
-    let guard = Handle::new(client, &name, kind, None)?.acquire().await?;
+    let guard = Handle::new(clients, &name, kind, None)?.acquire().await?;
     let usage = |key: String| {
         let mut connection = connection.clone();
         async move {
@@ -293,14 +404,20 @@ fn print_report(report: &Report) {
         "acquisitions/s".into(),
         "acquire p50".into(),
         "acquire p99".into(),
+        "acquire+release p50".into(),
         "requests/acq".into(),
     ]];
-    for v in [&report.ours, &report.bare, &report.bare_fenced] {
+    let variants = std::iter::once(&report.ours)
+        .chain(report.one_node.as_ref())
+        .chain(report.bare_quorum.as_ref())
+        .chain([&report.bare, &report.bare_fenced]);
+    for v in variants {
         rows.push(vec![
             v.name.to_string(),
             format!("{:.0}", v.per_second),
             format!("{:.3} ms", v.acquire.p50_ms),
             format!("{:.3} ms", v.acquire.p99_ms),
+            format!("{:.3} ms", v.cycle.p50_ms),
             format!("{:.2}", v.requests_per_acquisition),
         ]);
     }
@@ -313,6 +430,17 @@ fn print_report(report: &Report) {
         "  ratio ours/bare fenced: {:.2}   (the library's own overhead: the same commands, sent bare)",
         report.ratio_ours_to_bare_fenced
     );
+    if let Some(ratio) = report.ratio_cycle_p50_to_one_node {
+        println!(
+            "  Redlock over {} nodes / Mutex on one node, acquire+release p50: {ratio:.2}   (the bare single-node variants run on the first node)",
+            report.nodes
+        );
+    }
+    if let Some(ratio) = report.ratio_cycle_p50_to_bare_quorum {
+        println!(
+            "  Redlock / bare Redlock, acquire+release p50: {ratio:.2}   (what tokens, owner checks and validity cost over the bare fan-out)"
+        );
+    }
     println!(
         "  requests/acq: round trips to Redis per acquire + release (SET NX PX + INCR + the epoch checks go as one pipeline)"
     );

@@ -23,14 +23,7 @@ fn text(bytes: &[u8]) -> String {
 /// Runs the benchmark `command` (its words, without `--redis` and `--json`) against
 /// `server`; its JSON objects.
 fn json_runs(server: &RedisServer, command: &str) -> Vec<serde_json::Value> {
-    let url = server.url();
-    let args: Vec<&str> = command.split_whitespace().collect();
-    let out = bench(&[&args[..], &["--redis", &url, "--json"]].concat());
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    text(&out.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+    json_runs_on_nodes(std::slice::from_ref(server), command)
 }
 
 /// Fails when a run left a fencing counter behind in `server`.
@@ -178,5 +171,66 @@ fn rwlock_handoff_lets_readers_share_and_writers_in_alone() {
         "requests/acq",
     ] {
         assert!(table.contains(row), "{row} missing:\n{table}");
+    }
+}
+
+/// Runs `command` against `servers` (with several, the nodes of a Redlock); its JSON objects.
+fn json_runs_on_nodes(servers: &[RedisServer], command: &str) -> Vec<serde_json::Value> {
+    let mut args: Vec<String> = command.split_whitespace().map(String::from).collect();
+    for server in servers {
+        args.push("--redis".into());
+        args.push(server.url());
+    }
+    args.push("--json".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = bench(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn redlock_throughput_is_measured_beside_one_node_and_the_bare_fan_out() {
+    let servers = test_support::start_many(3).unwrap();
+    let runs = json_runs_on_nodes(
+        &servers,
+        "throughput --kind redlock --workers 2 --duration 500ms",
+    );
+    let run = &runs[0];
+    assert_eq!(run["kind"], "redlock");
+    assert_eq!(run["nodes"], 3);
+    for variant in ["ours", "one_node", "bare_quorum"] {
+        assert!(
+            run[variant]["acquisitions"].as_u64().unwrap() > 0,
+            "{variant}: {run}"
+        );
+        assert!(run[variant]["cycle"]["p50_ms"].as_f64().unwrap() > 0.0);
+    }
+    // A Redlock asks every node: at least 2 requests per node per acquisition (acquire,
+    // release), in the same units as the one-node Mutex's 2.
+    let requests = run["ours"]["requests_per_acquisition"].as_f64().unwrap();
+    assert!((6.0..=9.5).contains(&requests), "{requests}");
+    assert!(run["ratio_cycle_p50_to_one_node"].as_f64().unwrap() > 0.0);
+    for server in &servers {
+        assert_no_counters_left(server);
+    }
+}
+
+#[test]
+fn redlock_handoff_runs_across_processes_with_no_overlap() {
+    let servers = test_support::start_many(3).unwrap();
+    let runs = json_runs_on_nodes(
+        &servers,
+        "handoff --kind redlock --workers 4 --processes 2 --duration 1s",
+    );
+    let run = &runs[0];
+    assert_eq!(run["variant"], "redlock", "{run}");
+    assert!(run["acquisitions"].as_u64().unwrap() > 4, "{run}");
+    assert_eq!(run["overlaps"], 0);
+    assert_eq!(run["token_regressions"], 0);
+    for server in &servers {
+        assert_no_counters_left(server);
     }
 }

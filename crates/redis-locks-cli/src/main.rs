@@ -115,17 +115,13 @@ enum Commands {
     },
 }
 
-/// The URLs of `--redis` (repeated, or a comma list in `REDIS_URL`), or the default one.
+/// The URLs of `--redis` (repeated, or a comma list in `REDIS_URL`), or the default one when
+/// none is given (an empty one is kept, and refused as such when connecting).
 fn urls(redis: Vec<String>) -> Vec<String> {
-    let urls: Vec<String> = redis
-        .into_iter()
-        .map(|url| url.trim().to_string())
-        .filter(|url| !url.is_empty())
-        .collect();
-    if urls.is_empty() {
+    if redis.is_empty() {
         return vec![DEFAULT_URL.to_string()];
     }
-    urls
+    redis
 }
 
 fn main() -> ExitCode {

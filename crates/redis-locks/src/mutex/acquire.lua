@@ -35,10 +35,15 @@
 --          wakes it alone, in turn; a grant takes it out. '' or absent: no place.
 -- ARGV[6]  with ARGV[5]: the place lease in milliseconds (a positive integer).
 -- ARGV[7]  with ARGV[5]: the lock's wake channel, to prod the first waiter (see {0, -2}).
+-- ARGV[8]  optional; a Redlock's proposed token (a positive integer below 2^53, the client's
+--          clock in µs): a grant's token is then max(counter + 1, ARGV[8]) instead of
+--          max(counter + 1, the server clock in µs), so that the nodes of a Redlock agree on
+--          the token whenever their counters are behind the proposal (see redlock/mod.rs,
+--          "Fencing tokens"). '' or absent: the server clock.
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
---               µs) (see fence.lua). Also the reply when KEYS[1] already holds ARGV[1] (a
+--               µs, or ARGV[8]) (see fence.lua). Also the reply when KEYS[1] already holds ARGV[1] (a
 --               grant by the fast attempt, or a retried request): the lease is set again and
 --               the grant takes a new token the same way.
 --   {0, -2}     (with ARGV[5] only) free, but other waiters are ahead in the queue: the caller
@@ -86,10 +91,15 @@ if waiter then
 end
 
 local micros = server_micros()
+-- What seeds the counter: the server clock, or a Redlock's proposal.
+local seed = micros
+if ARGV[8] and ARGV[8] ~= '' then
+  seed = tonumber(ARGV[8])
+end
 
 -- A grant's token, and the epoch that vouches for the counter on the caller's connection.
 local function grant_token()
-  local token, err = next_token(KEYS[2], micros)
+  local token, err = next_token(KEYS[2], seed)
   if token and waiter then
     queue_leave(KEYS[4], KEYS[5], KEYS[6], waiter)
     -- Others still in line: their turn comes with this holder's release.

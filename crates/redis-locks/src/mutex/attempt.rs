@@ -20,6 +20,17 @@ use crate::wait::{Try, WAITERS_LUA};
 static ACQUIRE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")]));
 
+/// The acquire script with its common case for a Redlock's node first (`acquire_first.lua`:
+/// a free lock costs no prelude).
+static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        include_str!("acquire_first.lua"),
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("acquire.lua"),
+    ])
+});
+
 /// Counters below this were never seeded from the server clock (see `acquire.lua`).
 const SEEDED: i64 = 1_000_000_000_000_000;
 
@@ -357,7 +368,8 @@ pub(crate) enum NodeGrant {
 }
 
 /// Runs `acquire.lua` once on `node` for `owner` with a lease of `lease_ms` milliseconds:
-/// outside any queue, with no epoch (the script numbers the grant itself).
+/// outside any queue, with no epoch, the token seeded from `proposal` instead of the server
+/// clock (`ARGV[8]`).
 ///
 /// # Errors
 /// As the script's errors (see `acquire.lua`); [`Error::Connection`] when the node did not
@@ -367,13 +379,14 @@ pub(crate) async fn acquire_on(
     keys: &crate::key::LockKeys,
     owner: &str,
     lease_ms: &str,
+    proposal: &str,
 ) -> Result<NodeGrant> {
     let reply = node
         .run_script::<(i64, i64)>(
             Phase::Acquire,
-            &ACQUIRE,
+            &ACQUIRE_ON_NODE,
             &[keys.lock(), keys.fence(), keys.epoch()],
-            &[owner, lease_ms],
+            &[owner, lease_ms, "0", "", "", "", "", proposal],
         )
         .await?;
     match reply {

@@ -35,9 +35,9 @@ impl RedlockHold {
     {
         let needed = self.quorum.needed();
         let total = self.nodes.len();
-        let answers: Answers<Owned> = self
+        let (answers, late): (Answers<Owned>, _) = self
             .quorum
-            .ask(
+            .ask_keeping(
                 0..total,
                 |index, _node| {
                     let request = request(self.nodes[index].clone());
@@ -56,6 +56,11 @@ impl RedlockHold {
                 },
             )
             .await;
+        if phase == Phase::Release {
+            // Every node's release is seen through: a key left behind would hold that node
+            // until its lease ends.
+            late.finish_in_background();
+        }
         let done = count(&answers, Result::is_ok);
         let refused = count(&answers, Result::is_err);
         if done >= needed {

@@ -17,8 +17,9 @@
 //! refused because another owner holds it there, for the wake-up its release publishes
 //! (the acquire loop of every primitive, listening on the first node); otherwise for a random
 //! pause around [`retry_delay`](RedlockOptions::retry_delay), so that contenders whose votes
-//! split do not split again. Nodes that grant after the outcome was decided are released in
-//! the background. Renewal (the watchdog) and [`extend`](RedlockGuard::extend) are the
+//! split do not split again. After a successful attempt, nodes that had not answered yet keep
+//! whatever they grant (the lock then stands on more than a bare majority); the release goes to
+//! every node. Renewal (the watchdog) and [`extend`](RedlockGuard::extend) are the
 //! owner-checked extend on all nodes, done when a majority confirmed it; release is the
 //! owner-checked release on all nodes.
 //!
@@ -353,17 +354,26 @@ impl Redlock {
         let owner: Arc<str> = owed.owner().as_str().into();
         let keys = self.keys.clone();
         let lease_ms = self.lease_ms.clone();
-        let (mut answers, mut late): (Answers<NodeGrant>, _) = quorum
+        // The proposed token: this host's clock in µs. Nodes whose counters are behind it all
+        // grant exactly it, and then no raise is needed.
+        let proposal: Arc<str> = proposal().to_string().into();
+        let (answers, late): (Answers<NodeGrant>, _) = quorum
             .ask_keeping(
                 0..total,
                 |_, node| {
-                    let (node, keys, owner, lease_ms) =
-                        (node.clone(), keys.clone(), owner.clone(), lease_ms.clone());
-                    async move { acquire_on(&node, &keys, &owner, &lease_ms).await }
+                    let (node, keys, owner, lease_ms, proposal) = (
+                        node.clone(),
+                        keys.clone(),
+                        owner.clone(),
+                        lease_ms.clone(),
+                        proposal.clone(),
+                    );
+                    async move { acquire_on(&node, &keys, &owner, &lease_ms, &proposal).await }
                 },
                 |answers| {
                     let held = count(answers, |grant| matches!(grant, NodeGrant::Held(_)));
-                    granted(answers).len() >= needed || total - held - unreachable(answers) < needed
+                    let granted = count(answers, |grant| matches!(grant, NodeGrant::Granted(_)));
+                    granted >= needed || total - held - unreachable(answers) < needed
                 },
             )
             .await;
@@ -410,15 +420,11 @@ impl Redlock {
             .await;
         let done = count(&raised, |reply| *reply == 1);
         if at_token + done >= needed {
-            // Nodes that granted meanwhile keep their grant (the lock is held on more nodes
-            // than a bare majority, so one of them failing does not lose it); those that
-            // did not answer, or failed, may grant yet: release them (each release follows
-            // the acquire on its node's connection).
-            late.take_ready(&mut answers);
-            self.release_on(
-                owed,
-                (0..total).filter(|index| !matches!(answers[*index], Some(Answer::Replied(_)))),
-            );
+            // Nodes that have not answered yet keep whatever they grant: the lock is then held
+            // on more than a bare majority, so one node failing does not lose it. Their
+            // replies are not awaited; the release goes to every node (after the acquire, on
+            // each node's connection), so a late grant is released with the rest.
+            drop(late);
             return Asked::Granted(token);
         }
         // The keys ran out (or nodes failed) between the grant and the raise: give it all back.
@@ -508,26 +514,15 @@ impl Redlock {
             )
             .await;
     }
+}
 
-    /// Releases this attempt's owner token on `nodes` in the background.
-    fn release_on(&self, owed: &OwedRelease, nodes: impl Iterator<Item = usize>) {
-        let nodes: Vec<usize> = nodes.collect();
-        if nodes.is_empty() {
-            return;
-        }
-        let owner = owed.owner().clone();
-        let holds: Vec<_> = nodes
-            .iter()
-            .map(|index| self.hold.nodes[*index].clone())
-            .collect();
-        tokio::spawn(async move {
-            for hold in holds {
-                if let Err(err) = Hold::release(&*hold, &owner).await {
-                    tracing::debug!(%err, "releasing a late node of a Redlock grant");
-                }
-            }
-        });
-    }
+/// The token an attempt proposes: this host's wall clock in µs (at least 1, below 2^53 for
+/// the scripts' Lua numbers).
+fn proposal() -> u64 {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |since| since.as_micros());
+    micros.clamp(1, (1 << 53) - 1) as u64
 }
 
 /// What one round of asking every node came to.

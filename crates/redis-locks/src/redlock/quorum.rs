@@ -52,8 +52,9 @@ impl Quorum {
 
     /// Sends `request` to each node in `which` at once (each bounded by the per-node
     /// timeout) and collects the answers until `decided` says the outcome is known; answers
-    /// already in by then are taken too. Requests still under way are left to finish (or
-    /// time out) in a background task: a request that went out is never cut off midway.
+    /// already in by then are taken too. The requests still under way are dropped: each
+    /// went out with the first poll (the connection writes it whether or not its reply is
+    /// awaited), and its outcome no longer matters to the caller.
     pub(crate) async fn ask<T, Fut>(
         &self,
         which: impl IntoIterator<Item = usize>,
@@ -68,8 +69,8 @@ impl Quorum {
     }
 
     /// As [`ask`](Quorum::ask), but the requests still under way when the outcome was decided
-    /// are returned, for the caller to take their answers later ([`Late::take_ready`]); they
-    /// finish in the background when it drops them.
+    /// are returned, for the caller to take their answers later ([`Late::take_ready`]) or to
+    /// see to the end ([`Late::finish_in_background`]).
     pub(crate) async fn ask_keeping<T, Fut>(
         &self,
         which: impl IntoIterator<Item = usize>,
@@ -142,8 +143,8 @@ impl Quorum {
     }
 }
 
-/// Requests of one [`Quorum::ask_keeping`] still under way; dropped, they finish in the
-/// background.
+/// Requests of one [`Quorum::ask_keeping`] still under way; dropped, their replies are not
+/// awaited.
 pub(crate) struct Late<T: Send + 'static> {
     pending: FuturesUnordered<BoxFuture<'static, (usize, Answer<T>)>>,
 }
@@ -155,17 +156,16 @@ impl<T: Send + 'static> Late<T> {
             answers[index] = Some(answer);
         }
     }
-}
 
-impl<T: Send + 'static> Drop for Late<T> {
-    fn drop(&mut self) {
+    /// Awaits the requests still under way (each within the node timeout) in a background
+    /// task: for requests that must be seen through even if a node's connection is being
+    /// re-opened (a release).
+    pub(crate) fn finish_in_background(mut self) {
         if self.pending.is_empty() {
             return;
         }
         let mut pending = std::mem::take(&mut self.pending);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { while pending.next().await.is_some() {} });
-        }
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
     }
 }
 
