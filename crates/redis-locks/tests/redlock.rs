@@ -173,44 +173,79 @@ async fn a_key_lost_on_one_node_does_not_let_a_second_holder_in() {
     guard.release().await.unwrap();
 }
 
+/// Takes the lock, trying again (for at most 5 s) while nodes that were just restarted make
+/// attempts fail with `NoQuorum` (their clients reconnect on the first failed request).
+async fn retry_no_quorum(lock: &Redlock) -> redis_locks::RedlockGuard {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match lock.lock_timeout(Duration::from_secs(5)).await {
+            Ok(guard) => return guard,
+            Err(Error::NoQuorum { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(err) => panic!("{err:?}"),
+        }
+    }
+}
+
+/// The fencing counter of `key`'s lock on `server` (0 when absent).
+fn counter(server: &RedisServer, fence: &str) -> u64 {
+    get(server, fence).map_or(0, |value| value.parse().unwrap())
+}
+
 #[tokio::test]
-async fn tokens_increase_across_a_minority_restarting_without_data() {
+async fn the_token_is_raised_on_the_granting_majority_and_outlives_the_node_it_came_from() {
     let (mut servers, clients) = nodes(5).await;
-    let lock = Redlock::with_options(&clients, "rl:fencing", options(5_000, 300)).unwrap();
+    let lock = Redlock::with_options(&clients, "rl:raise", options(5_000, 300)).unwrap();
     let fence = lock.keys().fence().to_string();
-    // Node 4's counter is far ahead of the others (as after many grants it alone saw).
+    // Nodes 0 and 1 down: exactly 2, 3 and 4 must grant. Node 2's counter is far ahead of the
+    // clock (as after grants the others never saw); 3 and 4 have none.
+    servers[0].kill();
+    servers[1].kill();
     let ahead: u64 = 1 << 52;
     redis::cmd("SET")
         .arg(&fence)
         .arg(ahead)
-        .exec(&mut common::raw(&servers[4]))
+        .exec(&mut common::raw(&servers[2]))
         .unwrap();
-    let mut last = 0;
-    let guard = lock.try_lock().await.unwrap();
-    assert!(guard.fencing_token().get() > ahead);
-    last = last.max(guard.fencing_token().get());
-    // The raise brought the granting majority's counters up to the token.
-    let raised = (0..5)
-        .filter(|index| {
-            get(&servers[*index], &fence).is_some_and(|value| value.parse::<u64>().unwrap() >= last)
-        })
-        .count();
-    assert!(raised >= 3, "only {raised} counters at the token");
-    guard.release().await.unwrap();
-    // Node 4 (the one ahead) and node 0 restart empty: only the raise remembers the token.
-    for index in [4, 0] {
-        servers[index].restart().unwrap();
+    let first = lock.try_lock().await.unwrap();
+    let token = first.fencing_token().get();
+    assert_eq!(token, ahead + 1, "the greatest token of the majority");
+    for (index, server) in servers.iter().enumerate().skip(2) {
+        assert!(
+            counter(server, &fence) >= token,
+            "node {index}'s counter was raised to the token"
+        );
     }
-    for round in 0..6 {
-        let guard = lock.lock_timeout(Duration::from_secs(10)).await.unwrap();
+    first.release().await.unwrap();
+    // Node 2, the only one that counted that far, restarts without its data: the raise on 3
+    // and 4 keeps the next token above it.
+    servers[2].restart().unwrap();
+    // The first request to the restarted node finds its old connection broken (with 0 and 1
+    // down, that is no majority: `NoQuorum` at once); the client reconnects.
+    let second = retry_no_quorum(&lock).await;
+    assert!(
+        second.fencing_token().get() > token,
+        "{} after {token}",
+        second.fencing_token()
+    );
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn tokens_increase_across_a_minority_restarting_without_data() {
+    let (mut servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:restarts", options(2_000, 300)).unwrap();
+    let mut last = 0;
+    for round in 0..8 {
+        let guard = retry_no_quorum(&lock).await;
         let token = guard.fencing_token().get();
         assert!(token > last, "round {round}: {token} after {last}");
         last = token;
         guard.release().await.unwrap();
-        if round == 2 {
-            // Another minority loses its data.
-            servers[1].restart().unwrap();
-            servers[4].restart().unwrap();
+        // A minority (two of five, a different pair each round) loses its data.
+        for index in [round % 5, (round + 2) % 5] {
+            servers[index].restart().unwrap();
         }
     }
 }
@@ -398,10 +433,40 @@ async fn state_shows_each_node_and_the_majority_holder() {
         (2, 3, None)
     );
     let guard = lock.try_lock().await.unwrap();
-    servers[2].kill();
+    // A node down, one whose loss leaves the lock on a majority.
+    let held_on = holding(&servers, "rl:state");
+    let down = (0..3).find(|index| !held_on.contains(index)).unwrap_or(2);
+    servers[down].kill();
     let state = lock.state().await.unwrap();
     assert_eq!(state.holder(), Some(guard.owner_token().as_str()));
-    assert!(state.nodes[2].state.is_err());
+    assert!(state.nodes[down].state.is_err());
     assert!(state.fencing_counter().unwrap() >= guard.fencing_token());
     guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_raise_is_sent_only_when_the_granting_nodes_disagree() {
+    let (mut servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:requests", options(5_000, 300)).unwrap();
+    let requests = || -> u64 { clients.iter().map(|client| client.stats().requests).sum() };
+    // Fresh counters are all behind the proposal: every node grants it, no raise.
+    let before = requests();
+    let first = lock.try_lock().await.unwrap();
+    assert_eq!(requests() - before, 5, "one request per node");
+    first.release().await.unwrap();
+    // With 0 and 1 down, 2, 3 and 4 grant; node 2 far ahead: its token wins, and 3 and 4 are
+    // raised to it (two more requests).
+    servers[0].kill();
+    servers[1].kill();
+    let ahead: u64 = 1 << 51;
+    redis::cmd("SET")
+        .arg(lock.keys().fence())
+        .arg(ahead)
+        .exec(&mut common::raw(&servers[2]))
+        .unwrap();
+    let before = requests();
+    let second = lock.try_lock().await.unwrap();
+    assert_eq!(requests() - before, 5 + 2);
+    assert_eq!(second.fencing_token().get(), ahead + 1);
+    second.release().await.unwrap();
 }

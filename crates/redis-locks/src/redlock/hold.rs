@@ -35,7 +35,8 @@ impl RedlockHold {
     {
         let needed = self.quorum.needed();
         let total = self.nodes.len();
-        let (answers, late): (Answers<Owned>, _) = self
+        let sent_at = tokio::time::Instant::now();
+        let (mut answers, mut late): (Answers<Owned>, _) = self
             .quorum
             .ask_keeping(
                 0..total,
@@ -57,8 +58,13 @@ impl RedlockHold {
             )
             .await;
         if phase == Phase::Release {
-            // Every node's release is seen through: a key left behind would hold that node
-            // until its lease ends.
+            // The nodes still to answer get as long again as the decision took (at most the
+            // node timeout): on a healthy network every node is released when this returns,
+            // so an attempt right after it finds none still held. Past that, every node's
+            // release is seen through in the background: a key left behind would hold that
+            // node until its lease ends.
+            let grace = sent_at.elapsed().min(self.quorum.node_timeout());
+            late.collect_within(&mut answers, grace).await;
             late.finish_in_background();
         }
         let done = count(&answers, Result::is_ok);

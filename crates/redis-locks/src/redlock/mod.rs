@@ -1,85 +1,14 @@
 //! `Redlock`: one lock over N independent Redis masters, held while a majority grants it.
 //!
-//! # The algorithm
-//! Each node keeps the lock as a [`Mutex`](crate::Mutex) key (the same scripts, run on
-//! every node). One attempt, with a fresh owner token:
-//! 1. the acquire script goes to **all nodes at once**, each request bounded by the per-node
-//!    timeout ([`RedlockOptions::node_timeout`]); the attempt reads the replies until its
-//!    outcome is decided: a majority granted, or a majority can no longer grant;
-//! 2. the fencing token is raised on the granting nodes (below), still all at once;
-//! 3. the validity is the lease less the time since the first request was sent, less the
-//!    drift allowance (1% of the lease + 2 ms); a validity that is gone is a failed attempt.
-//!    The guard's [`lease_deadline`](RedlockGuard::lease_deadline) is exactly that validity,
-//!    and its `lost()` fires when it passes without a renewal confirmed by a majority.
-//!
-//! A failed attempt releases the lock on every node that may have granted it (including
-//! nodes that timed out: their request may land later), then waits: when the first node
-//! refused because another owner holds it there, for the wake-up its release publishes
-//! (the acquire loop of every primitive, listening on the first node); otherwise for a random
-//! pause around [`retry_delay`](RedlockOptions::retry_delay), so that contenders whose votes
-//! split do not split again. After a successful attempt, nodes that had not answered yet keep
-//! whatever they grant (the lock then stands on more than a bare majority); the release goes to
-//! every node. Renewal (the watchdog) and [`extend`](RedlockGuard::extend) are the
-//! owner-checked extend on all nodes, done when a majority confirmed it; release is the
-//! owner-checked release on all nodes.
-//!
-//! An attempt fails with [`Error::NoQuorum`] (with each node's [`Vote`](crate::Vote)), at
-//! once, when timeouts and errors alone leave fewer nodes than a majority; when other owners
-//! hold the lock it is [`Error::Held`] (or a wait, for `lock`).
-//!
-//! # Fencing tokens
-//! Every node keeps a fencing counter beside its key; the acquire script increments it to
-//! `max(counter + 1, the node's clock in µs)` and returns it. An attempt whose majority `G`
-//! granted takes `T = max` of their tokens, then runs `raise.lua` on each granting node whose
-//! token was below `T`: owner-checked (only while that node still holds this attempt's key),
-//! it sets the counter to at least `T`. The guard is handed out, with `T`, only if a
-//! majority `R` ⊆ `G` has its counter at `T` or above this way (nodes that returned `T`
-//! itself count), and only within the validity.
-//!
-//! **Claim.** If holder B's guard is issued after holder A's guard (their validity windows do
-//! not overlap, by the majority rule), then `T_B > T_A`, as long as a majority of nodes keeps
-//! its data and clocks run at rates within the drift allowance.
-//!
-//! **Argument.** `R_A` and `G_B` are both majorities, so some node `n` is in both. On `n`,
-//! A's key lived from A's acquire on `n` at least until A's raise on `n` (the raise checks it),
-//! and B's acquire on `n` found no other owner's key. So B's acquire on `n` ran either after
-//! A's key on `n` was gone — after A's raise, when `n`'s counter was already ≥ `T_A`, so B's
-//! token from `n` is > `T_A`, and `T_B` ≥ it — or before A's acquire on `n`. In that second
-//! case B's key on `n` was gone before A's acquire on `n`, which is before A's guard was
-//! issued; but B's validity promises B's key on every node of `G_B`, `n` included, until B's
-//! lease deadline, which is after B's guard is issued — and that is after A's guard was
-//! issued: B's key would have outlived its own end, which only a node that lost its data
-//! (or a clock running too fast) allows. ∎
-//!
-//! A node restarted *without* its data gets its counter back from its clock
-//! (`max(counter + 1, clock µs)`), so tokens still grow as long as clocks are not set back;
-//! its *key*, though, is gone, which is why such a node must stay down for a lease before
-//! it rejoins (below).
-//!
-//! # What Redlock assumes
-//! - **Bounded clock drift**: every node's clock and this process's monotonic clock measure
-//!   a lease at rates within the drift allowance of each other (1% + 2 ms). Nothing assumes
-//!   synchronized clocks, only similar rates; but a node whose clock jumps forward expires
-//!   keys early.
-//! - **Bounded pauses**: a holder that pauses (GC, SIGSTOP, swap) past its validity may act
-//!   after its lease ended; `lost()` fires as soon as it runs again, and a resource that
-//!   checks fencing tokens refuses its writes (Martin Kleppmann's objection to Redlock was
-//!   that it has no tokens; these tokens answer it for resources that check them).
-//! - **Nodes keep their data, or come back late**: a node that restarts without the keys it
-//!   had (no persistence, or an AOF that lost its last second) can grant a lock that is still
-//!   held elsewhere, and with one more such node two holders can each count a majority. Run
-//!   the nodes with `appendfsync always`, or keep a restarted node out for at least the
-//!   longest lease in use (delayed restart) before clients reach it again.
-//!
-//! # When to use something else
-//! One Redis master with a replica and `WAIT` (or Redis with `appendfsync always`) is simpler
-//! and as safe for most uses: a [`Mutex`](crate::Mutex) with fencing tokens already keeps a
-//! paused holder from doing harm. Redlock buys availability while a minority of masters is
-//! down, at the price of N servers and three round trips per acquisition and release. Where
-//! correctness must not rest on clocks at all, use a consensus store (etcd, ZooKeeper).
-//!
-//! N = 1 is a single node: a [`Mutex`](crate::Mutex) with a slower acquire. An even N is
-//! refused: it tolerates no more failures than N − 1.
+//! The algorithm, the fencing-token construction with the argument for it, and what Redlock
+//! assumes are in the crate documentation, "Redlock" (`crates/redis-locks/README.md`). In
+//! short: every request (acquire, raise, extend, release, inspect) is one request per node,
+//! sent to all at once through [`Quorum`] (each within the per-node timeout, read until the
+//! outcome is decided); each node keeps a `Mutex` key (the `Mutex`'s scripts, with
+//! `mutex/acquire_first.lua` in front for a node's common case) and `raise.lua` brings the
+//! fencing counters of the granting majority up to the chosen token. The lease core
+//! ([`Hold`] for release and extend, the watchdog, `lost()`, the owed release) and the one
+//! acquire loop are the same as every primitive's.
 
 mod guard;
 mod hold;
@@ -113,8 +42,8 @@ static RAISE: LazyLock<LockScript> =
 
 /// A lock over N independent Redis masters (the Redlock algorithm), held while a majority of
 /// them grants it, with fencing tokens that still grow from one holder to the next. See the
-/// module documentation in the crate README's Redlock section for the algorithm, the
-/// argument for the tokens and what it assumes.
+/// crate documentation's "Redlock" section for the algorithm, the argument for the tokens and
+/// what it assumes.
 ///
 /// The handle is cheap to clone; each acquisition has a fresh owner token, used on every
 /// node. The nodes are [`Client`]s, one per server, in a fixed order: the first node's
@@ -315,7 +244,7 @@ impl Redlock {
         loop {
             let owed = OwedRelease::new(self.hold.clone());
             let sent_at = Instant::now();
-            let token = match self.ask(&owed).await {
+            let token = match self.ask(&owed, sent_at).await {
                 Asked::Granted(token) => token,
                 Asked::Refused(outcome) => {
                     // Whatever may have been granted was released already.
@@ -347,7 +276,7 @@ impl Redlock {
 
     /// Asks every node for the lock with `owed`'s owner token, then raises the fencing
     /// counter on the granting majority.
-    async fn ask(&self, owed: &OwedRelease) -> Asked {
+    async fn ask(&self, owed: &OwedRelease, sent_at: Instant) -> Asked {
         let quorum = &self.hold.quorum;
         let total = quorum.nodes().len();
         let needed = quorum.needed();
@@ -357,7 +286,7 @@ impl Redlock {
         // The proposed token: this host's clock in µs. Nodes whose counters are behind it all
         // grant exactly it, and then no raise is needed.
         let proposal: Arc<str> = proposal().to_string().into();
-        let (answers, late): (Answers<NodeGrant>, _) = quorum
+        let (mut answers, mut late): (Answers<NodeGrant>, _) = quorum
             .ask_keeping(
                 0..total,
                 |_, node| {
@@ -377,12 +306,18 @@ impl Redlock {
                 },
             )
             .await;
-        let grants = granted(&answers);
-        if grants.len() < needed {
+        if granted(&answers).len() < needed {
             // The requests still under way are released with the rest.
             drop(late);
             return Asked::Refused(self.refused(owed, answers).await);
         }
+        // Won. The nodes that have not answered yet get as long again as the majority took
+        // (at most the node timeout): on a healthy network they answer within it, and the
+        // lock then stands on every node, so that one node failing does not lose it; a paused
+        // or slow node costs at most that much.
+        let grace = sent_at.elapsed().min(quorum.node_timeout());
+        late.collect_within(&mut answers, grace).await;
+        let grants = granted(&answers);
         let token = grants
             .iter()
             .map(|(_, token)| *token)
@@ -420,10 +355,9 @@ impl Redlock {
             .await;
         let done = count(&raised, |reply| *reply == 1);
         if at_token + done >= needed {
-            // Nodes that have not answered yet keep whatever they grant: the lock is then held
-            // on more than a bare majority, so one node failing does not lose it. Their
-            // replies are not awaited; the release goes to every node (after the acquire, on
-            // each node's connection), so a late grant is released with the rest.
+            // Nodes that still have not answered keep whatever they grant; their replies are
+            // not awaited. The release goes to every node (after the acquire, on each node's
+            // connection), so a late grant is released with the rest.
             drop(late);
             return Asked::Granted(token);
         }

@@ -50,6 +50,11 @@ impl Quorum {
         &self.nodes
     }
 
+    /// How long one node may take to answer one request.
+    pub(crate) fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
     /// Sends `request` to each node in `which` at once (each bounded by the per-node
     /// timeout) and collects the answers until `decided` says the outcome is known; answers
     /// already in by then are taken too. The requests still under way are dropped: each
@@ -155,6 +160,17 @@ impl<T: Send + 'static> Late<T> {
         while let Some(Some((index, answer))) = self.pending.next().now_or_never() {
             answers[index] = Some(answer);
         }
+    }
+
+    /// Moves the answers that come in within `grace` into `answers`.
+    pub(crate) async fn collect_within(&mut self, answers: &mut Answers<T>, grace: Duration) {
+        let collect = async {
+            while let Some((index, answer)) = self.pending.next().await {
+                answers[index] = Some(answer);
+            }
+        };
+        // Past the grace, whatever has not come in stays pending.
+        let _ = tokio::time::timeout(grace, collect).await;
     }
 
     /// Awaits the requests still under way (each within the node timeout) in a background
