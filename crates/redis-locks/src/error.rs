@@ -40,9 +40,20 @@ impl std::fmt::Display for LostReason {
 /// outcome carried by [`Error::NoQuorum`].
 ///
 /// ```
-/// use redis_locks::{NodeVote, Vote};
-/// let vote = NodeVote { url: "redis://10.0.0.1:6379".into(), vote: Vote::TimedOut };
-/// assert_eq!(vote.to_string(), "redis://10.0.0.1:6379: timed out");
+/// use redis_locks::{Error, Vote};
+///
+/// /// The nodes that did not answer, when a Redlock could not reach a majority.
+/// fn down(err: &Error) -> Vec<&str> {
+///     match err {
+///         Error::NoQuorum { votes, .. } => votes
+///             .iter()
+///             .filter(|node| matches!(node.vote, Vote::TimedOut | Vote::Failed(_)))
+///             .map(|node| node.url.as_str())
+///             .collect(),
+///         _ => Vec::new(),
+///     }
+/// }
+/// assert!(down(&Error::InvalidNodes { reason: "none given".into() }).is_empty());
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]

@@ -29,7 +29,7 @@ pub use error::{Error, LostReason, NodeVote, Phase, Result, Vote};
 pub use fair::{FairMutex, FairMutexOptions};
 pub use fenced::FencedKey;
 pub use key::LockKeys;
-pub use lease::{DEFAULT_LEASE, LeaseOptions, MAX_LEASE, MIN_LEASE, Released};
+pub use lease::{ClockDrift, DEFAULT_LEASE, LeaseOptions, MAX_LEASE, MIN_LEASE, Released};
 pub use mutex::{Mutex, MutexGuard, MutexOptions};
 pub use node::ClientOptions;
 pub use options::LockOptions;

@@ -85,6 +85,12 @@ impl LockOptions {
         self
     }
 
+    /// Shorthand for [`LeaseOptions::clock_drift`].
+    pub fn clock_drift(mut self, drift: crate::ClockDrift) -> Self {
+        self.lease = self.lease.clock_drift(drift);
+        self
+    }
+
     /// Shorthand for [`WaitOptions::retry_delay`].
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.wait = self.wait.retry_delay(delay);

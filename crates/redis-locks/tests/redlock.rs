@@ -470,3 +470,25 @@ async fn the_raise_is_sent_only_when_the_granting_nodes_disagree() {
     assert_eq!(second.fencing_token().get(), ahead + 1);
     second.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_validity_keeps_back_the_configured_drift_allowance() {
+    let (_servers, clients) = nodes(3).await;
+    let lease = Duration::from_millis(1_000);
+    let drift = redis_locks::ClockDrift::new(0.4, Duration::from_millis(100)).unwrap();
+    let options = options(1_000, 100).clock_drift(drift);
+    let lock = Redlock::with_options(&clients, "rl:drift", options).unwrap();
+    let guard = lock.try_lock().await.unwrap();
+    // The validity: the lease, less the time the attempt took, less 40% + 100 ms.
+    assert!(guard.lease_remaining() <= lease - drift.allowance(lease));
+    guard.release().await.unwrap();
+    // An allowance that takes the whole lease leaves nothing to count on: refused.
+    let greedy = redis_locks::ClockDrift::new(0.5, Duration::from_millis(600)).unwrap();
+    let err = Redlock::with_options(
+        &clients,
+        "rl:drift",
+        RedlockOptions::default().lease(lease).clock_drift(greedy),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidDuration { .. }), "{err:?}");
+}

@@ -287,7 +287,7 @@ impl Asker for FairMutex {
             &place,
             keys.wake_channel(),
         ];
-        answer_in_time(self.options.get_lease(), deadline, || {
+        answer_in_time(self.options.get_lease_options(), deadline, || {
             self.client
                 .node()
                 .run_script(Phase::Acquire, &ACQUIRE, &key_list, &args)

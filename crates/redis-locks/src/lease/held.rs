@@ -9,7 +9,7 @@ use super::Released;
 use super::options::LeaseOptions;
 use super::owed::OwedRelease;
 use super::state::LeaseState;
-use super::time::{lease_deadline, lease_millis};
+use super::time::lease_millis;
 use super::watchdog::{Renewals, Watchdog, Watched};
 use crate::error::{Error, LostReason, Result};
 use crate::token::{FencingToken, OwnerToken};
@@ -51,7 +51,7 @@ impl Lease {
         options: &LeaseOptions,
         renewals: &Renewals,
     ) -> Lease {
-        let state = LeaseState::new(lease_deadline(sent_at, options.get_lease()));
+        let state = LeaseState::new(sent_at, options.get_lease(), options.get_clock_drift());
         let watchdog = options.renewal().map(|renewal| {
             renewals.watch(Watched {
                 hold: owed.hold().clone(),
@@ -121,11 +121,11 @@ impl Lease {
         // A shorter lease applies on the server as soon as the request lands: count on no
         // more than it from now on, whatever happens to the reply.
         let sent_at = Instant::now();
-        self.state.at_most(lease_deadline(sent_at, lease));
+        self.state.at_most(self.state.deadline_for(sent_at, lease));
         let owed = self.owed();
         match owed.hold().extend(owed.owner(), lease).await {
             Ok(()) => {
-                self.state.extended(lease_deadline(sent_at, lease));
+                self.state.extended(self.state.deadline_for(sent_at, lease));
                 Ok(())
             }
             Err(err) => {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::time::lease_millis;
+use super::time::{ClockDrift, lease_millis};
 use super::watchdog::Renewal;
 use crate::error::{Error, Result};
 
@@ -35,6 +35,7 @@ pub struct LeaseOptions {
     watchdog: Option<bool>,
     max_renewals: Option<u32>,
     max_hold: Option<Duration>,
+    drift: Option<ClockDrift>,
 }
 
 impl LeaseOptions {
@@ -67,6 +68,18 @@ impl LeaseOptions {
         self
     }
 
+    /// How much of every lease is not counted on, for clock drift (default 1% + 2 ms; see
+    /// [`ClockDrift`]).
+    pub fn clock_drift(mut self, drift: ClockDrift) -> Self {
+        self.drift = Some(drift);
+        self
+    }
+
+    /// The drift allowance in force.
+    pub fn get_clock_drift(&self) -> ClockDrift {
+        self.drift.unwrap_or_default()
+    }
+
     /// The lease in force (30 s unless set).
     pub fn get_lease(&self) -> Duration {
         self.lease.unwrap_or(DEFAULT_LEASE)
@@ -80,11 +93,21 @@ impl LeaseOptions {
     /// Checks every value, as making a lock handle does.
     ///
     /// # Errors
-    /// [`Error::InvalidDuration`] for a lease under 3 ms or over 100 years, or a lease
-    /// under 30 ms with the watchdog on.
+    /// [`Error::InvalidDuration`] for a lease under 3 ms or over 100 years, a lease the
+    /// clock drift allowance takes all of, or a lease under 30 ms with the watchdog on.
     pub fn check(&self) -> Result<()> {
         let lease = self.get_lease();
         lease_millis(lease)?;
+        if self.get_clock_drift().allowance(lease) >= lease {
+            return Err(Error::InvalidDuration {
+                what: "lease",
+                value: lease,
+                reason: format!(
+                    "the clock drift allowance ({:?}) takes all of this lease",
+                    self.get_clock_drift().allowance(lease)
+                ),
+            });
+        }
         if self.get_watchdog() && lease < MIN_RENEWED_LEASE {
             return Err(Error::InvalidDuration {
                 what: "lease",

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::time::ClockDrift;
 use crate::error::LostReason;
 
 /// A lease's state, shared by its guard, its watchdog and every `lost()` future.
@@ -27,10 +28,18 @@ pub(crate) struct LeaseState {
     /// overlap: no renewal is sent once a release has begun, and the deadline always follows
     /// the request the server applied last.
     pub(crate) gate: tokio::sync::Mutex<()>,
+    /// How much of every lease (the first, and each renewal's) is not counted on.
+    drift: ClockDrift,
 }
 
 impl LeaseState {
-    pub(crate) fn new(deadline: Instant) -> Arc<LeaseState> {
+    /// The state of a lease of `lease` granted by a request sent at `sent_at`.
+    pub(crate) fn new(
+        sent_at: Instant,
+        lease: std::time::Duration,
+        drift: ClockDrift,
+    ) -> Arc<LeaseState> {
+        let deadline = drift.deadline(sent_at, lease);
         Arc::new(LeaseState {
             status: watch::Sender::new(Status {
                 deadline,
@@ -38,7 +47,13 @@ impl LeaseState {
                 ending: LostReason::LeaseEnded,
             }),
             gate: tokio::sync::Mutex::new(()),
+            drift,
         })
+    }
+
+    /// Until when a lease of `lease` asked for at `sent_at` certainly holds.
+    pub(crate) fn deadline_for(&self, sent_at: Instant, lease: std::time::Duration) -> Instant {
+        self.drift.deadline(sent_at, lease)
     }
 
     pub(crate) fn status(&self) -> Status {

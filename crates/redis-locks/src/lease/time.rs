@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::options::LeaseOptions;
 use crate::error::{Error, Phase, Result};
 
 /// The longest lease accepted: about 100 years. Redis adds a `PX` value to its clock in
@@ -38,27 +39,104 @@ pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
     Ok(lease.as_millis() as u64)
 }
 
-/// How much of a lease is not counted on: clocks of client and server may run at slightly
-/// different rates, and Redis expires keys with up to a millisecond of imprecision. As in
-/// Redlock: 1% of the lease plus 2 ms.
-pub(crate) fn drift_allowance(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
+/// How much of every lease is not counted on: the clocks of client and server may run at
+/// slightly different rates, and Redis expires keys with up to a millisecond of imprecision.
+/// The allowance is a share of the lease plus a fixed part; by default, as in Redlock, 1% of
+/// the lease plus 2 ms. A guard counts on its lease only until `sent + lease - allowance`
+/// (its [`lease_deadline`](crate::MutexGuard::lease_deadline)); for a
+/// [`Redlock`](crate::Redlock) that is the validity, TTL − elapsed − drift.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_locks::ClockDrift;
+///
+/// let default = ClockDrift::default();
+/// assert_eq!(default.allowance(Duration::from_secs(10)), Duration::from_millis(102));
+/// let tight = ClockDrift::new(0.001, Duration::from_millis(1))?;
+/// assert_eq!(tight.allowance(Duration::from_secs(10)), Duration::from_millis(11));
+/// assert!(ClockDrift::new(0.9, Duration::ZERO).is_err());
+/// # Ok::<(), redis_locks::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockDrift {
+    /// The share of the lease, in millionths.
+    parts_per_million: u32,
+    fixed: Duration,
 }
 
-/// The instant until which a lease granted by a request sent at `sent_at` certainly holds:
-/// the server started counting after `sent_at`, so `sent_at + lease` minus the drift
-/// allowance is a safe bound on the local monotonic clock.
-pub(crate) fn lease_deadline(sent_at: Instant, lease: Duration) -> Instant {
-    sent_at + lease.saturating_sub(drift_allowance(lease))
+impl Default for ClockDrift {
+    /// 1% of the lease plus 2 ms.
+    fn default() -> Self {
+        ClockDrift {
+            parts_per_million: 10_000,
+            fixed: Duration::from_millis(2),
+        }
+    }
+}
+
+impl ClockDrift {
+    /// An allowance of `rate` (a share of the lease: 0.01 is 1%) plus `fixed`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDuration`] for a rate that is not a number from 0 to 0.5 (a lease
+    /// that loses more than half of itself to drift is not one to count on), or a fixed part
+    /// over a minute.
+    pub fn new(rate: f64, fixed: Duration) -> Result<ClockDrift> {
+        if !(0.0..=0.5).contains(&rate) {
+            return Err(Error::InvalidDuration {
+                what: "clock drift",
+                value: fixed,
+                reason: format!("the drift rate must be from 0 to 0.5 of the lease, not {rate}"),
+            });
+        }
+        if fixed > Duration::from_secs(60) {
+            return Err(Error::InvalidDuration {
+                what: "clock drift",
+                value: fixed,
+                reason: "the fixed drift allowance must be at most 1 minute".into(),
+            });
+        }
+        Ok(ClockDrift {
+            parts_per_million: (rate * 1_000_000.0).round() as u32,
+            fixed,
+        })
+    }
+
+    /// How much of `lease` is not counted on.
+    pub fn allowance(self, lease: Duration) -> Duration {
+        let share = lease.as_nanos() * u128::from(self.parts_per_million) / 1_000_000;
+        Duration::from_nanos(u64::try_from(share).unwrap_or(u64::MAX)).saturating_add(self.fixed)
+    }
+
+    /// The share of the lease, as a fraction (0.01 is 1%).
+    pub fn rate(self) -> f64 {
+        f64::from(self.parts_per_million) / 1_000_000.0
+    }
+
+    /// The fixed part.
+    pub fn fixed(self) -> Duration {
+        self.fixed
+    }
+
+    /// The instant until which a lease granted by a request sent at `sent_at` certainly
+    /// holds: the server started counting after `sent_at`, so `sent_at + lease` minus the
+    /// allowance is a safe bound on the local monotonic clock.
+    pub(crate) fn deadline(self, sent_at: Instant, lease: Duration) -> Instant {
+        sent_at + lease.saturating_sub(self.allowance(lease))
+    }
 }
 
 /// How many grants in a row may come back after their lease before an acquisition gives up
 /// (each one is asked again by owner token, which renews the lease on the server).
 pub(crate) const MAX_LATE_GRANTS: u32 = 3;
 
-/// Whether a grant whose request was sent at `sent_at` came back too late to be proven held.
-pub(crate) fn is_late(sent_at: Instant, lease: Duration) -> bool {
-    Instant::now() >= lease_deadline(sent_at, lease)
+/// Whether a grant whose request was sent at `sent_at` came back too late to be proven held,
+/// for a lease of `options`.
+pub(crate) fn is_late(sent_at: Instant, options: &LeaseOptions) -> bool {
+    Instant::now()
+        >= options
+            .get_clock_drift()
+            .deadline(sent_at, options.get_lease())
 }
 
 /// The error of an acquisition whose grants kept coming back after their lease: Redis (or the
@@ -87,14 +165,19 @@ mod tests {
         assert!(lease_millis(Duration::from_micros(2999)).is_err());
         assert_eq!(lease_millis(Duration::from_millis(3)).unwrap(), 3);
         assert!(lease_millis(Duration::MAX).is_err());
+        let drift = ClockDrift::default();
         assert_eq!(
-            drift_allowance(Duration::from_secs(10)),
+            drift.allowance(Duration::from_secs(10)),
             Duration::from_millis(102)
         );
         let sent = Instant::now();
         assert_eq!(
-            lease_deadline(sent, Duration::from_secs(1)),
+            drift.deadline(sent, Duration::from_secs(1)),
             sent + Duration::from_millis(988)
         );
+        let none = ClockDrift::new(0.0, Duration::ZERO).unwrap();
+        assert_eq!(none.allowance(Duration::from_secs(1)), Duration::ZERO);
+        assert!(ClockDrift::new(f64::NAN, Duration::ZERO).is_err());
+        assert!(ClockDrift::new(-0.1, Duration::ZERO).is_err());
     }
 }

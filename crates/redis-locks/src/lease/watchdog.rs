@@ -19,7 +19,6 @@ use tokio::time::Instant;
 
 use super::Hold;
 use super::state::LeaseState;
-use super::time::lease_deadline;
 use crate::error::{Error, LostReason};
 use crate::token::OwnerToken;
 
@@ -250,10 +249,10 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     let period = renewal.lease / 3;
     let sent_at = Instant::now();
     // After a longer `extend`, a renewal shortens the lease: count on that at once.
-    state.at_most(lease_deadline(sent_at, renewal.lease));
+    state.at_most(state.deadline_for(sent_at, renewal.lease));
     let next = match hold.extend(owner, renewal.lease).await {
         Ok(()) => {
-            state.extended(lease_deadline(sent_at, renewal.lease));
+            state.extended(state.deadline_for(sent_at, renewal.lease));
             job.renewals.fetch_add(1, Ordering::Relaxed);
             sent_at + period
         }

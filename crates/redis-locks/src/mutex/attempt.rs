@@ -175,7 +175,7 @@ impl Mutex {
                 };
                 let vouched = !matches!(epoch, Value::Nil | Value::ServerError(_))
                     && matches!((&name, &believed), (Name::Ours(name), Some(believed)) if *name == believed.as_bytes());
-                let late = is_late(sent_at, self.options.get_lease());
+                let late = is_late(sent_at, self.options.get_lease_options());
                 if late || !vouched || *token < SEEDED {
                     let epoch = match name {
                         _ if vouched => Epoch::Keep,
@@ -314,7 +314,7 @@ impl Mutex {
             };
             match reply {
                 Ok((1, token)) => {
-                    if !is_late(sent_at, self.options.get_lease()) {
+                    if !is_late(sent_at, self.options.get_lease_options()) {
                         return Ok(Try::Won(self.lease(owed, token, sent_at)));
                     }
                     // Granted, but the reply came after the lease: ask again by owner token

@@ -256,7 +256,7 @@ impl Redlock {
                     return Err(err);
                 }
             };
-            if !is_late(sent_at, self.options.get_lease()) {
+            if !is_late(sent_at, self.options.get_lease_options()) {
                 let lease = Lease::new(
                     owed,
                     FencingToken::new(token),

@@ -63,6 +63,14 @@ impl RedlockOptions {
         self
     }
 
+    /// How much of the lease is not counted on for clock drift: the validity is the lease,
+    /// less the time the attempt took, less this (default 1% of the lease + 2 ms; see
+    /// [`ClockDrift`](crate::ClockDrift)).
+    pub fn clock_drift(mut self, drift: crate::ClockDrift) -> Self {
+        self.lock = self.lock.clock_drift(drift);
+        self
+    }
+
     /// How long one node may take to answer one request; a node that does not answer in
     /// time counts as not granting (its request finishes in the background, and whatever it
     /// granted is released). Must be shorter than the lease.

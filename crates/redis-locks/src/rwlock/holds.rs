@@ -341,8 +341,7 @@ impl Asker for Asking<'_> {
             &place,
             keys.wake_channel(),
         ];
-        let lease = lock.options.get_lease_options().get_lease();
-        answer_in_time(lease, deadline, || async {
+        answer_in_time(lock.options.get_lease_options(), deadline, || async {
             let reply: (i64, i64) = lock
                 .client
                 .node()

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{Contender, Line, Try};
 use crate::error::{Error, Phase, Result};
-use crate::lease::{Lease, MAX_LATE_GRANTS, OwedRelease, is_late, too_slow};
+use crate::lease::{Lease, LeaseOptions, MAX_LATE_GRANTS, OwedRelease, is_late, too_slow};
 use crate::token::FencingToken;
 
 /// What one attempt of a placed waiter found: granted (its fencing token, and when the
@@ -43,7 +43,7 @@ pub(crate) trait Asker: Sync {
 
 /// Runs one acquire script call (`attempt`, replying `{1, token}` granted, `{0, ms}` held
 /// with ms of the holder's lease left, `{0, negative}` refused with no lease to wait for)
-/// until its grant comes back within `lease`: a late grant is asked again (the scripts
+/// until its grant comes back within its lease (`lease`, less its drift allowance): a late grant is asked again (the scripts
 /// re-grant to the same token with a fresh lease) within `deadline` and at most
 /// [`MAX_LATE_GRANTS`] times; then the call fails, and the caller's owed release gives the
 /// grant back as it drops.
@@ -51,7 +51,7 @@ pub(crate) trait Asker: Sync {
 /// # Errors
 /// [`Error::UnexpectedReply`] for any other reply; a late grant too often; the attempt's.
 pub(crate) async fn answer_in_time<F, Fut>(
-    lease: Duration,
+    lease: &LeaseOptions,
     deadline: Option<Instant>,
     mut attempt: F,
 ) -> Result<Answer>
@@ -71,7 +71,7 @@ where
             (1, _) => {
                 late += 1;
                 if late >= MAX_LATE_GRANTS || deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(too_slow(lease, late));
+                    return Err(too_slow(lease.get_lease(), late));
                 }
             }
             (0, pttl) => return Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
