@@ -40,6 +40,10 @@
 --          max(counter + 1, the server clock in µs), so that the nodes of a Redlock agree on
 --          the token whenever their counters are behind the proposal (see redlock/mod.rs,
 --          "Fencing tokens"). '' or absent: the server clock.
+-- ARGV[9]  optional, with ARGV[5]; '1': the place is for wake-ups only, and a free lock is
+--          taken even with others ahead in the queue (a Redlock's first node, where its
+--          waiters listen: the majority of all nodes decides who holds, and one waiter woken
+--          per release keeps contenders from splitting the votes). '' or absent: in turn.
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
@@ -125,7 +129,7 @@ if waiter then
   local now = math.floor(micros / 1000)
   queue_purge(KEYS[4], KEYS[5], now)
   local head = queue_head(KEYS[4])
-  if head and head ~= waiter and redis.call('EXISTS', KEYS[1]) == 0 then
+  if head and head ~= waiter and ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[1]) == 0 then
     queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]))
     wake(ARGV[7], head)
     return {0, -2}

@@ -367,9 +367,25 @@ pub(crate) enum NodeGrant {
     Held(Option<Duration>),
 }
 
-/// Runs `acquire.lua` once on `node` for `owner` with a lease of `lease_ms` milliseconds:
-/// outside any queue, with no epoch, the token seeded from `proposal` instead of the server
-/// clock (`ARGV[8]`).
+/// A waiter's place in the lock's queue on a node, for [`acquire_on`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InLine<'a> {
+    /// The waiter id (this process's [`LocalQueue::id`](crate::wait::LocalQueue::id)).
+    pub(crate) waiter: &'a str,
+    /// The place lease in milliseconds.
+    pub(crate) place_ms: &'a str,
+    /// Mark a grant at once: waiters of this process queue behind this one.
+    pub(crate) mark: bool,
+    /// The place is for wake-ups only: a free lock is taken even with others ahead
+    /// (`ARGV[9]`).
+    pub(crate) wake_only: bool,
+}
+
+/// Runs `acquire.lua` once on `node` for `owner` with a lease of `lease_ms` milliseconds, with
+/// no epoch, the token seeded from `proposal` instead of the server clock (`ARGV[8]`):
+/// outside any queue, or `in_line` (a refusal then keeps the waiter's place in the lock's
+/// queue, and, unless the place is for wake-ups only, a free lock with others ahead in it is
+/// refused, `Held(None)`).
 ///
 /// # Errors
 /// As the script's errors (see `acquire.lua`); [`Error::Connection`] when the node did not
@@ -380,15 +396,47 @@ pub(crate) async fn acquire_on(
     owner: &str,
     lease_ms: &str,
     proposal: &str,
+    in_line: Option<InLine<'_>>,
 ) -> Result<NodeGrant> {
-    let reply = node
-        .run_script::<(i64, i64)>(
-            Phase::Acquire,
-            &ACQUIRE_ON_NODE,
-            &[keys.lock(), keys.fence(), keys.epoch()],
-            &[owner, lease_ms, "0", "", "", "", "", proposal],
-        )
-        .await?;
+    let reply = match in_line {
+        None => {
+            node.run_script::<(i64, i64)>(
+                Phase::Acquire,
+                &ACQUIRE_ON_NODE,
+                &[keys.lock(), keys.fence(), keys.epoch()],
+                &[owner, lease_ms, "0", "", "", "", "", proposal],
+            )
+            .await?
+        }
+        Some(line) => {
+            let mark = if line.mark { "1" } else { "0" };
+            let wake_only = if line.wake_only { "1" } else { "" };
+            node.run_script::<(i64, i64)>(
+                Phase::Acquire,
+                &ACQUIRE_ON_NODE,
+                &[
+                    keys.lock(),
+                    keys.fence(),
+                    keys.epoch(),
+                    keys.queue(),
+                    keys.places(),
+                    keys.tickets(),
+                ],
+                &[
+                    owner,
+                    lease_ms,
+                    mark,
+                    "",
+                    line.waiter,
+                    line.place_ms,
+                    keys.wake_channel(),
+                    proposal,
+                    wake_only,
+                ],
+            )
+            .await?
+        }
+    };
     match reply {
         (1, token) if token > 0 => Ok(NodeGrant::Granted(token as u64)),
         (0, pttl) => Ok(NodeGrant::Held(

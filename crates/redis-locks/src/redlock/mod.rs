@@ -30,7 +30,7 @@ use crate::client::Client;
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
 use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, is_late, lease_millis, too_slow};
-use crate::mutex::{MutexHold, NodeGrant, acquire_on, inspect};
+use crate::mutex::{InLine, MutexHold, NodeGrant, acquire_on, inspect};
 use crate::node::LockScript;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken};
@@ -78,6 +78,8 @@ pub struct Redlock {
     options: RedlockOptions,
     /// The lease in milliseconds, as the acquire script takes it.
     lease_ms: Arc<str>,
+    /// A waiter's place lease in milliseconds, as the acquire script takes it.
+    place_ms: Arc<str>,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -133,6 +135,12 @@ impl Redlock {
             keys,
             hold: Arc::new(hold),
             lease_ms: lease_millis(options.get_lease())?.to_string().into(),
+            place_ms: options
+                .get_wait_options()
+                .get_place_lease()
+                .as_millis()
+                .to_string()
+                .into(),
             options,
         })
     }
@@ -163,7 +171,7 @@ impl Redlock {
     /// If the future is dropped after the requests went out, whatever the nodes granted is
     /// released by owner token in a background task.
     pub async fn try_lock(&self) -> Result<RedlockGuard> {
-        match self.attempt().await? {
+        match self.attempt(None).await? {
             Try::Won(lease) => Ok(RedlockGuard::new(lease)),
             Try::Held(retry_after) => Err(Error::Held {
                 name: self.name().to_string(),
@@ -233,18 +241,22 @@ impl Redlock {
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<RedlockGuard> {
         let on = self.clients[0].wait_on(self.options.get_wait_options());
-        let lease = acquire(on, Contending { lock: self }, deadline).await?;
+        let contending = Contending {
+            lock: self,
+            place: None,
+        };
+        let lease = acquire(on, contending, deadline).await?;
         Ok(RedlockGuard::new(lease))
     }
 
     /// One attempt on all nodes; a grant whose validity was gone by the time it was proven
     /// is given back and asked again, at most [`MAX_LATE_GRANTS`] times.
-    async fn attempt(&self) -> Result<Try> {
+    async fn attempt(&self, line: Option<Waiting>) -> Result<Try> {
         let mut late = 0;
         loop {
             let owed = OwedRelease::new(self.hold.clone());
             let sent_at = Instant::now();
-            let token = match self.ask(&owed, sent_at).await {
+            let token = match self.ask(&owed, sent_at, line.as_ref()).await {
                 Asked::Granted(token) => token,
                 Asked::Refused(outcome) => {
                     // Whatever may have been granted was released already.
@@ -276,7 +288,7 @@ impl Redlock {
 
     /// Asks every node for the lock with `owed`'s owner token, then raises the fencing
     /// counter on the granting majority.
-    async fn ask(&self, owed: &OwedRelease, sent_at: Instant) -> Asked {
+    async fn ask(&self, owed: &OwedRelease, sent_at: Instant, line: Option<&Waiting>) -> Asked {
         let quorum = &self.hold.quorum;
         let total = quorum.nodes().len();
         let needed = quorum.needed();
@@ -289,7 +301,7 @@ impl Redlock {
         let (mut answers, mut late): (Answers<NodeGrant>, _) = quorum
             .ask_keeping(
                 0..total,
-                |_, node| {
+                |index, node| {
                     let (node, keys, owner, lease_ms, proposal) = (
                         node.clone(),
                         keys.clone(),
@@ -297,7 +309,19 @@ impl Redlock {
                         lease_ms.clone(),
                         proposal.clone(),
                     );
-                    async move { acquire_on(&node, &keys, &owner, &lease_ms, &proposal).await }
+                    // Waiters keep their place on the first node only, where they listen.
+                    let line = line
+                        .filter(|_| index == 0)
+                        .map(|line| (line.clone(), self.place_ms.clone()));
+                    async move {
+                        let in_line = line.as_ref().map(|(line, place_ms)| InLine {
+                            waiter: &line.waiter,
+                            place_ms,
+                            mark: line.mark,
+                            wake_only: true,
+                        });
+                        acquire_on(&node, &keys, &owner, &lease_ms, &proposal, in_line).await
+                    }
                 },
                 |answers| {
                     let held = count(answers, |grant| matches!(grant, NodeGrant::Held(_)));
@@ -309,7 +333,7 @@ impl Redlock {
         if granted(&answers).len() < needed {
             // The requests still under way are released with the rest.
             drop(late);
-            return Asked::Refused(self.refused(owed, answers).await);
+            return Asked::Refused(self.refused(owed, answers, sent_at).await);
         }
         // Won. The nodes that have not answered yet get as long again as the majority took
         // (at most the node timeout): on a healthy network they answer within it, and the
@@ -383,6 +407,7 @@ impl Redlock {
         &self,
         owed: &OwedRelease,
         answers: Answers<NodeGrant>,
+        sent_at: Instant,
     ) -> Result<Option<Duration>> {
         let quorum = &self.hold.quorum;
         let (total, needed) = (quorum.nodes().len(), quorum.needed());
@@ -421,12 +446,14 @@ impl Redlock {
             .max(1);
         let lease_ends = leases.get(must_end - 1).copied().flatten();
         // Only a release on the first node wakes the waiters (they listen there); when it did
-        // not refuse, no wake-up is sure to come: retry after a random pause.
+        // not refuse, no wake-up is sure to come: retry after a random pause, about as long as
+        // two attempts take (contenders whose votes split then rarely meet again), and at
+        // most around the retry delay.
         let first_held = matches!(answers[0], Some(Answer::Replied(NodeGrant::Held(_))));
         if first_held {
             return Ok(lease_ends);
         }
-        let delay = self.options.get_lock_options().get_retry_delay();
+        let delay = (sent_at.elapsed() * 2).min(self.options.get_lock_options().get_retry_delay());
         let pause = delay / 2 + delay.mul_f64(rand::rng().random_range(0.0..1.0));
         Ok(Some(lease_ends.map_or(pause, |left| left.min(pause))))
     }
@@ -515,9 +542,44 @@ fn check_nodes(clients: &[Client]) -> Result<()> {
     Ok(())
 }
 
-/// A Redlock's side of the acquire loop: each attempt asks every node.
+/// A waiting attempt's place in line: this process's waiter id in the lock's queue on every
+/// node, and whether to mark a grant at once.
+#[derive(Debug, Clone)]
+struct Waiting {
+    waiter: Arc<str>,
+    mark: bool,
+}
+
+/// A Redlock's side of the acquire loop: each attempt asks every node. Waiters of one process
+/// take local turns (as a `Mutex`'s do) and keep one place in the lock's queue on the first
+/// node, where they listen, so that a release wakes one waiting process (the first in line),
+/// not a herd whose votes would split (two contenders never split the votes of an odd number
+/// of nodes that all answer). The place is for wake-ups only: who holds is decided by the
+/// majority of all nodes, not by the first node's queue.
 struct Contending<'a> {
     lock: &'a Redlock,
+    /// The place in line this wait's attempts took, to be woken by.
+    place: Option<Arc<str>>,
+}
+
+impl Contending<'_> {
+    /// One attempt, in `line`'s place on every node when it has one.
+    async fn in_line(&mut self, line: Line<'_>) -> Result<Try> {
+        let Some(local) = line.local else {
+            return self.lock.attempt(None).await;
+        };
+        local.placing(&self.lock.hold.quorum.nodes()[0], &self.lock.keys);
+        self.place = Some(local.id().clone());
+        let waiting = Waiting {
+            waiter: local.id().clone(),
+            mark: line.mark,
+        };
+        // A won attempt keeps the place recorded: the majority may have granted without the
+        // first node, whose queue then still holds it, and a stale place there would be woken
+        // by every release instead of the waiters behind it. The place is left when this
+        // process's last waiter of the lock is done (a leave that finds no place does nothing).
+        self.lock.attempt(Some(waiting)).await
+    }
 }
 
 impl Contender for Contending<'_> {
@@ -529,10 +591,33 @@ impl Contender for Contending<'_> {
         self.lock.keys.wake_channel()
     }
 
-    async fn attempt(&mut self, _line: Line<'_>, _deadline: Option<Instant>) -> Result<Try> {
-        self.lock.attempt().await
+    async fn attempt(&mut self, line: Line<'_>, _deadline: Option<Instant>) -> Result<Try> {
+        self.in_line(line).await
+    }
+
+    async fn first(&mut self, _deadline: Option<Instant>, line: Option<Line<'_>>) -> Result<Try> {
+        match line {
+            // This process waited for the lock a moment ago: get in line.
+            Some(line) => self.in_line(line).await,
+            None => self.lock.attempt(None).await,
+        }
+    }
+
+    fn local_turns(&self) -> Option<&'static str> {
+        Some(LOCAL_TURNS)
+    }
+
+    fn address(&self) -> Option<&str> {
+        self.place.as_deref()
+    }
+
+    fn refresh(&self) -> Option<Duration> {
+        Some(self.lock.options.get_wait_options().get_place_lease() / 3)
     }
 }
+
+/// The name of a Redlock's local turns.
+const LOCAL_TURNS: &str = "redlock";
 
 /// A Redlock's state on each node, read at once.
 #[derive(Debug)]
