@@ -492,3 +492,95 @@ async fn the_validity_keeps_back_the_configured_drift_allowance() {
     .unwrap_err();
     assert!(matches!(err, Error::InvalidDuration { .. }), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_first_waiting_process_alone() {
+    let servers = test_support::start_many(3).expect("start private redis-servers");
+    // A long place lease: no waiter renews its place during the test.
+    let options = || {
+        options(10_000, 500).lock_options(
+            redis_locks::LockOptions::default()
+                .lease(Duration::from_secs(10))
+                .place_lease(Duration::from_secs(30)),
+        )
+    };
+    let mut sets = Vec::new();
+    for _ in 0..4 {
+        let mut clients = Vec::new();
+        for server in &servers {
+            clients.push(common::client(server).await);
+        }
+        sets.push(clients);
+    }
+    let locks: Vec<Redlock> = sets
+        .iter()
+        .map(|clients| Redlock::with_options(clients, "rl:wakeups", options()).unwrap())
+        .collect();
+    let holder = locks[0].try_lock().await.unwrap();
+    let queue = locks[0].keys().queue().to_string();
+    let in_line = |n: i64| {
+        let (server, queue) = (&servers[0], queue.clone());
+        async move {
+            redis::cmd("ZCARD")
+                .arg(&queue)
+                .query::<i64>(&mut common::raw(server))
+                .unwrap()
+                == n
+        }
+    };
+    // Three waiting processes (a client set each), in line one after the other.
+    let mut waiters = Vec::new();
+    for (n, lock) in locks.iter().enumerate().skip(1) {
+        let lock = lock.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            (n, guard)
+        }));
+        assert!(
+            common::eventually(Duration::from_secs(5), || in_line(n as i64)).await,
+            "waiter {n} in line"
+        );
+    }
+    let requests = |n: usize| -> u64 { sets[n].iter().map(|c| c.stats().requests).sum() };
+    // In line, and settled: no waiter sends anything any more (a subscription's confirmation
+    // may still be on its way when the place is taken).
+    let mut before: Vec<u64> = (1..4).map(requests).collect();
+    let settled = Instant::now() + Duration::from_secs(5);
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now: Vec<u64> = (1..4).map(requests).collect();
+        if now == before {
+            break;
+        }
+        assert!(Instant::now() < settled, "the waiters keep sending");
+        before = now;
+    }
+    holder.release().await.unwrap();
+    let (winner, guard) = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            for waiter in &mut waiters {
+                if waiter.is_finished() {
+                    return waiter.await.unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("a waiter takes the lock");
+    assert_eq!(winner, 1, "the longest waiter is woken");
+    for n in 2..4 {
+        assert_eq!(
+            requests(n),
+            before[n - 1],
+            "waiter {n} was not woken and sent nothing"
+        );
+    }
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        if !waiter.is_finished() {
+            let (_, guard) = waiter.await.unwrap();
+            guard.release().await.unwrap();
+        }
+    }
+}
