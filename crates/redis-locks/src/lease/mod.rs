@@ -66,7 +66,7 @@ pub use options::{DEFAULT_LEASE, LeaseOptions};
 pub(crate) use owed::OwedRelease;
 pub(crate) use state::LeaseState;
 pub use time::{ClockDrift, MAX_LEASE, MIN_LEASE};
-pub(crate) use time::{MAX_LATE_GRANTS, is_late, lease_millis, too_slow};
+pub(crate) use time::{MAX_LATE_GRANTS, lease_millis, too_slow};
 pub(crate) use watchdog::Renewals;
 
 /// A boxed future, as [`Hold`]'s methods return them (the trait is used as `dyn Hold`).

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::time::{ClockDrift, lease_millis};
+use super::time::{ClockDrift, is_late, lease_millis};
 use super::watchdog::Renewal;
 use crate::error::{Error, Result};
 
@@ -78,6 +78,12 @@ impl LeaseOptions {
     /// The drift allowance in force.
     pub fn get_clock_drift(&self) -> ClockDrift {
         self.drift.unwrap_or_default()
+    }
+
+    /// Whether a grant of this lease whose request was sent at `sent_at` came back too late
+    /// to be proven held.
+    pub(crate) fn is_late(&self, sent_at: tokio::time::Instant) -> bool {
+        is_late(sent_at, self.get_lease(), self.get_clock_drift())
     }
 
     /// The lease in force (30 s unless set).

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::options::LeaseOptions;
 use crate::error::{Error, Phase, Result};
 
 /// The longest lease accepted: about 100 years. Redis adds a `PX` value to its clock in
@@ -130,13 +129,10 @@ impl ClockDrift {
 /// (each one is asked again by owner token, which renews the lease on the server).
 pub(crate) const MAX_LATE_GRANTS: u32 = 3;
 
-/// Whether a grant whose request was sent at `sent_at` came back too late to be proven held,
-/// for a lease of `options`.
-pub(crate) fn is_late(sent_at: Instant, options: &LeaseOptions) -> bool {
-    Instant::now()
-        >= options
-            .get_clock_drift()
-            .deadline(sent_at, options.get_lease())
+/// Whether a grant of `lease` whose request was sent at `sent_at` came back too late to be
+/// proven held, with `drift` kept back.
+pub(crate) fn is_late(sent_at: Instant, lease: Duration, drift: ClockDrift) -> bool {
+    Instant::now() >= drift.deadline(sent_at, lease)
 }
 
 /// The error of an acquisition whose grants kept coming back after their lease: Redis (or the

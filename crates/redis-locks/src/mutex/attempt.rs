@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::Mutex;
 use crate::error::{Error, Phase, Result};
-use crate::lease::{Lease, MAX_LATE_GRANTS, OwedRelease, is_late, too_slow};
+use crate::lease::{Lease, MAX_LATE_GRANTS, OwedRelease, too_slow};
 use crate::node::{LockScript, NamingTurn};
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{Try, WAITERS_LUA};
@@ -175,7 +175,7 @@ impl Mutex {
                 };
                 let vouched = !matches!(epoch, Value::Nil | Value::ServerError(_))
                     && matches!((&name, &believed), (Name::Ours(name), Some(believed)) if *name == believed.as_bytes());
-                let late = is_late(sent_at, self.options.get_lease_options());
+                let late = self.options.get_lease_options().is_late(sent_at);
                 if late || !vouched || *token < SEEDED {
                     let epoch = match name {
                         _ if vouched => Epoch::Keep,
@@ -314,7 +314,7 @@ impl Mutex {
             };
             match reply {
                 Ok((1, token)) => {
-                    if !is_late(sent_at, self.options.get_lease_options()) {
+                    if !self.options.get_lease_options().is_late(sent_at) {
                         return Ok(Try::Won(self.lease(owed, token, sent_at)));
                     }
                     // Granted, but the reply came after the lease: ask again by owner token

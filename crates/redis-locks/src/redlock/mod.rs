@@ -29,7 +29,7 @@ use quorum::{Answer, Answers, Quorum, count, unreachable};
 use crate::client::Client;
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
-use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, is_late, lease_millis, too_slow};
+use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, lease_millis, too_slow};
 use crate::mutex::{InLine, MutexHold, NodeGrant, acquire_on, inspect};
 use crate::node::LockScript;
 use crate::state::LockState;
@@ -268,7 +268,7 @@ impl Redlock {
                     return Err(err);
                 }
             };
-            if !is_late(sent_at, self.options.get_lease_options()) {
+            if !self.options.get_lease_options().is_late(sent_at) {
                 let lease = Lease::new(
                     owed,
                     FencingToken::new(token),

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{Contender, Line, Try};
 use crate::error::{Error, Phase, Result};
-use crate::lease::{Lease, LeaseOptions, MAX_LATE_GRANTS, OwedRelease, is_late, too_slow};
+use crate::lease::{Lease, LeaseOptions, MAX_LATE_GRANTS, OwedRelease, too_slow};
 use crate::token::FencingToken;
 
 /// What one attempt of a placed waiter found: granted (its fencing token, and when the
@@ -63,7 +63,7 @@ where
     loop {
         let sent_at = Instant::now();
         match attempt().await? {
-            (1, token) if !is_late(sent_at, lease) => {
+            (1, token) if !lease.is_late(sent_at) => {
                 let token = FencingToken::new(u64::try_from(token).unwrap_or_default());
                 return Ok(Ok((token, sent_at)));
             }
