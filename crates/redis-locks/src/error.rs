@@ -293,8 +293,9 @@ pub enum Error {
     },
     /// A [`Redlock`](crate::Redlock) request could not reach the majority it needs: too
     /// many of its nodes timed out, failed or could not be reached (not: were held by
-    /// others, which is [`Error::Held`]). `votes` says what each node answered. After a
-    /// failed acquire, whatever a node granted has been released.
+    /// others, which is [`Error::Held`]), or a majority granted but the fencing token could
+    /// not be raised on a majority (their keys gone by then). `votes` says what each node
+    /// answered. After a failed acquire, whatever a node granted has been released.
     #[error("lock {name:?}: {phase} needs {needed} of {} nodes and could not get them ({})", votes.len(), fmt_votes(votes))]
     NoQuorum {
         /// The lock name.

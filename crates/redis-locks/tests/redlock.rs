@@ -389,7 +389,7 @@ async fn a_release_after_the_lease_says_the_lock_is_gone() {
 
 #[tokio::test]
 async fn one_node_is_a_plain_lock_and_bad_node_sets_are_refused() {
-    let (_servers, clients) = nodes(3).await;
+    let (servers, clients) = nodes(3).await;
     let single = Redlock::new(&clients[..1], "rl:single").unwrap();
     let guard = single.try_lock().await.unwrap();
     assert!(single.try_lock().await.unwrap_err().is_held());
@@ -401,6 +401,14 @@ async fn one_node_is_a_plain_lock_and_bad_node_sets_are_refused() {
     }
     let twice = [clients[0].clone(), clients[1].clone(), clients[0].clone()];
     let err = Redlock::new(&twice, "rl:bad").unwrap_err();
+    assert!(err.to_string().contains("given twice"), "{err}");
+    // The same server by another name is the same server.
+    let port = servers[0].port();
+    let alias = Client::connect(&format!("redis://localhost:{port}/0"))
+        .await
+        .unwrap();
+    let aliased = [clients[0].clone(), clients[1].clone(), alias];
+    let err = Redlock::new(&aliased, "rl:bad").unwrap_err();
     assert!(err.to_string().contains("given twice"), "{err}");
     let three = &clients[..3];
     for (options, what) in [
@@ -583,4 +591,40 @@ async fn a_release_wakes_the_first_waiting_process_alone() {
             guard.release().await.unwrap();
         }
     }
+}
+
+#[tokio::test]
+async fn a_waiter_the_first_node_cannot_wake_polls_at_the_retry_delay_and_reports_the_lease() {
+    let (servers, clients) = nodes(3).await;
+    let lock = Redlock::with_options(&clients, "rl:unmarked", options(10_000, 200)).unwrap();
+    // Another owner holds the first node for a moment: the holder gets the other two only.
+    redis::cmd("SET")
+        .arg("rl:unmarked")
+        .arg("someone-else")
+        .arg("PX")
+        .arg(150)
+        .exec(&mut common::raw(&servers[0]))
+        .unwrap();
+    let holder = lock.try_lock().await.unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(2), || async {
+            !common::exists(&servers[0], "rl:unmarked")
+        })
+        .await
+    );
+    // A waiter now gets the first node but never a majority, and no release of the first
+    // node will wake it: it looks again at about the retry delay (25 ms), not in a tight
+    // loop, and reports the holder's lease, not its own pause.
+    let before: u64 = clients.iter().map(|c| c.stats().requests).sum();
+    let err = lock
+        .lock_timeout(Duration::from_millis(500))
+        .await
+        .unwrap_err();
+    let sent: u64 = clients.iter().map(|c| c.stats().requests).sum::<u64>() - before;
+    assert!(matches!(err, Error::WaitTimeout { .. }), "{err:?}");
+    let left = err.retry_after().expect("the holder's lease is known");
+    assert!(left > Duration::from_secs(5), "reported {left:?}");
+    // At most one attempt (3 acquires + a release) per 12.5 ms, the shortest pause.
+    assert!(sent <= 4 * 45, "{sent} requests in 500 ms");
+    holder.release().await.unwrap();
 }

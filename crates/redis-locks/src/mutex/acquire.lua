@@ -38,8 +38,8 @@
 -- ARGV[8]  optional; a Redlock's proposed token (a positive integer below 2^53, the client's
 --          clock in µs): a grant's token is then max(counter + 1, ARGV[8]) instead of
 --          max(counter + 1, the server clock in µs), so that the nodes of a Redlock agree on
---          the token whenever their counters are behind the proposal (see redlock/mod.rs,
---          "Fencing tokens"). '' or absent: the server clock.
+--          the token whenever their counters are behind the proposal (see the crate
+--          documentation, "Redlock"). '' or absent: the server clock.
 -- ARGV[9]  optional, with ARGV[5]; '1': the place is for wake-ups only, and a free lock is
 --          taken even with others ahead in the queue (a Redlock's first node, where its
 --          waiters listen: the majority of all nodes decides who holds, and one waiter woken

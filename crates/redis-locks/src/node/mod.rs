@@ -53,6 +53,9 @@ struct Inner {
     naming: naming::Naming,
     /// Round trips sent on `connection` (a pipeline counts once).
     requests: AtomicU64,
+    /// The server's `run_id` (`INFO server`) when the node connected, if it told: the same
+    /// server reached by two URLs has one.
+    run_id: Option<String>,
 }
 
 impl Node {
@@ -109,6 +112,17 @@ impl Node {
             }
             Err(source) => return Err(connect_error(url, source)),
         }
+        // Which server this is (a server that refuses INFO, or a proxy, says nothing).
+        let run_id = redis::cmd("INFO")
+            .arg("server")
+            .query_async::<String>(&mut connection)
+            .await
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix("run_id:"))
+                    .map(|id| id.trim().to_string())
+            });
         Ok(Node {
             inner: Arc::new(Inner {
                 connection,
@@ -117,6 +131,7 @@ impl Node {
                 pubsub,
                 naming: naming::Naming::default(),
                 requests: AtomicU64::new(0),
+                run_id,
             }),
         })
     }
@@ -124,6 +139,11 @@ impl Node {
     /// The server's URL, its password hidden.
     pub(crate) fn url(&self) -> &str {
         &self.inner.url
+    }
+
+    /// The server's `run_id` as it was when the node connected, if the server told it.
+    pub(crate) fn run_id(&self) -> Option<&str> {
+        self.inner.run_id.as_deref()
     }
 
     /// The options the node was connected with.

@@ -10,7 +10,8 @@ use crate::lease::Lease;
 /// As a [`MutexGuard`](crate::MutexGuard): the watchdog (on by default) renews the lease on
 /// a majority, [`lost`](RedlockGuard::lost) resolves the moment a majority can no longer be
 /// proven, and [`fencing_token`](RedlockGuard::fencing_token) is greater than every earlier
-/// holder's as long as a majority of nodes kept its data (see the crate's Redlock section).
+/// holder's as long as the nodes keep their data (the crate's "Redlock" section says exactly
+/// when, and what holds when a node loses it).
 ///
 /// # Examples
 /// ```

@@ -171,7 +171,7 @@ impl Redlock {
     /// If the future is dropped after the requests went out, whatever the nodes granted is
     /// released by owner token in a background task.
     pub async fn try_lock(&self) -> Result<RedlockGuard> {
-        match self.attempt(None).await? {
+        match self.attempt(None, Some(Instant::now())).await?.0 {
             Try::Won(lease) => Ok(RedlockGuard::new(lease)),
             Try::Held(retry_after) => Err(Error::Held {
                 name: self.name().to_string(),
@@ -244,14 +244,21 @@ impl Redlock {
         let contending = Contending {
             lock: self,
             place: None,
+            poll: None,
         };
         let lease = acquire(on, contending, deadline).await?;
         Ok(RedlockGuard::new(lease))
     }
 
     /// One attempt on all nodes; a grant whose validity was gone by the time it was proven
-    /// is given back and asked again, at most [`MAX_LATE_GRANTS`] times.
-    async fn attempt(&self, line: Option<Waiting>) -> Result<Try> {
+    /// is given back and asked again within `deadline` (the wait budget), [`MAX_LATE_GRANTS`]
+    /// attempts in all. With a refusal, how soon to look again when no wake-up is sure to come
+    /// (see [`Refusal::poll`]).
+    async fn attempt(
+        &self,
+        line: Option<Waiting>,
+        deadline: Option<Instant>,
+    ) -> Result<(Try, Option<Duration>)> {
         let mut late = 0;
         loop {
             let owed = OwedRelease::new(self.hold.clone());
@@ -261,7 +268,8 @@ impl Redlock {
                 Asked::Refused(outcome) => {
                     // Whatever may have been granted was released already.
                     owed.disarm();
-                    return outcome.map(Try::Held);
+                    let refusal = outcome?;
+                    return Ok((Try::Held(refusal.lease_ends), refusal.poll));
                 }
                 Asked::NotRaised(err) => {
                     owed.give_back().await;
@@ -276,11 +284,12 @@ impl Redlock {
                     self.options.get_lease_options(),
                     self.clients[0].renewals(),
                 );
-                return Ok(Try::Won(lease));
+                return Ok((Try::Won(lease), None));
             }
             owed.give_back().await;
             late += 1;
-            if late >= MAX_LATE_GRANTS {
+            let over = deadline.is_some_and(|d| Instant::now() >= d);
+            if late >= MAX_LATE_GRANTS || over {
                 return Err(too_slow(self.options.get_lease(), late));
             }
         }
@@ -386,13 +395,22 @@ impl Redlock {
             return Asked::Granted(token);
         }
         // The keys ran out (or nodes failed) between the grant and the raise: give it all back.
-        let mut votes = quorum.votes(raised, |reply| match reply {
-            1 => Vote::Granted,
-            _ => Vote::Held { retry_after: None },
-        });
-        for (index, _) in grants.iter().filter(|(_, node_token)| *node_token == token) {
-            votes[*index].vote = Vote::Granted;
+        // Each node's vote: the raise's answer where one was asked, else the acquire's.
+        let mut raised = raised;
+        let mut merged: Answers<NodeGrant> = answers;
+        for index in &behind {
+            merged[*index] = match raised[*index].take() {
+                Some(Answer::Replied(1)) => Some(Answer::Replied(NodeGrant::Granted(token))),
+                Some(Answer::Replied(_)) => Some(Answer::Replied(NodeGrant::Held(None))),
+                Some(Answer::TimedOut) => Some(Answer::TimedOut),
+                Some(Answer::Failed(err)) => Some(Answer::Failed(err)),
+                None => None,
+            };
         }
+        let votes = quorum.votes(merged, |grant| match grant {
+            NodeGrant::Granted(_) => Vote::Granted,
+            NodeGrant::Held(retry_after) => Vote::Held { retry_after },
+        });
         Asked::NotRaised(Error::NoQuorum {
             name: self.name().to_string(),
             phase: Phase::Acquire,
@@ -402,13 +420,14 @@ impl Redlock {
     }
 
     /// A failed attempt: release whatever may have been granted (every node but those that
-    /// refused), and say how long to wait, or that no majority can be reached.
+    /// refused), and say how long the holders' leases run and how soon to look again, or that
+    /// no majority can be reached.
     async fn refused(
         &self,
         owed: &OwedRelease,
         answers: Answers<NodeGrant>,
         sent_at: Instant,
-    ) -> Result<Option<Duration>> {
+    ) -> Result<Refusal> {
         let quorum = &self.hold.quorum;
         let (total, needed) = (quorum.nodes().len(), quorum.needed());
         let all_refused = count(&answers, |grant| matches!(grant, NodeGrant::Held(_))) == total;
@@ -445,17 +464,21 @@ impl Redlock {
             .saturating_sub(total)
             .max(1);
         let lease_ends = leases.get(must_end - 1).copied().flatten();
-        // Only a release on the first node wakes the waiters (they listen there); when it did
-        // not refuse, no wake-up is sure to come: retry after a random pause, about as long as
-        // two attempts take (contenders whose votes split then rarely meet again), and at
-        // most around the retry delay.
+        // Only a release on the first node wakes the waiters (they listen there). When it
+        // refused, its holder's release will wake this waiter. Otherwise no wake-up is sure to
+        // come: look again at random around the retry delay while others may hold a majority,
+        // or after about two attempts' time when no majority was held by others (the votes
+        // split between contenders: they then rarely meet again).
         let first_held = matches!(answers[0], Some(Answer::Replied(NodeGrant::Held(_))));
-        if first_held {
-            return Ok(lease_ends);
-        }
-        let delay = (sent_at.elapsed() * 2).min(self.options.get_lock_options().get_retry_delay());
-        let pause = delay / 2 + delay.mul_f64(rand::rng().random_range(0.0..1.0));
-        Ok(Some(lease_ends.map_or(pause, |left| left.min(pause))))
+        let poll = match () {
+            () if first_held => None,
+            () if leases.len() >= needed => Some(self.options.get_lock_options().get_retry_delay()),
+            () => {
+                Some((sent_at.elapsed() * 2).min(self.options.get_lock_options().get_retry_delay()))
+            }
+        };
+        let poll = poll.map(|delay| delay / 2 + delay.mul_f64(rand::rng().random_range(0.0..1.0)));
+        Ok(Refusal { lease_ends, poll })
     }
 
     /// Releases this attempt's owner token on `nodes` and waits for the answers (each within
@@ -486,6 +509,15 @@ fn proposal() -> u64 {
     micros.clamp(1, (1 << 53) - 1) as u64
 }
 
+/// A refused attempt: how long the holders' leases still run, as far as the nodes said
+/// (the lock can be taken once enough of them end), and how soon to look again when no
+/// wake-up is sure to come.
+struct Refusal {
+    lease_ends: Option<Duration>,
+    /// `None`: the first node refused, and its holder's release will wake the waiter.
+    poll: Option<Duration>,
+}
+
 /// What one round of asking every node came to.
 enum Asked {
     /// A majority granted, and has its fencing counter at the token (not yet checked
@@ -493,7 +525,7 @@ enum Asked {
     Granted(u64),
     /// No majority granted; whatever may have been granted was released. How long to wait
     /// before the next attempt, or that no majority can be reached ([`Error::NoQuorum`]).
-    Refused(Result<Option<Duration>>),
+    Refused(Result<Refusal>),
     /// A majority granted, but the token could not be raised on a majority: nothing was
     /// released yet.
     NotRaised(Error),
@@ -531,13 +563,21 @@ fn check_nodes(clients: &[Client]) -> Result<()> {
             clients.len()
         ));
     }
-    let mut urls: Vec<&str> = clients.iter().map(|client| client.node().url()).collect();
-    urls.sort_unstable();
-    if let Some(pair) = urls.windows(2).find(|pair| pair[0] == pair[1]) {
-        return invalid(format!(
-            "the server {} is given twice; a majority must be of independent servers",
-            pair[0]
-        ));
+    // The same server may be reached by two URLs (127.0.0.1 and localhost, a database
+    // number): each server's run_id, read when its client connected, tells.
+    let nodes: Vec<_> = clients.iter().map(Client::node).collect();
+    for (index, node) in nodes.iter().enumerate() {
+        let twice = nodes[..index].iter().find(|other| {
+            other.url() == node.url()
+                || (other.run_id().is_some() && other.run_id() == node.run_id())
+        });
+        if let Some(other) = twice {
+            return invalid(format!(
+                "the server {} is given twice (also as {}); a majority must be of independent servers",
+                node.url(),
+                other.url()
+            ));
+        }
     }
     Ok(())
 }
@@ -560,13 +600,15 @@ struct Contending<'a> {
     lock: &'a Redlock,
     /// The place in line this wait's attempts took, to be woken by.
     place: Option<Arc<str>>,
+    /// How soon to look again without a wake-up, as the last refusal said.
+    poll: Option<Duration>,
 }
 
 impl Contending<'_> {
-    /// One attempt, in `line`'s place on every node when it has one.
-    async fn in_line(&mut self, line: Line<'_>) -> Result<Try> {
+    /// One attempt, in `line`'s place on the first node when it has one.
+    async fn in_line(&mut self, line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
         let Some(local) = line.local else {
-            return self.lock.attempt(None).await;
+            return self.once(None, deadline).await;
         };
         local.placing(&self.lock.hold.quorum.nodes()[0], &self.lock.keys);
         self.place = Some(local.id().clone());
@@ -578,7 +620,14 @@ impl Contending<'_> {
         // first node, whose queue then still holds it, and a stale place there would be woken
         // by every release instead of the waiters behind it. The place is left when this
         // process's last waiter of the lock is done (a leave that finds no place does nothing).
-        self.lock.attempt(Some(waiting)).await
+        self.once(Some(waiting), deadline).await
+    }
+
+    /// One attempt, remembering how soon to look again.
+    async fn once(&mut self, waiting: Option<Waiting>, deadline: Option<Instant>) -> Result<Try> {
+        let (attempt, poll) = self.lock.attempt(waiting, deadline).await?;
+        self.poll = poll;
+        Ok(attempt)
     }
 }
 
@@ -591,15 +640,15 @@ impl Contender for Contending<'_> {
         self.lock.keys.wake_channel()
     }
 
-    async fn attempt(&mut self, line: Line<'_>, _deadline: Option<Instant>) -> Result<Try> {
-        self.in_line(line).await
+    async fn attempt(&mut self, line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
+        self.in_line(line, deadline).await
     }
 
-    async fn first(&mut self, _deadline: Option<Instant>, line: Option<Line<'_>>) -> Result<Try> {
+    async fn first(&mut self, deadline: Option<Instant>, line: Option<Line<'_>>) -> Result<Try> {
         match line {
             // This process waited for the lock a moment ago: get in line.
-            Some(line) => self.in_line(line).await,
-            None => self.lock.attempt(None).await,
+            Some(line) => self.in_line(line, deadline).await,
+            None => self.once(None, deadline).await,
         }
     }
 
@@ -612,7 +661,8 @@ impl Contender for Contending<'_> {
     }
 
     fn refresh(&self) -> Option<Duration> {
-        Some(self.lock.options.get_wait_options().get_place_lease() / 3)
+        let place = self.lock.options.get_wait_options().get_place_lease() / 3;
+        Some(self.poll.map_or(place, |poll| poll.min(place)))
     }
 }
 
