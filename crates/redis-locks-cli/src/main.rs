@@ -8,6 +8,7 @@
 mod bench;
 mod contend;
 mod demo;
+mod nodes;
 mod run;
 mod status;
 mod worker;
@@ -64,7 +65,7 @@ enum Commands {
         /// Redis to use [default: redis://127.0.0.1:6379]. Give it several times (or a comma
         /// list in REDIS_URL), an odd number of independent servers, to take a Redlock: the
         /// lock is held while a majority grants it (plain runs only, not --shared/--exclusive;
-        /// every server must be reachable when run starts).
+        /// a minority of them may be down when run starts).
         #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
         redis: Vec<String>,
         #[command(flatten)]

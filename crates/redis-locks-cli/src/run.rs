@@ -82,10 +82,7 @@ pub async fn run(urls: &[String], args: &RunArgs) -> Result<u8, CliError> {
                 .into(),
         ));
     }
-    let mut clients = Vec::with_capacity(urls.len());
-    for url in urls {
-        clients.push(Client::connect(url).await?);
-    }
+    let clients = crate::nodes::connect_all(urls).await?;
     let client = &clients[0];
     let lock = Lock::new(&clients, args, lease)?;
     let guard = match acquire(&lock, client, args).await {

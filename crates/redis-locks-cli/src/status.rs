@@ -109,10 +109,7 @@ pub async fn run(urls: &[String], name: &str, json: bool) -> Result<(), CliError
     // A bad name is bad usage, whether or not Redis can be reached.
     LockKeys::new(name)?;
     if urls.len() > 1 {
-        let mut clients = Vec::with_capacity(urls.len());
-        for url in urls {
-            clients.push(Client::connect(url).await?);
-        }
+        let clients = crate::nodes::connect_all(urls).await?;
         let state = Redlock::new(&clients, name)?.state().await?;
         show_redlock(name, &state, json);
         return Ok(());

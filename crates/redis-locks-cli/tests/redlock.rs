@@ -130,8 +130,14 @@ fn a_majority_down_is_exit_69_and_bad_node_lists_are_usage_errors() {
     assert_eq!(even.status.code(), Some(64), "{even:?}");
     let shared = output(run(&servers, &["rl-bad", "--shared"], &["true"]));
     assert_eq!(shared.status.code(), Some(64), "{shared:?}");
-    // A node that cannot be reached when `run` starts: it says so (exit 69).
+    // A node that cannot be reached when `run` starts: a minority, so the lock is taken on the
+    // others and the command runs; with a majority down, exit 69.
     servers[2].kill();
-    let killed = output(run(&servers, &["rl-bad"], &["true"]));
-    assert_eq!(killed.status.code(), Some(69), "{killed:?}");
+    let minority = output(run(&servers, &["rl-bad"], &["sh", "-c", "echo ran"]));
+    assert_eq!(minority.status.code(), Some(0), "{minority:?}");
+    assert!(String::from_utf8_lossy(&minority.stdout).contains("ran"));
+    assert!(String::from_utf8_lossy(&minority.stderr).contains("a node is down"));
+    servers[1].kill();
+    let majority = output(run(&servers, &["rl-bad"], &["true"]));
+    assert_eq!(majority.status.code(), Some(69), "{majority:?}");
 }

@@ -110,14 +110,48 @@ impl Client {
     /// # Cancel safety
     /// Dropping the future drops the half-made connection; nothing is left behind.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Client> {
-        let node = Node::connect(url, options).await?;
-        Ok(Client {
+        Ok(Client::from_node(Node::connect(url, options).await?))
+    }
+
+    /// A client whose connection is opened by its first request rather than now: for the
+    /// nodes of a [`Redlock`](crate::Redlock) that cannot be reached when the process starts
+    /// (a minority may be down; the lock still works, and the node joins in once it is back).
+    /// Nothing is sent: a wrong password or a server that is not Redis shows at the first
+    /// request, as its error.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) for a URL that cannot name a server.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let servers = test_support::start_many(2)?;
+    /// use redis_locks::{Client, ClientOptions, Redlock};
+    ///
+    /// // The third node is down when the process starts.
+    /// let clients = [
+    ///     Client::connect(&servers[0].url()).await?,
+    ///     Client::connect(&servers[1].url()).await?,
+    ///     Client::connect_lazy("redis://127.0.0.1:1", ClientOptions::default())?,
+    /// ];
+    /// let lock = Redlock::new(&clients, "jobs:nightly")?;
+    /// let guard = lock.try_lock().await?; // two of three grant
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn connect_lazy(url: &str, options: ClientOptions) -> Result<Client> {
+        Ok(Client::from_node(Node::connect_lazy(url, options)?))
+    }
+
+    fn from_node(node: Node) -> Client {
+        Client {
             inner: Arc::new(Inner {
                 node,
                 renewals: Renewals::default(),
                 local: LocalQueues::default(),
             }),
-        })
+        }
     }
 
     /// The options this client was made with.

@@ -628,3 +628,33 @@ async fn a_waiter_the_first_node_cannot_wake_polls_at_the_retry_delay_and_report
     assert!(sent <= 4 * 45, "{sent} requests in 500 ms");
     holder.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_node_down_at_start_joins_in_once_it_is_back() {
+    let (mut servers, mut clients) = nodes(3).await;
+    // The process starts while the third server is down: its client connects lazily.
+    servers[2].kill();
+    clients[2] = Client::connect_lazy(
+        &servers[2].url(),
+        redis_locks::ClientOptions::default()
+            .connect_timeout(Duration::from_millis(200))
+            .reconnect_attempts(0),
+    )
+    .unwrap();
+    let lock = Redlock::with_options(&clients, "rl:lazy", options(5_000, 300)).unwrap();
+    let guard = lock.try_lock().await.expect("two of three grant");
+    assert_eq!(holding(&servers, "rl:lazy"), vec![0, 1]);
+    guard.release().await.unwrap();
+    // Back (empty, on the same port): the next attempts reach it too.
+    servers[2].restart().unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            let guard = lock.try_lock().await.unwrap();
+            let all = holding(&servers, "rl:lazy").len() == 3;
+            guard.release().await.unwrap();
+            all
+        })
+        .await,
+        "the node that came back holds the lock with the others"
+    );
+}

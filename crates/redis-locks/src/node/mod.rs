@@ -65,20 +65,8 @@ impl Node {
     /// # Errors
     /// As [`Client::connect`](crate::Client::connect).
     pub(crate) async fn connect(url: &str, options: ClientOptions) -> Result<Node> {
-        url::check_url(url).map_err(|reason| Error::InvalidUrl {
-            url: redact(url),
-            reason,
-        })?;
-        let client = redis::Client::open(url).map_err(|source| Error::InvalidUrl {
-            url: redact(url),
-            reason: source.to_string(),
-        })?;
+        let (client, config) = open(url, &options)?;
         let pubsub = pubsub::Wakeups::start(client.clone(), options.get_connect_timeout());
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.get_connect_timeout()))
-            .set_response_timeout(Some(options.get_response_timeout()))
-            .set_number_of_retries(options.get_reconnect_attempts())
-            .set_max_delay(Duration::from_secs(1));
         // The manager retries the first connection too; bound the whole of it so an unreachable
         // server fails in a known time.
         let budget = (options.get_connect_timeout() + Duration::from_secs(1))
@@ -132,6 +120,30 @@ impl Node {
                 naming: naming::Naming::default(),
                 requests: AtomicU64::new(0),
                 run_id,
+            }),
+        })
+    }
+
+    /// A node whose connection is opened by its first request, not now: a server that cannot
+    /// be reached now is no error (its requests fail with [`Error::Connection`] until it is
+    /// back). Checks the URL only.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] as for [`Node::connect`].
+    pub(crate) fn connect_lazy(url: &str, options: ClientOptions) -> Result<Node> {
+        let (client, config) = open(url, &options)?;
+        let pubsub = pubsub::Wakeups::start(client.clone(), options.get_connect_timeout());
+        let connection = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|source| connect_error(url, source))?;
+        Ok(Node {
+            inner: Arc::new(Inner {
+                connection,
+                url: redact(url),
+                options,
+                pubsub,
+                naming: naming::Naming::default(),
+                requests: AtomicU64::new(0),
+                run_id: None,
             }),
         })
     }
@@ -297,6 +309,24 @@ impl Node {
     fn count_request(&self) {
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// The redis-rs client of `url` and the connection manager's settings from `options`.
+fn open(url: &str, options: &ClientOptions) -> Result<(redis::Client, ConnectionManagerConfig)> {
+    url::check_url(url).map_err(|reason| Error::InvalidUrl {
+        url: redact(url),
+        reason,
+    })?;
+    let client = redis::Client::open(url).map_err(|source| Error::InvalidUrl {
+        url: redact(url),
+        reason: source.to_string(),
+    })?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(options.get_connect_timeout()))
+        .set_response_timeout(Some(options.get_response_timeout()))
+        .set_number_of_retries(options.get_reconnect_attempts())
+        .set_max_delay(Duration::from_secs(1));
+    Ok((client, config))
 }
 
 /// A reply read whole, in the shape the caller expects: one of another shape (a foreign
