@@ -156,3 +156,60 @@ async fn run(command: Commands) -> Result<u8, CliError> {
             .map(|()| 0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use proptest::prelude::*;
+
+    use super::Cli;
+
+    /// Words of the command line, right and wrong.
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "run",
+                "status",
+                "demo",
+                "bench",
+                "--redis",
+                "--ttl",
+                "--wait",
+                "--grace",
+                "--shared",
+                "--exclusive",
+                "-s",
+                "-x",
+                "--json",
+                "--quiet",
+                "--foreground",
+                "--",
+                "30s",
+                "-5s",
+                "0",
+                "1ms",
+                "redis://127.0.0.1:1",
+                "",
+                "name",
+                "--help",
+            ])
+            .prop_map(String::from),
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        /// Whatever the arguments, clap parses them or says why: never a panic (clap's own
+        /// debug assertions on the command's definition run here too).
+        #[test]
+        fn any_command_line_parses_or_is_refused(words in prop::collection::vec(word(), 0..8)) {
+            let args = std::iter::once("redis-locks".to_string()).chain(words);
+            match Cli::try_parse_from(args) {
+                Ok(_) => {}
+                Err(err) => prop_assert!(!err.to_string().is_empty()),
+            }
+        }
+    }
+}
