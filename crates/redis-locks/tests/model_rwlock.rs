@@ -270,13 +270,11 @@ impl Model for RwLockModel {
                     return None;
                 };
                 // One script: the writer's hold becomes a read hold, lease and token kept.
-                let Some(hold) = state
+                let now = state.now;
+                let hold = state
                     .holds
                     .iter_mut()
-                    .find(|hold| hold.owner == WRITER && hold.deadline > state.now)
-                else {
-                    return None;
-                };
+                    .find(|hold| hold.owner == WRITER && hold.deadline > now)?;
                 hold.mode = Mode::Read;
                 state.clients[WRITER] = Client::Holding {
                     mode: Mode::Read,
