@@ -463,7 +463,11 @@ async fn the_raise_is_sent_only_when_the_granting_nodes_disagree() {
     let (mut servers, clients) = nodes(5).await;
     let lock = Redlock::with_options(&clients, "rl:requests", options(5_000, 300)).unwrap();
     let requests = || -> u64 { clients.iter().map(|client| client.stats().requests).sum() };
-    // Fresh counters are all behind the proposal: every node grants it, no raise.
+    // The first attempt of a handle loads the scripts on every node (one request each).
+    let before = requests();
+    lock.try_lock().await.unwrap().release().await.unwrap();
+    assert_eq!(requests() - before, 5 + 5 + 5, "loads, acquires, releases");
+    // Counters are all behind the proposal: every node grants it, no raise.
     let before = requests();
     let first = lock.try_lock().await.unwrap();
     assert_eq!(requests() - before, 5, "one request per node");
@@ -680,5 +684,34 @@ async fn a_node_down_at_start_joins_in_once_it_is_back() {
         })
         .await,
         "the node that came back holds the lock with the others"
+    );
+}
+
+#[tokio::test]
+async fn a_node_that_answers_after_the_decision_still_takes_the_first_grant() {
+    let (servers, clients) = nodes(3).await;
+    let lock = Redlock::with_options(&clients, "rl:late", options(10_000, 100)).unwrap();
+    // Fresh servers: no script loaded yet. The third node answers only after the decision.
+    servers[2].pause();
+    let guard = lock.try_lock().await.unwrap();
+    assert_eq!(holding(&servers[..2], "rl:late"), vec![0, 1]);
+    servers[2].resume();
+    // Its queued requests run now: the scripts were loaded before the attempt, so its grant
+    // lands too (it would otherwise fail with NOSCRIPT, its fallback never sent), and the
+    // lock stands on all three nodes.
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            holding(&servers, "rl:late").len() == 3
+        })
+        .await,
+        "the late node holds the key: {:?}",
+        holding(&servers, "rl:late")
+    );
+    guard.release().await.unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            holding(&servers, "rl:late").is_empty()
+        })
+        .await
     );
 }

@@ -22,7 +22,7 @@ static ACQUIRE: LazyLock<LockScript> =
 
 /// The acquire script with its common case for a Redlock's node first (`acquire_first.lua`:
 /// a free lock costs no prelude).
-static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(super) static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("acquire_first.lua"),
         FENCE_LUA,

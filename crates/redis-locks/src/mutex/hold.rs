@@ -13,7 +13,7 @@ use crate::wait::{WAITERS_LUA, run_on_line};
 
 /// Owner-checked delete that wakes the next waiter if one marked the lock: `1` released, `0`
 /// gone, `-1` another owner's.
-static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("release_first.lua"),
         WAITERS_LUA,
@@ -22,7 +22,7 @@ static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 });
 
 /// Owner-checked `PEXPIRE`: `1` extended, `0` gone, `-1` another owner's.
-static EXTEND: LazyLock<LockScript> =
+pub(super) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("extend.lua")]));
 
 /// A `Mutex`'s lock key on its node.

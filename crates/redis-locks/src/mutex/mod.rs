@@ -24,6 +24,12 @@ pub use guard::MutexGuard;
 pub(crate) use hold::MutexHold;
 pub(crate) use inspect::inspect;
 
+/// The scripts a [`Redlock`](crate::Redlock) runs on each of its nodes (its acquire, and
+/// the `Mutex`'s release and extend), to load them up front.
+pub(crate) fn node_scripts() -> [&'static crate::node::LockScript; 3] {
+    [&attempt::ACQUIRE_ON_NODE, &hold::RELEASE, &hold::EXTEND]
+}
+
 /// How a [`Mutex`] acquires: the options every primitive takes ([`LockOptions`]: the lease,
 /// the watchdog, how it waits), under the `Mutex`'s name.
 pub type MutexOptions = LockOptions;

@@ -211,6 +211,21 @@ impl Node {
             .map_err(|err| request_error(phase, keys, err))
     }
 
+    /// Loads `scripts` into the server's script cache in one round trip, so that a call of
+    /// one of them is a single `EVALSHA` (a call whose reply is no longer awaited, as a
+    /// Redlock's late node, then still runs: it never needs its `NOSCRIPT` fallback).
+    pub(crate) async fn load_scripts(&self, scripts: &[&LockScript]) -> Result<()> {
+        let mut pipe = redis::pipe();
+        for script in scripts {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source()).ignore();
+        }
+        let mut connection = self.inner.connection.clone();
+        self.count_request();
+        pipe.query_async::<()>(&mut connection)
+            .await
+            .map_err(|err| request_error(Phase::Acquire, &[], err))
+    }
+
     /// Sends one plain command (a read of a companion key, say).
     pub(crate) async fn query<T: FromRedisValue>(
         &self,

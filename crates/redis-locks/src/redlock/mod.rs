@@ -15,6 +15,7 @@ mod hold;
 mod options;
 mod quorum;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ use crate::client::Client;
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
 use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, lease_millis, too_slow};
-use crate::mutex::{InLine, MutexHold, NodeGrant, acquire_on, inspect};
+use crate::mutex::{InLine, MutexHold, NodeGrant, acquire_on, inspect, node_scripts};
 use crate::node::LockScript;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken};
@@ -80,6 +81,9 @@ pub struct Redlock {
     lease_ms: Arc<str>,
     /// A waiter's place lease in milliseconds, as the acquire script takes it.
     place_ms: Arc<str>,
+    /// Whether the scripts were loaded on a majority of nodes (again after a node failed:
+    /// it may have restarted with an empty script cache).
+    scripts_loaded: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Redlock {
@@ -141,6 +145,7 @@ impl Redlock {
                 .as_millis()
                 .to_string()
                 .into(),
+            scripts_loaded: Arc::new(AtomicBool::new(false)),
             options,
         })
     }
@@ -259,6 +264,9 @@ impl Redlock {
         line: Option<Waiting>,
         deadline: Option<Instant>,
     ) -> Result<(Try, Option<Duration>)> {
+        if !self.scripts_loaded.load(Ordering::Relaxed) {
+            self.load_scripts().await;
+        }
         let mut late = 0;
         loop {
             let owed = OwedRelease::new(self.hold.clone());
@@ -292,6 +300,31 @@ impl Redlock {
             if late >= MAX_LATE_GRANTS || over {
                 return Err(too_slow(self.options.get_lease(), late));
             }
+        }
+    }
+
+    /// Loads the scripts on every node at once, done when a majority has them; a node that
+    /// answers later still loads them before it runs the attempt sent after (the same
+    /// connection). Without this, the first attempt on a node whose reply comes after the
+    /// decision would be dropped in its `NOSCRIPT` fallback, and never grant there.
+    async fn load_scripts(&self) {
+        let quorum = &self.hold.quorum;
+        let needed = quorum.needed();
+        let answers = quorum
+            .ask(
+                0..quorum.nodes().len(),
+                |_, node| {
+                    let node = node.clone();
+                    async move {
+                        let [acquire, release, extend] = node_scripts();
+                        node.load_scripts(&[acquire, release, extend, &RAISE]).await
+                    }
+                },
+                |answers| count(answers, |()| true) >= needed,
+            )
+            .await;
+        if count(&answers, |()| true) >= needed {
+            self.scripts_loaded.store(true, Ordering::Relaxed);
         }
     }
 
@@ -339,6 +372,13 @@ impl Redlock {
                 },
             )
             .await;
+        if answers
+            .iter()
+            .any(|answer| matches!(answer, Some(Answer::Failed(_))))
+        {
+            // A node failed: it may come back restarted, without the scripts.
+            self.scripts_loaded.store(false, Ordering::Relaxed);
+        }
         if granted(&answers).len() < needed {
             // The requests still under way are released with the rest.
             drop(late);
