@@ -19,7 +19,7 @@ pub const MIN_LEASE: Duration = Duration::from_millis(3);
 ///
 /// # Errors
 /// [`Error::InvalidDuration`] for a lease under [`MIN_LEASE`] (3 ms: a shorter one is all
-/// [`drift_allowance`], so it could never be proven held) or over [`MAX_LEASE`].
+/// the default [`ClockDrift`] allowance, so it could never be proven held) or over [`MAX_LEASE`].
 pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
     let invalid = |reason: &str| Error::InvalidDuration {
         what: "lease",
@@ -28,8 +28,8 @@ pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
     };
     if lease < MIN_LEASE {
         return Err(invalid(
-            "a lease must be at least 3 ms (1% + 2 ms of every lease is kept back for clock \
-             drift, so a shorter one could never be proven held)",
+            "a lease must be at least 3 ms (by default 1% + 2 ms of every lease is kept back \
+             for clock drift, so a shorter one could never be proven held)",
         ));
     }
     if lease > MAX_LEASE {
