@@ -13,6 +13,8 @@
 //! owed release of a cancelled re-entry that never reached the server decrements the outer
 //! hold's count, frees the lock under the outer guard, and lets B in beside it.
 
+mod models;
+
 use stateright::{Checker, Model, Property};
 
 const LEASE: u8 = 3;
@@ -276,14 +278,17 @@ impl Model for ReentrantModel {
 }
 
 fn check(variant: Variant) -> impl Checker<ReentrantModel> {
-    ReentrantModel { variant }.checker().spawn_bfs().join()
+    models::explore(ReentrantModel { variant })
 }
 
 #[test]
 fn holds_by_id_keep_one_owner_at_a_time_whatever_is_cancelled() {
-    let checker = check(Variant::Ours);
-    checker.assert_properties();
-    assert!(checker.unique_state_count() > 100);
+    models::assert_holds(
+        ReentrantModel {
+            variant: Variant::Ours,
+        },
+        100,
+    );
 }
 
 #[test]

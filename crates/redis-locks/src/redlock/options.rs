@@ -55,9 +55,10 @@ impl RedlockOptions {
         self
     }
 
-    /// The mean pause between attempts when no wake-up can come (see
-    /// [`LockOptions::retry_delay`]); each pause is drawn at random around it, so contenders
-    /// whose votes split do not collide again.
+    /// The mean pause between attempts when no wake-up can come: others may hold a majority
+    /// but not the first node, whose releases wake the waiters (see
+    /// [`LockOptions::retry_delay`]). Each pause is drawn at random around it. After votes
+    /// split between contenders, the pause is shorter: about two attempts' time, at most this.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.lock = self.lock.retry_delay(delay);
         self
