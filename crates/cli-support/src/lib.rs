@@ -9,6 +9,7 @@
 
 pub mod exit;
 pub mod leftovers;
+pub mod primitive;
 pub mod redis_target;
 
 use std::future::Future;

@@ -98,7 +98,10 @@ fn server_version() -> String {
 
 /// Installs `redis-server` from Debian's packages when it is not on `PATH`: as root directly,
 /// otherwise through `sudo -n`; a clear error when neither can work.
-fn ensure_installed() -> Result<(), CliError> {
+///
+/// # Errors
+/// [`CliError::Unavailable`] when it is missing and cannot be installed here.
+pub fn ensure_installed() -> Result<(), CliError> {
     if redis_server_installed() {
         return Ok(());
     }

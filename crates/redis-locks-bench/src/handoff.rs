@@ -18,10 +18,10 @@ use redis_locks::{Client, OwnerToken};
 use serde::Serialize;
 
 use super::baseline::BareLock;
-use super::primitive::{Handle, Primitive};
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use cli_support::exit::CliError;
 use cli_support::leftovers::delete_counters;
+use cli_support::primitive::{Handle, Primitive};
 
 /// Options of `bench handoff`.
 #[derive(Debug, Clone, clap::Args)]

@@ -9,7 +9,6 @@
 mod baseline;
 mod handoff;
 mod market;
-mod primitive;
 mod stats;
 mod throughput;
 

@@ -10,10 +10,10 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::baseline::{BareLock, BareQuorum};
-use super::primitive::{Handle, Primitive};
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
 use cli_support::exit::CliError;
 use cli_support::leftovers::delete_counters;
+use cli_support::primitive::{Handle, Primitive};
 
 /// Options of `bench throughput`.
 #[derive(Debug, Clone, clap::Args)]

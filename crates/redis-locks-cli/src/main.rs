@@ -3,9 +3,10 @@
 //! `redis-locks demo` shows the library working on a private redis-server (or the one named
 //! by `--redis` / `REDIS_URL`); `run` is a distributed `flock(1)`; `status` shows a lock;
 //! `bench` measures, by running the benchmarks program `redis-locks-bench` (a crate of its
-//! own). Exit codes are listed in `--help`.
+//! own); `check` runs the safety checker and fault suite. Exit codes are listed in `--help`.
 
 mod bench;
+mod check;
 mod contend;
 mod demo;
 mod nodes;
@@ -29,7 +30,7 @@ struct Cli {
 }
 
 const EXIT_CODES: &str = "Exit codes: 0 success (run: the command's own code, or 128+N if a \
-signal N ended it); 1 a check failed (demo, bench) or a chart could not be written; 64 bad \
+signal N ended it); 1 a check failed (demo, bench, check) or a chart could not be written; 64 bad \
 usage; 65 a key of the lock holds something that is not this lock's (another type, a \
 fencing counter that is not a number), or the name is held as another kind of lock (run \
 --shared on a Mutex, run on an RwLock); 69 Redis unreachable, not Redis, too slow, or \
@@ -99,6 +100,24 @@ enum Commands {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Check that locks stay safe under faults: worker processes contend for one lock, each
+    /// holder doing a read-modify-write of a fenced resource, while faults are injected
+    /// (holders killed or stopped, the server frozen, restarted, cut off...). Every holding is
+    /// recorded and checked: no two holders at once unless the earlier was told it lost the
+    /// lock, fencing tokens increasing, no lost update, no stale write, no lock key without a
+    /// TTL, nothing hung. Seed 000's algorithms (--algorithm setnx-expire|setnx-getset|
+    /// naive-del) run through the same checks to show what they catch. Exit 0 when every check
+    /// holds, 1 when one fails.
+    Check {
+        #[command(flatten)]
+        args: check::CheckArgs,
+    },
+    /// One worker process of `check` (started by `check`).
+    #[command(hide = true)]
+    CheckWorker {
+        /// The worker's plan, as JSON.
+        plan: String,
+    },
     /// One worker process of the demo (started by `demo`).
     #[command(hide = true)]
     DemoWorker {
@@ -142,6 +161,8 @@ async fn run(command: Commands) -> Result<u8, CliError> {
         Commands::Status { name, redis, json } => {
             status::run(&urls(redis), &name, json).await.map(|()| 0)
         }
+        Commands::Check { args } => check::run(&args).await.map(|()| 0),
+        Commands::CheckWorker { plan } => check::worker::run(&plan).await.map(|()| 0),
         // This process becomes redis-locks-bench; back here only if it could not.
         Commands::Bench { args } => Err(bench::exec(args)),
         Commands::DemoWorker {

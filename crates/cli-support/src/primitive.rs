@@ -1,0 +1,232 @@
+//! The library's primitives as the benchmarks and `redis-locks check` drive them: one handle
+//! type and one guard type over `Mutex`, `FairMutex`, `ReentrantMutex`, the two sides of an
+//! `RwLock` and `Redlock`, so that `throughput`, `handoff` and `check` run every primitive
+//! through the same loop.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use redis_locks::LostReason;
+
+use redis_locks::{
+    Client, FairMutex, LockOptions, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockOptions,
+    ReentrantGuard, ReentrantMutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+use serde::Serialize;
+
+/// Which primitive (and which side of an `RwLock`) a benchmark takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Primitive {
+    /// `Mutex::lock`.
+    Mutex,
+    /// `FairMutex::lock`.
+    #[value(alias = "fair")]
+    FairMutex,
+    /// `ReentrantMutex::lock` (one hold per acquisition, no re-entry).
+    Reentrant,
+    /// `RwLock::read`.
+    Read,
+    /// `RwLock::write`.
+    Write,
+    /// `Redlock::lock` over every `--redis` node (or `--nodes` private servers).
+    Redlock,
+}
+
+impl Primitive {
+    /// The name tables show.
+    pub fn label(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "Mutex",
+            Primitive::FairMutex => "FairMutex",
+            Primitive::Reentrant => "ReentrantMutex",
+            Primitive::Read => "RwLock read",
+            Primitive::Write => "RwLock write",
+            Primitive::Redlock => "Redlock",
+        }
+    }
+
+    /// Whether holders of this primitive may hold at the same time (readers).
+    pub fn shared(self) -> bool {
+        self == Primitive::Read
+    }
+}
+
+/// A handle of one primitive on one lock name, with its own owner id where the primitive
+/// has one.
+pub enum Handle {
+    /// A `Mutex`.
+    Mutex(Mutex),
+    /// A `FairMutex`.
+    FairMutex(FairMutex),
+    /// A `ReentrantMutex`.
+    Reentrant(ReentrantMutex),
+    /// The read side of an `RwLock`.
+    Read(RwLock),
+    /// The write side of an `RwLock`.
+    Write(RwLock),
+    /// A `Redlock`.
+    Redlock(Redlock),
+}
+
+/// What an acquisition of a [`Handle`] holds.
+///
+/// ```no_run
+/// # async fn demo(client: redis_locks::Client) -> redis_locks::Result<()> {
+/// use cli_support::primitive::{Handle, Primitive};
+/// let handle = Handle::new(&[client], "job", Primitive::Mutex, None)?;
+/// let guard = handle.acquire().await?;
+/// assert!(guard.lease_remaining() > std::time::Duration::ZERO);
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub enum Guard {
+    /// A `Mutex`'s or a `FairMutex`'s guard.
+    Mutex(MutexGuard),
+    /// A `ReentrantMutex`'s guard.
+    Reentrant(ReentrantGuard),
+    /// An `RwLock` read guard.
+    Read(RwLockReadGuard),
+    /// An `RwLock` write guard.
+    Write(RwLockWriteGuard),
+    /// A `Redlock`'s guard.
+    Redlock(RedlockGuard),
+}
+
+impl Handle {
+    /// A handle of `primitive` for the lock `name` on the first of `clients` (a Redlock: on
+    /// all of them): with the library's default options (a 30 s lease renewed by the
+    /// watchdog), or an explicit `lease` without it.
+    pub fn new(
+        clients: &[Client],
+        name: &str,
+        primitive: Primitive,
+        lease: Option<Duration>,
+    ) -> redis_locks::Result<Handle> {
+        Self::build(clients, name, primitive, lease, false)
+    }
+
+    /// A handle as [`Handle::new`] makes it, with a `lease` that the watchdog renews while a
+    /// guard lives (as a long-running holder uses the library).
+    pub fn renewed(
+        clients: &[Client],
+        name: &str,
+        primitive: Primitive,
+        lease: Duration,
+    ) -> redis_locks::Result<Handle> {
+        Self::build(clients, name, primitive, Some(lease), true)
+    }
+
+    fn build(
+        clients: &[Client],
+        name: &str,
+        primitive: Primitive,
+        lease: Option<Duration>,
+        watchdog: bool,
+    ) -> redis_locks::Result<Handle> {
+        let options = || match lease {
+            Some(lease) => LockOptions::default().lease(lease).watchdog(watchdog),
+            None => LockOptions::default(),
+        };
+        let client = &clients[0];
+        Ok(match primitive {
+            Primitive::Redlock => Handle::Redlock(Redlock::with_options(
+                clients,
+                name,
+                match lease {
+                    Some(lease) => RedlockOptions::default().lease(lease).watchdog(watchdog),
+                    None => RedlockOptions::default(),
+                },
+            )?),
+            Primitive::Mutex => Handle::Mutex(client.mutex_with(name, options())?),
+            Primitive::FairMutex => Handle::FairMutex(client.fair_mutex_with(name, options())?),
+            Primitive::Reentrant => {
+                Handle::Reentrant(client.reentrant_mutex_with(name, options())?)
+            }
+            Primitive::Read => Handle::Read(client.rwlock_with(name, options())?),
+            Primitive::Write => Handle::Write(client.rwlock_with(name, options())?),
+        })
+    }
+
+    /// Acquires, waiting as long as it takes.
+    pub async fn acquire(&self) -> redis_locks::Result<Guard> {
+        Ok(match self {
+            Handle::Mutex(mutex) => Guard::Mutex(mutex.lock().await?),
+            Handle::FairMutex(fair) => Guard::Mutex(fair.lock().await?),
+            Handle::Reentrant(reentrant) => Guard::Reentrant(reentrant.lock().await?),
+            Handle::Read(rwlock) => Guard::Read(rwlock.read().await?),
+            Handle::Write(rwlock) => Guard::Write(rwlock.write().await?),
+            Handle::Redlock(redlock) => Guard::Redlock(redlock.lock().await?),
+        })
+    }
+}
+
+impl Guard {
+    /// The acquisition's fencing token.
+    pub fn fencing_token(&self) -> u64 {
+        match self {
+            Guard::Mutex(guard) => guard.fencing_token(),
+            Guard::Reentrant(guard) => guard.fencing_token(),
+            Guard::Read(guard) => guard.fencing_token(),
+            Guard::Write(guard) => guard.fencing_token(),
+            Guard::Redlock(guard) => guard.fencing_token(),
+        }
+        .get()
+    }
+
+    /// How much of the lease is certainly left; zero once it may have run out.
+    pub fn lease_remaining(&self) -> Duration {
+        match self {
+            Guard::Mutex(guard) => guard.lease_remaining(),
+            Guard::Reentrant(guard) => guard.lease_remaining(),
+            Guard::Read(guard) => guard.lease_remaining(),
+            Guard::Write(guard) => guard.lease_remaining(),
+            Guard::Redlock(guard) => guard.lease_remaining(),
+        }
+    }
+
+    /// Why the hold is not certain any more, if it is not (a passed lease deadline counts).
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        match self {
+            Guard::Mutex(guard) => guard.lost_reason(),
+            Guard::Reentrant(guard) => guard.lost_reason(),
+            Guard::Read(guard) => guard.lost_reason(),
+            Guard::Write(guard) => guard.lost_reason(),
+            Guard::Redlock(guard) => guard.lost_reason(),
+        }
+    }
+
+    /// Resolves the moment the hold is known lost (the guard's `lost()`).
+    pub fn lost(&self) -> Pin<Box<dyn Future<Output = LostReason> + Send + 'static>> {
+        match self {
+            Guard::Mutex(guard) => Box::pin(guard.lost()),
+            Guard::Reentrant(guard) => Box::pin(guard.lost()),
+            Guard::Read(guard) => Box::pin(guard.lost()),
+            Guard::Write(guard) => Box::pin(guard.lost()),
+            Guard::Redlock(guard) => Box::pin(guard.lost()),
+        }
+    }
+
+    /// The instant (local monotonic clock) until which the hold is certain.
+    pub fn lease_deadline(&self) -> tokio::time::Instant {
+        match self {
+            Guard::Mutex(guard) => guard.lease_deadline(),
+            Guard::Reentrant(guard) => guard.lease_deadline(),
+            Guard::Read(guard) => guard.lease_deadline(),
+            Guard::Write(guard) => guard.lease_deadline(),
+            Guard::Redlock(guard) => guard.lease_deadline(),
+        }
+    }
+
+    /// Releases the hold.
+    pub async fn release(self) -> redis_locks::Result<()> {
+        match self {
+            Guard::Mutex(guard) => guard.release().await,
+            Guard::Reentrant(guard) => guard.release().await.map(drop),
+            Guard::Read(guard) => guard.release().await.map(drop),
+            Guard::Write(guard) => guard.release().await.map(drop),
+            Guard::Redlock(guard) => guard.release().await,
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The faults `check` injects (`--fault NAME`), each bounded in time and undone: what each
+//! does, which servers it needs, and the injection itself. The rows of
+//! `../shared/faults.md` they implement are named on each variant.
+
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+/// A fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// No fault: contention only (faults.md row 1).
+    None,
+    /// A holder process is killed with SIGKILL: in the middle of taking the lock when the
+    /// algorithm takes it in two requests, else just after it acquired (row 3).
+    HolderKill,
+    /// A holder process stops (SIGSTOP) between its last look at the lease and its write,
+    /// and is resumed (SIGCONT) after the lease has run out (row 4).
+    HolderPause,
+    /// The lock server is frozen with SIGSTOP for the lease and a bit more (row 5).
+    ServerPause,
+    /// The lock server runs `DEBUG SLEEP` for the lease and a bit more (row 5).
+    ServerSleep,
+    /// `CLIENT PAUSE <lease + a bit> WRITE` on the lock server (row 5).
+    ClientPause,
+    /// Every client connection of the lock server is cut (`CLIENT KILL TYPE normal` and
+    /// `TYPE pubsub`), a few times in a row: during acquires, renewals and releases, wake-up
+    /// subscribers included (row 8).
+    ClientKill,
+    /// The lock server is killed (SIGKILL) and restarted at once, empty: a server without
+    /// persistence forgets the lock. Mutual exclusion is NOT expected to hold (the docs say
+    /// so); fencing must still refuse every stale write (row 10 on one node).
+    ServerRestart,
+    /// The lock server, with `appendonly yes` and `appendfsync always`, is killed (SIGKILL)
+    /// and restarted at once from its AOF: the lock survives.
+    ServerRestartAof,
+    /// The lock server's port is cut off silently (an iptables DROP rule on loopback) for the
+    /// lease and a bit more, then the rule is removed (row 6; needs root and iptables).
+    Partition,
+    /// Redlock: 2 of 5 nodes killed (SIGKILL), restarted empty only after the lease (row 9,
+    /// row 10's delayed restart).
+    RedlockMinority,
+    /// Redlock: 3 of 5 nodes frozen (SIGSTOP) for the lease and a bit more: no majority
+    /// (row 9).
+    RedlockMajority,
+}
+
+impl Fault {
+    /// The name on the command line.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::HolderKill => "holder-kill",
+            Fault::HolderPause => "holder-pause",
+            Fault::ServerPause => "server-pause",
+            Fault::ServerSleep => "server-sleep",
+            Fault::ClientPause => "client-pause",
+            Fault::ClientKill => "client-kill",
+            Fault::ServerRestart => "server-restart",
+            Fault::ServerRestartAof => "server-restart-aof",
+            Fault::Partition => "partition",
+            Fault::RedlockMinority => "redlock-minority",
+            Fault::RedlockMajority => "redlock-majority",
+        }
+    }
+
+    /// Whether the fault needs the lock servers' processes (a private server).
+    pub fn needs_private_servers(self) -> bool {
+        matches!(
+            self,
+            Fault::ServerPause
+                | Fault::ServerRestart
+                | Fault::ServerRestartAof
+                | Fault::RedlockMinority
+                | Fault::RedlockMajority
+        )
+    }
+
+    /// Whether the fault applies to Redlock only.
+    pub fn redlock_only(self) -> bool {
+        matches!(self, Fault::RedlockMinority | Fault::RedlockMajority)
+    }
+
+    /// Whether the fault is struck by the worker itself (a holder fault).
+    pub fn holder_side(self) -> bool {
+        matches!(self, Fault::HolderKill | Fault::HolderPause)
+    }
+
+    /// Whether two holders at once are the documented outcome of this fault: a server that
+    /// restarts without its data forgets the lock. Fencing must still hold.
+    pub fn breaks_exclusion(self) -> bool {
+        self == Fault::ServerRestart
+    }
+}
+
+/// Sends `signal` to the process `pid` (a server or worker this check started).
+pub fn signal(pid: u32, signal: Signal) {
+    // The process is ours; if it is gone already there is nothing to undo.
+    let _ = kill(Pid::from_raw(pid as i32), signal);
+}
+
+/// An iptables rule that drops loopback packets to one port, removed when dropped.
+pub struct DropRule {
+    port: u16,
+}
+
+impl DropRule {
+    /// Adds the rule.
+    ///
+    /// # Errors
+    /// A message when iptables is missing or refuses (not root).
+    pub fn add(port: u16) -> Result<DropRule, String> {
+        iptables("-I", port)?;
+        Ok(DropRule { port })
+    }
+}
+
+impl Drop for DropRule {
+    fn drop(&mut self) {
+        let _ = iptables("-D", self.port);
+    }
+}
+
+fn iptables(op: &str, port: u16) -> Result<(), String> {
+    let port = port.to_string();
+    let status = Command::new("iptables")
+        .args([
+            "-w", op, "INPUT", "-i", "lo", "-p", "tcp", "--dport", &port, "-j", "DROP",
+        ])
+        .status()
+        .map_err(|err| format!("iptables cannot run: {err}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "iptables {op} failed ({status}): the partition fault needs root"
+        ))
+    }
+}
+
+/// How long a server-side fault lasts: past the lease, so that leases do run out in it.
+pub fn outage(lease: Duration) -> Duration {
+    lease + lease / 2
+}

@@ -1,0 +1,133 @@
+//! Seed 000's lock algorithms, kept here only to be shown failing by `redis-locks check`:
+//! the same workload and faults that ours passes catch each of them.
+//!
+//! - `setnx-expire`: `SETNX lock 1`, then `EXPIRE lock <lease>`; release `DEL lock`. A crash
+//!   between the two requests leaves a lock that never expires.
+//! - `setnx-getset`: `SETNX lock <expiry timestamp>`; a waiter that reads an expired timestamp
+//!   takes over with `GETSET`; release `DEL` if the holder's own clock says its timestamp has
+//!   not passed. The key has no TTL at all, and a holder paused past its timestamp deletes
+//!   its successor's lock.
+//! - `naive-del`: `SET lock 1 NX PX <lease>`, release `DEL lock` without checking the owner: a
+//!   holder paused past its lease deletes its successor's lock.
+//!
+//! None of them tells its holder that the lease ended, and none gives a fencing token.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis_locks::history::now_nanos;
+
+use super::plan::{Algorithm, Release};
+
+/// How long a legacy waiter sleeps between attempts (the seed's 10 ms).
+const RETRY: Duration = Duration::from_millis(10);
+
+/// One task's handle on a legacy lock.
+pub struct LegacyLock {
+    algorithm: Algorithm,
+    con: ConnectionManager,
+    key: String,
+    lease: Duration,
+}
+
+impl LegacyLock {
+    /// The lock `key` taken with `algorithm` (not [`Algorithm::Ours`]).
+    pub fn new(algorithm: Algorithm, con: ConnectionManager, key: &str, lease: Duration) -> Self {
+        LegacyLock {
+            algorithm,
+            con,
+            key: key.to_string(),
+            lease,
+        }
+    }
+
+    /// Takes the lock, retrying every 10 ms; `between` runs between the steps of a lock
+    /// taken in two requests (where a crash is injected). Returns when the lease ends (Unix
+    /// ns) as the algorithm set it.
+    pub async fn acquire(&self, between: impl Fn()) -> redis::RedisResult<u64> {
+        let mut con = self.con.clone();
+        let lease_ms = self.lease.as_millis() as u64;
+        loop {
+            let sent = now_nanos();
+            let lease_end = sent + lease_ms * 1_000_000;
+            match self.algorithm {
+                Algorithm::SetnxExpire => {
+                    let won: bool = redis::cmd("SETNX")
+                        .arg(&self.key)
+                        .arg(1)
+                        .query_async(&mut con)
+                        .await?;
+                    if won {
+                        between();
+                        let seconds = lease_ms.div_ceil(1000);
+                        let _: bool = redis::cmd("EXPIRE")
+                            .arg(&self.key)
+                            .arg(seconds)
+                            .query_async(&mut con)
+                            .await?;
+                        return Ok(sent + seconds * 1_000_000_000);
+                    }
+                }
+                Algorithm::SetnxGetset => {
+                    let expiry_ms = lease_end / 1_000_000 + 1;
+                    let won: bool = redis::cmd("SETNX")
+                        .arg(&self.key)
+                        .arg(expiry_ms)
+                        .query_async(&mut con)
+                        .await?;
+                    if won {
+                        return Ok(lease_end);
+                    }
+                    let current: Option<u64> = redis::cmd("GET")
+                        .arg(&self.key)
+                        .query_async(&mut con)
+                        .await?;
+                    if now_nanos() / 1_000_000 > current.unwrap_or(0) {
+                        let old: Option<u64> = redis::cmd("GETSET")
+                            .arg(&self.key)
+                            .arg(expiry_ms)
+                            .query_async(&mut con)
+                            .await?;
+                        if now_nanos() / 1_000_000 > old.unwrap_or(0) {
+                            return Ok(lease_end);
+                        }
+                    }
+                }
+                Algorithm::NaiveDel => {
+                    let won: Option<String> = redis::cmd("SET")
+                        .arg(&self.key)
+                        .arg(1)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(lease_ms)
+                        .query_async(&mut con)
+                        .await?;
+                    if won.is_some() {
+                        return Ok(lease_end);
+                    }
+                }
+                Algorithm::Ours => unreachable!("ours is not a legacy algorithm"),
+            }
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+
+    /// Releases as the algorithm does.
+    pub async fn release(&self) -> redis::RedisResult<Release> {
+        let mut con = self.con.clone();
+        if self.algorithm == Algorithm::SetnxGetset {
+            let expiry: Option<u64> = redis::cmd("GET")
+                .arg(&self.key)
+                .query_async(&mut con)
+                .await?;
+            if expiry.is_none_or(|expiry| now_nanos() / 1_000_000 >= expiry) {
+                return Ok(Release::NotHeld);
+            }
+        }
+        let _: u64 = redis::cmd("DEL")
+            .arg(&self.key)
+            .query_async(&mut con)
+            .await?;
+        Ok(Release::Unchecked)
+    }
+}

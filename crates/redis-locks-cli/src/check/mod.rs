@@ -1,0 +1,330 @@
+//! `redis-locks check`: the safety checker and fault suite, as a tool anyone can run.
+//!
+//! A run is P worker processes × T tasks × N acquisitions of one lock; every holder does a
+//! read-modify-write of a resource on a server of its own (fenced by the holder's token, as a
+//! store that checks fencing tokens would), while faults are injected: holders killed or
+//! stopped, the lock server frozen, put to sleep, paused, restarted, cut off, its connections
+//! killed, Redlock nodes lost. Every holding is recorded and [`verdict`] checks the record.
+//! Seed 000's algorithms ([`legacy`]) run through the same workload to show what the checks
+//! catch. Each scenario (algorithm × primitive × fault) is one row of the table.
+
+mod chart;
+mod fault;
+mod legacy;
+pub mod plan;
+mod resource;
+mod scenario;
+mod verdict;
+pub mod worker;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cli_support::exit::CliError;
+use serde::Serialize;
+
+use fault::Fault;
+use plan::{Algorithm, CheckPrimitive};
+use scenario::{REDLOCK_NODES, Scenario};
+use verdict::Verdict;
+
+/// The options of `redis-locks check`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CheckArgs {
+    /// The lock algorithm; give it several times for a side-by-side table. `ours` is this
+    /// library; the others are seed 000's, kept to be caught.
+    #[arg(long, value_enum, default_values_t = [Algorithm::Ours])]
+    pub algorithm: Vec<Algorithm>,
+    /// The primitive of `--algorithm ours`; several for several rows.
+    #[arg(long, value_enum, default_values_t = [CheckPrimitive::Mutex])]
+    pub primitive: Vec<CheckPrimitive>,
+    /// A fault to inject, one row each; join faults with `+` to inject them in one run
+    /// (`server-pause+holder-kill`). Without it: none, holder-kill, holder-pause.
+    #[arg(long, value_parser = parse_faults)]
+    pub fault: Vec<Vec<Fault>>,
+    /// Worker processes.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=64))]
+    pub processes: u16,
+    /// Tasks in each worker process.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub tasks: u16,
+    /// Acquisitions per task.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub count: u32,
+    /// The lease every acquisition asks for (50ms to 60s).
+    #[arg(long, default_value = "1s", value_parser = cli_support::parse_duration)]
+    pub lease: Duration,
+    /// How long a holder works between its read and its write (up to 10s).
+    #[arg(long, default_value = "1ms", value_parser = cli_support::parse_duration)]
+    pub hold: Duration,
+    /// How many times each fault strikes in a run (1 to 10).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=10))]
+    pub injections: u16,
+    /// How long one run may take before it counts as hung.
+    #[arg(long, default_value = "60s", value_parser = cli_support::parse_duration)]
+    pub timeout: Duration,
+    /// The long form: every primitive over 8 processes × 4 tasks × 3,125 acquisitions
+    /// (100,000 each) without faults, then every fault that applies.
+    #[arg(long)]
+    pub long: bool,
+    /// Lock servers to check against (several: a Redlock's nodes) instead of private ones;
+    /// faults that need the server process (server-pause, server-restart*, redlock-*) are
+    /// refused then. The resource always lives on a private server.
+    #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
+    pub redis: Vec<String>,
+    /// Print one JSON object (the scenarios and their verdicts) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write a timeline of every holding and fault as an SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    pub chart: Option<PathBuf>,
+}
+
+/// Parses `holder-kill` or `server-pause+holder-kill`.
+fn parse_faults(text: &str) -> Result<Vec<Fault>, String> {
+    text.split('+')
+        .map(|name| {
+            <Fault as clap::ValueEnum>::from_str(name.trim(), false).map_err(|_| {
+                let names: Vec<&str> = <Fault as clap::ValueEnum>::value_variants()
+                    .iter()
+                    .map(|f| f.label())
+                    .collect();
+                format!("unknown fault {name:?}; faults: {}", names.join(", "))
+            })
+        })
+        .collect()
+}
+
+/// The JSON output.
+#[derive(Serialize)]
+struct Output<'a> {
+    passed: bool,
+    runs: Vec<Run<'a>>,
+}
+
+#[derive(Serialize)]
+struct Run<'a> {
+    scenario: &'a Scenario,
+    verdict: &'a Verdict,
+    /// The faults as they struck (Unix ns).
+    injections: &'a [scenario::Injection],
+    /// The holdings a fault struck in: long holds, stopped holders, killed holders.
+    struck: Vec<&'a plan::Holding>,
+    /// Holders killed while holding.
+    crashed: &'a [scenario::Crashed],
+}
+
+/// Runs every scenario, prints the table (or JSON), writes the chart; fails (exit 1) when a
+/// check failed.
+pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
+    let scenarios = scenarios(args)?;
+    let mut done = Vec::new();
+    for scenario in scenarios {
+        if !args.json {
+            eprintln!("check: {} ...", scenario.label());
+        }
+        let record = scenario::run(&scenario, &args.redis).await?;
+        let verdict = verdict::judge(&scenario, &record);
+        done.push((scenario, record, verdict));
+    }
+    let passed = done.iter().all(|(_, _, v)| v.passed);
+    if args.json {
+        let output = Output {
+            passed,
+            runs: done
+                .iter()
+                .map(|(scenario, record, verdict)| Run {
+                    scenario,
+                    verdict,
+                    injections: &record.injections,
+                    struck: record
+                        .holdings
+                        .iter()
+                        .filter(|h| h.lingered || h.paused)
+                        .collect(),
+                    crashed: &record.crashed,
+                })
+                .collect(),
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&output).expect("plain data serializes")
+        );
+    } else {
+        print_table(&done.iter().map(|(_, _, v)| v).collect::<Vec<_>>());
+    }
+    if let Some(path) = &args.chart {
+        let runs: Vec<_> = done.iter().map(|(s, r, v)| (s, r, v)).collect();
+        chart::draw(path, &runs).map_err(CliError::CheckFailed)?;
+    }
+    if passed {
+        Ok(())
+    } else {
+        Err(CliError::CheckFailed(
+            "a check failed: see the table (violations are listed under it)".into(),
+        ))
+    }
+}
+
+/// The runs the arguments ask for.
+fn scenarios(args: &CheckArgs) -> Result<Vec<Scenario>, CliError> {
+    let default_faults = vec![
+        vec![Fault::None],
+        vec![Fault::HolderKill],
+        vec![Fault::HolderPause],
+    ];
+    let all_faults: Vec<Vec<Fault>> = <Fault as clap::ValueEnum>::value_variants()
+        .iter()
+        .filter(|f| **f != Fault::Partition || running_as_root())
+        .map(|f| vec![*f])
+        .collect();
+    let fault_sets = if !args.fault.is_empty() {
+        args.fault.clone()
+    } else if args.long {
+        all_faults
+    } else {
+        default_faults
+    };
+    if args.hold > Duration::from_secs(10) {
+        return Err(CliError::Usage("--hold: at most 10s".into()));
+    }
+    if args.lease < Duration::from_millis(50) || args.lease > Duration::from_secs(60) {
+        return Err(CliError::Usage("--lease: from 50ms to 60s".into()));
+    }
+    if args.timeout.is_zero() {
+        return Err(CliError::Usage("--timeout: must be more than 0".into()));
+    }
+    if !args.redis.is_empty()
+        && let Some(fault) = fault_sets
+            .iter()
+            .flatten()
+            .find(|f| f.needs_private_servers())
+    {
+        return Err(CliError::Usage(format!(
+            "--fault {} needs the lock servers' processes: leave out --redis to check against private ones",
+            fault.label()
+        )));
+    }
+    let primitives = if args.long {
+        vec![
+            CheckPrimitive::Mutex,
+            CheckPrimitive::Fair,
+            CheckPrimitive::Reentrant,
+            CheckPrimitive::Rwlock,
+            CheckPrimitive::Redlock,
+        ]
+    } else {
+        args.primitive.clone()
+    };
+    if primitives.contains(&CheckPrimitive::Redlock)
+        && args.algorithm.contains(&Algorithm::Ours)
+        && !args.redis.is_empty()
+        && (args.redis.len() < 3 || args.redis.len().is_multiple_of(2))
+    {
+        return Err(CliError::Usage(format!(
+            "--primitive redlock needs an odd number (3 or more) of --redis servers, or none for {REDLOCK_NODES} private ones"
+        )));
+    }
+    let base = |algorithm, primitive, faults: Vec<Fault>| Scenario {
+        algorithm,
+        primitive,
+        faults,
+        processes: args.processes as usize,
+        tasks: args.tasks as usize,
+        count: args.count as usize,
+        lease: args.lease,
+        hold: args.hold,
+        injections: args.injections as usize,
+        timeout: args.timeout,
+    };
+    let mut scenarios = Vec::new();
+    for &algorithm in &args.algorithm {
+        let primitives = match algorithm {
+            Algorithm::Ours => primitives.clone(),
+            // A legacy algorithm is one kind of lock.
+            _ => vec![CheckPrimitive::Mutex],
+        };
+        for &primitive in &primitives {
+            if args.long && algorithm == Algorithm::Ours {
+                let mut long = base(algorithm, primitive, vec![Fault::None]);
+                long.processes = 8;
+                long.tasks = 4;
+                long.count = 3125;
+                long.timeout = Duration::from_secs(1200);
+                scenarios.push(long);
+            }
+            for faults in &fault_sets {
+                let redlock = algorithm == Algorithm::Ours && primitive == CheckPrimitive::Redlock;
+                if faults.iter().any(|f| f.redlock_only()) && !redlock {
+                    continue;
+                }
+                if args.long && faults == &[Fault::None] && algorithm == Algorithm::Ours {
+                    continue;
+                }
+                scenarios.push(base(algorithm, primitive, faults.clone()));
+            }
+        }
+    }
+    if scenarios.is_empty() {
+        return Err(CliError::Usage(
+            "nothing to run: the redlock-* faults apply to --primitive redlock only".into(),
+        ));
+    }
+    Ok(scenarios)
+}
+
+fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The side-by-side table, then the violations of every failed run.
+fn print_table(verdicts: &[&Verdict]) {
+    let header = [
+        "run",
+        "acquisitions",
+        "overlaps",
+        "token regressions",
+        "lost updates",
+        "stale writes",
+        "fenced refusals",
+        "keys without TTL",
+        "hung",
+        "loss signals: lead on lease end / next holder",
+        "verdict",
+    ];
+    println!("| {} |", header.join(" | "));
+    println!("|{}", "---|".repeat(header.len()));
+    for v in verdicts {
+        let overlaps = if v.overlaps_expected && v.overlaps > 0 {
+            format!("{} (expected)", v.overlaps)
+        } else {
+            v.overlaps.to_string()
+        };
+        let ms = |ms: Option<f64>| ms.map_or("–".to_string(), |ms| format!("{ms:+.1} ms"));
+        let margin = match v.loss_signals {
+            0 => "0".to_string(),
+            n => format!("{n}: {} / {}", ms(v.loss_lead_ms), ms(v.loss_margin_ms)),
+        };
+        let cells = [
+            v.label.clone(),
+            format!("{} ({} killed)", v.acquisitions, v.crashed),
+            overlaps,
+            v.token_regressions
+                .map_or("n/a".to_string(), |n| n.to_string()),
+            v.lost_updates.to_string(),
+            v.stale_writes.to_string(),
+            v.fenced_refusals.to_string(),
+            v.keys_without_ttl.to_string(),
+            if v.hung { "yes" } else { "no" }.to_string(),
+            margin,
+            if v.passed { "pass" } else { "FAIL" }.to_string(),
+        ];
+        println!("| {} |", cells.join(" | "));
+    }
+    for v in verdicts.iter().filter(|v| !v.examples.is_empty()) {
+        println!("\n{}:", v.label);
+        for example in &v.examples {
+            println!("  - {example}");
+        }
+    }
+}

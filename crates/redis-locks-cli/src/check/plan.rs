@@ -1,0 +1,233 @@
+//! What `check` tells a worker process (a [`Plan`]) and what the worker reports back, one
+//! JSON [`Event`] per line on its stdout.
+
+use serde::{Deserialize, Serialize};
+
+/// The lock algorithm a check runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// This library (the primitive chosen by `--primitive`).
+    Ours,
+    /// Seed 000's first lock: `SETNX`, then `EXPIRE`; release with `DEL`.
+    SetnxExpire,
+    /// Seed 000's "recommended" lock: `SETNX` of an expiry timestamp, `GETSET` to take over
+    /// an expired one; release with `DEL` if the holder's own clock says it has not expired.
+    SetnxGetset,
+    /// `SET NX PX` (a lease, done right) but released with a plain `DEL`, owner unchecked.
+    NaiveDel,
+}
+
+impl Algorithm {
+    /// The name tables show.
+    pub fn label(self) -> &'static str {
+        match self {
+            Algorithm::Ours => "ours",
+            Algorithm::SetnxExpire => "setnx-expire",
+            Algorithm::SetnxGetset => "setnx-getset",
+            Algorithm::NaiveDel => "naive-del",
+        }
+    }
+
+    /// Whether the algorithm gives fencing tokens and tells its holder when the lease ends.
+    pub fn fenced(self) -> bool {
+        self == Algorithm::Ours
+    }
+}
+
+/// Which of the library's primitives `--algorithm ours` checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckPrimitive {
+    /// `Mutex`.
+    Mutex,
+    /// `FairMutex`.
+    Fair,
+    /// `ReentrantMutex` (each task an owner of its own).
+    Reentrant,
+    /// `RwLock`: even tasks write (read-modify-write), odd tasks read.
+    Rwlock,
+    /// `Redlock` over 5 nodes (private servers, or the `--redis` list).
+    Redlock,
+}
+
+impl CheckPrimitive {
+    /// The name tables show.
+    pub fn label(self) -> &'static str {
+        match self {
+            CheckPrimitive::Mutex => "Mutex",
+            CheckPrimitive::Fair => "FairMutex",
+            CheckPrimitive::Reentrant => "ReentrantMutex",
+            CheckPrimitive::Rwlock => "RwLock",
+            CheckPrimitive::Redlock => "Redlock",
+        }
+    }
+}
+
+/// What a worker does to itself at one acquisition: the holder-side faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// SIGKILL: in the middle of taking the lock when the algorithm takes it in steps (after
+    /// `SETNX`, before `EXPIRE`), else just after it acquired.
+    Die,
+    /// SIGSTOP after reading the resource and checking the lease, before writing; `check`
+    /// sends SIGCONT once the lease has run out.
+    Pause,
+    /// Hold for twice the lease (the watchdog renewing it), and say so: `check` strikes its
+    /// server-side faults while such a holder depends on its renewals.
+    Linger,
+}
+
+/// One holder-side fault: task `task` of the worker does `action` at its acquisition `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trigger {
+    /// The task of the worker process.
+    pub task: usize,
+    /// The acquisition (counted from 0) at which it strikes.
+    pub at: usize,
+    /// What happens.
+    pub action: Action,
+}
+
+/// Everything a worker process needs, passed as one JSON argument.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    /// The lock servers (several for a Redlock).
+    pub urls: Vec<String>,
+    /// The server of the checked resource (never faulted).
+    pub resource_url: String,
+    /// The lock's name.
+    pub lock: String,
+    /// The resource's key prefix.
+    pub resource: String,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// The primitive, for [`Algorithm::Ours`].
+    pub primitive: CheckPrimitive,
+    /// This worker's number.
+    pub process: usize,
+    /// Tasks in this worker.
+    pub tasks: usize,
+    /// Acquisitions per task.
+    pub count: usize,
+    /// The lease (TTL) every acquisition asks for, in milliseconds.
+    pub lease_ms: u64,
+    /// How long a holder works between its read and its write, in microseconds.
+    pub hold_us: u64,
+    /// Wall-clock start (Unix ms), so every worker begins together.
+    pub start_at_ms: u64,
+    /// The holder-side faults of this worker.
+    pub triggers: Vec<Trigger>,
+}
+
+/// How one access of the resource went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// The resource took it.
+    Accepted,
+    /// The resource refused a stale fencing token.
+    Refused,
+    /// The holder did not try: it knew its lease had ended (or it is a reader: no write).
+    Skipped,
+    /// The request failed.
+    Failed,
+}
+
+/// How a release went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Release {
+    /// The lock was ours and is released.
+    Released,
+    /// The release found the lock gone or another's, and said so.
+    NotHeld,
+    /// The release request failed (the lease still bounds the hold).
+    Failed,
+    /// The algorithm released without knowing (a blind `DEL`).
+    Unchecked,
+}
+
+/// One holding of the lock, as its holder saw it. Times are Unix nanoseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Holding {
+    /// `p<process>t<task>`.
+    pub worker: String,
+    /// The acquisition's number within its task.
+    pub seq: usize,
+    /// A shared hold (an `RwLock` reader).
+    pub shared: bool,
+    /// The fencing token, for an algorithm that has them.
+    pub token: Option<u64>,
+    /// When acquire returned.
+    pub acquired_at: u64,
+    /// When the holder's lease ends by its own clock (the guard's deadline), for an algorithm
+    /// that tells its holder; the holder may not act after it.
+    pub lease_end: Option<u64>,
+    /// When the holder stopped: just before its release was sent.
+    pub end: u64,
+    /// When the guard's `lost()` fired, if it did before the release.
+    pub lost_at: Option<u64>,
+    /// The holder was stopped (SIGSTOP) during this holding: nothing in it could run.
+    pub paused: bool,
+    /// A long hold ([`Action::Linger`]), during which a server-side fault struck.
+    pub lingered: bool,
+    /// The read of the resource.
+    pub read: Access,
+    /// The write of the resource.
+    pub write: Access,
+    /// The release.
+    pub release: Release,
+}
+
+/// A line of a worker's stdout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Event {
+    /// A task acquired (sent at once, so a holder killed before it finishes is known).
+    Acquired {
+        /// `p<process>t<task>`.
+        worker: String,
+        /// The acquisition's number within its task.
+        seq: usize,
+        /// The fencing token, if any.
+        token: Option<u64>,
+        /// When acquire returned (Unix ns).
+        at: u64,
+        /// When the lease ends (Unix ns): the guard's deadline, or for an algorithm without
+        /// one the expiry it asked for.
+        lease_end: u64,
+    },
+    /// A holding finished.
+    Held(Holding),
+    /// The worker is about to stop itself (SIGSTOP); `check` resumes it after the lease.
+    Pausing {
+        /// `p<process>t<task>`.
+        worker: String,
+    },
+    /// A request failed and the task retries (a fault at work).
+    Retry {
+        /// `p<process>t<task>`.
+        worker: String,
+        /// The error.
+        message: String,
+    },
+    /// A holder began a long hold ([`Action::Linger`]): the moment for a server-side fault.
+    Lingering {
+        /// `p<process>t<task>`.
+        worker: String,
+    },
+    /// A task gave up: an error it cannot retry.
+    Failed {
+        /// `p<process>t<task>`.
+        worker: String,
+        /// The error.
+        message: String,
+    },
+    /// A task finished all its acquisitions.
+    Done {
+        /// `p<process>t<task>`.
+        worker: String,
+    },
+}

@@ -1,0 +1,692 @@
+//! One run of `check`: servers up, worker processes started, faults injected while they
+//! work, every event recorded, the lock keys' TTLs watched, and the resource tallied.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use cli_support::exit::CliError;
+use nix::sys::signal::Signal;
+use redis::aio::ConnectionManager;
+use redis_locks::history::now_nanos;
+use serde::Serialize;
+use test_support::RedisServer;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use super::fault::{self, DropRule, Fault};
+use super::plan::{Action, Algorithm, CheckPrimitive, Event, Holding, Plan, Trigger};
+use super::resource::{Resource, Tally};
+
+/// Nodes of a Redlock on private servers.
+pub const REDLOCK_NODES: usize = 5;
+/// How often the lock keys' TTLs are looked at.
+const TTL_WATCH: Duration = Duration::from_millis(5);
+/// The least time without any acquisition after which a run counts as hung.
+const STALL: Duration = Duration::from_secs(5);
+/// Time for worker processes to start and connect before the common start.
+const START_DELAY_MS: u64 = 700;
+
+/// What one run does.
+#[derive(Debug, Clone, Serialize)]
+pub struct Scenario {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// The primitive (for ours).
+    pub primitive: CheckPrimitive,
+    /// The faults injected.
+    pub faults: Vec<Fault>,
+    /// Worker processes.
+    pub processes: usize,
+    /// Tasks per process.
+    pub tasks: usize,
+    /// Acquisitions per task.
+    pub count: usize,
+    /// The lease of every acquisition.
+    #[serde(serialize_with = "millis")]
+    pub lease: Duration,
+    /// Work between a holder's read and write.
+    #[serde(serialize_with = "millis")]
+    pub hold: Duration,
+    /// How many times each server-side fault is injected.
+    pub injections: usize,
+    /// How long the run may take before it counts as hung.
+    #[serde(serialize_with = "millis")]
+    pub timeout: Duration,
+}
+
+fn millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+impl Scenario {
+    /// `algorithm / primitive / faults`, as the table shows it.
+    pub fn label(&self) -> String {
+        let faults: Vec<&str> = self.faults.iter().map(|f| f.label()).collect();
+        match self.algorithm {
+            Algorithm::Ours => format!("{} / {}", self.primitive.label(), faults.join("+")),
+            other => format!("{} / {}", other.label(), faults.join("+")),
+        }
+    }
+
+    fn redlock(&self) -> bool {
+        self.algorithm == Algorithm::Ours && self.primitive == CheckPrimitive::Redlock
+    }
+}
+
+/// A holder that died holding: it counts as holding until its lease ends.
+#[derive(Debug, Clone, Serialize)]
+pub struct Crashed {
+    /// `p<process>t<task>`.
+    pub worker: String,
+    /// Its fencing token, if any.
+    pub token: Option<u64>,
+    /// When it acquired (Unix ns).
+    pub acquired_at: u64,
+    /// When its lease ends (Unix ns).
+    pub lease_end: u64,
+}
+
+/// One injected fault, from its start to its end (Unix ns).
+#[derive(Debug, Clone, Serialize)]
+pub struct Injection {
+    /// Which fault.
+    pub fault: Fault,
+    /// When it began.
+    pub start: u64,
+    /// When it was undone.
+    pub end: u64,
+}
+
+/// Everything one run recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    /// When the workers began (Unix ns).
+    pub started_at: u64,
+    /// When the run ended (Unix ns).
+    pub ended_at: u64,
+    /// Every finished holding.
+    pub holdings: Vec<Holding>,
+    /// Holders killed while holding.
+    pub crashed: Vec<Crashed>,
+    /// The faults as injected.
+    pub injections: Vec<Injection>,
+    /// Requests that failed and were retried.
+    pub retries: usize,
+    /// Tasks that gave up, with why (and what a worker printed on stderr).
+    pub failures: Vec<String>,
+    /// The run did not finish in time (its workers were killed).
+    pub hung: bool,
+    /// Times a lock key was seen without a TTL.
+    pub keys_without_ttl: u64,
+    /// The resource at the end.
+    pub tally: Tally,
+}
+
+/// The servers of one run.
+struct Servers {
+    nodes: Vec<Node>,
+    resource: RedisServer,
+    _aof_dir: Option<tempfile::TempDir>,
+}
+
+/// A private server, shared with the task that injects a fault into it.
+type SharedServer = Arc<std::sync::Mutex<RedisServer>>;
+
+struct Node {
+    url: String,
+    server: Option<SharedServer>,
+}
+
+impl Node {
+    fn port(&self) -> Option<u16> {
+        url::Url::parse(&self.url).ok().and_then(|u| u.port())
+    }
+}
+
+impl Servers {
+    fn start(scenario: &Scenario, urls: &[String]) -> Result<Servers, CliError> {
+        cli_support::redis_target::ensure_installed()?;
+        let unavailable = |err| CliError::Unavailable(format!("cannot start redis-server: {err}"));
+        let resource = RedisServer::start().map_err(unavailable)?;
+        if !urls.is_empty() {
+            let nodes = urls
+                .iter()
+                .map(|url| Node {
+                    url: url.clone(),
+                    server: None,
+                })
+                .collect();
+            return Ok(Servers {
+                nodes,
+                resource,
+                _aof_dir: None,
+            });
+        }
+        let count = if scenario.redlock() { REDLOCK_NODES } else { 1 };
+        let aof = scenario.faults.contains(&Fault::ServerRestartAof);
+        let aof_dir = if aof {
+            Some(tempfile::tempdir().map_err(|err| {
+                CliError::Unavailable(format!("cannot make a directory for the AOF: {err}"))
+            })?)
+        } else {
+            None
+        };
+        let mut nodes = Vec::new();
+        for n in 0..count {
+            let mut args = vec!["--enable-debug-command".to_string(), "local".to_string()];
+            if let Some(dir) = &aof_dir {
+                let dir = dir.path().join(n.to_string());
+                std::fs::create_dir_all(&dir).map_err(|err| {
+                    CliError::Unavailable(format!("cannot make a directory for the AOF: {err}"))
+                })?;
+                args.extend(
+                    [
+                        "--appendonly",
+                        "yes",
+                        "--appendfsync",
+                        "always",
+                        "--dir",
+                        dir.to_str().unwrap_or("."),
+                    ]
+                    .map(String::from),
+                );
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let server = RedisServer::start_with_args(&args).map_err(unavailable)?;
+            nodes.push(Node {
+                url: server.url(),
+                server: Some(Arc::new(std::sync::Mutex::new(server))),
+            });
+        }
+        Ok(Servers {
+            nodes,
+            resource,
+            _aof_dir: aof_dir,
+        })
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|node| node.url.clone()).collect()
+    }
+}
+
+/// What a worker process sent, or that it ended.
+enum Message {
+    Event(Event),
+    Exited {
+        process: usize,
+        killed: bool,
+        stderr: String,
+        at: u64,
+    },
+}
+
+/// Runs one scenario against `urls` (private servers when empty).
+pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliError> {
+    let servers = Servers::start(scenario, urls)?;
+    let id = format!("{:08x}", rand::random::<u32>());
+    let lock = format!("redis-locks-check:{id}");
+    let resource_prefix = format!("redis-locks-check:{id}:resource");
+    let resource = Resource::new(
+        cli_support::connection(&servers.resource.url()).await?,
+        &resource_prefix,
+    );
+    let start_at_ms = now_nanos() / 1_000_000 + START_DELAY_MS;
+    let started_at = start_at_ms * 1_000_000;
+
+    // The workers.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut pids = Vec::new();
+    for process in 0..scenario.processes {
+        let plan = Plan {
+            urls: servers.urls(),
+            resource_url: servers.resource.url(),
+            lock: lock.clone(),
+            resource: resource_prefix.clone(),
+            algorithm: scenario.algorithm,
+            primitive: scenario.primitive,
+            process,
+            tasks: scenario.tasks,
+            count: scenario.count,
+            lease_ms: scenario.lease.as_millis() as u64,
+            hold_us: scenario.hold.as_micros() as u64,
+            start_at_ms,
+            triggers: triggers(scenario, process),
+        };
+        let child = spawn_worker(&plan)?;
+        pids.push(child.id().unwrap_or(0));
+        collect(process, child, tx.clone());
+    }
+    drop(tx);
+
+    // The TTL watch.
+    let watching = Arc::new(AtomicBool::new(true));
+    let no_ttl = Arc::new(AtomicU64::new(0));
+    let watch = tokio::spawn(watch_ttl(
+        servers.urls(),
+        lock.clone(),
+        watching.clone(),
+        no_ttl.clone(),
+    ));
+
+    // Collect, striking the server-side faults as the run goes.
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(START_DELAY_MS) + scenario.timeout;
+    // No acquisition for this long while a run should be going: it is stuck (a lock that
+    // never expires, say), whatever its timeout.
+    let stall = STALL.max(scenario.lease * 4 + fault::outage(scenario.lease));
+    let mut progress = tokio::time::Instant::now() + Duration::from_millis(START_DELAY_MS);
+    let mut injections = Vec::new();
+    let mut open: HashMap<String, Crashed> = HashMap::new();
+    let mut holdings = Vec::new();
+    let mut crashed = Vec::new();
+    let mut failures = Vec::new();
+    let mut retries = 0;
+    let mut running = scenario.processes;
+    let mut hung = false;
+    let mut resumes = tokio::task::JoinSet::new();
+    let server_faults: Vec<Fault> = scenario
+        .faults
+        .iter()
+        .copied()
+        .filter(|f| *f != Fault::None && !f.holder_side())
+        .collect();
+    let mut strikes = server_faults
+        .iter()
+        .flat_map(|f| std::iter::repeat_n(*f, scenario.injections))
+        .collect::<Vec<_>>()
+        .into_iter();
+    let mut striking: Option<tokio::task::JoinHandle<Result<Injection, String>>> = None;
+
+    while running > 0 {
+        tokio::select! {
+            message = rx.recv() => match message {
+                Some(Message::Event(event)) => match event {
+                    Event::Acquired { worker, token, at, lease_end, .. } => {
+                        progress = tokio::time::Instant::now();
+                        open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end });
+                    }
+                    Event::Held(holding) => {
+                        open.remove(&holding.worker);
+                        holdings.push(holding);
+                    }
+                    Event::Pausing { worker } => {
+                        let process = process_of(&worker);
+                        let pid = pids.get(process).copied().unwrap_or(0);
+                        let pause = fault::outage(scenario.lease);
+                        resumes.spawn(async move {
+                            let start = now_nanos();
+                            // Let the stop land before counting the pause.
+                            tokio::time::sleep(pause).await;
+                            fault::signal(pid, Signal::SIGCONT);
+                            Injection { fault: Fault::HolderPause, start, end: now_nanos() }
+                        });
+                    }
+                    Event::Lingering { .. } => {
+                        if striking.is_none()
+                            && let Some(fault) = strikes.next()
+                        {
+                            striking = Some(strike(fault, &servers, scenario.lease));
+                        }
+                    }
+                    Event::Retry { .. } => retries += 1,
+                    Event::Failed { worker, message } => failures.push(format!("{worker}: {message}")),
+                    Event::Done { .. } => {}
+                },
+                Some(Message::Exited { process, killed, stderr, at }) => {
+                    running -= 1;
+                    let prefix = format!("p{process}t");
+                    let dead: Vec<String> = open.keys().filter(|w| w.starts_with(&prefix)).cloned().collect();
+                    for worker in dead {
+                        if let Some(hold) = open.remove(&worker) {
+                            crashed.push(hold);
+                        }
+                    }
+                    if killed {
+                        if scenario.faults.contains(&Fault::HolderKill) {
+                            injections.push(Injection { fault: Fault::HolderKill, start: at, end: at });
+                        }
+                    } else if !stderr.trim().is_empty() {
+                        failures.push(format!("worker p{process}: {}", stderr.trim()));
+                    }
+                }
+                None => break,
+            },
+            Some(done) = resumes.join_next(), if !resumes.is_empty() => {
+                if let Ok(injection) = done {
+                    injections.push(injection);
+                }
+            }
+            done = async { striking.as_mut().expect("guarded").await }, if striking.is_some() => {
+                striking = None;
+                match done {
+                    Ok(Ok(injection)) => injections.push(injection),
+                    Ok(Err(message)) => failures.push(format!("fault: {message}")),
+                    Err(err) => failures.push(format!("fault: {err}")),
+                }
+            }
+            _ = tokio::time::sleep_until(deadline.min(progress + stall)) => {
+                hung = true;
+                for &pid in &pids {
+                    fault::signal(pid, Signal::SIGCONT);
+                    fault::signal(pid, Signal::SIGKILL);
+                }
+                break;
+            }
+        }
+    }
+    // A fault still at work is let finish, so nothing is left frozen or cut off.
+    if let Some(striking) = striking
+        && let Ok(Ok(injection)) = striking.await
+    {
+        injections.push(injection);
+    }
+    while let Some(done) = resumes.join_next().await {
+        if let Ok(injection) = done {
+            injections.push(injection);
+        }
+    }
+    if hung {
+        crashed.extend(open.into_values());
+    }
+    let ended_at = now_nanos();
+    watching.store(false, Ordering::SeqCst);
+    let _ = watch.await;
+    let tally = resource
+        .tally()
+        .await
+        .map_err(|err| CliError::Unavailable(format!("cannot read the checked resource: {err}")))?;
+    if !urls.is_empty() {
+        cleanup(&servers.urls(), &lock).await;
+    }
+    injections.sort_by_key(|i| i.start);
+    Ok(Record {
+        started_at,
+        ended_at,
+        holdings,
+        crashed,
+        injections,
+        retries,
+        failures,
+        hung,
+        keys_without_ttl: no_ttl.load(Ordering::SeqCst),
+        tally,
+    })
+}
+
+/// The holder-side faults of worker `process`: the k-th holder kill strikes process k, the
+/// k-th pause the k-th process from the end, each at its own point of the run; and the long
+/// holds during which the server-side faults strike, one per strike, on the processes in turn.
+fn triggers(scenario: &Scenario, process: usize) -> Vec<Trigger> {
+    let mut triggers = Vec::new();
+    let p = scenario.processes;
+    let server_side = scenario
+        .faults
+        .iter()
+        .filter(|f| **f != Fault::None && !f.holder_side())
+        .count();
+    for k in 0..scenario.injections * server_side {
+        if k % p == process {
+            triggers.push(Trigger {
+                task: 0,
+                at: scenario.count * (k + 1) / (scenario.injections * server_side + 1),
+                action: Action::Linger,
+            });
+        }
+    }
+    for k in 0..scenario.injections {
+        let at = scenario.count * (k + 1) / (scenario.injections + 1);
+        if scenario.faults.contains(&Fault::HolderKill) && k % p == process {
+            triggers.push(Trigger {
+                task: 0,
+                at,
+                action: Action::Die,
+            });
+        }
+        if scenario.faults.contains(&Fault::HolderPause) && p - 1 - k % p == process {
+            triggers.push(Trigger {
+                task: 0,
+                at: at.max(1),
+                action: Action::Pause,
+            });
+        }
+    }
+    triggers
+}
+
+fn process_of(worker: &str) -> usize {
+    worker
+        .trim_start_matches('p')
+        .split('t')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+fn spawn_worker(plan: &Plan) -> Result<Child, CliError> {
+    let exe = std::env::current_exe()
+        .map_err(|err| CliError::CannotRun(format!("cannot find this program: {err}")))?;
+    let plan = serde_json::to_string(plan).expect("plain data serializes");
+    Command::new(exe)
+        .arg("check-worker")
+        .arg(plan)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|err| CliError::CannotRun(format!("cannot start a check worker: {err}")))
+}
+
+/// Reads a worker's events until it exits, then reports how it ended.
+fn collect(process: usize, mut child: Child, tx: mpsc::UnboundedSender<Message>) {
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    tokio::spawn(async move {
+        if let Some(stdout) = stdout {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(event) = serde_json::from_str::<Event>(&line) {
+                    let _ = tx.send(Message::Event(event));
+                }
+            }
+        }
+        let mut text = String::new();
+        if let Some(mut stderr) = stderr {
+            let _ = stderr.read_to_string(&mut text).await;
+        }
+        let status = child.wait().await.ok();
+        let killed = status.is_some_and(|s| {
+            std::os::unix::process::ExitStatusExt::signal(&s) == Some(Signal::SIGKILL as i32)
+        });
+        let _ = tx.send(Message::Exited {
+            process,
+            killed,
+            stderr: text,
+            at: now_nanos(),
+        });
+    });
+}
+
+/// Injects one server-side fault and undoes it, in a task; the task ends when the fault is
+/// undone and says when it was at work.
+fn strike(
+    fault: Fault,
+    servers: &Servers,
+    lease: Duration,
+) -> tokio::task::JoinHandle<Result<Injection, String>> {
+    let outage = fault::outage(lease);
+    let urls = servers.urls();
+    let handles: Vec<Option<SharedServer>> =
+        servers.nodes.iter().map(|n| n.server.clone()).collect();
+    let port = servers.nodes[0].port();
+    tokio::spawn(async move {
+        let start = now_nanos();
+        let private = |n: usize| {
+            handles
+                .get(n)
+                .cloned()
+                .flatten()
+                .ok_or_else(|| format!("{} needs private servers", fault.label()))
+        };
+        match fault {
+            Fault::ServerPause => {
+                let server = private(0)?;
+                server.lock().expect("not poisoned").pause();
+                tokio::time::sleep(outage).await;
+                server.lock().expect("not poisoned").resume();
+            }
+            Fault::RedlockMajority => {
+                let majority = (0..3).map(private).collect::<Result<Vec<_>, _>>()?;
+                for server in &majority {
+                    server.lock().expect("not poisoned").pause();
+                }
+                tokio::time::sleep(outage).await;
+                for server in &majority {
+                    server.lock().expect("not poisoned").resume();
+                }
+            }
+            Fault::ServerRestart | Fault::ServerRestartAof => {
+                let server = private(0)?;
+                restart(server).await?;
+            }
+            Fault::RedlockMinority => {
+                // Killed now, restarted (empty) only after the lease, as a node that lost
+                // its data must be.
+                let minority = (3..5).map(private).collect::<Result<Vec<_>, _>>()?;
+                for server in &minority {
+                    server.lock().expect("not poisoned").kill();
+                }
+                tokio::time::sleep(outage).await;
+                for server in minority {
+                    restart(server).await?;
+                }
+            }
+            Fault::ServerSleep => {
+                let mut con = admin(&urls[0]).await?;
+                let seconds = format!("{:.3}", outage.as_secs_f64());
+                // The reply comes when the sleep ends.
+                redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg(seconds)
+                    .query_async::<()>(&mut con)
+                    .await
+                    .map_err(|err| format!("DEBUG SLEEP refused: {err}"))?;
+            }
+            Fault::ClientPause => {
+                let mut con = admin(&urls[0]).await?;
+                redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(outage.as_millis() as u64)
+                    .arg("WRITE")
+                    .query_async::<()>(&mut con)
+                    .await
+                    .map_err(|err| format!("CLIENT PAUSE refused: {err}"))?;
+                tokio::time::sleep(outage).await;
+            }
+            Fault::ClientKill => {
+                let mut con = admin(&urls[0]).await?;
+                for _ in 0..5 {
+                    for kind in ["normal", "pubsub"] {
+                        redis::cmd("CLIENT")
+                            .arg("KILL")
+                            .arg("TYPE")
+                            .arg(kind)
+                            .query_async::<()>(&mut con)
+                            .await
+                            .map_err(|err| format!("CLIENT KILL refused: {err}"))?;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+            Fault::Partition => {
+                let port = port.ok_or("partition: the lock server's URL has no port")?;
+                let rule = DropRule::add(port)?;
+                tokio::time::sleep(outage).await;
+                drop(rule);
+            }
+            Fault::None | Fault::HolderKill | Fault::HolderPause => {}
+        }
+        Ok(Injection {
+            fault,
+            start,
+            end: now_nanos(),
+        })
+    })
+}
+
+/// Kills `server` and starts it again on its port (from its AOF if it has one).
+async fn restart(server: SharedServer) -> Result<(), String> {
+    tokio::task::spawn_blocking(move || server.lock().expect("not poisoned").restart())
+        .await
+        .map_err(|err| err.to_string())?
+        .map_err(|err| format!("restart failed: {err}"))
+}
+
+/// A connection of the fault injector's own, with a reply timeout past any outage.
+async fn admin(url: &str) -> Result<ConnectionManager, String> {
+    cli_support::connection(url)
+        .await
+        .map_err(|err| err.to_string())
+}
+
+/// Watches the lock key on every node until told to stop, counting looks that found it
+/// without a TTL (`PTTL` = -1).
+async fn watch_ttl(
+    urls: Vec<String>,
+    lock: String,
+    watching: Arc<AtomicBool>,
+    no_ttl: Arc<AtomicU64>,
+) {
+    let mut cons = Vec::new();
+    for url in &urls {
+        if let Ok(con) = cli_support::connection(url).await {
+            cons.push(con);
+        }
+    }
+    let mut last = false;
+    loop {
+        for con in &mut cons {
+            let pttl: redis::RedisResult<i64> = tokio::time::timeout(
+                Duration::from_millis(200),
+                redis::cmd("PTTL").arg(&lock).query_async(con),
+            )
+            .await
+            .unwrap_or_else(|_| Err(redis::RedisError::from((redis::ErrorKind::Io, "timeout"))));
+            if pttl == Ok(-1) {
+                no_ttl.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        if last {
+            return;
+        }
+        if !watching.load(Ordering::SeqCst) {
+            // One more look at the end: a key left without a TTL stays.
+            last = true;
+            continue;
+        }
+        tokio::time::sleep(TTL_WATCH).await;
+    }
+}
+
+/// Deletes what a run left on a server it did not start (the fencing counter and the
+/// companions of the lock).
+async fn cleanup(urls: &[String], lock: &str) {
+    for url in urls {
+        if let Ok(mut con) = cli_support::connection(url).await {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("*{lock}*"))
+                .query_async(&mut con)
+                .await
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                let _: redis::RedisResult<u64> =
+                    redis::cmd("DEL").arg(keys).query_async(&mut con).await;
+            }
+        }
+    }
+}

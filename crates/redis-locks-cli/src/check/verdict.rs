@@ -1,0 +1,240 @@
+//! The checks `check` makes of a run's [`Record`], and the verdict they give.
+//!
+//! - **No overlap**: no two holders at once, unless the earlier one had been told its lock
+//!   was lost before the overlap. A holder of ours is told when its lease ends (the guard's
+//!   deadline; `lost()` fires) or `lost()` fires earlier, so its interval ends there; a legacy
+//!   holder is never told, so its interval runs to its release. A holder killed while holding
+//!   counts as holding until its lease ends (nobody may take the lock before). Readers may
+//!   overlap readers. The library's own checker ([`redis_locks::history`]) does the pairing.
+//! - **Tokens increase** between successive holders (for algorithms that have tokens).
+//! - **No lost update**: the resource's value equals the number of writes it accepted.
+//! - **No stale write** accepted by the fenced resource.
+//! - **No key without a TTL**, looked at every 5 ms and at the end.
+//! - **Nothing hangs**: the run ended within its timeout, and no task gave up.
+
+use std::time::Duration;
+
+use redis_locks::history::{History, Interval};
+use serde::Serialize;
+
+use super::plan::{Access, Release};
+use super::scenario::{Record, Scenario};
+
+/// What the checks found in one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// `algorithm / primitive / faults`.
+    pub label: String,
+    /// Holdings (finished, and those of killed holders).
+    pub acquisitions: usize,
+    /// Holders killed while holding.
+    pub crashed: usize,
+    /// Pairs of holders at once that nobody was told about.
+    pub overlaps: usize,
+    /// Whether overlaps are this fault's documented outcome (a server that forgot the lock).
+    pub overlaps_expected: bool,
+    /// Successive holders whose tokens did not increase (`None`: no tokens).
+    pub token_regressions: Option<usize>,
+    /// Writes the resource accepted.
+    pub writes: u64,
+    /// Its value at the end.
+    pub value: u64,
+    /// Writes lost to a concurrent read-modify-write (`writes − value`).
+    pub lost_updates: u64,
+    /// Accepted writes with a token lower than an earlier one.
+    pub stale_writes: u64,
+    /// Accesses the fenced resource refused (a stale holder stopped by its token).
+    pub fenced_refusals: usize,
+    /// Releases that found the lock gone or another's, and said so.
+    pub releases_not_held: usize,
+    /// Times a lock key was seen without a TTL.
+    pub keys_without_ttl: u64,
+    /// The run did not end within its timeout.
+    pub hung: bool,
+    /// Tasks that gave up, faults that could not be injected, workers that failed.
+    pub failures: Vec<String>,
+    /// Failed requests that were retried.
+    pub retries: usize,
+    /// Faults injected.
+    pub injections: usize,
+    /// Holders (not themselves stopped) whose `lost()` fired.
+    pub loss_signals: usize,
+    /// The least time from a `lost()` to the next holder's acquisition, in ms (positive: the
+    /// old holder was told before anyone else held).
+    pub loss_margin_ms: Option<f64>,
+    /// The least time from a `lost()` to the earliest the server could have let the lease run
+    /// out (the holder's deadline plus the drift allowance), in ms: positive, the holder was
+    /// told before its lease ended on the server.
+    pub loss_lead_ms: Option<f64>,
+    /// Some of the violations, described.
+    pub examples: Vec<String>,
+    /// Every check held.
+    pub passed: bool,
+}
+
+/// How many violations a verdict describes.
+const EXAMPLES: usize = 5;
+
+/// Checks one run.
+pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
+    let fenced = scenario.algorithm.fenced();
+    let history = History::default();
+    for holding in &record.holdings {
+        let mut end = holding.end;
+        if fenced {
+            end = end.min(holding.lease_end.unwrap_or(end));
+            end = end.min(holding.lost_at.unwrap_or(end));
+        }
+        let interval = Interval {
+            worker: format!("{}#{}", holding.worker, holding.seq),
+            token: holding.token.unwrap_or(0),
+            start: holding.acquired_at,
+            end: end.max(holding.acquired_at),
+        };
+        if holding.shared {
+            history.record_shared(interval);
+        } else {
+            history.record(interval);
+        }
+    }
+    for crashed in &record.crashed {
+        history.record(Interval {
+            worker: format!("{} (killed)", crashed.worker),
+            token: crashed.token.unwrap_or(0),
+            start: crashed.acquired_at,
+            end: crashed.lease_end.max(crashed.acquired_at),
+        });
+    }
+    let report = history.check();
+    let ms = |ns: u64| (ns.saturating_sub(record.started_at)) as f64 / 1e6;
+    let mut examples: Vec<String> = report
+        .overlaps
+        .iter()
+        .take(EXAMPLES)
+        .map(|(a, b)| {
+            format!(
+                "overlap: {} held {:.1}–{:.1} ms, {} from {:.1} ms",
+                a.worker,
+                ms(a.start),
+                ms(a.end),
+                b.worker,
+                ms(b.start)
+            )
+        })
+        .collect();
+    let token_regressions = fenced.then_some(report.token_regressions.len());
+    if fenced {
+        examples.extend(
+            report
+                .token_regressions
+                .iter()
+                .take(EXAMPLES)
+                .map(|(a, b)| {
+                    format!(
+                        "token regression: {} had {}, then {} had {}",
+                        a.worker, a.token, b.worker, b.token
+                    )
+                }),
+        );
+    }
+    let tally = record.tally;
+    let lost_updates = tally.writes.saturating_sub(tally.value);
+    if lost_updates > 0 {
+        examples.push(format!(
+            "lost updates: {} writes accepted, the value is {}",
+            tally.writes, tally.value
+        ));
+    }
+    if record.keys_without_ttl > 0 {
+        examples.push(format!(
+            "a lock key without a TTL, seen {} times",
+            record.keys_without_ttl
+        ));
+    }
+    if record.hung {
+        examples.push(format!(
+            "hung: no acquisition for a long while, or not done within {:?} ({} acquisitions made)",
+            scenario.timeout,
+            record.holdings.len()
+        ));
+    }
+    examples.extend(record.failures.iter().take(EXAMPLES).cloned());
+
+    let fenced_refusals = record
+        .holdings
+        .iter()
+        .filter(|h| h.read == Access::Refused || h.write == Access::Refused)
+        .count();
+    let (loss_signals, loss_margin_ms, loss_lead_ms) = loss_margin(scenario, record);
+    let overlaps_expected = scenario.faults.iter().any(|f| f.breaks_exclusion());
+    let passed = (report.overlaps.is_empty() || overlaps_expected)
+        && token_regressions.unwrap_or(0) == 0
+        && lost_updates == 0
+        && tally.stale_writes == 0
+        && record.keys_without_ttl == 0
+        && !record.hung
+        && record.failures.is_empty();
+    Verdict {
+        label: scenario.label(),
+        acquisitions: record.holdings.len() + record.crashed.len(),
+        crashed: record.crashed.len(),
+        overlaps: report.overlaps.len(),
+        overlaps_expected,
+        token_regressions,
+        writes: tally.writes,
+        value: tally.value,
+        lost_updates,
+        stale_writes: tally.stale_writes,
+        fenced_refusals,
+        releases_not_held: record
+            .holdings
+            .iter()
+            .filter(|h| h.release == Release::NotHeld)
+            .count(),
+        keys_without_ttl: record.keys_without_ttl,
+        hung: record.hung,
+        failures: record.failures.clone(),
+        retries: record.retries,
+        injections: record.injections.len(),
+        loss_signals,
+        loss_margin_ms,
+        loss_lead_ms,
+        examples,
+        passed,
+    }
+}
+
+/// For every holder of ours that was told of a loss while it ran (not stopped itself): how
+/// many, the least time from that signal to the next other holder's acquisition, and the
+/// least time from it to the lease's end on the server (no earlier than the holder's
+/// deadline plus the drift allowance: 1% of the lease + 2 ms).
+fn loss_margin(scenario: &Scenario, record: &Record) -> (usize, Option<f64>, Option<f64>) {
+    if !scenario.algorithm.fenced() {
+        return (0, None, None);
+    }
+    let drift = (scenario.lease / 100 + Duration::from_millis(2)).as_nanos() as f64;
+    let least = |least: Option<f64>, value: f64| Some(least.map_or(value, |l: f64| l.min(value)));
+    let mut signals = 0;
+    let (mut margin, mut lead) = (None, None);
+    for holding in record.holdings.iter().filter(|h| !h.paused) {
+        let Some(lost_at) = holding.lost_at else {
+            continue;
+        };
+        signals += 1;
+        if let Some(lease_end) = holding.lease_end {
+            lead = least(lead, (lease_end as f64 + drift - lost_at as f64) / 1e6);
+        }
+        let next = record
+            .holdings
+            .iter()
+            .filter(|other| other.worker != holding.worker || other.seq != holding.seq)
+            .filter(|other| !other.shared && other.acquired_at > holding.acquired_at)
+            .filter(|other| other.token > holding.token)
+            .map(|other| other.acquired_at)
+            .min();
+        if let Some(next) = next {
+            margin = least(margin, (next as f64 - lost_at as f64) / 1e6);
+        }
+    }
+    (signals, margin, lead)
+}

@@ -1,0 +1,320 @@
+//! `redis-locks check-worker PLAN`: one worker process of `check`. Its tasks take the lock
+//! over and over; each holder reads the resource, works, writes back the value plus one and
+//! releases, and every step is reported as a JSON [`Event`] line on stdout.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use cli_support::exit::CliError;
+use cli_support::primitive::{Guard, Handle, Primitive};
+use nix::sys::signal::{Signal, raise};
+use redis_locks::history::now_nanos;
+use redis_locks::{Client, LostReason};
+
+use super::legacy::LegacyLock;
+use super::plan::{
+    Access, Action, Algorithm, CheckPrimitive, Event, Holding, Plan, Release, Trigger,
+};
+use super::resource::Resource;
+use crate::contend::wait_until;
+
+/// How long a task waits after a failed request before it tries again (a fault at work).
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// How many failed requests in a row a task takes before it gives up.
+const MAX_RETRIES: u32 = 500;
+
+/// Runs the worker described by the JSON `plan`.
+pub async fn run(plan: &str) -> Result<(), CliError> {
+    let plan: Plan = serde_json::from_str(plan)
+        .map_err(|err| CliError::Usage(format!("check-worker: bad plan: {err}")))?;
+    let resource = Resource::new(
+        cli_support::connection(&plan.resource_url).await?,
+        &plan.resource,
+    );
+    let clients = match plan.algorithm {
+        Algorithm::Ours => {
+            let urls = match plan.primitive {
+                CheckPrimitive::Redlock => &plan.urls[..],
+                _ => &plan.urls[..1],
+            };
+            let mut clients = Vec::new();
+            for url in urls {
+                clients.push(Client::connect(url).await?);
+            }
+            clients
+        }
+        _ => Vec::new(),
+    };
+    wait_until(plan.start_at_ms).await;
+    let mut tasks = Vec::new();
+    for task in 0..plan.tasks {
+        let lock = match plan.algorithm {
+            Algorithm::Ours => Lock::Ours(Handle::renewed(
+                &clients,
+                &plan.lock,
+                primitive(plan.primitive, task),
+                Duration::from_millis(plan.lease_ms),
+            )?),
+            algorithm => Lock::Legacy(LegacyLock::new(
+                algorithm,
+                cli_support::connection(&plan.urls[0]).await?,
+                &plan.lock,
+                Duration::from_millis(plan.lease_ms),
+            )),
+        };
+        let task = Task {
+            worker: format!("p{}t{task}", plan.process),
+            shared: plan.primitive == CheckPrimitive::Rwlock && task % 2 == 1,
+            triggers: plan
+                .triggers
+                .iter()
+                .copied()
+                .filter(|trigger| trigger.task == task)
+                .collect(),
+            plan: plan.clone(),
+            lock,
+            resource: resource.clone(),
+        };
+        tasks.push(tokio::spawn(task.run()));
+    }
+    for task in tasks {
+        task.await
+            .map_err(|err| CliError::Lost(format!("check-worker: a task panicked: {err}")))?;
+    }
+    Ok(())
+}
+
+/// Which side of the primitive task number `task` takes.
+fn primitive(primitive: CheckPrimitive, task: usize) -> Primitive {
+    match primitive {
+        CheckPrimitive::Mutex => Primitive::Mutex,
+        CheckPrimitive::Fair => Primitive::FairMutex,
+        CheckPrimitive::Reentrant => Primitive::Reentrant,
+        CheckPrimitive::Rwlock if task % 2 == 1 => Primitive::Read,
+        CheckPrimitive::Rwlock => Primitive::Write,
+        CheckPrimitive::Redlock => Primitive::Redlock,
+    }
+}
+
+enum Lock {
+    Ours(Handle),
+    Legacy(LegacyLock),
+}
+
+/// A hold of either kind.
+enum Hold {
+    Ours(Box<Guard>),
+    Legacy,
+}
+
+struct Task {
+    worker: String,
+    shared: bool,
+    triggers: Vec<Trigger>,
+    plan: Plan,
+    lock: Lock,
+    resource: Resource,
+}
+
+impl Task {
+    async fn run(self) {
+        for seq in 0..self.plan.count {
+            if let Err(message) = self.hold_once(seq).await {
+                self.emit(&Event::Failed {
+                    worker: self.worker.clone(),
+                    message,
+                })
+                .await;
+                return;
+            }
+        }
+        self.emit(&Event::Done {
+            worker: self.worker.clone(),
+        })
+        .await;
+    }
+
+    /// One acquisition, the work under it, and the release.
+    async fn hold_once(&self, seq: usize) -> Result<(), String> {
+        let strike = self
+            .triggers
+            .iter()
+            .copied()
+            .find(|trigger| trigger.at == seq);
+        let die = strike.is_some_and(|trigger| trigger.action == Action::Die);
+        let (hold, lease_end) = self.acquire(die).await?;
+        let acquired_at = now_nanos();
+        let token = match &hold {
+            Hold::Ours(guard) => Some(guard.fencing_token()),
+            Hold::Legacy => None,
+        };
+        self.emit(&Event::Acquired {
+            worker: self.worker.clone(),
+            seq,
+            token,
+            at: acquired_at,
+            lease_end: lease_end.unwrap_or(acquired_at),
+        })
+        .await;
+        if die {
+            // A crash while holding; for a lock taken in steps it came in the middle.
+            let _ = raise(Signal::SIGKILL);
+        }
+        // When the loss signal fires (0: not yet).
+        let lost_at = Arc::new(AtomicU64::new(0));
+        if let Hold::Ours(guard) = &hold {
+            let lost = guard.lost();
+            let lost_at = lost_at.clone();
+            tokio::spawn(async move {
+                if lost.await != LostReason::Released {
+                    let _ = lost_at.compare_exchange(
+                        0,
+                        now_nanos(),
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                }
+            });
+        }
+
+        let fencing = token.unwrap_or(0);
+        let (read, value) = self.resource.read(fencing, self.shared).await;
+        let linger = strike.is_some_and(|trigger| trigger.action == Action::Linger);
+        let work = if linger {
+            self.emit(&Event::Lingering {
+                worker: self.worker.clone(),
+            })
+            .await;
+            Duration::from_millis(self.plan.lease_ms * 2)
+        } else {
+            Duration::from_micros(self.plan.hold_us)
+        };
+        match &hold {
+            // The work stops the moment the lock is lost.
+            Hold::Ours(guard) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(work) => {}
+                    reason = guard.lost() => {
+                        if reason != LostReason::Released {
+                            let _ = lost_at.compare_exchange(0, now_nanos(), Ordering::SeqCst, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+            Hold::Legacy => tokio::time::sleep(work).await,
+        }
+        let knows_lost = match &hold {
+            Hold::Ours(guard) => guard.lost_reason().is_some(),
+            Hold::Legacy => false,
+        };
+        if strike.is_some_and(|trigger| trigger.action == Action::Pause) {
+            // Stopped between its last look at the lease and its write: the worst moment.
+            self.emit(&Event::Pausing {
+                worker: self.worker.clone(),
+            })
+            .await;
+            let _ = raise(Signal::SIGSTOP);
+        }
+        let write = if self.shared || knows_lost || read != Access::Accepted {
+            Access::Skipped
+        } else {
+            self.resource.write(fencing, value + 1).await
+        };
+        let end = now_nanos();
+        let lease_end = match &hold {
+            Hold::Ours(guard) => Some(wall_time(guard.lease_deadline())),
+            Hold::Legacy => None,
+        };
+        let release = match (hold, &self.lock) {
+            (Hold::Ours(guard), _) => match guard.release().await {
+                Ok(()) => Release::Released,
+                Err(err) if err.is_not_held() => Release::NotHeld,
+                Err(_) => Release::Failed,
+            },
+            (Hold::Legacy, Lock::Legacy(lock)) => lock.release().await.unwrap_or(Release::Failed),
+            (Hold::Legacy, Lock::Ours(_)) => Release::Failed,
+        };
+        let lost_at = match lost_at.load(Ordering::SeqCst) {
+            0 => None,
+            at => Some(at),
+        };
+        self.emit(&Event::Held(Holding {
+            worker: self.worker.clone(),
+            seq,
+            shared: self.shared,
+            token,
+            acquired_at,
+            lease_end,
+            end,
+            lost_at: lost_at.filter(|&at| at <= end),
+            paused: strike.is_some_and(|trigger| trigger.action == Action::Pause),
+            lingered: linger,
+            read,
+            write,
+            release,
+        }))
+        .await;
+        Ok(())
+    }
+
+    /// Acquires, retrying through failed requests (a fault at work); returns the hold and,
+    /// for a legacy lock, when its lease ends as it set it.
+    async fn acquire(&self, die: bool) -> Result<(Hold, Option<u64>), String> {
+        let mut failures = 0;
+        loop {
+            let outcome = match &self.lock {
+                Lock::Ours(handle) => handle
+                    .acquire()
+                    .await
+                    .map(|guard| {
+                        let lease_end = wall_time(guard.lease_deadline());
+                        (Hold::Ours(Box::new(guard)), Some(lease_end))
+                    })
+                    .map_err(|err| err.to_string()),
+                Lock::Legacy(lock) => lock
+                    .acquire(|| {
+                        if die {
+                            let _ = raise(Signal::SIGKILL);
+                        }
+                    })
+                    .await
+                    .map(|lease_end| (Hold::Legacy, Some(lease_end)))
+                    .map_err(|err| err.to_string()),
+            };
+            match outcome {
+                Ok(hold) => return Ok(hold),
+                Err(message) if failures < MAX_RETRIES => {
+                    failures += 1;
+                    self.emit(&Event::Retry {
+                        worker: self.worker.clone(),
+                        message,
+                    })
+                    .await;
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(message) => return Err(message),
+            }
+        }
+    }
+
+    /// Prints one event line (stdout is flushed at every newline, so a line printed before
+    /// a SIGKILL reaches `check`).
+    async fn emit(&self, event: &Event) {
+        use std::io::Write;
+        let line = serde_json::to_string(event).expect("plain data serializes");
+        // A closed stdout means `check` is gone; the worker is killed with it.
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
+    }
+}
+
+/// The wall-clock time (Unix ns) of a monotonic instant, past or future.
+fn wall_time(instant: tokio::time::Instant) -> u64 {
+    let now = tokio::time::Instant::now();
+    let wall = now_nanos();
+    if instant >= now {
+        wall + (instant - now).as_nanos() as u64
+    } else {
+        wall.saturating_sub((now - instant).as_nanos() as u64)
+    }
+}
