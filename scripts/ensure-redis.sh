@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Installs redis-server (and redis-cli) from Debian's packages when they are missing.
+# Installs what the tests need from Debian's packages when it is missing: redis-server and
+# redis-cli, and iptables (for `redis-locks check --fault partition`, which needs root).
 # As root, or through sudo without a password; says clearly what to do when neither works.
 set -euo pipefail
 
-if command -v redis-server >/dev/null 2>&1; then
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server redis-tools)
+if [ "$(id -u)" -eq 0 ] && ! command -v iptables >/dev/null 2>&1; then
+  missing+=(iptables)
+fi
+if [ "${#missing[@]}" -eq 0 ]; then
   exit 0
 fi
 
@@ -18,12 +24,12 @@ else
 fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "redis-server is not installed and this is not a Debian-like system (no apt-get)." >&2
+  echo "${missing[*]} missing and this is not a Debian-like system (no apt-get)." >&2
   echo "Install redis-server 7 with your package manager and put it on PATH." >&2
   exit 1
 fi
 
-echo "Installing redis-server from Debian's packages..." >&2
+echo "Installing ${missing[*]} from Debian's packages..." >&2
 "${as_root[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq redis-server redis-tools >/dev/null
+DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 command -v redis-server >/dev/null 2>&1

@@ -19,7 +19,8 @@ pub enum Fault {
     /// algorithm takes it in two requests, else just after it acquired (row 3).
     HolderKill,
     /// A holder process stops (SIGSTOP) between its last look at the lease and its write,
-    /// and is resumed (SIGCONT) after the lease has run out (row 4).
+    /// and is resumed (SIGCONT) once its lease has run out and another holder has held the
+    /// lock since, so its late write meets the newer holder's (row 4).
     HolderPause,
     /// The lock server is frozen with SIGSTOP for the lease and a bit more (row 5).
     ServerPause,

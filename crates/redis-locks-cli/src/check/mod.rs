@@ -118,6 +118,9 @@ struct Run<'a> {
 /// check failed.
 pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
     let scenarios = scenarios(args)?;
+    for url in &args.redis {
+        preflight(url).await?;
+    }
     let mut done = Vec::new();
     for scenario in scenarios {
         if !args.json {
@@ -271,6 +274,16 @@ fn scenarios(args: &CheckArgs) -> Result<Vec<Scenario>, CliError> {
         ));
     }
     Ok(scenarios)
+}
+
+/// Refuses a `--redis` server that cannot be reached or is not Redis, before any worker.
+async fn preflight(url: &str) -> Result<(), CliError> {
+    let mut con = cli_support::connection(url).await?;
+    redis::cmd("PING")
+        .query_async::<String>(&mut con)
+        .await
+        .map(drop)
+        .map_err(|err| CliError::Unavailable(format!("Redis at {url} does not answer PING: {err}")))
 }
 
 fn running_as_root() -> bool {

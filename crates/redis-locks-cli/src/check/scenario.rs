@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use cli_support::exit::CliError;
 use nix::sys::signal::Signal;
-use redis::aio::ConnectionManager;
+use redis::AsyncConnectionConfig;
+use redis::aio::MultiplexedConnection;
 use redis_locks::history::now_nanos;
 use serde::Serialize;
 use test_support::RedisServer;
@@ -214,6 +215,18 @@ impl Servers {
     }
 }
 
+/// A holder that stopped itself: resumed once its lease has run out and another holder has
+/// held the lock since (so its late write meets a newer holder's), or at the latest after
+/// half the stall time.
+struct Stopped {
+    pid: u32,
+    worker: String,
+    start: u64,
+    earliest: tokio::time::Instant,
+    latest: tokio::time::Instant,
+    overtaken: bool,
+}
+
 /// What a worker process sent, or that it ended.
 enum Message {
     Event(Event),
@@ -288,7 +301,8 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
     let mut retries = 0;
     let mut running = scenario.processes;
     let mut hung = false;
-    let mut resumes = tokio::task::JoinSet::new();
+    let mut stopped: Vec<Stopped> = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
     let server_faults: Vec<Fault> = scenario
         .faults
         .iter()
@@ -311,19 +325,24 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
                         open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end });
                     }
                     Event::Held(holding) => {
+                        for stop in &mut stopped {
+                            if stop.worker != holding.worker && holding.acquired_at > stop.start {
+                                stop.overtaken = true;
+                            }
+                        }
                         open.remove(&holding.worker);
                         holdings.push(holding);
                     }
                     Event::Pausing { worker } => {
                         let process = process_of(&worker);
-                        let pid = pids.get(process).copied().unwrap_or(0);
-                        let pause = fault::outage(scenario.lease);
-                        resumes.spawn(async move {
-                            let start = now_nanos();
-                            // Let the stop land before counting the pause.
-                            tokio::time::sleep(pause).await;
-                            fault::signal(pid, Signal::SIGCONT);
-                            Injection { fault: Fault::HolderPause, start, end: now_nanos() }
+                        let now = tokio::time::Instant::now();
+                        stopped.push(Stopped {
+                            pid: pids.get(process).copied().unwrap_or(0),
+                            worker,
+                            start: now_nanos(),
+                            earliest: now + fault::outage(scenario.lease),
+                            latest: now + stall / 2,
+                            overtaken: false,
                         });
                     }
                     Event::Lingering { .. } => {
@@ -356,10 +375,16 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
                 }
                 None => break,
             },
-            Some(done) = resumes.join_next(), if !resumes.is_empty() => {
-                if let Ok(injection) = done {
-                    injections.push(injection);
-                }
+            _ = tick.tick(), if !stopped.is_empty() => {
+                let now = tokio::time::Instant::now();
+                stopped.retain(|stop| {
+                    let due = (stop.overtaken && now >= stop.earliest) || now >= stop.latest;
+                    if due {
+                        fault::signal(stop.pid, Signal::SIGCONT);
+                        injections.push(Injection { fault: Fault::HolderPause, start: stop.start, end: now_nanos() });
+                    }
+                    !due
+                });
             }
             done = async { striking.as_mut().expect("guarded").await }, if striking.is_some() => {
                 striking = None;
@@ -385,10 +410,8 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
     {
         injections.push(injection);
     }
-    while let Some(done) = resumes.join_next().await {
-        if let Ok(injection) = done {
-            injections.push(injection);
-        }
+    for stop in stopped {
+        fault::signal(stop.pid, Signal::SIGCONT);
     }
     if hung {
         crashed.extend(open.into_values());
@@ -567,7 +590,7 @@ fn strike(
                 }
             }
             Fault::ServerSleep => {
-                let mut con = admin(&urls[0]).await?;
+                let mut con = admin(&urls[0], outage).await?;
                 let seconds = format!("{:.3}", outage.as_secs_f64());
                 // The reply comes when the sleep ends.
                 redis::cmd("DEBUG")
@@ -578,7 +601,7 @@ fn strike(
                     .map_err(|err| format!("DEBUG SLEEP refused: {err}"))?;
             }
             Fault::ClientPause => {
-                let mut con = admin(&urls[0]).await?;
+                let mut con = admin(&urls[0], outage).await?;
                 redis::cmd("CLIENT")
                     .arg("PAUSE")
                     .arg(outage.as_millis() as u64)
@@ -589,7 +612,7 @@ fn strike(
                 tokio::time::sleep(outage).await;
             }
             Fault::ClientKill => {
-                let mut con = admin(&urls[0]).await?;
+                let mut con = admin(&urls[0], outage).await?;
                 for _ in 0..5 {
                     for kind in ["normal", "pubsub"] {
                         redis::cmd("CLIENT")
@@ -627,11 +650,16 @@ async fn restart(server: SharedServer) -> Result<(), String> {
         .map_err(|err| format!("restart failed: {err}"))
 }
 
-/// A connection of the fault injector's own, with a reply timeout past any outage.
-async fn admin(url: &str) -> Result<ConnectionManager, String> {
-    cli_support::connection(url)
+/// A connection of the fault injector's own, with a reply timeout past the outage.
+async fn admin(url: &str, outage: Duration) -> Result<MultiplexedConnection, String> {
+    let client = redis::Client::open(url).map_err(|err| err.to_string())?;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(outage + Duration::from_secs(5)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(|err| err.to_string())
+        .map_err(|err| format!("cannot connect to inject the fault: {err}"))
 }
 
 /// Watches the lock key on every node until told to stop, counting looks that found it

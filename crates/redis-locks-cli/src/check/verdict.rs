@@ -33,6 +33,8 @@ pub struct Verdict {
     pub overlaps: usize,
     /// Whether overlaps are this fault's documented outcome (a server that forgot the lock).
     pub overlaps_expected: bool,
+    /// Times a shared holder (a reader) began while another one held: readers did share.
+    pub shared_overlaps: usize,
     /// Successive holders whose tokens did not increase (`None`: no tokens).
     pub token_regressions: Option<usize>,
     /// Writes the resource accepted.
@@ -180,6 +182,7 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         crashed: record.crashed.len(),
         overlaps: report.overlaps.len(),
         overlaps_expected,
+        shared_overlaps: report.shared_overlaps,
         token_regressions,
         writes: tally.writes,
         value: tally.value,
@@ -237,4 +240,175 @@ fn loss_margin(scenario: &Scenario, record: &Record) -> (usize, Option<f64>, Opt
         }
     }
     (signals, margin, lead)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::fault::Fault;
+    use super::super::plan::{Access, Algorithm, CheckPrimitive, Holding, Release};
+    use super::super::resource::Tally;
+    use super::super::scenario::{Crashed, Record, Scenario};
+    use super::judge;
+
+    const MS: u64 = 1_000_000;
+
+    fn scenario(algorithm: Algorithm) -> Scenario {
+        Scenario {
+            algorithm,
+            primitive: CheckPrimitive::Mutex,
+            faults: vec![Fault::HolderPause],
+            processes: 2,
+            tasks: 1,
+            count: 1,
+            lease: Duration::from_millis(100),
+            hold: Duration::from_millis(1),
+            injections: 1,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// A holding of `worker` from `start` to `end` ms, its lease ending at `lease_end` ms.
+    fn holding(worker: &str, token: u64, start: u64, end: u64, lease_end: u64) -> Holding {
+        Holding {
+            worker: worker.into(),
+            seq: 0,
+            shared: false,
+            token: Some(token),
+            acquired_at: start * MS,
+            lease_end: Some(lease_end * MS),
+            end: end * MS,
+            lost_at: None,
+            paused: false,
+            lingered: false,
+            read: Access::Accepted,
+            write: Access::Accepted,
+            release: Release::Released,
+        }
+    }
+
+    fn record(holdings: Vec<Holding>) -> Record {
+        let writes = holdings.len() as u64;
+        Record {
+            started_at: 0,
+            ended_at: 1000 * MS,
+            holdings,
+            crashed: Vec::new(),
+            injections: Vec::new(),
+            retries: 0,
+            failures: Vec::new(),
+            hung: false,
+            keys_without_ttl: 0,
+            tally: Tally {
+                value: writes,
+                writes,
+                stale_writes: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn holders_one_after_another_pass() {
+        let run = record(vec![
+            holding("a", 1, 0, 10, 100),
+            holding("b", 2, 11, 20, 111),
+        ]);
+        let verdict = judge(&scenario(Algorithm::Ours), &run);
+        assert!(verdict.passed, "{verdict:?}");
+        assert_eq!(verdict.overlaps, 0);
+    }
+
+    #[test]
+    fn a_holder_acting_past_its_lease_is_excused_only_when_it_was_told() {
+        // `a` was stopped past its lease (100 ms) and acted until 150 ms; `b` took over at 120.
+        let stale = holding("a", 1, 0, 150, 100);
+        let next = holding("b", 2, 120, 130, 220);
+        // Ours tells its holder at the lease end: `a` acted on after it was told.
+        let ours = judge(
+            &scenario(Algorithm::Ours),
+            &record(vec![stale.clone(), next.clone()]),
+        );
+        assert!(ours.passed, "{ours:?}");
+        // An algorithm that tells nobody: two holders at once.
+        let legacy = judge(&scenario(Algorithm::NaiveDel), &record(vec![stale, next]));
+        assert_eq!(legacy.overlaps, 1);
+        assert!(!legacy.passed);
+        assert!(legacy.examples[0].starts_with("overlap: a#0"));
+    }
+
+    #[test]
+    fn a_holder_whose_lease_still_ran_overlapping_another_fails() {
+        // The broken lock the checker must reject: `b` got in while `a`'s lease ran.
+        let run = record(vec![
+            holding("a", 1, 0, 50, 100),
+            holding("b", 2, 40, 60, 140),
+        ]);
+        let verdict = judge(&scenario(Algorithm::Ours), &run);
+        assert_eq!(verdict.overlaps, 1);
+        assert!(!verdict.passed);
+    }
+
+    #[test]
+    fn a_killed_holder_holds_until_its_lease_ends() {
+        let mut run = record(vec![holding("b", 2, 50, 60, 150)]);
+        run.crashed.push(Crashed {
+            worker: "a".into(),
+            token: Some(1),
+            acquired_at: 0,
+            lease_end: 100 * MS,
+        });
+        let verdict = judge(&scenario(Algorithm::Ours), &run);
+        assert_eq!(
+            verdict.overlaps, 1,
+            "taken before the dead holder's lease ended"
+        );
+        assert_eq!(verdict.crashed, 1);
+    }
+
+    #[test]
+    fn decreasing_tokens_lost_updates_missing_ttls_and_hangs_each_fail() {
+        let regress = record(vec![
+            holding("a", 5, 0, 10, 100),
+            holding("b", 4, 11, 20, 111),
+        ]);
+        let verdict = judge(&scenario(Algorithm::Ours), &regress);
+        assert_eq!(verdict.token_regressions, Some(1));
+        assert!(!verdict.passed);
+
+        let fine = || record(vec![holding("a", 1, 0, 10, 100)]);
+        let mut lost = fine();
+        lost.tally = Tally {
+            value: 1,
+            writes: 2,
+            stale_writes: 0,
+        };
+        assert_eq!(judge(&scenario(Algorithm::Ours), &lost).lost_updates, 1);
+        assert!(!judge(&scenario(Algorithm::Ours), &lost).passed);
+
+        let mut no_ttl = fine();
+        no_ttl.keys_without_ttl = 3;
+        assert!(!judge(&scenario(Algorithm::Ours), &no_ttl).passed);
+
+        let mut hung = fine();
+        hung.hung = true;
+        assert!(!judge(&scenario(Algorithm::Ours), &hung).passed);
+
+        let mut stale = fine();
+        stale.tally.stale_writes = 1;
+        assert!(!judge(&scenario(Algorithm::Ours), &stale).passed);
+        assert!(judge(&scenario(Algorithm::Ours), &fine()).passed);
+    }
+
+    #[test]
+    fn the_loss_signal_lead_counts_from_the_lease_end_plus_drift() {
+        let mut told = holding("a", 1, 0, 90, 90);
+        told.lost_at = Some(90 * MS);
+        let run = record(vec![told, holding("b", 2, 150, 160, 250)]);
+        let verdict = judge(&scenario(Algorithm::Ours), &run);
+        assert_eq!(verdict.loss_signals, 1);
+        // Drift allowance of a 100 ms lease: 1 ms + 2 ms.
+        assert!((verdict.loss_lead_ms.unwrap() - 3.0).abs() < 1e-6);
+        assert!((verdict.loss_margin_ms.unwrap() - 60.0).abs() < 1e-6);
+    }
 }

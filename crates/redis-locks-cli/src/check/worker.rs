@@ -10,7 +10,7 @@ use cli_support::exit::CliError;
 use cli_support::primitive::{Guard, Handle, Primitive};
 use nix::sys::signal::{Signal, raise};
 use redis_locks::history::now_nanos;
-use redis_locks::{Client, LostReason};
+use redis_locks::{Client, Error, LostReason};
 
 use super::legacy::LegacyLock;
 use super::plan::{
@@ -263,6 +263,8 @@ impl Task {
     async fn acquire(&self, die: bool) -> Result<(Hold, Option<u64>), String> {
         let mut failures = 0;
         loop {
+            // Err((retryable, message)): a request that failed for a fault at work is
+            // retried; anything else ends the task.
             let outcome = match &self.lock {
                 Lock::Ours(handle) => handle
                     .acquire()
@@ -271,7 +273,10 @@ impl Task {
                         let lease_end = wall_time(guard.lease_deadline());
                         (Hold::Ours(Box::new(guard)), Some(lease_end))
                     })
-                    .map_err(|err| err.to_string()),
+                    .map_err(|err| {
+                        let retry = err.is_connection() || matches!(err, Error::NoQuorum { .. });
+                        (retry, err.to_string())
+                    }),
                 Lock::Legacy(lock) => lock
                     .acquire(|| {
                         if die {
@@ -280,11 +285,17 @@ impl Task {
                     })
                     .await
                     .map(|lease_end| (Hold::Legacy, Some(lease_end)))
-                    .map_err(|err| err.to_string()),
+                    .map_err(|err| {
+                        let retry = err.is_io_error()
+                            || err.is_timeout()
+                            || err.is_connection_dropped()
+                            || err.is_connection_refusal();
+                        (retry, err.to_string())
+                    }),
             };
             match outcome {
                 Ok(hold) => return Ok(hold),
-                Err(message) if failures < MAX_RETRIES => {
+                Err((true, message)) if failures < MAX_RETRIES => {
                     failures += 1;
                     self.emit(&Event::Retry {
                         worker: self.worker.clone(),
@@ -293,7 +304,7 @@ impl Task {
                     .await;
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
-                Err(message) => return Err(message),
+                Err((_, message)) => return Err(message),
             }
         }
     }

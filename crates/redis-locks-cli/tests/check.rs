@@ -1,0 +1,319 @@
+//! `redis-locks check` end to end, in its short form: ours passes every fault that applies,
+//! and seed 000's algorithms are caught by the checks their flaw breaks. Each run starts its
+//! own private servers and worker processes.
+
+mod common;
+
+use serde_json::Value;
+
+use common::{redis_locks, stderr, stdout};
+
+/// The short form's sizes: 3 processes × 2 tasks × 20 acquisitions, one strike per fault,
+/// leases of `lease`.
+fn sizes(lease: &str) -> Vec<&str> {
+    vec![
+        "--processes",
+        "3",
+        "--tasks",
+        "2",
+        "--count",
+        "20",
+        "--lease",
+        lease,
+        "--injections",
+        "1",
+        "--json",
+    ]
+}
+
+/// Runs `check` with `args` and the short sizes; returns the exit code and the JSON report.
+fn check(args: &[&str]) -> (i32, Value) {
+    check_sized(args, &sizes("300ms"))
+}
+
+fn check_sized(args: &[&str], sizes: &[&str]) -> (i32, Value) {
+    let mut all = vec!["check"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(sizes);
+    let out = redis_locks(&all);
+    let text = stdout(&out);
+    let report: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|err| panic!("no JSON report ({err}):\n{text}\nstderr: {}", stderr(&out)));
+    (out.status.code().unwrap_or(-1), report)
+}
+
+/// The verdict of the run whose label ends with `/ fault`.
+fn verdict<'a>(report: &'a Value, fault: &str) -> &'a Value {
+    report["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|run| &run["verdict"])
+        .find(|v| {
+            v["label"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("/ {fault}"))
+        })
+        .unwrap_or_else(|| panic!("no run with fault {fault}: {report:#}"))
+}
+
+fn num(v: &Value, field: &str) -> u64 {
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {v:#}"))
+}
+
+#[test]
+fn ours_passes_the_default_set_and_fencing_stops_the_paused_holder() {
+    let (code, report) = check(&[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["passed"], true);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "none, holder-kill, holder-pause");
+    let none = verdict(&report, "none");
+    assert_eq!(num(none, "acquisitions"), 120);
+    assert_eq!(num(none, "writes"), 120, "every holder's write was taken");
+    assert_eq!(num(none, "value"), 120);
+    let kill = verdict(&report, "holder-kill");
+    assert!(num(kill, "crashed") >= 1, "a holder died holding: {kill:#}");
+    assert_eq!(num(kill, "overlaps"), 0);
+    let pause = verdict(&report, "holder-pause");
+    // The stopped holder woke after its lease and wrote with its old token: refused.
+    assert!(num(pause, "fenced_refusals") >= 1, "{pause:#}");
+    assert_eq!(num(pause, "lost_updates"), 0);
+    assert_eq!(num(pause, "stale_writes"), 0);
+    assert_eq!(pause["token_regressions"], 0);
+}
+
+#[test]
+fn server_side_pauses_tell_the_holder_before_its_lease_ends() {
+    let (code, report) = check(&[
+        "--fault",
+        "server-pause",
+        "--fault",
+        "server-sleep",
+        "--fault",
+        "client-pause",
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    for fault in ["server-pause", "server-sleep", "client-pause"] {
+        let v = verdict(&report, fault);
+        assert_eq!(v["passed"], true, "{v:#}");
+        assert_eq!(num(v, "injections"), 1, "{v:#}");
+        // The holder that depended on its renewals was told, before the server's lease
+        // could end and before anyone else held.
+        assert!(num(v, "loss_signals") >= 1, "{v:#}");
+        assert!(v["loss_lead_ms"].as_f64().unwrap() > 0.0, "{v:#}");
+        assert!(v["loss_margin_ms"].as_f64().unwrap() > 0.0, "{v:#}");
+    }
+}
+
+#[test]
+fn cut_connections_and_an_aof_restart_change_nothing() {
+    let (code, report) = check(&["--fault", "client-kill", "--fault", "server-restart-aof"]);
+    assert_eq!(code, 0, "{report:#}");
+    for fault in ["client-kill", "server-restart-aof"] {
+        let v = verdict(&report, fault);
+        assert_eq!(num(v, "overlaps"), 0, "{v:#}");
+        assert_eq!(num(v, "lost_updates"), 0, "{v:#}");
+        assert_eq!(num(v, "injections"), 1, "{v:#}");
+    }
+}
+
+#[test]
+fn a_restart_without_persistence_breaks_exclusion_but_not_fencing() {
+    let (code, report) = check(&["--fault", "server-restart"]);
+    let v = verdict(&report, "server-restart");
+    // The documented outcome: the server forgot the lock, so a second holder got it while
+    // the first still thought it held; the fenced resource took no stale write.
+    assert_eq!(v["overlaps_expected"], true);
+    assert!(num(v, "overlaps") >= 1, "{v:#}");
+    assert_eq!(num(v, "stale_writes"), 0);
+    assert_eq!(num(v, "lost_updates"), 0);
+    assert_eq!(v["token_regressions"], 0, "tokens seeded from server time");
+    assert_eq!(code, 0, "{report:#}");
+}
+
+#[test]
+fn a_silent_partition_tells_the_holder_in_time() {
+    if !nix::unistd::geteuid().is_root() || !iptables_works() {
+        eprintln!("skipped: the partition fault needs root and iptables");
+        return;
+    }
+    let (code, report) = check(&["--fault", "partition"]);
+    let v = verdict(&report, "partition");
+    assert_eq!(code, 0, "{report:#}");
+    assert!(num(v, "loss_signals") >= 1, "{v:#}");
+    assert!(v["loss_lead_ms"].as_f64().unwrap() > 0.0, "{v:#}");
+}
+
+fn iptables_works() -> bool {
+    std::process::Command::new("iptables")
+        .args(["-w", "-S", "INPUT"])
+        .output()
+        .is_ok_and(|out| out.status.success())
+}
+
+#[test]
+fn every_primitive_passes_a_paused_holder() {
+    let (code, report) = check(&[
+        "--primitive",
+        "fair",
+        "--primitive",
+        "reentrant",
+        "--primitive",
+        "rwlock",
+        "--fault",
+        "holder-pause",
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    let rwlock = verdict(&report, "holder-pause");
+    assert!(rwlock["label"].as_str().unwrap().starts_with("FairMutex"));
+    let rw = runs
+        .iter()
+        .map(|r| &r["verdict"])
+        .find(|v| v["label"].as_str().unwrap().starts_with("RwLock"))
+        .unwrap();
+    assert!(num(rw, "shared_overlaps") >= 1, "readers shared: {rw:#}");
+}
+
+#[test]
+fn redlock_survives_a_minority_down_and_tells_its_holder_when_the_majority_goes() {
+    let (code, report) = check(&[
+        "--primitive",
+        "redlock",
+        "--fault",
+        "redlock-minority",
+        "--fault",
+        "redlock-majority",
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    let majority = verdict(&report, "redlock-majority");
+    assert!(num(majority, "loss_signals") >= 1, "{majority:#}");
+    assert!(majority["loss_lead_ms"].as_f64().unwrap() > 0.0);
+    let minority = verdict(&report, "redlock-minority");
+    assert_eq!(num(minority, "injections"), 1);
+    assert_eq!(num(minority, "overlaps"), 0);
+}
+
+/// The legacy algorithms hold their leases in whole seconds (`EXPIRE`), so they run with 1 s.
+fn legacy(algorithm: &str) -> (i32, Value) {
+    check_sized(&["--algorithm", algorithm], &sizes("1s"))
+}
+
+#[test]
+fn setnx_expire_is_caught_leaving_a_lock_that_never_expires() {
+    let (code, report) = legacy("setnx-expire");
+    assert_eq!(code, 1, "{report:#}");
+    let kill = verdict(&report, "holder-kill");
+    // Killed between SETNX and EXPIRE: the key has no TTL, and everyone waits forever.
+    assert!(num(kill, "keys_without_ttl") >= 1, "{kill:#}");
+    assert_eq!(kill["hung"], true, "{kill:#}");
+    let pause = verdict(&report, "holder-pause");
+    assert!(num(pause, "overlaps") >= 1, "{pause:#}");
+    assert!(num(pause, "lost_updates") >= 1, "{pause:#}");
+}
+
+#[test]
+fn setnx_getset_is_caught_with_keys_that_never_expire_and_two_holders() {
+    let (code, report) = legacy("setnx-getset");
+    assert_eq!(code, 1, "{report:#}");
+    let none = verdict(&report, "none");
+    assert!(num(none, "keys_without_ttl") >= 1, "{none:#}");
+    let pause = verdict(&report, "holder-pause");
+    assert!(num(pause, "overlaps") >= 1, "{pause:#}");
+    assert!(num(pause, "lost_updates") >= 1, "{pause:#}");
+}
+
+#[test]
+fn naive_del_passes_without_pauses_and_is_caught_with_one() {
+    let (code, report) = legacy("naive-del");
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(verdict(&report, "none")["passed"], true);
+    assert_eq!(verdict(&report, "holder-kill")["passed"], true);
+    let pause = verdict(&report, "holder-pause");
+    assert_eq!(pause["passed"], false);
+    assert!(num(pause, "overlaps") >= 1, "{pause:#}");
+    assert!(num(pause, "lost_updates") >= 1, "{pause:#}");
+}
+
+#[test]
+fn the_table_and_the_chart_show_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("timeline.svg");
+    let out = redis_locks(&[
+        "check",
+        "--algorithm",
+        "ours",
+        "--algorithm",
+        "naive-del",
+        "--fault",
+        "holder-pause",
+        "--processes",
+        "2",
+        "--count",
+        "10",
+        "--chart",
+        chart.to_str().unwrap(),
+    ]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    assert!(text.contains("| Mutex / holder-pause |"), "{text}");
+    assert!(text.contains("| naive-del / holder-pause |"), "{text}");
+    assert!(
+        text.contains("| pass |") && text.contains("| FAIL |"),
+        "{text}"
+    );
+    assert!(text.contains("overlap: "), "violations listed: {text}");
+    let svg = std::fs::read_to_string(&chart).unwrap();
+    assert!(svg.starts_with("<svg"), "{}", &svg[..100.min(svg.len())]);
+    assert!(svg.contains("naive-del / holder-pause"));
+}
+
+#[test]
+fn bad_input_is_refused_with_a_usage_or_unavailable_code() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["check", "--fault", "bogus"], 64, "unknown fault"),
+        (&["check", "--lease", "1ms"], 64, "--lease"),
+        (&["check", "--processes", "1"], 64, "processes"),
+        (
+            &[
+                "check",
+                "--redis",
+                "redis://127.0.0.1:1",
+                "--fault",
+                "server-pause",
+            ],
+            64,
+            "needs the lock servers",
+        ),
+        (
+            &[
+                "check",
+                "--primitive",
+                "redlock",
+                "--redis",
+                "redis://127.0.0.1:1",
+                "--redis",
+                "redis://127.0.0.1:2",
+            ],
+            64,
+            "odd number",
+        ),
+        (
+            &["check", "--fault", "redlock-majority"],
+            64,
+            "redlock only",
+        ),
+        (&["check", "--redis", "redis://127.0.0.1:1"], 69, "Redis"),
+    ];
+    for (args, code, says) in cases {
+        let out = redis_locks(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
