@@ -64,7 +64,8 @@ pub struct CheckArgs {
     #[arg(long, default_value = "60s", value_parser = cli_support::parse_duration)]
     pub timeout: Duration,
     /// The long form: every primitive over 8 processes × 4 tasks × 3,125 acquisitions
-    /// (100,000 each) without faults, then every fault that applies.
+    /// (100,000 each; no work between a holder's read and write) without faults, then every
+    /// fault that applies (partition only as root) at the usual sizes.
     #[arg(long)]
     pub long: bool,
     /// Lock servers to check against (several: a Redlock's nodes) instead of private ones;
@@ -253,6 +254,7 @@ fn scenarios(args: &CheckArgs) -> Result<Vec<Scenario>, CliError> {
                 long.processes = 8;
                 long.tasks = 4;
                 long.count = 3125;
+                long.hold = Duration::ZERO;
                 long.timeout = Duration::from_secs(1200);
                 scenarios.push(long);
             }
