@@ -122,13 +122,14 @@ fn cut_connections_and_an_aof_restart_change_nothing() {
 }
 
 #[test]
-fn a_restart_without_persistence_breaks_exclusion_but_not_fencing() {
+fn a_restart_without_persistence_may_break_exclusion_but_not_fencing() {
     let (code, report) = check(&["--fault", "server-restart"]);
     let v = verdict(&report, "server-restart");
-    // The documented outcome: the server forgot the lock, so a second holder got it while
-    // the first still thought it held; the fenced resource took no stale write.
+    // The server forgot the lock, so a second holder may get it while the first still thinks
+    // it holds (the documented outcome, not counted against the run: the verdict's unit tests
+    // check that); the fenced resource took no stale write whatever happened.
     assert_eq!(v["overlaps_expected"], true);
-    assert!(num(v, "overlaps") >= 1, "{v:#}");
+    assert_eq!(num(v, "injections"), 1, "{v:#}");
     assert_eq!(num(v, "stale_writes"), 0);
     assert_eq!(num(v, "lost_updates"), 0);
     assert_eq!(v["token_regressions"], 0, "tokens seeded from server time");
@@ -141,11 +142,14 @@ fn a_silent_partition_tells_the_holder_in_time() {
         eprintln!("skipped: the partition fault needs root and iptables");
         return;
     }
-    let (code, report) = check(&["--fault", "partition"]);
-    let v = verdict(&report, "partition");
+    let (code, report) = check(&["--fault", "partition", "--fault", "packet-burst"]);
     assert_eq!(code, 0, "{report:#}");
+    let v = verdict(&report, "partition");
     assert!(num(v, "loss_signals") >= 1, "{v:#}");
     assert!(v["loss_lead_ms"].as_f64().unwrap() > 0.0, "{v:#}");
+    // Packets held back for a third of the lease and then delivered in a burst: the holder
+    // rides it out (its renewal is retried within the lease).
+    assert_eq!(num(verdict(&report, "packet-burst"), "injections"), 1);
 }
 
 fn iptables_works() -> bool {
@@ -153,6 +157,35 @@ fn iptables_works() -> bool {
         .args(["-w", "-S", "INPUT"])
         .output()
         .is_ok_and(|out| out.status.success())
+}
+
+#[test]
+fn latency_below_the_threshold_loses_nothing_and_above_it_tells_the_holder() {
+    let (code, report) = check(&["--fault", "latency", "--fault", "latency-high"]);
+    assert_eq!(code, 0, "{report:#}");
+    // A round trip of a quarter lease: every renewal is confirmed in time (the first one
+    // too: the script is loaded with it, in the same round trip).
+    let low = verdict(&report, "latency");
+    assert_eq!(num(low, "injections"), 1, "{low:#}");
+    assert_eq!(num(low, "loss_signals"), 0, "no false loss: {low:#}");
+    // A round trip of a whole lease: no renewal can be confirmed in time; the holder is told.
+    let high = verdict(&report, "latency-high");
+    assert!(num(high, "loss_signals") >= 1, "{high:#}");
+    assert!(high["loss_lead_ms"].as_f64().unwrap() > 0.0, "{high:#}");
+}
+
+#[test]
+fn a_busy_server_is_waited_out_and_a_clock_jump_is_fenced() {
+    let (code, report) = check(&["--fault", "busy-script", "--fault", "server-clock-jump"]);
+    assert_eq!(code, 0, "{report:#}");
+    let busy = verdict(&report, "busy-script");
+    // Attempts during the script got BUSY and were retried, not given up.
+    assert!(num(busy, "retries") >= 1, "{busy:#}");
+    assert_eq!(num(busy, "acquisitions"), 120, "{busy:#}");
+    let jump = verdict(&report, "server-clock-jump");
+    assert_eq!(jump["overlaps_expected"], true);
+    assert_eq!(num(jump, "stale_writes"), 0);
+    assert_eq!(num(jump, "lost_updates"), 0);
 }
 
 #[test]

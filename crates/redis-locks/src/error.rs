@@ -314,8 +314,11 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// Redis could not be reached, or did not answer in time, or the connection dropped.
-    /// For a release or extension, the outcome is then unknown; the lease still bounds it.
+    /// Redis could not be reached, or did not answer in time, or the connection dropped, or
+    /// it cannot serve anyone now (`BUSY`: a script runs past `busy-reply-threshold`;
+    /// `LOADING`: it loads its data after a restart) — each passes, so the request may be
+    /// sent again. For a release or extension, the outcome is then unknown; the lease still
+    /// bounds it.
     #[error("Redis connection failed ({phase}): {source}")]
     Connection {
         /// What was being done.
@@ -432,13 +435,27 @@ pub(crate) fn is_auth_failure(err: &redis::RedisError) -> bool {
         || matches!(err.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
 }
 
-/// Whether a redis-rs error means the server was not reached or did not answer.
+/// Whether a redis-rs error means the server was not reached or did not answer: no
+/// connection, a timeout, or a server that cannot serve anyone now — `BUSY` (a script runs
+/// past `busy-reply-threshold`) and `LOADING` (it loads its data after a restart). Those two
+/// pass: the request may be sent again.
 pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_timeout()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
         || err.is_unrecoverable_error()
+        || matches!(server_code(err).as_deref(), Some("BUSY" | "LOADING"))
+}
+
+/// The code of a server's error reply (`BUSY`, `WRONGTYPE`...), also when it came inside a
+/// pipeline (the first failed command's).
+fn server_code(err: &redis::RedisError) -> Option<String> {
+    err.code().map(str::to_string).or_else(|| {
+        err.clone()
+            .into_server_errors()
+            .and_then(|items| items.first().map(|(_, item)| item.code().to_string()))
+    })
 }
 
 /// The crate's result type.

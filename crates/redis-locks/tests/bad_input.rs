@@ -347,3 +347,48 @@ async fn a_highest_token_that_is_not_a_number_is_a_wrong_type_error_not_a_broken
         other => panic!("expected WrongType, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_server_busy_with_a_script_is_a_connection_error_that_passes() {
+    let server = server();
+    let client = client(&server).await;
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut admin = server
+        .client()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(50)
+        .query_async::<()>(&mut admin)
+        .await
+        .unwrap();
+    // A read-only script that spins for 1.5 s on the server's clock.
+    let spin = redis::Script::new(
+        "local function now() local t = redis.call('TIME') return t[1] * 1000000 + t[2] end \
+         local deadline = now() + 1500000 while now() < deadline do end return 1",
+    );
+    let busy = tokio::spawn(async move { spin.invoke_async::<_, i64>(&mut admin).await });
+    // Wait (bounded) until the server answers BUSY to everyone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let ping = redis::cmd("PING").query::<String>(&mut raw(&server));
+        if ping.is_err_and(|err| err.code() == Some("BUSY")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server never said BUSY");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mutex = client.mutex("busy").unwrap();
+    let err = mutex.try_lock().await.unwrap_err();
+    assert!(err.is_connection(), "BUSY is retryable: {err}");
+    assert!(err.to_string().contains("BUSY"), "{err}");
+    assert_eq!(busy.await.unwrap().unwrap(), 1);
+    // Once the script is done, the same lock is taken as usual, and nothing was left behind.
+    let guard = mutex.try_lock().await.unwrap();
+    assert!(pttl(&server, "busy") > 0);
+    guard.release().await.unwrap();
+    assert!(!exists(&server, "busy"));
+}

@@ -42,6 +42,25 @@ pub enum Fault {
     /// The lock server's port is cut off silently (an iptables DROP rule on loopback) for the
     /// lease and a bit more, then the rule is removed (row 6; needs root and iptables).
     Partition,
+    /// The lock server's clock jumps forward by a lease, emulated as faults.md says: the lock
+    /// key's TTL cut to 1 ms (`PEXPIRE`). Kleppmann's scenario: on one server, mutual
+    /// exclusion is NOT expected to hold; fencing must (row 11).
+    ServerClockJump,
+    /// 1/8 of the lease added each way (a round trip of a quarter lease) through an
+    /// in-process proxy, for 1.5 leases: below the design threshold (a renewal every third
+    /// of the lease, confirmed within the two thirds left), so no holder may lose its lock
+    /// (row 17).
+    Latency,
+    /// Half the lease added each way (a round trip of a whole lease), for 1.5 leases: above
+    /// the threshold, so a holder must be told of the loss; a grant whose reply comes after
+    /// the lease must not count (rows 7, 17).
+    LatencyHigh,
+    /// The lock server's port is cut off silently for a third of the lease and then opened
+    /// again: TCP retransmits what was held back in a burst (row 7; root and iptables).
+    PacketBurst,
+    /// A read-only script runs on the lock server for 1.5 leases with `busy-reply-threshold`
+    /// at 100 ms, so every other command gets `BUSY` meanwhile (row 16).
+    BusyScript,
     /// Redlock: 2 of 5 nodes killed (SIGKILL), restarted empty only after the lease (row 9,
     /// row 10's delayed restart).
     RedlockMinority,
@@ -64,6 +83,11 @@ impl Fault {
             Fault::ServerRestart => "server-restart",
             Fault::ServerRestartAof => "server-restart-aof",
             Fault::Partition => "partition",
+            Fault::ServerClockJump => "server-clock-jump",
+            Fault::Latency => "latency",
+            Fault::LatencyHigh => "latency-high",
+            Fault::PacketBurst => "packet-burst",
+            Fault::BusyScript => "busy-script",
             Fault::RedlockMinority => "redlock-minority",
             Fault::RedlockMajority => "redlock-majority",
         }
@@ -91,10 +115,21 @@ impl Fault {
         matches!(self, Fault::HolderKill | Fault::HolderPause)
     }
 
-    /// Whether two holders at once are the documented outcome of this fault: a server that
-    /// restarts without its data forgets the lock. Fencing must still hold.
-    pub fn breaks_exclusion(self) -> bool {
-        self == Fault::ServerRestart
+    /// Whether two holders at once are the documented outcome of this fault on one server: a
+    /// server that restarts without its data, or whose clock jumps, forgets the lock. Fencing
+    /// must still hold. (A Redlock loses one node's lock only: its majority still holds.)
+    pub fn breaks_exclusion(self, redlock: bool) -> bool {
+        !redlock && matches!(self, Fault::ServerRestart | Fault::ServerClockJump)
+    }
+
+    /// Whether the fault needs the lock server behind the latency proxy.
+    pub fn needs_proxy(self) -> bool {
+        matches!(self, Fault::Latency | Fault::LatencyHigh)
+    }
+
+    /// Whether the fault needs root and iptables.
+    pub fn needs_iptables(self) -> bool {
+        matches!(self, Fault::Partition | Fault::PacketBurst)
     }
 }
 

@@ -12,6 +12,7 @@ mod chart;
 mod fault;
 mod legacy;
 pub mod plan;
+mod proxy;
 mod resource;
 mod scenario;
 mod verdict;
@@ -179,7 +180,7 @@ fn scenarios(args: &CheckArgs) -> Result<Vec<Scenario>, CliError> {
     ];
     let all_faults: Vec<Vec<Fault>> = <Fault as clap::ValueEnum>::value_variants()
         .iter()
-        .filter(|f| **f != Fault::Partition || running_as_root())
+        .filter(|f| !f.needs_iptables() || running_as_root())
         .map(|f| vec![*f])
         .collect();
     let fault_sets = if !args.fault.is_empty() {

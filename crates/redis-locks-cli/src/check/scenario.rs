@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use super::fault::{self, DropRule, Fault};
 use super::plan::{Action, Algorithm, CheckPrimitive, Event, Holding, Plan, Trigger};
+use super::proxy::Proxy;
 use super::resource::{Resource, Tally};
 
 /// Nodes of a Redlock on private servers.
@@ -131,6 +132,8 @@ pub struct Record {
 struct Servers {
     nodes: Vec<Node>,
     resource: RedisServer,
+    /// The latency proxy in front of the first lock server, when a fault needs it.
+    proxy: Option<Proxy>,
     _aof_dir: Option<tempfile::TempDir>,
 }
 
@@ -164,6 +167,7 @@ impl Servers {
             return Ok(Servers {
                 nodes,
                 resource,
+                proxy: None,
                 _aof_dir: None,
             });
         }
@@ -206,12 +210,40 @@ impl Servers {
         Ok(Servers {
             nodes,
             resource,
+            proxy: None,
             _aof_dir: aof_dir,
         })
     }
 
+    /// Puts the latency proxy in front of the first lock server.
+    async fn add_proxy(&mut self) -> Result<(), CliError> {
+        let url = url::Url::parse(&self.nodes[0].url)
+            .map_err(|err| CliError::Usage(format!("invalid Redis URL: {err}")))?;
+        let upstream = format!(
+            "{}:{}",
+            url.host_str().unwrap_or("127.0.0.1"),
+            url.port().unwrap_or(6379)
+        );
+        let proxy = Proxy::start(upstream).await.map_err(|err| {
+            CliError::Unavailable(format!("cannot start the latency proxy: {err}"))
+        })?;
+        self.proxy = Some(proxy);
+        Ok(())
+    }
+
+    /// The lock servers as they are (for the TTL watch and the faults).
     fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|node| node.url.clone()).collect()
+    }
+
+    /// The lock servers as the workers reach them: the first through the proxy if there is
+    /// one.
+    fn worker_urls(&self) -> Vec<String> {
+        let mut urls = self.urls();
+        if let Some(proxy) = &self.proxy {
+            urls[0] = proxy.url();
+        }
+        urls
     }
 }
 
@@ -240,7 +272,10 @@ enum Message {
 
 /// Runs one scenario against `urls` (private servers when empty).
 pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliError> {
-    let servers = Servers::start(scenario, urls)?;
+    let mut servers = Servers::start(scenario, urls)?;
+    if scenario.faults.iter().any(|f| f.needs_proxy()) {
+        servers.add_proxy().await?;
+    }
     let id = format!("{:08x}", rand::random::<u32>());
     let lock = format!("redis-locks-check:{id}");
     let resource_prefix = format!("redis-locks-check:{id}:resource");
@@ -256,7 +291,7 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
     let mut pids = Vec::new();
     for process in 0..scenario.processes {
         let plan = Plan {
-            urls: servers.urls(),
+            urls: servers.worker_urls(),
             resource_url: servers.resource.url(),
             lock: lock.clone(),
             resource: resource_prefix.clone(),
@@ -349,7 +384,7 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
                         if striking.is_none()
                             && let Some(fault) = strikes.next()
                         {
-                            striking = Some(strike(fault, &servers, scenario.lease));
+                            striking = Some(strike(fault, &servers, &lock, scenario.lease));
                         }
                     }
                     Event::Retry { .. } => retries += 1,
@@ -443,42 +478,52 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
 
 /// The holder-side faults of worker `process`: the k-th holder kill strikes process k, the
 /// k-th pause the k-th process from the end, each at its own point of the run; and the long
-/// holds during which the server-side faults strike, one per strike, on the processes in turn.
+/// holds during which the server-side faults strike, one per strike, on the processes in
+/// turn (by the last task). No two fall on the same acquisition of a task.
 fn triggers(scenario: &Scenario, process: usize) -> Vec<Trigger> {
     let mut triggers = Vec::new();
     let p = scenario.processes;
+    let has = |fault| scenario.faults.contains(&fault);
+    for k in 0..scenario.injections {
+        let at = scenario.count * (k + 1) / (scenario.injections + 1);
+        if has(Fault::HolderKill) && k % p == process {
+            push_free(&mut triggers, scenario.count, 0, at, Action::Die);
+        }
+        if has(Fault::HolderPause) && p - 1 - k % p == process {
+            push_free(&mut triggers, scenario.count, 0, at.max(1), Action::Pause);
+        }
+    }
     let server_side = scenario
         .faults
         .iter()
         .filter(|f| **f != Fault::None && !f.holder_side())
         .count();
-    for k in 0..scenario.injections * server_side {
+    let strikes = scenario.injections * server_side;
+    for k in 0..strikes {
         if k % p == process {
-            triggers.push(Trigger {
-                task: 0,
-                at: scenario.count * (k + 1) / (scenario.injections * server_side + 1),
-                action: Action::Linger,
-            });
-        }
-    }
-    for k in 0..scenario.injections {
-        let at = scenario.count * (k + 1) / (scenario.injections + 1);
-        if scenario.faults.contains(&Fault::HolderKill) && k % p == process {
-            triggers.push(Trigger {
-                task: 0,
+            let at = scenario.count * (k + 1) / (strikes + 1);
+            push_free(
+                &mut triggers,
+                scenario.count,
+                scenario.tasks - 1,
                 at,
-                action: Action::Die,
-            });
-        }
-        if scenario.faults.contains(&Fault::HolderPause) && p - 1 - k % p == process {
-            triggers.push(Trigger {
-                task: 0,
-                at: at.max(1),
-                action: Action::Pause,
-            });
+                Action::Linger,
+            );
         }
     }
     triggers
+}
+
+/// Adds a trigger for `task` at the first acquisition from `at` on that has none yet.
+fn push_free(triggers: &mut Vec<Trigger>, count: usize, task: usize, at: usize, action: Action) {
+    let taken = |at| {
+        triggers
+            .iter()
+            .any(|t: &Trigger| t.task == task && t.at == at)
+    };
+    if let Some(at) = (at..count).find(|&at| !taken(at)) {
+        triggers.push(Trigger { task, at, action });
+    }
 }
 
 fn process_of(worker: &str) -> usize {
@@ -540,10 +585,13 @@ fn collect(process: usize, mut child: Child, tx: mpsc::UnboundedSender<Message>)
 fn strike(
     fault: Fault,
     servers: &Servers,
+    lock: &str,
     lease: Duration,
 ) -> tokio::task::JoinHandle<Result<Injection, String>> {
     let outage = fault::outage(lease);
     let urls = servers.urls();
+    let lock = lock.to_string();
+    let latency = servers.proxy.as_ref().map(Proxy::knob);
     let handles: Vec<Option<SharedServer>> =
         servers.nodes.iter().map(|n| n.server.clone()).collect();
     let port = servers.nodes[0].port();
@@ -631,6 +679,60 @@ fn strike(
                 let rule = DropRule::add(port)?;
                 tokio::time::sleep(outage).await;
                 drop(rule);
+            }
+            Fault::Latency | Fault::LatencyHigh => {
+                let knob = latency.ok_or("the latency faults need the proxy")?;
+                let one_way = if fault == Fault::Latency {
+                    lease / 8
+                } else {
+                    lease / 2
+                };
+                knob.store(one_way.as_micros() as u64, Ordering::SeqCst);
+                tokio::time::sleep(outage).await;
+                knob.store(0, Ordering::SeqCst);
+            }
+            Fault::PacketBurst => {
+                let port = port.ok_or("packet-burst: the lock server's URL has no port")?;
+                let rule = DropRule::add(port)?;
+                tokio::time::sleep(lease / 3).await;
+                drop(rule);
+            }
+            Fault::BusyScript => {
+                let mut con = admin(&urls[0], outage).await?;
+                let config = |value: &str| {
+                    redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("busy-reply-threshold")
+                        .arg(value)
+                        .clone()
+                };
+                config("100")
+                    .query_async::<()>(&mut con)
+                    .await
+                    .map_err(|err| format!("CONFIG SET refused: {err}"))?;
+                // A read-only script that spins for the outage (the server's own clock).
+                let spin = redis::Script::new(include_str!("spin.lua"));
+                let spun = spin
+                    .arg(outage.as_micros() as u64)
+                    .invoke_async::<()>(&mut con)
+                    .await
+                    .map_err(|err| format!("the busy script failed: {err}"));
+                config("5000")
+                    .query_async::<()>(&mut con)
+                    .await
+                    .map_err(|err| format!("CONFIG SET refused: {err}"))?;
+                spun?;
+            }
+            Fault::ServerClockJump => {
+                let mut con = admin(&urls[0], outage).await?;
+                // The key's TTL cut short, as a server clock jumping a lease ahead would.
+                redis::cmd("PEXPIRE")
+                    .arg(&lock)
+                    .arg(1)
+                    .arg("XX")
+                    .query_async::<()>(&mut con)
+                    .await
+                    .map_err(|err| format!("PEXPIRE refused: {err}"))?;
             }
             Fault::None | Fault::HolderKill | Fault::HolderPause => {}
         }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use redis_locks::history::{History, Interval};
 use serde::Serialize;
 
-use super::plan::{Access, Release};
+use super::plan::{Access, CheckPrimitive, Release};
 use super::scenario::{Record, Scenario};
 
 /// What the checks found in one run.
@@ -168,7 +168,8 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         .filter(|h| h.read == Access::Refused || h.write == Access::Refused)
         .count();
     let (loss_signals, loss_margin_ms, loss_lead_ms) = loss_margin(scenario, record);
-    let overlaps_expected = scenario.faults.iter().any(|f| f.breaks_exclusion());
+    let redlock = scenario.primitive == CheckPrimitive::Redlock && scenario.algorithm.fenced();
+    let overlaps_expected = scenario.faults.iter().any(|f| f.breaks_exclusion(redlock));
     let passed = (report.overlaps.is_empty() || overlaps_expected)
         && token_regressions.unwrap_or(0) == 0
         && lost_updates == 0
@@ -347,6 +348,29 @@ mod tests {
         let verdict = judge(&scenario(Algorithm::Ours), &run);
         assert_eq!(verdict.overlaps, 1);
         assert!(!verdict.passed);
+    }
+
+    #[test]
+    fn overlaps_are_excused_only_under_a_fault_that_forgets_the_lock() {
+        let run = || {
+            record(vec![
+                holding("a", 1, 0, 50, 100),
+                holding("b", 2, 40, 60, 140),
+            ])
+        };
+        let mut restart = scenario(Algorithm::Ours);
+        restart.faults = vec![Fault::ServerRestart];
+        let verdict = judge(&restart, &run());
+        assert_eq!(verdict.overlaps, 1);
+        assert!(verdict.overlaps_expected && verdict.passed, "{verdict:?}");
+        // A Redlock keeps its majority when one node forgets: no excuse there.
+        restart.primitive = CheckPrimitive::Redlock;
+        let verdict = judge(&restart, &run());
+        assert!(!verdict.overlaps_expected && !verdict.passed, "{verdict:?}");
+        // Nor under any other fault.
+        let mut kill = scenario(Algorithm::Ours);
+        kill.faults = vec![Fault::HolderKill];
+        assert!(!judge(&kill, &run()).passed);
     }
 
     #[test]
