@@ -142,7 +142,14 @@ fn a_silent_partition_tells_the_holder_in_time() {
         eprintln!("skipped: the partition fault needs root and iptables");
         return;
     }
-    let (code, report) = check(&["--fault", "partition", "--fault", "packet-burst"]);
+    let (code, report) = check(&[
+        "--fault",
+        "partition",
+        "--fault",
+        "packet-burst",
+        "--fault",
+        "packet-loss",
+    ]);
     assert_eq!(code, 0, "{report:#}");
     let v = verdict(&report, "partition");
     assert!(num(v, "loss_signals") >= 1, "{v:#}");
@@ -150,6 +157,23 @@ fn a_silent_partition_tells_the_holder_in_time() {
     // Packets held back for a third of the lease and then delivered in a burst: the holder
     // rides it out (its renewal is retried within the lease).
     assert_eq!(num(verdict(&report, "packet-burst"), "injections"), 1);
+    assert_eq!(num(verdict(&report, "packet-loss"), "injections"), 1);
+}
+
+#[test]
+fn a_server_of_the_users_is_checked_and_left_clean() {
+    let server = test_support::RedisServer::start().unwrap();
+    let url = server.url();
+    let (code, report) = check(&["--redis", &url, "--fault", "client-kill"]);
+    assert_eq!(code, 0, "{report:#}");
+    let v = verdict(&report, "client-kill");
+    assert_eq!(num(v, "acquisitions"), 120);
+    assert_eq!(num(v, "injections"), 1);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
 }
 
 fn iptables_works() -> bool {

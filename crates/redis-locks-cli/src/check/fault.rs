@@ -58,6 +58,10 @@ pub enum Fault {
     /// The lock server's port is cut off silently for a third of the lease and then opened
     /// again: TCP retransmits what was held back in a burst (row 7; root and iptables).
     PacketBurst,
+    /// One packet in ten to the lock server's port dropped at random (an iptables
+    /// `statistic` rule) for 1.5 leases: TCP retransmits them late (row 7; root and
+    /// iptables).
+    PacketLoss,
     /// A read-only script runs on the lock server for 1.5 leases with `busy-reply-threshold`
     /// at 100 ms, so every other command gets `BUSY` meanwhile (row 16).
     BusyScript,
@@ -87,6 +91,7 @@ impl Fault {
             Fault::Latency => "latency",
             Fault::LatencyHigh => "latency-high",
             Fault::PacketBurst => "packet-burst",
+            Fault::PacketLoss => "packet-loss",
             Fault::BusyScript => "busy-script",
             Fault::RedlockMinority => "redlock-minority",
             Fault::RedlockMajority => "redlock-majority",
@@ -129,7 +134,10 @@ impl Fault {
 
     /// Whether the fault needs root and iptables.
     pub fn needs_iptables(self) -> bool {
-        matches!(self, Fault::Partition | Fault::PacketBurst)
+        matches!(
+            self,
+            Fault::Partition | Fault::PacketBurst | Fault::PacketLoss
+        )
     }
 }
 
@@ -139,34 +147,55 @@ pub fn signal(pid: u32, signal: Signal) {
     let _ = kill(Pid::from_raw(pid as i32), signal);
 }
 
-/// An iptables rule that drops loopback packets to one port, removed when dropped.
+/// An iptables rule that drops loopback packets to one port (all of them, or one in ten at
+/// random), removed when dropped.
 pub struct DropRule {
     port: u16,
+    some: bool,
 }
 
 impl DropRule {
-    /// Adds the rule.
+    /// Adds the rule: every packet to `port` dropped.
     ///
     /// # Errors
     /// A message when iptables is missing or refuses (not root).
     pub fn add(port: u16) -> Result<DropRule, String> {
-        iptables("-I", port)?;
-        Ok(DropRule { port })
+        iptables("-I", port, false)?;
+        Ok(DropRule { port, some: false })
+    }
+
+    /// Adds the rule: one packet in ten to `port` dropped, at random.
+    ///
+    /// # Errors
+    /// As [`DropRule::add`].
+    pub fn add_random(port: u16) -> Result<DropRule, String> {
+        iptables("-I", port, true)?;
+        Ok(DropRule { port, some: true })
     }
 }
 
 impl Drop for DropRule {
     fn drop(&mut self) {
-        let _ = iptables("-D", self.port);
+        let _ = iptables("-D", self.port, self.some);
     }
 }
 
-fn iptables(op: &str, port: u16) -> Result<(), String> {
+fn iptables(op: &str, port: u16, some: bool) -> Result<(), String> {
     let port = port.to_string();
+    let mut args = vec!["-w", op, "INPUT", "-i", "lo", "-p", "tcp", "--dport", &port];
+    if some {
+        args.extend([
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            "0.1",
+        ]);
+    }
+    args.extend(["-j", "DROP"]);
     let status = Command::new("iptables")
-        .args([
-            "-w", op, "INPUT", "-i", "lo", "-p", "tcp", "--dport", &port, "-j", "DROP",
-        ])
+        .args(&args)
         .status()
         .map_err(|err| format!("iptables cannot run: {err}"))?;
     if status.success() {

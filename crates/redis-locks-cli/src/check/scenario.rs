@@ -697,6 +697,12 @@ fn strike(
                 tokio::time::sleep(lease / 3).await;
                 drop(rule);
             }
+            Fault::PacketLoss => {
+                let port = port.ok_or("packet-loss: the lock server's URL has no port")?;
+                let rule = DropRule::add_random(port)?;
+                tokio::time::sleep(outage).await;
+                drop(rule);
+            }
             Fault::BusyScript => {
                 let mut con = admin(&urls[0], outage).await?;
                 let config = |value: &str| {
@@ -804,19 +810,33 @@ async fn watch_ttl(
 }
 
 /// Deletes what a run left on a server it did not start (the fencing counter and the
-/// companions of the lock).
+/// companions of the lock), found with `SCAN` (never `KEYS` on somebody's server).
 async fn cleanup(urls: &[String], lock: &str) {
     for url in urls {
-        if let Ok(mut con) = cli_support::connection(url).await {
-            let keys: Vec<String> = redis::cmd("KEYS")
+        let Ok(mut con) = cli_support::connection(url).await else {
+            continue;
+        };
+        let mut cursor = 0u64;
+        loop {
+            let Ok((next, keys)) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
                 .arg(format!("*{lock}*"))
-                .query_async(&mut con)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async::<(u64, Vec<String>)>(&mut con)
                 .await
-                .unwrap_or_default();
+            else {
+                break;
+            };
             if !keys.is_empty() {
                 let _: redis::RedisResult<u64> =
                     redis::cmd("DEL").arg(keys).query_async(&mut con).await;
             }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
         }
     }
 }
