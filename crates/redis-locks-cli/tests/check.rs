@@ -374,3 +374,52 @@ fn bad_input_is_refused_with_a_usage_or_unavailable_code() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn an_interrupted_check_stops_its_servers_and_workers() {
+    use std::time::{Duration, Instant};
+    let mut child = common::command()
+        .args(["check", "--fault", "server-pause", "--lease", "1s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait (bounded) until it has its servers and workers: its children.
+    let children = |pid: u32| -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let started = loop {
+        let now = children(pid);
+        if now.len() >= 6 {
+            break now; // 2 servers, 4 workers
+        }
+        assert!(Instant::now() < deadline, "never started: {now:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Into the run, likely with the server frozen by the fault.
+    std::thread::sleep(Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "interrupted: nothing proven");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for p in started {
+        while std::path::Path::new(&format!("/proc/{p}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+        {
+            assert!(Instant::now() < deadline, "process {p} outlived the check");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

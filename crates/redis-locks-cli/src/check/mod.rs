@@ -128,7 +128,16 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
         if !args.json {
             eprintln!("check: {} ...", scenario.label());
         }
-        let record = scenario::run(&scenario, &args.redis).await?;
+        // Interrupted, the run is dropped: its workers are killed, its servers stopped, its
+        // faults undone (a stopped server resumed, an iptables rule removed).
+        let record = tokio::select! {
+            record = scenario::run(&scenario, &args.redis) => record?,
+            signal = interrupted() => {
+                return Err(CliError::CheckFailed(format!(
+                    "interrupted by {signal}: nothing is proven; servers and workers stopped"
+                )));
+            }
+        };
         let verdict = verdict::judge(&scenario, &record);
         done.push((scenario, record, verdict));
     }
@@ -277,6 +286,24 @@ fn scenarios(args: &CheckArgs) -> Result<Vec<Scenario>, CliError> {
         ));
     }
     Ok(scenarios)
+}
+
+/// Resolves at the first SIGINT, SIGTERM or SIGHUP, naming it.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        // No signal handling here: never resolves, the default actions apply.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+        _ = hup.recv() => "SIGHUP",
+    }
 }
 
 /// Refuses a `--redis` server that cannot be reached or is not Redis, before any worker.
