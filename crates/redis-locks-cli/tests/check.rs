@@ -266,9 +266,12 @@ fn setnx_expire_is_caught_leaving_a_lock_that_never_expires() {
     let (code, report) = legacy("setnx-expire");
     assert_eq!(code, 1, "{report:#}");
     let kill = verdict(&report, "holder-kill");
-    // Killed between SETNX and EXPIRE: the key has no TTL, and everyone waits forever.
+    // Killed between SETNX and EXPIRE: the key has no TTL and never expires. Whoever still
+    // wanted the lock waits forever (hung), unless the others were done by then (this lock
+    // is unfair: a task that sleeps 10 ms between tries may come last); the key is left
+    // without a TTL either way, and the final look finds it.
     assert!(num(kill, "keys_without_ttl") >= 1, "{kill:#}");
-    assert_eq!(kill["hung"], true, "{kill:#}");
+    assert_eq!(kill["passed"], false, "{kill:#}");
     let pause = verdict(&report, "holder-pause");
     assert!(num(pause, "overlaps") >= 1, "{pause:#}");
     assert!(num(pause, "lost_updates") >= 1, "{pause:#}");

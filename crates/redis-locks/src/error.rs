@@ -316,8 +316,8 @@ pub enum Error {
     },
     /// Redis could not be reached, or did not answer in time, or the connection dropped, or
     /// it cannot serve anyone now (`BUSY`: a script runs past `busy-reply-threshold`;
-    /// `LOADING`: it loads its data after a restart) — each passes, so the request may be
-    /// sent again. For a release or extension, the outcome is then unknown; the lease still
+    /// `LOADING`: it loads its data after a restart) — each passes, so an acquire may be
+    /// tried again. For a release or extension, the outcome is then unknown; the lease still
     /// bounds it.
     #[error("Redis connection failed ({phase}): {source}")]
     Connection {
@@ -438,7 +438,8 @@ pub(crate) fn is_auth_failure(err: &redis::RedisError) -> bool {
 /// Whether a redis-rs error means the server was not reached or did not answer: no
 /// connection, a timeout, or a server that cannot serve anyone now — `BUSY` (a script runs
 /// past `busy-reply-threshold`) and `LOADING` (it loads its data after a restart). Those two
-/// pass: the request may be sent again.
+/// pass, so an acquire may be tried again; as for any connection error, what a request in a
+/// pipeline of several did before the one refused is unknown to the caller.
 pub(crate) fn is_connection_failure(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_timeout()

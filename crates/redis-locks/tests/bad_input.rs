@@ -392,3 +392,38 @@ async fn a_server_busy_with_a_script_is_a_connection_error_that_passes() {
     guard.release().await.unwrap();
     assert!(!exists(&server, "busy"));
 }
+
+#[tokio::test]
+async fn a_server_that_lost_its_script_cache_gets_the_scripts_again_with_the_call() {
+    let server = server();
+    let client = client(&server).await;
+    let mutex = client.mutex("flushed").unwrap();
+    mutex.try_lock().await.unwrap().release().await.unwrap();
+    // As after a restart or a failover: the server knows none of the scripts now.
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query::<()>(&mut raw(&server))
+        .unwrap();
+    let guard = mutex.try_lock().await.unwrap();
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    assert!(pttl(&server, "flushed") > 4000, "the extension ran");
+    guard.release().await.unwrap();
+    assert!(!exists(&server, "flushed"));
+    // The scripts are cached again (loaded with their calls).
+    let cached: Vec<i64> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(redis::Script::new("return 1").get_hash())
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(cached, vec![0], "only the lock's scripts were loaded");
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query(&mut raw(&server))
+        .unwrap();
+    let scripts = info
+        .lines()
+        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap();
+    assert!(scripts >= 2, "{info}");
+}

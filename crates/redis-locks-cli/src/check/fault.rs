@@ -98,7 +98,8 @@ impl Fault {
         }
     }
 
-    /// Whether the fault needs the lock servers' processes (a private server).
+    /// Whether the fault needs private lock servers: their processes, a setting it changes
+    /// (`busy-reply-threshold`), or loopback ports it cuts off with iptables.
     pub fn needs_private_servers(self) -> bool {
         matches!(
             self,
@@ -107,7 +108,37 @@ impl Fault {
                 | Fault::ServerRestartAof
                 | Fault::RedlockMinority
                 | Fault::RedlockMajority
+                | Fault::BusyScript
+                | Fault::Partition
+                | Fault::PacketBurst
+                | Fault::PacketLoss
         )
+    }
+
+    /// Whether a holder that depends on its renewals while this fault strikes must be told
+    /// it lost the lock (the server cannot renew for longer than the lease, or forgot it).
+    /// A Redlock loses only the first node to the single-server faults, so only a lost
+    /// majority tells its holder.
+    pub fn tells_holder(self, redlock: bool) -> bool {
+        if redlock {
+            return self == Fault::RedlockMajority;
+        }
+        matches!(
+            self,
+            Fault::ServerPause
+                | Fault::ServerSleep
+                | Fault::ClientPause
+                | Fault::Partition
+                | Fault::LatencyHigh
+                | Fault::BusyScript
+                | Fault::ServerRestart
+                | Fault::ServerClockJump
+        )
+    }
+
+    /// Whether no holder may lose its lock to this fault: latency under the design threshold.
+    pub fn keeps_holder(self) -> bool {
+        self == Fault::Latency
     }
 
     /// Whether the fault applies to Redlock only.

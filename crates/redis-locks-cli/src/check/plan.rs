@@ -199,6 +199,13 @@ pub enum Event {
         /// one the expiry it asked for.
         lease_end: u64,
     },
+    /// A long holder's lease was renewed: its lease now ends at `lease_end` (Unix ns).
+    Renewed {
+        /// `p<process>t<task>`.
+        worker: String,
+        /// When the renewed lease ends.
+        lease_end: u64,
+    },
     /// A holding finished.
     Held(Holding),
     /// The worker is about to stop itself (SIGSTOP); `check` resumes it after the lease.

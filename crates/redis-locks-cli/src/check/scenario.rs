@@ -126,6 +126,9 @@ pub struct Record {
     pub keys_without_ttl: u64,
     /// The resource at the end.
     pub tally: Tally,
+    /// How many faults the plan could strike (a holder killed before its own pause or long
+    /// hold takes those with it).
+    pub expected_injections: usize,
 }
 
 /// The servers of one run.
@@ -265,20 +268,26 @@ enum Message {
     Exited {
         process: usize,
         killed: bool,
+        /// It ended with a non-zero exit code.
+        failed: bool,
         stderr: String,
         at: u64,
     },
 }
 
-/// Runs one scenario against `urls` (private servers when empty).
-pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliError> {
+/// A fresh lock name for one run (its keys, and the resource's, all begin with it).
+pub fn lock_name() -> String {
+    format!("redis-locks-check:{:08x}", rand::random::<u32>())
+}
+
+/// Runs one scenario on the lock `lock` against `urls` (private servers when empty).
+pub async fn run(scenario: &Scenario, urls: &[String], lock: &str) -> Result<Record, CliError> {
     let mut servers = Servers::start(scenario, urls)?;
     if scenario.faults.iter().any(|f| f.needs_proxy()) {
         servers.add_proxy().await?;
     }
-    let id = format!("{:08x}", rand::random::<u32>());
-    let lock = format!("redis-locks-check:{id}");
-    let resource_prefix = format!("redis-locks-check:{id}:resource");
+    let lock = lock.to_string();
+    let resource_prefix = format!("{lock}:resource");
     let resource = Resource::new(
         cli_support::connection(&servers.resource.url()).await?,
         &resource_prefix,
@@ -286,10 +295,12 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
     let start_at_ms = now_nanos() / 1_000_000 + START_DELAY_MS;
     let started_at = start_at_ms * 1_000_000;
 
-    // The workers.
+    // The workers, and how many faults they will let strike.
+    let plans = plan_triggers(scenario);
+    let expected_injections = expected_injections(scenario, &plans);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut pids = Vec::new();
-    for process in 0..scenario.processes {
+    for (process, triggers) in plans.into_iter().enumerate() {
         let plan = Plan {
             urls: servers.worker_urls(),
             resource_url: servers.resource.url(),
@@ -303,7 +314,7 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
             lease_ms: scenario.lease.as_millis() as u64,
             hold_us: scenario.hold.as_micros() as u64,
             start_at_ms,
-            triggers: triggers(scenario, process),
+            triggers,
         };
         let child = spawn_worker(&plan)?;
         pids.push(child.id().unwrap_or(0));
@@ -335,7 +346,13 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
     let mut failures = Vec::new();
     let mut retries = 0;
     let mut running = scenario.processes;
+    let mut exited = vec![false; scenario.processes];
     let mut hung = false;
+    // Long holds that came while a fault was still striking: the next strike follows at once.
+    let mut waiting_strikes = 0usize;
+    // Stopped holders already resumed: SIGCONT again until their holding ends (a SIGCONT
+    // that came before the SIGSTOP took effect would be lost).
+    let mut resumed: Vec<(u32, String)> = Vec::new();
     let mut stopped: Vec<Stopped> = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     let server_faults: Vec<Fault> = scenario
@@ -359,12 +376,23 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
                         progress = tokio::time::Instant::now();
                         open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end });
                     }
+                    Event::Renewed { worker, lease_end } => {
+                        if let Some(hold) = open.get_mut(&worker) {
+                            hold.lease_end = hold.lease_end.max(lease_end);
+                        }
+                    }
                     Event::Held(holding) => {
                         for stop in &mut stopped {
-                            if stop.worker != holding.worker && holding.acquired_at > stop.start {
+                            // A reader raises no token: only a writer's access stops the
+                            // stopped holder's late write.
+                            if stop.worker != holding.worker
+                                && !holding.shared
+                                && holding.acquired_at > stop.start
+                            {
                                 stop.overtaken = true;
                             }
                         }
+                        resumed.retain(|(_, worker)| *worker != holding.worker);
                         open.remove(&holding.worker);
                         holdings.push(holding);
                     }
@@ -381,18 +409,23 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
                         });
                     }
                     Event::Lingering { .. } => {
-                        if striking.is_none()
-                            && let Some(fault) = strikes.next()
-                        {
-                            striking = Some(strike(fault, &servers, &lock, scenario.lease));
+                        if striking.is_none() {
+                            if let Some(fault) = strikes.next() {
+                                striking = Some(strike(fault, &servers, &lock, scenario.lease));
+                            }
+                        } else {
+                            waiting_strikes += 1;
                         }
                     }
                     Event::Retry { .. } => retries += 1,
                     Event::Failed { worker, message } => failures.push(format!("{worker}: {message}")),
                     Event::Done { .. } => {}
                 },
-                Some(Message::Exited { process, killed, stderr, at }) => {
+                Some(Message::Exited { process, killed, failed, stderr, at }) => {
                     running -= 1;
+                    if let Some(gone) = exited.get_mut(process) {
+                        *gone = true;
+                    }
                     let prefix = format!("p{process}t");
                     let dead: Vec<String> = open.keys().filter(|w| w.starts_with(&prefix)).cloned().collect();
                     for worker in dead {
@@ -404,22 +437,27 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
                         if scenario.faults.contains(&Fault::HolderKill) {
                             injections.push(Injection { fault: Fault::HolderKill, start: at, end: at });
                         }
-                    } else if !stderr.trim().is_empty() {
-                        failures.push(format!("worker p{process}: {}", stderr.trim()));
+                    } else if failed {
+                        failures.push(format!("worker p{process} failed: {}", stderr.trim()));
                     }
                 }
                 None => break,
             },
-            _ = tick.tick(), if !stopped.is_empty() => {
+            _ = tick.tick(), if !stopped.is_empty() || !resumed.is_empty() => {
                 let now = tokio::time::Instant::now();
                 stopped.retain(|stop| {
                     let due = (stop.overtaken && now >= stop.earliest) || now >= stop.latest;
                     if due {
-                        fault::signal(stop.pid, Signal::SIGCONT);
+                        resumed.push((stop.pid, stop.worker.clone()));
                         injections.push(Injection { fault: Fault::HolderPause, start: stop.start, end: now_nanos() });
                     }
                     !due
                 });
+                for (pid, worker) in &resumed {
+                    if !exited.get(process_of(worker)).copied().unwrap_or(true) {
+                        fault::signal(*pid, Signal::SIGCONT);
+                    }
+                }
             }
             done = async { striking.as_mut().expect("guarded").await }, if striking.is_some() => {
                 striking = None;
@@ -428,12 +466,21 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
                     Ok(Err(message)) => failures.push(format!("fault: {message}")),
                     Err(err) => failures.push(format!("fault: {err}")),
                 }
+                if waiting_strikes > 0
+                    && let Some(fault) = strikes.next()
+                {
+                    waiting_strikes -= 1;
+                    striking = Some(strike(fault, &servers, &lock, scenario.lease));
+                }
             }
             _ = tokio::time::sleep_until(deadline.min(progress + stall)) => {
                 hung = true;
-                for &pid in &pids {
-                    fault::signal(pid, Signal::SIGCONT);
-                    fault::signal(pid, Signal::SIGKILL);
+                // Only workers not reaped yet: a reaped one's pid may be another's now.
+                for (process, &pid) in pids.iter().enumerate() {
+                    if !exited[process] {
+                        fault::signal(pid, Signal::SIGCONT);
+                        fault::signal(pid, Signal::SIGKILL);
+                    }
                 }
                 break;
             }
@@ -446,7 +493,9 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
         injections.push(injection);
     }
     for stop in stopped {
-        fault::signal(stop.pid, Signal::SIGCONT);
+        if !exited[process_of(&stop.worker)] {
+            fault::signal(stop.pid, Signal::SIGCONT);
+        }
     }
     if hung {
         crashed.extend(open.into_values());
@@ -458,9 +507,6 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
         .tally()
         .await
         .map_err(|err| CliError::Unavailable(format!("cannot read the checked resource: {err}")))?;
-    if !urls.is_empty() {
-        cleanup(&servers.urls(), &lock).await;
-    }
     injections.sort_by_key(|i| i.start);
     Ok(Record {
         started_at,
@@ -473,45 +519,93 @@ pub async fn run(scenario: &Scenario, urls: &[String]) -> Result<Record, CliErro
         hung,
         keys_without_ttl: no_ttl.load(Ordering::SeqCst),
         tally,
+        expected_injections,
     })
 }
 
-/// The holder-side faults of worker `process`: the k-th holder kill strikes process k, the
-/// k-th pause the k-th process from the end, each at its own point of the run; and the long
-/// holds during which the server-side faults strike, one per strike, on the processes in
-/// turn (by the last task). No two fall on the same acquisition of a task.
-fn triggers(scenario: &Scenario, process: usize) -> Vec<Trigger> {
-    let mut triggers = Vec::new();
+/// The faults every worker strikes itself, by process: the k-th holder kill strikes process
+/// k, the k-th pause the k-th process from the end, each at its own point of the run; the
+/// long holds during which the server-side faults strike go, one per strike, to the
+/// processes that no kill strikes (all of them if every one is killed), in turn, by their
+/// last task. No two fall on the same acquisition of a task.
+fn plan_triggers(scenario: &Scenario) -> Vec<Vec<Trigger>> {
     let p = scenario.processes;
+    let mut plans = vec![Vec::new(); p];
     let has = |fault| scenario.faults.contains(&fault);
     for k in 0..scenario.injections {
         let at = scenario.count * (k + 1) / (scenario.injections + 1);
-        if has(Fault::HolderKill) && k % p == process {
-            push_free(&mut triggers, scenario.count, 0, at, Action::Die);
+        if has(Fault::HolderKill) {
+            push_free(&mut plans[k % p], scenario.count, 0, at, Action::Die);
         }
-        if has(Fault::HolderPause) && p - 1 - k % p == process {
-            push_free(&mut triggers, scenario.count, 0, at.max(1), Action::Pause);
-        }
-    }
-    let server_side = scenario
-        .faults
-        .iter()
-        .filter(|f| **f != Fault::None && !f.holder_side())
-        .count();
-    let strikes = scenario.injections * server_side;
-    for k in 0..strikes {
-        if k % p == process {
-            let at = scenario.count * (k + 1) / (strikes + 1);
+        if has(Fault::HolderPause) {
+            let pause = at.max(1);
             push_free(
-                &mut triggers,
+                &mut plans[p - 1 - k % p],
                 scenario.count,
-                scenario.tasks - 1,
-                at,
-                Action::Linger,
+                0,
+                pause,
+                Action::Pause,
             );
         }
     }
-    triggers
+    let strikes = scenario.injections * server_side(scenario);
+    let spared: Vec<usize> = (0..p)
+        .filter(|&n| !plans[n].iter().any(|t| t.action == Action::Die))
+        .collect();
+    let hosts = if spared.is_empty() {
+        (0..p).collect()
+    } else {
+        spared
+    };
+    for k in 0..strikes {
+        let at = scenario.count * (k + 1) / (strikes + 1);
+        let task = scenario.tasks - 1;
+        push_free(
+            &mut plans[hosts[k % hosts.len()]],
+            scenario.count,
+            task,
+            at,
+            Action::Linger,
+        );
+    }
+    plans
+}
+
+/// How many server-side faults a run strikes (each `--injections` times).
+fn server_side(scenario: &Scenario) -> usize {
+    scenario
+        .faults
+        .iter()
+        .filter(|f| **f != Fault::None && !f.holder_side())
+        .count()
+}
+
+/// How many faults can strike as planned: a kill per killed process, every pause and long
+/// hold that comes before its process is killed, a server-side strike per long hold.
+fn expected_injections(scenario: &Scenario, plans: &[Vec<Trigger>]) -> usize {
+    let mut kills = 0;
+    let mut pauses = 0;
+    let mut lingers = 0;
+    for plan in plans {
+        let death = plan
+            .iter()
+            .filter(|t| t.action == Action::Die)
+            .map(|t| t.at)
+            .min();
+        kills += usize::from(death.is_some());
+        let lives = |t: &&Trigger| death.is_none_or(|death| t.at < death);
+        pauses += plan
+            .iter()
+            .filter(|t| t.action == Action::Pause)
+            .filter(lives)
+            .count();
+        lingers += plan
+            .iter()
+            .filter(|t| t.action == Action::Linger)
+            .filter(lives)
+            .count();
+    }
+    kills + pauses + lingers.min(scenario.injections * server_side(scenario))
 }
 
 /// Adds a trigger for `task` at the first acquisition from `at` on that has none yet.
@@ -541,6 +635,8 @@ fn spawn_worker(plan: &Plan) -> Result<Child, CliError> {
     let plan = serde_json::to_string(plan).expect("plain data serializes");
     Command::new(exe)
         .arg("check-worker")
+        // The library's logs are not the worker's report.
+        .env_remove("RUST_LOG")
         .arg(plan)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -571,9 +667,11 @@ fn collect(process: usize, mut child: Child, tx: mpsc::UnboundedSender<Message>)
         let killed = status.is_some_and(|s| {
             std::os::unix::process::ExitStatusExt::signal(&s) == Some(Signal::SIGKILL as i32)
         });
+        let failed = !killed && !status.is_some_and(|s| s.success());
         let _ = tx.send(Message::Exited {
             process,
             killed,
+            failed,
             stderr: text,
             at: now_nanos(),
         });
@@ -811,7 +909,7 @@ async fn watch_ttl(
 
 /// Deletes what a run left on a server it did not start (the fencing counter and the
 /// companions of the lock), found with `SCAN` (never `KEYS` on somebody's server).
-async fn cleanup(urls: &[String], lock: &str) {
+pub async fn cleanup(urls: &[String], lock: &str) {
     for url in urls {
         let Ok(mut con) = cli_support::connection(url).await else {
             continue;

@@ -21,6 +21,8 @@ use crate::contend::wait_until;
 
 /// How long a task waits after a failed request before it tries again (a fault at work).
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
+/// How often a long holder looks whether a renewal moved its lease end.
+const RENEWAL_WATCH: Duration = Duration::from_millis(10);
 /// How many failed requests in a row a task takes before it gives up.
 const MAX_RETRIES: u32 = 500;
 
@@ -193,7 +195,25 @@ impl Task {
         match &hold {
             // The work stops the moment the lock is lost.
             Hold::Ours(guard) => {
+                let renewals = async {
+                    // A long hold says when its renewals move its lease end, so that if its
+                    // process is killed `check` knows how long it held.
+                    let mut deadline = guard.lease_deadline();
+                    loop {
+                        tokio::time::sleep(RENEWAL_WATCH).await;
+                        let now = guard.lease_deadline();
+                        if now > deadline {
+                            deadline = now;
+                            self.emit(&Event::Renewed {
+                                worker: self.worker.clone(),
+                                lease_end: wall_time(now),
+                            })
+                            .await;
+                        }
+                    }
+                };
                 tokio::select! {
+                    _ = renewals, if linger => {}
                     _ = tokio::time::sleep(work) => {}
                     reason = guard.lost() => {
                         if reason != LostReason::Released {
@@ -319,10 +339,12 @@ impl Task {
     }
 }
 
-/// The wall-clock time (Unix ns) of a monotonic instant, past or future.
+/// The wall-clock time (Unix ns) of a monotonic instant, past or future: the wall clock is
+/// read between two readings of the monotonic one, and set against their midpoint.
 fn wall_time(instant: tokio::time::Instant) -> u64 {
-    let now = tokio::time::Instant::now();
+    let before = tokio::time::Instant::now();
     let wall = now_nanos();
+    let now = before + (tokio::time::Instant::now() - before) / 2;
     if instant >= now {
         wall + (instant - now).as_nanos() as u64
     } else {

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, Value};
+use redis::{FromRedisValue, ServerErrorKind, Value};
 
 use crate::error::{Error, Phase, Result};
 
@@ -189,47 +189,58 @@ impl Node {
         let mut connection = self.inner.connection.clone();
         self.count_request();
         let hash = script.script().get_hash();
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(hash).arg(keys.len()).arg(keys).arg(args);
         let reply = if self.is_loaded(hash) {
-            // `EVALSHA`; after a restart that emptied the script cache, redis-rs loads it again.
-            let mut invocation = script.script().prepare_invoke();
-            for key in keys {
-                invocation.key(*key);
-            }
-            for arg in args {
-                invocation.arg(*arg);
-            }
-            invocation.invoke_async::<Value>(&mut connection).await
-        } else {
-            // The first call on this node: load and run in one round trip. Each reply comes
-            // back as it is, so the script's own error is reported as from `EVALSHA` alone.
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
-            pipe.cmd("EVALSHA")
-                .arg(hash)
-                .arg(keys.len())
-                .arg(keys)
-                .arg(args);
-            match pipe.query_async::<Vec<Value>>(&mut connection).await {
-                Ok(replies) => {
-                    let mut replies = replies.into_iter();
-                    match (replies.next(), replies.next()) {
-                        (Some(Value::ServerError(err)), _) => Err(err.into()),
-                        (_, Some(Value::ServerError(err))) => {
-                            self.mark_loaded(&[script]);
-                            Err(err.into())
-                        }
-                        (_, reply) => {
-                            self.mark_loaded(&[script]);
-                            Ok(reply.unwrap_or(Value::Nil))
-                        }
-                    }
+            match evalsha.query_async::<Value>(&mut connection).await {
+                // The server lost its script cache (a restart, a failover): load it again,
+                // with the call, in one more round trip.
+                Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    self.unmark_loaded(hash);
+                    self.count_request();
+                    self.load_and_run(script, &evalsha, &mut connection).await
                 }
-                Err(err) => Err(err),
+                other => other,
             }
+        } else {
+            self.load_and_run(script, &evalsha, &mut connection).await
         }
         .map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
+    }
+
+    /// `SCRIPT LOAD` and the script's `EVALSHA` in one round trip (the first call of a script
+    /// on this node, or the first after the server lost its script cache). The `EVALSHA`'s
+    /// reply is the answer, error or not — it ran whenever it did not say `NOSCRIPT`; only
+    /// then does a failed load (an ACL without `SCRIPT LOAD`, say) count.
+    async fn load_and_run(
+        &self,
+        script: &LockScript,
+        evalsha: &redis::Cmd,
+        connection: &mut ConnectionManager,
+    ) -> redis::RedisResult<Value> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+        pipe.add_command(evalsha.clone());
+        let mut replies = pipe
+            .query_async::<Vec<Value>>(connection)
+            .await?
+            .into_iter();
+        let (load, reply) = (replies.next(), replies.next().unwrap_or(Value::Nil));
+        let loaded = !matches!(load, Some(Value::ServerError(_)));
+        if loaded {
+            self.mark_loaded(&[script]);
+        }
+        match (load, reply) {
+            (Some(Value::ServerError(load)), Value::ServerError(err))
+                if err.kind() == Some(ServerErrorKind::NoScript) =>
+            {
+                Err(load.into())
+            }
+            (_, Value::ServerError(err)) => Err(err.into()),
+            (_, reply) => Ok(reply),
+        }
     }
 
     fn is_loaded(&self, hash: &str) -> bool {
@@ -238,6 +249,12 @@ impl Node {
             .lock()
             .map(|loaded| loaded.contains(hash))
             .unwrap_or(false)
+    }
+
+    fn unmark_loaded(&self, hash: &str) {
+        if let Ok(mut loaded) = self.inner.loaded.lock() {
+            loaded.remove(hash);
+        }
     }
 
     fn mark_loaded(&self, scripts: &[&LockScript]) {
