@@ -107,7 +107,7 @@ enum Commands {
     /// lock, fencing tokens increasing, no lost update, no stale write, no lock key without a
     /// TTL, nothing hung. Seed 000's algorithms (--algorithm setnx-expire|setnx-getset|
     /// naive-del) run through the same checks to show what they catch. Exit 0 when every check
-    /// holds, 1 when one fails.
+    /// holds, 1 when one fails or the run is interrupted.
     Check {
         #[command(flatten)]
         args: check::CheckArgs,

@@ -40,7 +40,11 @@ pub struct CheckArgs {
     #[arg(long, value_enum, default_values_t = [CheckPrimitive::Mutex])]
     pub primitive: Vec<CheckPrimitive>,
     /// A fault to inject, one row each; join faults with `+` to inject them in one run
-    /// (`server-pause+holder-kill`). Without it: none, holder-kill, holder-pause.
+    /// (`server-pause+holder-kill`). Without it: none, holder-kill, holder-pause. Faults:
+    /// none, holder-kill, holder-pause, server-pause, server-sleep, client-pause, client-kill,
+    /// server-restart, server-restart-aof, partition, server-clock-jump, latency,
+    /// latency-high, packet-burst, packet-loss, busy-script, redlock-minority,
+    /// redlock-majority (README: what each does).
     #[arg(long, value_parser = parse_faults)]
     pub fault: Vec<Vec<Fault>>,
     /// Worker processes.
@@ -387,5 +391,45 @@ fn print_table(verdicts: &[&Verdict]) {
         for example in &v.examples {
             println!("  - {example}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, ValueEnum};
+
+    use super::fault::Fault;
+    use super::parse_faults;
+
+    #[test]
+    fn the_help_names_every_fault_and_each_name_parses() {
+        let command = crate::Cli::command();
+        let check = command.find_subcommand("check").unwrap();
+        let fault = check
+            .get_arguments()
+            .find(|arg| arg.get_id() == "fault")
+            .unwrap();
+        let help = fault
+            .get_long_help()
+            .or(fault.get_help())
+            .unwrap()
+            .to_string();
+        for f in Fault::value_variants() {
+            assert!(
+                help.contains(f.label()),
+                "{} missing from: {help}",
+                f.label()
+            );
+            assert_eq!(parse_faults(f.label()), Ok(vec![*f]));
+        }
+        assert_eq!(
+            parse_faults("server-pause+holder-kill"),
+            Ok(vec![Fault::ServerPause, Fault::HolderKill])
+        );
+        assert!(
+            parse_faults("server-pause+")
+                .unwrap_err()
+                .contains("unknown fault")
+        );
     }
 }
