@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need from Debian's packages when it is missing: redis-server and
-# redis-cli, and iptables (for `redis-locks check --fault partition`, which needs root).
+# redis-cli; as root, iptables (for `redis-locks check --fault partition` and the packet
+# faults) and faketime (for `--fault client-clock-step`).
 # As root, or through sudo without a password; says clearly what to do when neither works.
 set -euo pipefail
 
@@ -8,6 +9,10 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server redis-tools)
 if [ "$(id -u)" -eq 0 ] && ! command -v iptables >/dev/null 2>&1; then
   missing+=(iptables)
+fi
+if [ "$(id -u)" -eq 0 ] && [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] \
+  && [ "$(uname -m)" = x86_64 ]; then
+  missing+=(faketime)
 fi
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

@@ -46,6 +46,11 @@ pub enum Fault {
     /// key's TTL cut to 1 ms (`PEXPIRE`). Kleppmann's scenario: on one server, mutual
     /// exclusion is NOT expected to hold; fencing must (row 11).
     ServerClockJump,
+    /// The workers' wall clock jumps an hour ahead for 1.5 leases, then back (libfaketime in
+    /// every worker, its monotonic clock left alone): leases are counted on the monotonic
+    /// clock only, so nothing may change — no holder told of a loss (row 12; needs the
+    /// `faketime` package).
+    ClientClockStep,
     /// 1/8 of the lease added each way (a round trip of a quarter lease) through an
     /// in-process proxy, for 1.5 leases: below the design threshold (a renewal every third
     /// of the lease, confirmed within the two thirds left), so no holder may lose its lock
@@ -88,6 +93,7 @@ impl Fault {
             Fault::ServerRestartAof => "server-restart-aof",
             Fault::Partition => "partition",
             Fault::ServerClockJump => "server-clock-jump",
+            Fault::ClientClockStep => "client-clock-step",
             Fault::Latency => "latency",
             Fault::LatencyHigh => "latency-high",
             Fault::PacketBurst => "packet-burst",
@@ -136,9 +142,10 @@ impl Fault {
         )
     }
 
-    /// Whether no holder may lose its lock to this fault: latency under the design threshold.
+    /// Whether no holder may lose its lock to this fault: latency under the design threshold,
+    /// a step of the client's wall clock.
     pub fn keeps_holder(self) -> bool {
-        self == Fault::Latency
+        matches!(self, Fault::Latency | Fault::ClientClockStep)
     }
 
     /// Whether the fault applies to Redlock only.
@@ -241,4 +248,48 @@ fn iptables(op: &str, port: u16, some: bool) -> Result<(), String> {
 /// How long a server-side fault lasts: past the lease, so that leases do run out in it.
 pub fn outage(lease: Duration) -> Duration {
     lease + lease / 2
+}
+
+/// Where Debian's `faketime` package puts the library.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// The workers' fake wall clock: a file libfaketime reads at every clock call, holding the
+/// offset from the real time (`+0`, `+3600s`); removed when dropped.
+pub struct FakeClock {
+    file: tempfile::NamedTempFile,
+}
+
+impl FakeClock {
+    /// A fake clock at the real time.
+    ///
+    /// # Errors
+    /// A message when libfaketime is not installed or the file cannot be made.
+    pub fn new() -> Result<FakeClock, String> {
+        if !std::path::Path::new(LIBFAKETIME).exists() {
+            return Err(format!(
+                "client-clock-step needs libfaketime ({LIBFAKETIME}): apt-get install faketime"
+            ));
+        }
+        let file = tempfile::NamedTempFile::new().map_err(|err| err.to_string())?;
+        std::fs::write(file.path(), "+0\n").map_err(|err| err.to_string())?;
+        Ok(FakeClock { file })
+    }
+
+    /// The environment that puts a worker on this clock.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("LD_PRELOAD", LIBFAKETIME.to_string()),
+            (
+                "FAKETIME_TIMESTAMP_FILE",
+                self.file.path().display().to_string(),
+            ),
+            ("FAKETIME_NO_CACHE", "1".to_string()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1".to_string()),
+        ]
+    }
+
+    /// The file's path, for the task that steps the clock.
+    pub fn path(&self) -> std::path::PathBuf {
+        self.file.path().to_path_buf()
+    }
 }

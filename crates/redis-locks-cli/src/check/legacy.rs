@@ -17,6 +17,8 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis_locks::history::now_nanos;
 
+use super::clock;
+
 use super::plan::{Algorithm, Release};
 
 /// How long a legacy waiter sleeps between attempts (the seed's 10 ms).
@@ -42,14 +44,16 @@ impl LegacyLock {
     }
 
     /// Takes the lock, retrying every 10 ms; `between` runs between the steps of a lock
-    /// taken in two requests (where a crash is injected). Returns when the lease ends (Unix
-    /// ns) as the algorithm set it.
+    /// taken in two requests (where a crash is injected). Returns when the lease ends as the
+    /// algorithm set it, on `check`'s clock (the algorithms themselves use the wall clock, as
+    /// seed 000 does).
     pub async fn acquire(&self, between: impl Fn()) -> redis::RedisResult<u64> {
         let mut con = self.con.clone();
         let lease_ms = self.lease.as_millis() as u64;
         loop {
-            let sent = now_nanos();
+            let sent = clock::now();
             let lease_end = sent + lease_ms * 1_000_000;
+            let expiry_ms = now_nanos() / 1_000_000 + lease_ms + 1;
             match self.algorithm {
                 Algorithm::SetnxExpire => {
                     let won: bool = redis::cmd("SETNX")
@@ -69,7 +73,6 @@ impl LegacyLock {
                     }
                 }
                 Algorithm::SetnxGetset => {
-                    let expiry_ms = lease_end / 1_000_000 + 1;
                     let won: bool = redis::cmd("SETNX")
                         .arg(&self.key)
                         .arg(expiry_ms)

@@ -9,6 +9,7 @@
 //! catch. Each scenario (algorithm × primitive × fault) is one row of the table.
 
 mod chart;
+mod clock;
 mod fault;
 mod legacy;
 pub mod plan;

@@ -115,8 +115,9 @@ pub struct Plan {
     pub lease_ms: u64,
     /// How long a holder works between its read and its write, in microseconds.
     pub hold_us: u64,
-    /// Wall-clock start (Unix ms), so every worker begins together.
-    pub start_at_ms: u64,
+    /// When to begin (the monotonic clock of [`clock`](super::clock), ns), so every worker
+    /// begins together.
+    pub start_at: u64,
     /// The holder-side faults of this worker.
     pub triggers: Vec<Trigger>,
 }
@@ -149,7 +150,7 @@ pub enum Release {
     Unchecked,
 }
 
-/// One holding of the lock, as its holder saw it. Times are Unix nanoseconds.
+/// One holding of the lock, as its holder saw it. Times are nanoseconds of the system's monotonic clock ([`clock`](super::clock)).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Holding {
     /// `p<process>t<task>`.
@@ -193,13 +194,13 @@ pub enum Event {
         seq: usize,
         /// The fencing token, if any.
         token: Option<u64>,
-        /// When acquire returned (Unix ns).
+        /// When acquire returned (monotonic ns).
         at: u64,
-        /// When the lease ends (Unix ns): the guard's deadline, or for an algorithm without
+        /// When the lease ends (monotonic ns): the guard's deadline, or for an algorithm without
         /// one the expiry it asked for.
         lease_end: u64,
     },
-    /// A long holder's lease was renewed: its lease now ends at `lease_end` (Unix ns).
+    /// A long holder's lease was renewed: its lease now ends at `lease_end` (monotonic ns).
     Renewed {
         /// `p<process>t<task>`.
         worker: String,

@@ -11,14 +11,14 @@ use cli_support::exit::CliError;
 use nix::sys::signal::Signal;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use redis_locks::history::now_nanos;
 use serde::Serialize;
 use test_support::RedisServer;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
-use super::fault::{self, DropRule, Fault};
+use super::clock::now as now_nanos;
+use super::fault::{self, DropRule, FakeClock, Fault};
 use super::plan::{Action, Algorithm, CheckPrimitive, Event, Holding, Plan, Trigger};
 use super::proxy::Proxy;
 use super::resource::{Resource, Tally};
@@ -137,6 +137,8 @@ struct Servers {
     resource: RedisServer,
     /// The latency proxy in front of the first lock server, when a fault needs it.
     proxy: Option<Proxy>,
+    /// The workers' fake wall clock, when a fault steps it.
+    fake_clock: Option<FakeClock>,
     _aof_dir: Option<tempfile::TempDir>,
 }
 
@@ -171,6 +173,7 @@ impl Servers {
                 nodes,
                 resource,
                 proxy: None,
+                fake_clock: None,
                 _aof_dir: None,
             });
         }
@@ -214,6 +217,7 @@ impl Servers {
             nodes,
             resource,
             proxy: None,
+            fake_clock: None,
             _aof_dir: aof_dir,
         })
     }
@@ -286,14 +290,16 @@ pub async fn run(scenario: &Scenario, urls: &[String], lock: &str) -> Result<Rec
     if scenario.faults.iter().any(|f| f.needs_proxy()) {
         servers.add_proxy().await?;
     }
+    if scenario.faults.contains(&Fault::ClientClockStep) {
+        servers.fake_clock = Some(FakeClock::new().map_err(CliError::Unavailable)?);
+    }
     let lock = lock.to_string();
     let resource_prefix = format!("{lock}:resource");
     let resource = Resource::new(
         cli_support::connection(&servers.resource.url()).await?,
         &resource_prefix,
     );
-    let start_at_ms = now_nanos() / 1_000_000 + START_DELAY_MS;
-    let started_at = start_at_ms * 1_000_000;
+    let started_at = now_nanos() + START_DELAY_MS * 1_000_000;
 
     // The workers, and how many faults they will let strike.
     let plans = plan_triggers(scenario);
@@ -313,10 +319,15 @@ pub async fn run(scenario: &Scenario, urls: &[String], lock: &str) -> Result<Rec
             count: scenario.count,
             lease_ms: scenario.lease.as_millis() as u64,
             hold_us: scenario.hold.as_micros() as u64,
-            start_at_ms,
+            start_at: started_at,
             triggers,
         };
-        let child = spawn_worker(&plan)?;
+        let env = servers
+            .fake_clock
+            .as_ref()
+            .map(FakeClock::env)
+            .unwrap_or_default();
+        let child = spawn_worker(&plan, &env)?;
         pids.push(child.id().unwrap_or(0));
         collect(process, child, tx.clone());
     }
@@ -629,7 +640,7 @@ fn process_of(worker: &str) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-fn spawn_worker(plan: &Plan) -> Result<Child, CliError> {
+fn spawn_worker(plan: &Plan, env: &[(&str, String)]) -> Result<Child, CliError> {
     let exe = std::env::current_exe()
         .map_err(|err| CliError::CannotRun(format!("cannot find this program: {err}")))?;
     let plan = serde_json::to_string(plan).expect("plain data serializes");
@@ -637,6 +648,7 @@ fn spawn_worker(plan: &Plan) -> Result<Child, CliError> {
         .arg("check-worker")
         // The library's logs are not the worker's report.
         .env_remove("RUST_LOG")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .arg(plan)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -690,6 +702,7 @@ fn strike(
     let urls = servers.urls();
     let lock = lock.to_string();
     let latency = servers.proxy.as_ref().map(Proxy::knob);
+    let fake_clock = servers.fake_clock.as_ref().map(FakeClock::path);
     let handles: Vec<Option<SharedServer>> =
         servers.nodes.iter().map(|n| n.server.clone()).collect();
     let port = servers.nodes[0].port();
@@ -794,6 +807,16 @@ fn strike(
                 let rule = DropRule::add(port)?;
                 tokio::time::sleep(lease / 3).await;
                 drop(rule);
+            }
+            Fault::ClientClockStep => {
+                let file = fake_clock.ok_or("client-clock-step needs the fake clock")?;
+                let step = |offset: &str| {
+                    std::fs::write(&file, offset)
+                        .map_err(|err| format!("cannot step the workers' clock: {err}"))
+                };
+                step("+3600s\n")?;
+                tokio::time::sleep(outage).await;
+                step("+0\n")?;
             }
             Fault::PacketLoss => {
                 let port = port.ok_or("packet-loss: the lock server's URL has no port")?;

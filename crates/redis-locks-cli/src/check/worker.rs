@@ -9,15 +9,14 @@ use std::time::Duration;
 use cli_support::exit::CliError;
 use cli_support::primitive::{Guard, Handle, Primitive};
 use nix::sys::signal::{Signal, raise};
-use redis_locks::history::now_nanos;
 use redis_locks::{Client, Error, LostReason};
 
+use super::clock::{self, now as now_nanos};
 use super::legacy::LegacyLock;
 use super::plan::{
     Access, Action, Algorithm, CheckPrimitive, Event, Holding, Plan, Release, Trigger,
 };
 use super::resource::Resource;
-use crate::contend::wait_until;
 
 /// How long a task waits after a failed request before it tries again (a fault at work).
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -48,7 +47,7 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
         }
         _ => Vec::new(),
     };
-    wait_until(plan.start_at_ms).await;
+    clock::sleep_until(plan.start_at).await;
     let mut tasks = Vec::new();
     for task in 0..plan.tasks {
         let lock = match plan.algorithm {
