@@ -43,8 +43,8 @@ pub struct CheckArgs {
     /// A fault to inject, one row each; join faults with `+` to inject them in one run
     /// (`server-pause+holder-kill`). Without it: none, holder-kill, holder-pause. Faults:
     /// none, holder-kill, holder-pause, server-pause, server-sleep, client-pause, client-kill,
-    /// server-restart, server-restart-aof, partition, server-clock-jump, latency,
-    /// latency-high, packet-burst, packet-loss, busy-script, redlock-minority,
+    /// server-restart, server-restart-aof, partition, server-clock-jump, client-clock-step,
+    /// latency, latency-high, packet-burst, packet-loss, busy-script, redlock-minority,
     /// redlock-majority (README: what each does).
     #[arg(long, value_parser = parse_faults)]
     pub fault: Vec<Vec<Fault>>,

@@ -174,6 +174,10 @@ pub struct Holding {
     pub paused: bool,
     /// A long hold ([`Action::Linger`]), during which a server-side fault struck.
     pub lingered: bool,
+    /// The largest step of its wall clock against the monotonic clock that a long holder saw
+    /// (ms): an hour under `client-clock-step`, about 0 otherwise.
+    #[serde(default)]
+    pub wall_step_ms: i64,
     /// The read of the resource.
     pub read: Access,
     /// The write of the resource.

@@ -328,6 +328,7 @@ mod tests {
             lost_at: None,
             paused: false,
             lingered: false,
+            wall_step_ms: 0,
             read: Access::Accepted,
             write: Access::Accepted,
             release: Release::Released,

@@ -180,6 +180,8 @@ impl Task {
         }
 
         let fencing = token.unwrap_or(0);
+        // The largest step of the wall clock a long holder saw (ms).
+        let mut wall_step: i64 = 0;
         let (read, value) = self.resource.read(fencing, self.shared).await;
         let linger = strike.is_some_and(|trigger| trigger.action == Action::Linger);
         let work = if linger {
@@ -196,10 +198,17 @@ impl Task {
             Hold::Ours(guard) => {
                 let renewals = async {
                     // A long hold says when its renewals move its lease end, so that if its
-                    // process is killed `check` knows how long it held.
+                    // process is killed `check` knows how long it held; and it watches its
+                    // wall clock against the monotonic one (a step shows there).
                     let mut deadline = guard.lease_deadline();
+                    let skew = || wall_ms() - (now_nanos() / 1_000_000) as i64;
+                    let base = skew();
                     loop {
                         tokio::time::sleep(RENEWAL_WATCH).await;
+                        let step = skew() - base;
+                        if step.abs() > wall_step.abs() {
+                            wall_step = step;
+                        }
                         let now = guard.lease_deadline();
                         if now > deadline {
                             deadline = now;
@@ -269,6 +278,7 @@ impl Task {
             lost_at: lost_at.filter(|&at| at <= end),
             paused: strike.is_some_and(|trigger| trigger.action == Action::Pause),
             lingered: linger,
+            wall_step_ms: wall_step,
             read,
             write,
             release,
@@ -336,6 +346,14 @@ impl Task {
         // A closed stdout means `check` is gone; the worker is killed with it.
         let _ = writeln!(std::io::stdout().lock(), "{line}");
     }
+}
+
+/// This process's wall clock (which `client-clock-step` fakes), in Unix ms.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// The wall-clock time (Unix ns) of a monotonic instant, past or future: the wall clock is
