@@ -113,7 +113,7 @@ struct Output<'a> {
 struct Run<'a> {
     scenario: &'a Scenario,
     verdict: &'a Verdict,
-    /// The faults as they struck (Unix ns).
+    /// The faults as they struck (monotonic ns, see `clock`).
     injections: &'a [scenario::Injection],
     /// The holdings a fault struck in: long holds, stopped holders, killed holders.
     struck: Vec<&'a plan::Holding>,

@@ -86,13 +86,13 @@ pub struct Crashed {
     pub worker: String,
     /// Its fencing token, if any.
     pub token: Option<u64>,
-    /// When it acquired (Unix ns).
+    /// When it acquired (monotonic ns, see `clock`).
     pub acquired_at: u64,
-    /// When its lease ends (Unix ns).
+    /// When its lease ends (monotonic ns, see `clock`).
     pub lease_end: u64,
 }
 
-/// One injected fault, from its start to its end (Unix ns).
+/// One injected fault, from its start to its end (monotonic ns, see `clock`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Injection {
     /// Which fault.
@@ -106,9 +106,9 @@ pub struct Injection {
 /// Everything one run recorded.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
-    /// When the workers began (Unix ns).
+    /// When the workers began (monotonic ns, see `clock`).
     pub started_at: u64,
-    /// When the run ended (Unix ns).
+    /// When the run ended (monotonic ns, see `clock`).
     pub ended_at: u64,
     /// Every finished holding.
     pub holdings: Vec<Holding>,

@@ -214,7 +214,7 @@ impl Task {
                             deadline = now;
                             self.emit(&Event::Renewed {
                                 worker: self.worker.clone(),
-                                lease_end: wall_time(now),
+                                lease_end: check_time(now),
                             })
                             .await;
                         }
@@ -251,7 +251,7 @@ impl Task {
         };
         let end = now_nanos();
         let lease_end = match &hold {
-            Hold::Ours(guard) => Some(wall_time(guard.lease_deadline())),
+            Hold::Ours(guard) => Some(check_time(guard.lease_deadline())),
             Hold::Legacy => None,
         };
         let release = match (hold, &self.lock) {
@@ -299,7 +299,7 @@ impl Task {
                     .acquire()
                     .await
                     .map(|guard| {
-                        let lease_end = wall_time(guard.lease_deadline());
+                        let lease_end = check_time(guard.lease_deadline());
                         (Hold::Ours(Box::new(guard)), Some(lease_end))
                     })
                     .map_err(|err| {
@@ -356,9 +356,9 @@ fn wall_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The wall-clock time (Unix ns) of a monotonic instant, past or future: the wall clock is
-/// read between two readings of the monotonic one, and set against their midpoint.
-fn wall_time(instant: tokio::time::Instant) -> u64 {
+/// A tokio instant, past or future, on `check`'s clock (monotonic ns): that clock is read
+/// between two readings of tokio's, and set against their midpoint.
+fn check_time(instant: tokio::time::Instant) -> u64 {
     let before = tokio::time::Instant::now();
     let wall = now_nanos();
     let now = before + (tokio::time::Instant::now() - before) / 2;
