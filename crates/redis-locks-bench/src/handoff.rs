@@ -452,7 +452,11 @@ async fn workers(
                 };
                 let acquired = since_start();
                 occupancy.enter(shared, &lock)?;
-                tokio::time::sleep(hold).await;
+                // A zero hold or think time is no sleep at all: Tokio's timer would round
+                // it up to its next millisecond tick.
+                if !hold.is_zero() {
+                    tokio::time::sleep(hold).await;
+                }
                 occupancy.leave(shared);
                 let release_start = since_start();
                 let token = match guard {
@@ -480,7 +484,9 @@ async fn workers(
                     release_start,
                     released: since_start(),
                 });
-                tokio::time::sleep(think).await;
+                if !think.is_zero() {
+                    tokio::time::sleep(think).await;
+                }
             }
             Ok::<_, CliError>(records)
         }));
