@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// The suffixes of companion keys; a lock name may not end in one of them.
-pub(crate) const COMPANION_SUFFIXES: [&str; 7] = [
-    "fence", "epoch", "wake", "queue", "places", "tickets", "fenced",
+pub(crate) const COMPANION_SUFFIXES: [&str; 8] = [
+    "fence", "epoch", "wake", "queue", "places", "tickets", "handover", "fenced",
 ];
 
 /// The Redis keys of one lock: the lock key itself and its companions, all in one slot.
@@ -44,6 +44,7 @@ pub struct LockKeys {
     queue: String,
     places: String,
     tickets: String,
+    handover: String,
 }
 
 impl LockKeys {
@@ -82,8 +83,8 @@ impl LockKeys {
                 .is_some_and(|rest| rest.ends_with(':'))
         }) {
             return Err(invalid(
-                "a name ending in :fence, :epoch, :wake, :queue, :places, :tickets or :fenced \
-                 would be another lock's companion key",
+                "a name ending in :fence, :epoch, :wake, :queue, :places, :tickets, :handover or \
+                 :fenced would be another lock's companion key",
             ));
         }
         let prefix = if hash_tag(name).is_some() {
@@ -104,6 +105,7 @@ impl LockKeys {
             queue: format!("{prefix}:queue"),
             places: format!("{prefix}:places"),
             tickets: format!("{prefix}:tickets"),
+            handover: format!("{prefix}:handover"),
             prefix,
         })
     }
@@ -153,6 +155,15 @@ impl LockKeys {
     /// The ticket counter of the queue; it exists only while somebody waits.
     pub fn tickets(&self) -> &str {
         &self.tickets
+    }
+
+    /// The owner tokens waiters are handed the lock under: a hash of waiter id -> the owner
+    /// token that process's waiters of a `Mutex` ask with. A release with such a waiter at
+    /// the head of the queue gives the lock straight to that token and publishes the grant,
+    /// so the woken waiter holds the lock without asking Redis again. It exists only while
+    /// somebody waits.
+    pub fn handover(&self) -> &str {
+        &self.handover
     }
 
     /// A companion key `<prefix>:<suffix>` in the lock's slot.

@@ -241,7 +241,8 @@ async fn a_release_nobody_waited_for_publishes_nothing() {
     assert_eq!(first, "marker");
 
     // With a waiter, the release does publish, addressed to the waiter's client (its place
-    // in the queue), and the waiter takes the lock.
+    // in the queue): it hands the lock to the owner token that client's waiters ask with,
+    // and the waiter holds it under that token, with the fencing token published.
     let holder = mutex.lock().await.unwrap();
     let waiter = tokio::spawn({
         let mutex = mutex.clone();
@@ -255,14 +256,28 @@ async fn a_release_nobody_waited_for_publishes_nothing() {
     assert!(marked, "the waiter marked the lock");
     holder.release().await.unwrap();
     let woken: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    let parts: Vec<&str> = woken.split(' ').collect();
+    let hex = |part: &str| part.len() == 32 && part.bytes().all(|b| b.is_ascii_hexdigit());
     assert!(
-        woken.len() == 32 && woken.bytes().all(|b| b.is_ascii_hexdigit()),
-        "a wake-up addressed to one waiter: {woken:?}"
+        parts.len() == 3 && hex(parts[0]) && hex(parts[1]),
+        "a grant addressed to one waiter: {woken:?}"
     );
     let next = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("the waiter took the lock")
         .unwrap()
         .unwrap();
+    assert_eq!(
+        next.owner_token().as_str(),
+        parts[1],
+        "held under the token handed"
+    );
+    assert_eq!(next.fencing_token().to_string(), parts[2]);
+    let value: String = raw(&server).get("quiet").unwrap();
+    assert_eq!(
+        value,
+        format!("{}+w", parts[1]),
+        "the lock key holds it, marked"
+    );
     next.release().await.unwrap();
 }

@@ -154,6 +154,8 @@ impl FairMutex {
         let lock = MutexHold {
             node: client.node().clone(),
             keys: keys.clone(),
+            // Its own release script passes the lock on in ticket order.
+            hands_over: false,
         };
         Ok(FairMutex {
             hold: Arc::new(FairHold {

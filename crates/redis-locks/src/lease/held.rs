@@ -10,7 +10,7 @@ use super::options::LeaseOptions;
 use super::owed::OwedRelease;
 use super::state::LeaseState;
 use super::time::lease_millis;
-use super::watchdog::{Renewals, Watchdog, Watched};
+use super::watchdog::{First, Renewal, Renewals, Watchdog, Watched};
 use crate::error::{Error, LostReason, Result};
 use crate::token::{FencingToken, OwnerToken};
 
@@ -28,6 +28,9 @@ pub(crate) struct Lease {
     /// Whatever the acquire loop tied to this holding (a note for the waiters of this
     /// process queued behind it): dropped when the holding ends, before the release is sent.
     attached: Option<Box<dyn Send + Sync>>,
+    /// Whether the watchdog renews the lease (a handed-over lease without it still has one
+    /// for its first extension).
+    renewed: bool,
 }
 
 impl std::fmt::Debug for Lease {
@@ -36,7 +39,7 @@ impl std::fmt::Debug for Lease {
             .field("name", &self.name())
             .field("fencing_token", &self.token)
             .field("lease_remaining", &self.remaining())
-            .field("watchdog", &self.watchdog.is_some())
+            .field("watchdog", &self.renewed)
             .finish()
     }
 }
@@ -53,20 +56,68 @@ impl Lease {
     ) -> Lease {
         let state = LeaseState::new(sent_at, options.get_lease(), options.get_clock_drift());
         let watchdog = options.renewal().map(|renewal| {
-            renewals.watch(Watched {
-                hold: owed.hold().clone(),
-                owner: owed.owner().clone(),
-                state: state.clone(),
-                renewal,
-                acquired_at: sent_at,
-            })
+            renewals.watch(
+                Watched {
+                    hold: owed.hold().clone(),
+                    owner: owed.owner().clone(),
+                    state: state.clone(),
+                    renewal,
+                    acquired_at: sent_at,
+                },
+                First::Renew,
+            )
         });
         Lease {
+            renewed: watchdog.is_some(),
             watchdog,
             owed: Some(owed),
             state,
             token,
             attached: None,
+        }
+    }
+
+    /// The lease of a lock that a release handed straight to `owed`'s owner token (a waiter
+    /// registered it with its place in the queue; see `waiters.lua`, `hand_over`). On the
+    /// server it lasts until the waiter's place lease ends, so it counts from `placed_at`,
+    /// when the latest attempt that renewed the place (and whose reply came back) was sent,
+    /// for `place_lease`. The watchdog extends it to the lease `options` ask for at once, in
+    /// the background — so the waiter holds the lock the moment the wake-up reaches it — and
+    /// then renews it as usual if `options` turn renewals on.
+    pub(crate) fn handed_over(
+        mut owed: OwedRelease,
+        token: FencingToken,
+        (placed_at, place_lease): (Instant, Duration),
+        options: &LeaseOptions,
+        renewals: &Renewals,
+    ) -> Lease {
+        owed.arm();
+        let state = LeaseState::new(placed_at, place_lease, options.get_clock_drift());
+        let renewal = options.renewal();
+        let renewed = renewal.is_some();
+        let watchdog = renewals.watch(
+            Watched {
+                hold: owed.hold().clone(),
+                owner: owed.owner().clone(),
+                state: state.clone(),
+                renewal: renewal.unwrap_or(Renewal {
+                    lease: options.get_lease(),
+                    max_renewals: Some(0),
+                    max_hold: None,
+                }),
+                acquired_at: Instant::now(),
+            },
+            First::Extend {
+                then_renew: renewed,
+            },
+        );
+        Lease {
+            watchdog: Some(watchdog),
+            owed: Some(owed),
+            state,
+            token,
+            attached: None,
+            renewed,
         }
     }
 
@@ -110,7 +161,7 @@ impl Lease {
     }
 
     pub(crate) fn is_renewed(&self) -> bool {
-        self.watchdog.is_some()
+        self.renewed
     }
 
     /// Sets the lease to `lease` from now, owner-checked; on a shorter lease the deadline

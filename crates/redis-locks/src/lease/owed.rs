@@ -26,6 +26,25 @@ impl OwedRelease {
         }
     }
 
+    /// A release of `hold` by `owner`, a token made earlier — a `Mutex`'s waiters in one
+    /// process all ask with one token, which they register with their place in line so that
+    /// a release can hand the lock to it — **not armed**: until a grant is taken, the release
+    /// is owed by the line (its waiters' next attempt finds a grant to the token its own,
+    /// and the last of them to go releases it), not by one attempt. [`arm`](Self::arm) it
+    /// when a grant is taken.
+    pub(crate) fn of_line(hold: Arc<dyn Hold>, owner: OwnerToken) -> OwedRelease {
+        OwedRelease {
+            hold,
+            owner,
+            armed: false,
+        }
+    }
+
+    /// A grant was taken: the release is owed from now on (a no-op if it was already).
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+    }
+
     pub(crate) fn owner(&self) -> &OwnerToken {
         &self.owner
     }

@@ -88,12 +88,28 @@ pub(crate) struct Watched {
     pub(crate) acquired_at: Instant,
 }
 
+/// What the watchdog does first for a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum First {
+    /// Renew a third of the lease after the acquisition, and so on.
+    Renew,
+    /// The lease was handed over by a release with a short server lease (see
+    /// `waiters.lua`, `hand_over`): extend it to the full lease at once — whatever the
+    /// renewal caps, and not counted as a renewal — then, with `then_renew`, renew as usual,
+    /// else stop (a guard taken without the watchdog).
+    Extend { then_renew: bool },
+}
+
 /// A watched lease in the queue.
 struct Job {
     id: u64,
     lease: Watched,
     /// Renewals so far.
     renewals: AtomicU32,
+    /// A handed-over lease's first extension is still to be made.
+    extending: std::sync::atomic::AtomicBool,
+    /// Whether renewals follow the first extension of a handed-over lease.
+    renews: bool,
 }
 
 /// A guard's place in the watchdog; dropping it stops the renewals (a renewal already sent
@@ -108,8 +124,13 @@ impl Renewals {
     /// Renews the lease every third of it, owner-checked, until the returned handle is
     /// dropped, until the lock is found lost, or until a cap is reached (then the lease
     /// simply runs out).
-    pub(crate) fn watch(&self, lease: Watched) -> Watchdog {
-        let first = lease.acquired_at + lease.renewal.lease / 3;
+    ///
+    /// With [`First::Extend`], the first request extends the lease to the full lease at once.
+    pub(crate) fn watch(&self, lease: Watched, first: First) -> Watchdog {
+        let (due, extending, renews) = match first {
+            First::Renew => (lease.acquired_at + lease.renewal.lease / 3, false, true),
+            First::Extend { then_renew } => (Instant::now(), true, then_renew),
+        };
         let mut queue = self.shared.lock();
         let id = queue.next_id;
         queue.next_id += 1;
@@ -117,13 +138,15 @@ impl Renewals {
             id,
             lease,
             renewals: AtomicU32::new(0),
+            extending: std::sync::atomic::AtomicBool::new(extending),
+            renews,
         });
         queue.live.insert(id, None);
         if queue.scheduler.as_ref().is_none_or(JoinHandle::is_finished) {
             queue.wakes_at = None;
             queue.scheduler = Some(tokio::spawn(run_scheduler(self.shared.clone())));
         }
-        self.shared.schedule(&mut queue, job, first);
+        self.shared.schedule(&mut queue, job, due);
         Watchdog {
             shared: self.shared.clone(),
             id,
@@ -235,12 +258,15 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
         state.lose(status.ending);
         return;
     }
+    // A handed-over lease's first extension is owed whatever the caps: the lease the caller
+    // asked for begins with it.
+    let extending = job.extending.load(Ordering::Relaxed);
     let renewals = job.renewals.load(Ordering::Relaxed);
     let capped = renewal.max_renewals.is_some_and(|max| renewals >= max)
         || renewal
             .max_hold
             .is_some_and(|max| Instant::now() + renewal.lease > *acquired_at + max);
-    if capped {
+    if capped && !extending {
         // Let the lease run out; `lost()` tells the holder at its deadline.
         tracing::debug!(lock = hold.name(), renewals, "renewal cap reached");
         state.ending_as(LostReason::RenewalCapReached);
@@ -253,7 +279,14 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     let next = match hold.extend(owner, renewal.lease).await {
         Ok(()) => {
             state.extended(state.deadline_for(sent_at, renewal.lease));
-            job.renewals.fetch_add(1, Ordering::Relaxed);
+            if extending {
+                job.extending.store(false, Ordering::Relaxed);
+                if !job.renews {
+                    return;
+                }
+            } else {
+                job.renewals.fetch_add(1, Ordering::Relaxed);
+            }
             sent_at + period
         }
         Err(Error::NotHeld { reason, .. }) => {

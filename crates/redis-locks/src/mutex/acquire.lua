@@ -44,12 +44,18 @@
 --          taken even with others ahead in the queue (a Redlock's first node, where its
 --          waiters listen: the majority of all nodes decides who holds, and one waiter woken
 --          per release keeps contenders from splitting the votes). '' or absent: in turn.
+-- KEYS[7]  optional, with ARGV[5]: the lock's handover hash (waiter id -> owner token). A
+--          refusal registers ARGV[1] there under the waiter id, so that a release finding
+--          this waiter at the head of the queue hands the lock straight to ARGV[1] (see
+--          release.lua); a grant takes the registration out. Absent: no handover (a
+--          Redlock's waiters, which a majority of nodes must grant).
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
 --               µs, or ARGV[8]) (see fence.lua). Also the reply when KEYS[1] already holds ARGV[1] (a
---               grant by the fast attempt, or a retried request): the lease is set again and
---               the grant takes a new token the same way.
+--               grant by the fast attempt, a retried request, or a release that handed the
+--               lock to ARGV[1] whose wake-up the waiter did not hear): the lease is set
+--               again and the grant takes a new token the same way.
 --   {0, -2}     (with ARGV[5] only) free, but other waiters are ahead in the queue: the caller
 --               keeps (or takes) its place, and the first waiter is woken.
 --               (A waiter's grant with others still in the queue is marked at once, so that
@@ -87,10 +93,21 @@ local waiter = ARGV[5]
 if waiter == '' then
   waiter = nil
 end
+local handover = waiter and KEYS[7]
 if waiter then
-  local wrong = queue_wrong_type(KEYS[4], KEYS[5], KEYS[6])
+  local wrong = queue_wrong_type(KEYS[4], KEYS[5], KEYS[6]) or
+    (handover and handover_wrong_type(handover))
   if wrong then
     return wrong
+  end
+end
+
+-- A refused waiter keeps its place, and registers the owner token a release may hand the
+-- lock to.
+local function stay_in_line(now)
+  queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]))
+  if handover then
+    handover_register(handover, waiter, ARGV[1], tonumber(ARGV[6]))
   end
 end
 
@@ -106,6 +123,9 @@ local function grant_token()
   local token, err = next_token(KEYS[2], seed)
   if token and waiter then
     queue_leave(KEYS[4], KEYS[5], KEYS[6], waiter)
+    if handover then
+      redis.call('HDEL', handover, waiter)
+    end
     -- Others still in line: their turn comes with this holder's release.
     if redis.call('EXISTS', KEYS[4]) == 1 then
       mark_waited(KEYS[1])
@@ -130,7 +150,7 @@ if waiter then
   queue_purge(KEYS[4], KEYS[5], now)
   local head = queue_head(KEYS[4])
   if head and head ~= waiter and ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[1]) == 0 then
-    queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]))
+    stay_in_line(now)
     wake(ARGV[7], head)
     return {0, -2}
   end
@@ -160,7 +180,7 @@ if pttl >= 0 then
   mark_waited(KEYS[1])
   if waiter then
     -- (Purged above.)
-    queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, math.floor(micros / 1000), tonumber(ARGV[6]))
+    stay_in_line(math.floor(micros / 1000))
   end
 end
 return {0, pttl}

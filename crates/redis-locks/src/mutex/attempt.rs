@@ -35,16 +35,22 @@ pub(super) static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
 const SEEDED: i64 = 1_000_000_000_000_000;
 
 /// How an attempt asks Redis.
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Ask {
     /// The pipeline `SET NX PX` + `INCR` (+ `PTTL` and `TYPE` with `pttl`, to say how long
     /// a refusal lasts, or that the name is in use as another primitive). Used by the first attempt of a `lock` and by every try-once call.
     Fast { pttl: bool },
     /// The acquire script, which marks a held lock so that its release publishes a wake-up,
-    /// and with `waiter` gives this process's waiters that place in the lock's queue. Used by
-    /// waiters, after they listen on the wake channel. With `mark`, a granted lock is marked
-    /// at once, for the waiters of this process queued behind this one.
-    Waiting { mark: bool, waiter: Arc<str> },
+    /// and with `waiter` gives this process's waiters that place in the lock's queue,
+    /// registering `owner` (the token they all ask with,
+    /// [`LocalQueue::asking_owner`](crate::wait::LocalQueue::asking_owner)) for a release to
+    /// hand the lock to. Used by waiters, after they listen on the wake channel. With `mark`,
+    /// a granted lock is marked at once, for the waiters of this process queued behind this
+    /// one.
+    Waiting {
+        mark: bool,
+        waiter: Arc<str>,
+        owner: OwnerToken,
+    },
 }
 
 /// What the script writes as the fencing counter's epoch on a grant (`acquire.lua`,
@@ -73,14 +79,21 @@ enum Name<'a> {
 }
 
 impl Mutex {
-    /// Asks Redis once for the lock, with a fresh owner token. `deadline` is the caller's
-    /// wait budget: a grant that comes back after its lease is asked again (by owner token)
-    /// only within it, and at most [`MAX_LATE_GRANTS`] times.
+    /// Asks Redis once for the lock, with a fresh owner token (a waiter: with its line's).
+    /// `deadline` is the caller's wait budget: a grant that comes back after its lease is
+    /// asked again (by owner token) only within it, and at most [`MAX_LATE_GRANTS`] times.
     pub(super) async fn attempt(&self, ask: Ask, deadline: Option<Instant>) -> Result<Try> {
-        let owed = OwedRelease::new(self.hold.clone());
         match ask {
-            Ask::Fast { pttl } => self.ask_fast(owed, pttl, deadline).await,
-            Ask::Waiting { mark, waiter } => {
+            Ask::Fast { pttl } => {
+                let owed = OwedRelease::new(self.hold.clone());
+                self.ask_fast(owed, pttl, deadline).await
+            }
+            Ask::Waiting {
+                mark,
+                waiter,
+                owner,
+            } => {
+                let owed = OwedRelease::of_line(self.hold.clone(), owner);
                 let script = Script {
                     waiter: Some(waiter),
                     ..Script::new(mark)
@@ -91,7 +104,8 @@ impl Mutex {
     }
 
     /// The lease of a grant whose request was sent at `sent_at`.
-    fn lease(&self, owed: OwedRelease, token: i64, sent_at: Instant) -> Lease {
+    fn lease(&self, mut owed: OwedRelease, token: i64, sent_at: Instant) -> Lease {
+        owed.arm();
         let token = FencingToken::new(u64::try_from(token).unwrap_or_default());
         let options = self.options.get_lease_options();
         Lease::new(owed, token, sent_at, options, self.client.renewals())
@@ -265,6 +279,7 @@ impl Mutex {
             self.keys.queue(),
             self.keys.places(),
             self.keys.tickets(),
+            self.keys.handover(),
         ];
         let mark = if script.mark { "1" } else { "0" };
         let waiter = script.waiter.clone();

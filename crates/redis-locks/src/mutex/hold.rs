@@ -8,14 +8,15 @@ use crate::error::Phase;
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, lease_millis, owner_reply};
 use crate::node::{LockScript, Node};
-use crate::token::OwnerToken;
+use crate::token::{FENCE_LUA, OwnerToken};
 use crate::wait::{WAITERS_LUA, run_on_line};
 
-/// Owner-checked delete that wakes the next waiter if one marked the lock: `1` released, `0`
-/// gone, `-1` another owner's.
+/// Owner-checked delete that hands the lock to the next waiter, or wakes it, if one marked
+/// the lock: `1` released, `0` gone, `-1` another owner's.
 pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("release_first.lua"),
+        FENCE_LUA,
         WAITERS_LUA,
         include_str!("release.lua"),
     ])
@@ -29,6 +30,9 @@ pub(super) static EXTEND: LazyLock<LockScript> =
 pub(crate) struct MutexHold {
     pub(crate) node: Node,
     pub(crate) keys: Arc<LockKeys>,
+    /// Whether a release hands the lock straight to the first waiter in line (a `Mutex`), or
+    /// only wakes it (a Redlock's node: a majority of nodes must grant it).
+    pub(crate) hands_over: bool,
 }
 
 impl Hold for MutexHold {
@@ -38,14 +42,26 @@ impl Hold for MutexHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
-            let reply = run_on_line(
-                &self.node,
-                Phase::Release,
-                &RELEASE,
-                &self.keys,
-                owner.as_str(),
-            )
-            .await?;
+            let keys = &self.keys;
+            let reply = if self.hands_over {
+                self.node
+                    .run_script(
+                        Phase::Release,
+                        &RELEASE,
+                        &[
+                            keys.lock(),
+                            keys.queue(),
+                            keys.places(),
+                            keys.tickets(),
+                            keys.handover(),
+                            keys.fence(),
+                        ],
+                        &[owner.as_str(), keys.wake_channel()],
+                    )
+                    .await?
+            } else {
+                run_on_line(&self.node, Phase::Release, &RELEASE, keys, owner.as_str()).await?
+            };
             owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })
     }

@@ -9,8 +9,11 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::lease_millis;
+use crate::lease::{Lease, OwedRelease};
+use crate::node::HandedOver;
 use crate::options::LockOptions;
 use crate::state::LockState;
+use crate::token::FencingToken;
 use crate::wait::{Contender, Line, Try, acquire};
 
 mod attempt;
@@ -122,6 +125,7 @@ impl Mutex {
             hold: Arc::new(MutexHold {
                 node: client.node().clone(),
                 keys: keys.clone(),
+                hands_over: true,
             }),
             client,
             keys,
@@ -264,13 +268,21 @@ impl Contending<'_> {
         };
         local.placing(self.mutex.client.node(), &self.mutex.keys);
         self.place = Some(local.id().clone());
+        let owner = local.asking_owner();
         let ask = Ask::Waiting {
             mark: line.mark,
             waiter: local.id().clone(),
+            owner: owner.clone(),
         };
+        // Before the request goes out: the place the server renews counts from no earlier.
+        let sent_at = Instant::now();
         let attempt = self.mutex.attempt(ask, deadline).await?;
-        if let Try::Won(_) = attempt {
-            local.unplaced();
+        match &attempt {
+            Try::Won(_) => {
+                local.unplaced();
+                local.granted(&owner);
+            }
+            Try::Held(_) => local.refused(&owner, sent_at, self.mutex.options.get_place_lease()),
         }
         Ok(attempt)
     }
@@ -311,6 +323,26 @@ impl Contender for Contending<'_> {
 
     fn refresh(&self) -> Option<Duration> {
         Some(self.mutex.options.get_place_lease() / 3)
+    }
+
+    fn handed_over(&mut self, line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
+        let local = line.local?;
+        let lease_options = self.mutex.options.get_lease_options();
+        let drift = lease_options.get_clock_drift();
+        // A grant whose place-long lease has run out is left to the next attempt, which asks
+        // with the same token and so takes it with a fresh lease.
+        let (owner, placed) = local.take_handover(&handed.owner, |placed_at, place_lease| {
+            drift.deadline(placed_at, place_lease) > Instant::now()
+        })?;
+        local.unplaced();
+        let owed = OwedRelease::of_line(self.mutex.hold.clone(), owner);
+        Some(Lease::handed_over(
+            owed,
+            FencingToken::new(handed.token),
+            placed,
+            lease_options,
+            self.mutex.client.renewals(),
+        ))
     }
 }
 

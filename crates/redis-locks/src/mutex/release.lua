@@ -1,43 +1,57 @@
--- release.lua: release a Mutex, but only for its owner, and wake the next waiter (after the
--- waiters.lua prelude: owner_refusal, server_ms, wake, wake_all, the queue).
+-- release.lua: release a Mutex, but only for its owner, and hand the lock to the next waiter
+-- or wake it (after the preludes fence.lua (next_token, which the handover calls: only a
+-- release with KEYS[5] needs it) and waiters.lua (owner_refusal, server_ms, wake, wake_all,
+-- the queue, the handover)).
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the lock's queue of waiters, its place
 --          leases and its ticket counter (see the queue in waiters.lua).
+-- KEYS[5]  optional, with KEYS[6]: the lock's handover hash (waiter id -> owner token) and
+--          its fencing counter. Given by a Mutex's release, not by a Redlock node's (a
+--          majority of nodes must grant a Redlock, so one node never hands it over).
 -- ARGV[1]  the owner token the caller acquired with.
 -- ARGV[2]  the lock's wake channel. If a waiter marked the lock (see waiters.lua), the
---          release publishes there the id of the first waiter in the queue whose place is
---          still leased (only that process's waiter acts on it, and the waiters of the
---          releasing process queued behind the holder), or '*' (every waiter looks again)
---          when nobody is in line. A release nobody waited for publishes nothing.
+--          release looks for the first waiter in the queue whose place is still leased:
+--          with KEYS[5] and an owner token registered for it, the lock is handed to that
+--          token (hand_over in waiters.lua publishes '<waiter id> <owner> <fencing token>');
+--          otherwise the waiter's id is published (only that process's waiter acts on it,
+--          and the waiters of the releasing process queued behind the holder), or '*'
+--          (every waiter looks again) when nobody is in line. A release nobody waited for
+--          publishes nothing.
 --
 -- Replies:
---    1  released: the key held ARGV[1] (marked or not) and is now deleted; marked: the next
---       waiter was woken.
+--    1  released: the key held ARGV[1] (marked or not) and is now deleted, or handed to the
+--       next waiter; marked: the next waiter was handed the lock or woken.
 --    0  not released: the key is gone (the lease ran out, or the lock was never taken).
 --   -1  not released: the key holds another owner's token (the lease ran out and
 --       somebody else took the lock); that owner's lock is left untouched.
 -- Errors (nothing written):
---   WRONGTYPE  KEYS[1] is not a string, or (for a marked key) a queue key holds another
---              type.
+--   WRONGTYPE  KEYS[1] is not a string, or (for a marked key) a queue key or the handover
+--              hash holds another type.
 
 local refused, marked = owner_refusal(KEYS[1], ARGV[1])
 if refused then
   return refused
 end
 -- Somebody waits only if the key was marked: a waiter's refusal marks it, and so does a
--- waiter's grant while others are still in line (see acquire.lua). The queue is read (and
--- TIME, and the queue's types checked by the calls) before anything is written, so that an
--- error leaves the lock as it was.
+-- waiter's grant while others are still in line (see acquire.lua), and every handover. The
+-- queue is read (and TIME, and the queues' types checked) before anything is written, so
+-- that an error leaves the lock as it was.
 local head = nil
+local now = nil
 if KEYS[2] and marked then
-  local now = server_ms()
-  local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4])
+  now = server_ms()
+  local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4]) or
+    (KEYS[5] and handover_wrong_type(KEYS[5]))
   if wrong then
     return wrong
   end
   queue_purge(KEYS[2], KEYS[3], now)
   head = queue_head(KEYS[2])
+end
+if head and KEYS[5] and
+    hand_over(KEYS[1], KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now) then
+  return 1
 end
 redis.call('DEL', KEYS[1])
 if head then

@@ -34,7 +34,7 @@ use crate::error::{Error, Phase, Result};
 
 pub(crate) use naming::NamingTurn;
 pub use options::ClientOptions;
-pub(crate) use pubsub::{Listener, Subscription};
+pub(crate) use pubsub::{HandedOver, Listener, Subscription};
 pub(crate) use script::LockScript;
 pub(crate) use url::redact;
 

@@ -186,18 +186,44 @@ pub(crate) struct Listener {
     messages: broadcast::Receiver<Arc<str>>,
 }
 
+/// A release that handed the lock straight to a waiter (a `Mutex`'s, see `waiters.lua`,
+/// `hand_over`): the owner token it now holds the lock under, and the fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HandedOver {
+    pub(crate) owner: String,
+    pub(crate) token: u64,
+}
+
+impl HandedOver {
+    /// The grant in `payload` if it is one addressed to `me` (`'<me> <owner> <token>'`).
+    fn parse(payload: &str, me: &str) -> Option<HandedOver> {
+        let rest = payload.strip_prefix(me)?.strip_prefix(' ')?;
+        let (owner, token) = rest.split_once(' ')?;
+        Some(HandedOver {
+            owner: owner.to_string(),
+            token: token.parse().ok()?,
+        })
+    }
+}
+
 impl Listener {
     /// Resolves on the first message addressed to `me` (or to everyone); with `me` = `None`,
-    /// on any message. A listener that fell behind counts as woken.
-    pub(crate) async fn woken(&mut self, me: Option<&str>) {
+    /// on any message. A listener that fell behind counts as woken. Returns the grant when
+    /// the message handed the lock to `me`.
+    pub(crate) async fn woken(&mut self, me: Option<&str>) -> Option<HandedOver> {
         loop {
             match self.messages.recv().await {
                 Ok(payload) => {
-                    if me.is_none_or(|me| &*payload == me || &*payload == WAKE_ALL) {
-                        return;
+                    let me = me?;
+                    if &*payload == me || &*payload == WAKE_ALL {
+                        return None;
+                    }
+                    if payload.starts_with(me) && payload.as_bytes().get(me.len()) == Some(&b' ') {
+                        // A malformed grant still wakes: the waiter asks Redis and finds out.
+                        return HandedOver::parse(&payload, me);
                     }
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Err(broadcast::error::RecvError::Lagged(_)) => return None,
                 // The channel entry is gone: nothing will ever arrive.
                 Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
             }

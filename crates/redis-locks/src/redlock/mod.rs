@@ -127,6 +127,7 @@ impl Redlock {
                 Arc::new(MutexHold {
                     node: node.clone(),
                     keys: keys.clone(),
+                    hands_over: false,
                 })
             })
             .collect();

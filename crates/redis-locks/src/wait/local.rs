@@ -29,6 +29,22 @@ pub(crate) struct LocalQueue {
     /// Where the place is, from the moment a waiting attempt that may take one goes out until
     /// a grant takes it out; given up when the last waiter goes.
     place: StdMutex<Option<(Node, Arc<LockKeys>)>>,
+    /// The owner token the waiters ask with, for a release to hand the lock to (a `Mutex`'s).
+    handover: StdMutex<Handover>,
+}
+
+/// The owner token this process's waiters of a lock ask with while they wait, which they
+/// register with their place so that a release can hand the lock straight to it (see
+/// `waiters.lua`, `hand_over`). Every waiter whose turn it is asks with the same token, so a
+/// lock handed to it while one waiter gave up is taken by the next.
+#[derive(Default)]
+struct Handover {
+    /// Made with the first waiting attempt that asks for one; taken by the grant.
+    owner: Option<OwnerToken>,
+    /// When the latest attempt with `owner` whose refusal came back was sent, and the place
+    /// lease it asked for: the server renewed the place then, and a lock handed over since
+    /// lasts on the server as long as that place would have.
+    placed: Option<(Instant, Duration)>,
 }
 
 impl Default for LocalQueue {
@@ -39,6 +55,7 @@ impl Default for LocalQueue {
             holder: StdMutex::new(None),
             id: OwnerToken::random().as_str().into(),
             place: StdMutex::new(None),
+            handover: StdMutex::new(Handover::default()),
         }
     }
 }
@@ -56,9 +73,10 @@ impl Drop for LocalQueue {
             return;
         };
         let id = self.id.clone();
+        let owner = self.handover_owner();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let _ = super::leave_queue(&node, &keys, &id).await;
+                super::leave_queue(&node, &keys, &id, owner.as_ref()).await;
             });
         }
     }
@@ -119,12 +137,71 @@ impl LocalQueue {
         self.place.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
-    /// Gives the place up now, if one is held (the last waiter's wait ended without the lock).
+    /// Gives the place up now, if one is held (the last waiter's wait ended without the lock),
+    /// with a lock handed to the waiters' owner token that none of them took.
     pub(crate) async fn leave(&self) {
         let place = self.place.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some((node, keys)) = place {
-            let _ = super::leave_queue(&node, &keys, &self.id).await;
+            let owner = self.handover_owner();
+            super::leave_queue(&node, &keys, &self.id, owner.as_ref()).await;
         }
+    }
+
+    fn handover(&self) -> std::sync::MutexGuard<'_, Handover> {
+        self.handover.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The owner token registered for a handover, if any (taken: the place is being given up).
+    fn handover_owner(&self) -> Option<OwnerToken> {
+        let mut handover = self.handover();
+        handover.placed = None;
+        handover.owner.take()
+    }
+
+    /// The owner token the waiters ask with (and register for a handover), made if needed.
+    pub(crate) fn asking_owner(&self) -> OwnerToken {
+        self.handover()
+            .owner
+            .get_or_insert_with(OwnerToken::random)
+            .clone()
+    }
+
+    /// An attempt with `owner`, sent at `sent_at` asking for a place lease of `place_lease`,
+    /// was refused: the server renewed the place (and `owner`'s registration) then.
+    pub(crate) fn refused(&self, owner: &OwnerToken, sent_at: Instant, place_lease: Duration) {
+        let mut handover = self.handover();
+        if handover.owner.as_ref() == Some(owner)
+            && handover.placed.is_none_or(|(at, _)| at <= sent_at)
+        {
+            handover.placed = Some((sent_at, place_lease));
+        }
+    }
+
+    /// `owner` was granted the lock: the next waiting attempt asks with a new token.
+    pub(crate) fn granted(&self, owner: &OwnerToken) {
+        let mut handover = self.handover();
+        if handover.owner.as_ref() == Some(owner) {
+            *handover = Handover::default();
+        }
+    }
+
+    /// Takes a handover to `owner` if that is the waiters' token and `valid` says the lease
+    /// counted from its place (when the place was renewed, for how long) still holds: returns
+    /// the token and that place, and the next waiting attempt asks with a new token. Otherwise
+    /// the token stays, and the next attempt (which asks with it) finds the lock its own.
+    pub(crate) fn take_handover(
+        &self,
+        owner: &str,
+        valid: impl FnOnce(Instant, Duration) -> bool,
+    ) -> Option<(OwnerToken, (Instant, Duration))> {
+        let mut handover = self.handover();
+        let placed = handover.placed?;
+        if handover.owner.as_ref()?.as_str() != owner || !valid(placed.0, placed.1) {
+            return None;
+        }
+        let token = handover.owner.take()?;
+        handover.placed = None;
+        Some((token, placed))
     }
 
     /// How long a guard of this process is still certain to hold the lock with its key

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::Lease;
-use crate::node::{LockScript, Node, Subscription};
+use crate::node::{HandedOver, LockScript, Node, Subscription};
 
 pub(crate) use local::{LocalHolder, LocalQueue, LocalQueues};
 pub use options::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
@@ -62,9 +62,33 @@ pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
 
 /// Gives a waiter's place in a lock's queue up (`leave.lua`): for a wait that ended without
 /// the lock. If the lock is free, the next waiter is woken, in case the release was meant for
-/// this one. A failure is only logged: the place lease ends the place anyway.
-pub(crate) async fn leave_queue(node: &Node, keys: &LockKeys, waiter: &str) {
-    let outcome = run_on_line::<i64>(node, Phase::Release, &LEAVE, keys, waiter).await;
+/// this one. With `owner`, the token the waiter registered for a handover: a lock handed to
+/// it is released first. A failure is only logged: the place lease ends the place (and a
+/// lock handed over) anyway.
+pub(crate) async fn leave_queue(
+    node: &Node,
+    keys: &LockKeys,
+    waiter: &str,
+    owner: Option<&crate::token::OwnerToken>,
+) {
+    let outcome = match owner {
+        None => run_on_line::<i64>(node, Phase::Release, &LEAVE, keys, waiter).await,
+        Some(owner) => {
+            node.run_script::<i64>(
+                Phase::Release,
+                &LEAVE,
+                &[
+                    keys.lock(),
+                    keys.queue(),
+                    keys.places(),
+                    keys.tickets(),
+                    keys.handover(),
+                ],
+                &[waiter, keys.wake_channel(), owner.as_str()],
+            )
+            .await
+        }
+    };
     if let Err(err) = outcome {
         tracing::debug!(lock = keys.name(), %err, "leaving the queue; its place lease ends it");
     }
@@ -146,6 +170,15 @@ pub(crate) trait Contender: Send {
 
     /// How often the waiter must attempt even without a wake-up (to renew a place lease).
     fn refresh(&self) -> Option<Duration> {
+        None
+    }
+
+    /// A release handed the lock straight to this waiter's line (see `waiters.lua`,
+    /// `hand_over`): the lease, if the grant is this waiter's to take and still holds;
+    /// `None` to ask Redis again (which finds a grant it did not take here). By default
+    /// `None`: only a `Mutex`'s releases hand over.
+    fn handed_over(&mut self, line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
+        let _ = (line, handed);
         None
     }
 
@@ -265,7 +298,12 @@ pub(crate) async fn acquire<C: Contender>(
                 deadline,
             };
             let limit = bounds.sleep_limit(&backoff, Instant::now());
-            pause(Some(&mut listener), contender.address(), limit).await;
+            let handed = pause(Some(&mut listener), contender.address(), limit).await;
+            if let Some(lease) =
+                handed.and_then(|handed| take_handover(&mut contender, &queue, &handed))
+            {
+                return Ok(lease);
+            }
             continue;
         }
         let confirm_within = confirm_limit(deadline, contender.refresh());
@@ -311,13 +349,7 @@ pub(crate) async fn acquire<C: Contender>(
             local: queue.as_deref(),
         };
         let retry_after = match contender.attempt(line, deadline).await? {
-            Try::Won(mut lease) => {
-                if let Some(queue) = queue.as_ref().filter(|_| mark) {
-                    let note = LocalHolder::new(queue, lease.state().clone());
-                    lease.attach(Box::new(note));
-                }
-                return Ok(lease);
-            }
+            Try::Won(lease) => return Ok(noted(&queue, mark, lease)),
             Try::Held(retry_after) => retry_after,
         };
         if over(deadline) {
@@ -334,8 +366,41 @@ pub(crate) async fn acquire<C: Contender>(
             deadline,
         };
         let limit = bounds.sleep_limit(&backoff, Instant::now());
-        pause(Some(&mut listener), contender.address(), limit).await;
+        let handed = pause(Some(&mut listener), contender.address(), limit).await;
+        if let Some(lease) =
+            handed.and_then(|handed| take_handover(&mut contender, &queue, &handed))
+        {
+            return Ok(lease);
+        }
     }
+}
+
+/// A grant, with a note for the waiters of this process queued behind it when its key is
+/// marked for them (its release then wakes them, so they need not ask Redis meanwhile).
+fn noted(queue: &Option<Arc<LocalQueue>>, marked: bool, mut lease: Lease) -> Lease {
+    if let Some(queue) = queue.as_ref().filter(|_| marked) {
+        let note = LocalHolder::new(queue, lease.state().clone());
+        lease.attach(Box::new(note));
+    }
+    lease
+}
+
+/// The lease a release handed to this waiter's line, if the contender takes it. A handed-over
+/// key is always marked, so waiters of this process still queued behind it are noted.
+fn take_handover<C: Contender>(
+    contender: &mut C,
+    queue: &Option<Arc<LocalQueue>>,
+    handed: &HandedOver,
+) -> Option<Lease> {
+    let line = Line {
+        mark: true,
+        local: queue.as_deref(),
+    };
+    let lease = contender.handed_over(line, handed)?;
+    let others = queue
+        .as_ref()
+        .is_some_and(|queue| Arc::strong_count(queue) > 1);
+    Some(noted(queue, others, lease))
 }
 
 /// A wait that ran out of time: if no other waiter of this process waits for the lock, its

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::node::Listener;
+use crate::node::{HandedOver, Listener};
 
 /// The shortest pause between two attempts: there is no tight loop, whatever the server says.
 pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(1);
@@ -93,16 +93,24 @@ pub(crate) fn confirm_limit(deadline: Option<Instant>, refresh: Option<Duration>
     limit
 }
 
-/// Sleeps until `listener` hears a wake-up for `me` or `limit` passes.
-pub(crate) async fn pause(listener: Option<&mut Listener>, me: Option<&str>, limit: Duration) {
+/// Sleeps until `listener` hears a wake-up for `me` or `limit` passes; returns the grant
+/// when the wake-up handed the lock to `me`.
+pub(crate) async fn pause(
+    listener: Option<&mut Listener>,
+    me: Option<&str>,
+    limit: Duration,
+) -> Option<HandedOver> {
     match listener {
         Some(listener) => {
             tokio::select! {
-                () = listener.woken(me) => {}
-                () = tokio::time::sleep(limit) => {}
+                handed = listener.woken(me) => handed,
+                () = tokio::time::sleep(limit) => None,
             }
         }
-        None => tokio::time::sleep(limit).await,
+        None => {
+            tokio::time::sleep(limit).await;
+            None
+        }
     }
 }
 

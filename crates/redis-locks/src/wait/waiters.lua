@@ -58,6 +58,32 @@
 --
 -- queue_head(queue)
 --   Returns the id of the first waiter, or nil.
+--
+-- The handover (a Mutex's waiters only): a fourth companion key, a hash of waiter id -> the
+-- owner token that waiter asks with. A release that finds such a waiter at the head of the
+-- queue does not just wake it: it gives the lock to that owner token, with a new fencing
+-- token and a lease that ends with the waiter's place lease (a dead waiter holds the lock
+-- no longer than it would have held its place), and publishes the grant, so the waiter
+-- holds the lock the moment the wake-up reaches it, without asking Redis again. The waiter
+-- then extends the lease to its own. A grant whose wake-up is lost is found by the waiter's
+-- next attempt, which asks with that same owner token (acquire.lua re-grants it).
+--
+-- handover_wrong_type(handover)
+--   Returns a 'WRONGTYPE <key> ...' error reply when handover is neither absent nor a hash.
+--
+-- handover_register(handover, id, owner, place_lease)
+--   Registers owner as the token the lock is handed to when id is at the head of the queue;
+--   the hash outlives its last registration by at most two place leases.
+--
+-- hand_over(key, handover, fence, queue, places, tickets, channel, id, now)
+--   key is held by the caller (a release) and id is the first waiter in the queue, purged at
+--   now (server ms, read before anything was written; the fencing token is at least now in
+--   µs, as next_token's clock seed). Needs fence.lua's next_token. If id registered an owner token:
+--   takes id out of the queue, writes key with that token (marked, so its release hands on
+--   or wakes in turn) and a lease until id's place lease ends, takes the next fencing token
+--   (fence.lua's next_token), publishes '<id> <owner> <token>' on channel, and returns true.
+--   Returns false, having written nothing, when id registered no token or the fencing
+--   counter is broken (the caller then wakes id, whose own attempt reports the counter).
 
 local WAITED = '+w'
 
@@ -147,4 +173,39 @@ end
 
 local function queue_head(queue)
   return redis.call('ZRANGE', queue, 0, 0)[1]
+end
+
+local function handover_wrong_type(handover)
+  local kind = redis.call('TYPE', handover).ok
+  if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE ' .. handover .. ' holds a ' .. kind .. ', not a handover hash')
+  end
+  return nil
+end
+
+local function handover_register(handover, id, owner, place_lease)
+  redis.call('HSET', handover, id, owner)
+  if redis.call('PTTL', handover) < 2 * place_lease then
+    redis.call('PEXPIRE', handover, 2 * place_lease)
+  end
+end
+
+local function hand_over(key, handover, fence, queue, places, tickets, channel, id, now)
+  local owner = redis.call('HGET', handover, id)
+  if not owner then
+    return false
+  end
+  local place_ends = tonumber(redis.call('ZSCORE', places, id))
+  if not place_ends then
+    return false
+  end
+  local token = next_token(fence, now * 1000)
+  if not token then
+    return false
+  end
+  queue_leave(queue, places, tickets, id)
+  redis.call('HDEL', handover, id)
+  redis.call('SET', key, with_mark(owner), 'PX', math.max(place_ends - now, 1))
+  wake(channel, id .. ' ' .. owner .. ' ' .. string.format('%d', token))
+  return true
 end
