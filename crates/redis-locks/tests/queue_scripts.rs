@@ -230,3 +230,259 @@ fn queue_keys_of_another_type_are_wrong_type_errors_and_nothing_is_written() {
     assert!(err.to_string().contains("{Q}:queue"), "{err}");
     assert!(!con.exists::<_, bool>(LOCK).unwrap());
 }
+
+// The handover: a Mutex's waiters register the owner token they ask with, and a release hands
+// the lock straight to the first in line's token.
+
+const HANDOVER: &str = "{Q}:handover";
+const FENCE: &str = "{Q}:fence";
+
+/// The acquire script on the waiting path with the handover hash, as a `Mutex` sends it.
+fn try_wait_handing(
+    con: &mut Connection,
+    owner: &str,
+    waiter: &str,
+    place_ms: u64,
+) -> redis::RedisResult<(i64, i64)> {
+    lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/mutex/acquire.lua"),
+    ])
+    .key(LOCK)
+    .key(FENCE)
+    .key("{Q}:epoch")
+    .key(&QUEUE[..])
+    .key(HANDOVER)
+    .arg(owner)
+    .arg(10_000)
+    .arg(0)
+    .arg("")
+    .arg(waiter)
+    .arg(place_ms)
+    .arg(CHANNEL)
+    .invoke(con)
+}
+
+fn wait_handing(con: &mut Connection, owner: &str, waiter: &str, place_ms: u64) -> (i64, i64) {
+    try_wait_handing(con, owner, waiter, place_ms).unwrap()
+}
+
+/// The release as a `Mutex` sends it: with the handover hash and the fencing counter.
+fn try_release_handing(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
+    lua(&[
+        include_str!("../src/mutex/release_first.lua"),
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/mutex/release.lua"),
+    ])
+    .key(LOCK)
+    .key(&QUEUE[..])
+    .key(HANDOVER)
+    .key(FENCE)
+    .arg(owner)
+    .arg(CHANNEL)
+    .invoke(con)
+}
+
+fn release_handing(con: &mut Connection, owner: &str) -> i64 {
+    try_release_handing(con, owner).unwrap()
+}
+
+fn leave_handing(con: &mut Connection, waiter: &str, owner: &str) -> i64 {
+    lua(&[WAITERS_LUA, include_str!("../src/wait/leave.lua")])
+        .key(LOCK)
+        .key(&QUEUE[..])
+        .key(HANDOVER)
+        .arg(waiter)
+        .arg(CHANNEL)
+        .arg(owner)
+        .invoke(con)
+        .unwrap()
+}
+
+fn counter(con: &mut Connection) -> i64 {
+    con.get(FENCE).unwrap()
+}
+
+#[test]
+fn a_refused_waiter_registers_its_token_and_a_grant_takes_it_out() {
+    let server = server();
+    let mut con = raw(&server);
+    assert_eq!(wait_handing(&mut con, "holder", "client-a", 2_000).0, 1);
+    let registered: Option<String> = con.hget(HANDOVER, "client-a").unwrap();
+    assert_eq!(registered, None, "a grant registers nothing");
+    assert_eq!(wait_handing(&mut con, "line-b", "client-b", 2_000).0, 0);
+    let registered: Option<String> = con.hget(HANDOVER, "client-b").unwrap();
+    assert_eq!(registered.as_deref(), Some("line-b"));
+    let ttl: i64 = con.pttl(HANDOVER).unwrap();
+    assert!(
+        ttl > 3_000 && ttl <= 4_000,
+        "it outlives its last registration by two place leases: {ttl}"
+    );
+    // Asking again with another token registers that one.
+    assert_eq!(wait_handing(&mut con, "line-b2", "client-b", 2_000).0, 0);
+    let registered: Option<String> = con.hget(HANDOVER, "client-b").unwrap();
+    assert_eq!(registered.as_deref(), Some("line-b2"));
+    // Without the handover hash (a Redlock's node), a refusal registers nothing.
+    wait(&mut con, "line-c", "client-c", 2_000);
+    let registered: Option<String> = con.hget(HANDOVER, "client-c").unwrap();
+    assert_eq!(registered, None);
+    // A grant by the plain path takes the registration out.
+    let _: () = con.del(LOCK).unwrap();
+    assert_eq!(wait_handing(&mut con, "line-b2", "client-b", 2_000).0, 1);
+    let registered: Option<String> = con.hget(HANDOVER, "client-b").unwrap();
+    assert_eq!(registered, None);
+}
+
+#[test]
+fn a_release_hands_the_lock_to_the_first_in_lines_token_with_a_new_fencing_token() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    assert_eq!(wait_handing(&mut con, "holder", "client-a", 2_000).0, 1);
+    let first = counter(&mut con);
+    wait_handing(&mut con, "line-b", "client-b", 1_500);
+    wait_handing(&mut con, "line-c", "client-c", 2_000);
+    assert_eq!(release_handing(&mut con, "holder"), 1);
+    // The lock is line-b's, marked (its release hands on in turn), for what is left of
+    // client-b's place lease, with the next fencing token.
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "line-b+w");
+    let ttl: i64 = con.pttl(LOCK).unwrap();
+    assert!(ttl > 1_000 && ttl <= 1_500, "until the place ends: {ttl}");
+    let token = counter(&mut con);
+    assert!(token > first, "a new fencing token: {token} after {first}");
+    assert_eq!(
+        heard(&mut pubsub),
+        Some(format!("client-b line-b {token}")),
+        "the grant, addressed to client-b"
+    );
+    assert_eq!(heard(&mut pubsub), None, "one message");
+    assert_eq!(line(&mut con), ["client-c"], "client-b left the line");
+    let registered: Option<String> = con.hget(HANDOVER, "client-b").unwrap();
+    assert_eq!(registered, None);
+    // Its release hands on to client-c; client-c's ends with the line.
+    assert_eq!(release_handing(&mut con, "line-b"), 1);
+    assert_eq!(
+        heard(&mut pubsub),
+        Some(format!("client-c line-c {}", counter(&mut con)))
+    );
+    assert!(counter(&mut con) > token);
+    assert_eq!(release_handing(&mut con, "line-c"), 1);
+    assert_eq!(
+        heard(&mut pubsub).as_deref(),
+        Some("*"),
+        "marked, nobody in line"
+    );
+    assert!(!con.exists::<_, bool>(LOCK).unwrap());
+    // A release by a token the lock was not handed to changes nothing.
+    wait_handing(&mut con, "holder", "client-a", 2_000);
+    wait_handing(&mut con, "line-d", "client-d", 2_000);
+    assert_eq!(release_handing(&mut con, "line-d"), -1);
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "holder+w");
+}
+
+#[test]
+fn a_handover_whose_wake_up_was_lost_is_taken_by_the_lines_next_attempt() {
+    let server = server();
+    let mut con = raw(&server);
+    wait_handing(&mut con, "holder", "client-a", 2_000);
+    wait_handing(&mut con, "line-b", "client-b", 2_000);
+    release_handing(&mut con, "holder");
+    let handed = counter(&mut con);
+    // client-b never heard: its next attempt, with the same token, finds the lock its own
+    // and takes it with its full lease and a new fencing token.
+    let (granted, token) = wait_handing(&mut con, "line-b", "client-b", 2_000);
+    assert_eq!(granted, 1);
+    assert!(token > handed);
+    let ttl: i64 = con.pttl(LOCK).unwrap();
+    assert!(ttl > 9_000, "the full lease: {ttl}");
+    // Another token of the same line (a later wait) does not take it.
+    release_handing(&mut con, "line-b");
+    wait_handing(&mut con, "holder", "client-a", 2_000);
+    wait_handing(&mut con, "line-x", "client-x", 2_000);
+    release_handing(&mut con, "holder");
+    assert_eq!(wait_handing(&mut con, "line-y", "client-x", 2_000).0, 0);
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "line-x+w");
+}
+
+#[test]
+fn a_first_in_line_without_a_token_or_with_a_broken_counter_is_only_woken() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    // A waiter that registered nothing (a Redlock's, on its first node).
+    wait_handing(&mut con, "holder", "client-a", 2_000);
+    wait(&mut con, "line-b", "client-b", 2_000);
+    assert_eq!(release_handing(&mut con, "holder"), 1);
+    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-b"));
+    assert!(
+        !con.exists::<_, bool>(LOCK).unwrap(),
+        "released, not handed"
+    );
+    assert_eq!(wait(&mut con, "line-b", "client-b", 2_000).0, 1);
+    // A broken fencing counter: the lock is released and the waiter woken, to find out.
+    wait_handing(&mut con, "line-c", "client-c", 2_000);
+    let _: () = con.set(FENCE, "not-a-number").unwrap();
+    assert_eq!(release_handing(&mut con, "line-b"), 1);
+    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-c"));
+    assert!(!con.exists::<_, bool>(LOCK).unwrap());
+    assert_eq!(line(&mut con), ["client-c"], "still in line");
+}
+
+#[test]
+fn leaving_releases_a_lock_handed_to_the_leaving_lines_token_only() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    wait_handing(&mut con, "holder", "client-a", 2_000);
+    wait_handing(&mut con, "line-b", "client-b", 2_000);
+    wait_handing(&mut con, "line-c", "client-c", 2_000);
+    release_handing(&mut con, "holder");
+    assert!(heard(&mut pubsub).is_some_and(|m| m.starts_with("client-b line-b ")));
+    // client-b's last waiter goes before taking it: the lock is released and client-c,
+    // now first, is woken to take it.
+    assert_eq!(
+        leave_handing(&mut con, "client-b", "line-b"),
+        0,
+        "no place left"
+    );
+    assert!(!con.exists::<_, bool>(LOCK).unwrap());
+    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-c"));
+    // Leaving with a token the lock was not handed to leaves the holder alone.
+    assert_eq!(wait_handing(&mut con, "line-c", "client-c", 2_000).0, 1);
+    wait_handing(&mut con, "line-d", "client-d", 2_000);
+    assert_eq!(leave_handing(&mut con, "client-d", "line-d"), 1);
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "line-c+w");
+    let registered: Option<String> = con.hget(HANDOVER, "client-d").unwrap();
+    assert_eq!(registered, None, "the registration goes with the place");
+}
+
+#[test]
+fn a_handover_hash_of_another_type_is_a_wrong_type_error_and_nothing_is_written() {
+    let server = server();
+    let mut con = raw(&server);
+    wait_handing(&mut con, "holder", "client-a", 2_000);
+    wait_handing(&mut con, "line-b", "client-b", 2_000);
+    let _: () = con.del(HANDOVER).unwrap();
+    let _: () = con.set(HANDOVER, "not a hash").unwrap();
+    let err = try_release_handing(&mut con, "holder").unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    assert!(err.to_string().contains(HANDOVER), "{err}");
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "holder+w", "the lock is as it was");
+    assert_eq!(line(&mut con), ["client-b"]);
+    let err = try_wait_handing(&mut con, "line-c", "client-c", 2_000).unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    assert_eq!(line(&mut con), ["client-b"], "nothing written");
+}

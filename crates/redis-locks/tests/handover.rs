@@ -1,0 +1,217 @@
+//! The handover (issue 11): a `Mutex` release hands the lock straight to the first process in
+//! line, which holds it the moment the wake-up reaches it — with the fencing token the release
+//! took, under the owner token its waiters registered — and then extends it to its own lease.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, eventually, exists, pttl, raw, server};
+use redis::Commands;
+use redis_locks::{Client, MutexOptions};
+use test_support::RedisServer;
+
+/// The grants published on `lock`'s wake channel, '<waiter id> <owner> <token>', as they come.
+fn grants(server: &RedisServer, lock: &str) -> std::sync::mpsc::Receiver<String> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let mut con = raw(server);
+    let channel = format!("{{{lock}}}:wake");
+    std::thread::spawn(move || {
+        let mut pubsub = con.as_pubsub();
+        pubsub.subscribe(&channel).unwrap();
+        while let Ok(message) = pubsub.get_message() {
+            let payload: String = message.get_payload().unwrap();
+            if payload.split(' ').count() == 3 && sender.send(payload).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// How many waiter ids have an owner token registered for a handover of `lock`.
+fn registered(server: &RedisServer, lock: &str) -> i64 {
+    raw(server).hlen(format!("{{{lock}}}:handover")).unwrap()
+}
+
+/// Waits until `count` processes (clients) registered a token in `lock`'s line.
+async fn queued(server: &RedisServer, lock: &str, count: i64) {
+    let queued = eventually(Duration::from_secs(5), || async {
+        registered(server, lock) == count
+    })
+    .await;
+    assert!(queued, "{count} waiting processes registered a token");
+}
+
+async fn own_client(server: &RedisServer) -> Client {
+    client(server).await
+}
+
+#[tokio::test]
+async fn a_released_lock_is_held_by_the_next_process_with_the_token_the_release_took() {
+    let server = server();
+    let options = MutexOptions::default()
+        .lease(Duration::from_secs(10))
+        .watchdog(false)
+        .place_lease(Duration::from_secs(1));
+    let holder = own_client(&server).await;
+    let waiter = own_client(&server).await;
+    let held = holder.mutex_with("handed", options.clone()).unwrap();
+    let mine = waiter.mutex_with("handed", options).unwrap();
+    let guard = held.lock().await.unwrap();
+    let grants = grants(&server, "handed");
+    let waiting = tokio::spawn(async move { mine.lock().await });
+    queued(&server, "handed", 1).await;
+    let requests = waiter.stats().requests;
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter holds the lock")
+        .unwrap()
+        .unwrap();
+    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
+    let parts: Vec<&str> = grant.split(' ').collect();
+    assert_eq!(
+        next.owner_token().as_str(),
+        parts[1],
+        "held under the token handed"
+    );
+    assert_eq!(
+        next.fencing_token().to_string(),
+        parts[2],
+        "with the fencing token the release took: the waiter did not ask again"
+    );
+    // The waiter's one request after the release is the extension to its own lease, which
+    // replaces the lease that ended with its place.
+    let extended = eventually(Duration::from_secs(5), || async {
+        pttl(&server, "handed") > 5_000 && next.lease_remaining() > Duration::from_secs(5)
+    })
+    .await;
+    assert!(
+        extended,
+        "extended to the full lease: {}",
+        pttl(&server, "handed")
+    );
+    assert_eq!(
+        waiter.stats().requests - requests,
+        1,
+        "one request: the extension"
+    );
+    assert!(
+        !next.is_renewed(),
+        "without the watchdog, no renewal follows"
+    );
+    next.release().await.unwrap();
+    assert!(!exists(&server, "handed"));
+    assert_eq!(registered(&server, "handed"), 0);
+}
+
+#[tokio::test]
+async fn a_handed_lease_with_the_watchdog_is_renewed_past_its_place_lease() {
+    let server = server();
+    let options = MutexOptions::default()
+        .lease(Duration::from_millis(600))
+        .watchdog(true)
+        .place_lease(Duration::from_millis(300));
+    let holder = own_client(&server).await;
+    let waiter = own_client(&server).await;
+    let held = holder.mutex_with("renewed", options.clone()).unwrap();
+    let mine = waiter.mutex_with("renewed", options).unwrap();
+    let guard = held.lock().await.unwrap();
+    let waiting = tokio::spawn(async move { mine.lock().await });
+    queued(&server, "renewed", 1).await;
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    // Well past the place lease and the lease itself: renewed all along.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(next.lost_reason().is_none(), "{:?}", next.lost_reason());
+    let value: String = raw(&server).get("renewed").unwrap();
+    assert!(value.starts_with(next.owner_token().as_str()));
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_line_whose_first_waiter_timed_out_keeps_its_place_and_hands_to_its_next_waiter() {
+    let server = server();
+    let options = MutexOptions::default()
+        .lease(Duration::from_secs(10))
+        .place_lease(Duration::from_secs(5));
+    let holder = own_client(&server).await;
+    let waiting = own_client(&server).await;
+    let held = holder.mutex_with("line", options.clone()).unwrap();
+    let guard = held.lock().await.unwrap();
+    let grants = grants(&server, "line");
+    // The first waiter of the line registers its token and gives up; the second asks with
+    // the same token, so a grant to it is the second waiter's to take.
+    let first = waiting.mutex_with("line", options.clone()).unwrap();
+    let second = waiting.mutex_with("line", options).unwrap();
+    let impatient =
+        tokio::spawn(async move { first.lock_timeout(Duration::from_millis(300)).await });
+    queued(&server, "line", 1).await;
+    let patient = tokio::spawn(async move { second.lock().await });
+    let timed_out = impatient.await.unwrap();
+    assert!(timed_out.is_err(), "the first waiter gave up");
+    assert_eq!(registered(&server, "line"), 1, "the line keeps its place");
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), patient)
+        .await
+        .expect("the second waiter holds the lock")
+        .unwrap()
+        .unwrap();
+    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        grant.ends_with(&format!(
+            " {} {}",
+            next.owner_token().as_str(),
+            next.fencing_token()
+        )),
+        "{grant}"
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_wait_cancelled_as_the_lock_is_handed_to_it_leaves_the_lock_free() {
+    let server = server();
+    // Place leases far longer than the test: only the line's leave can free the lock.
+    let options = MutexOptions::default()
+        .lease(Duration::from_secs(30))
+        .place_lease(Duration::from_secs(30));
+    let holder = own_client(&server).await;
+    let waiter = own_client(&server).await;
+    let held = holder.mutex_with("gone", options.clone()).unwrap();
+    let mine = waiter.mutex_with("gone", options).unwrap();
+    for round in 0..20 {
+        let guard = held.lock().await.unwrap();
+        let waiting = tokio::spawn({
+            let mine = mine.clone();
+            async move { mine.lock().await }
+        });
+        queued(&server, "gone", 1).await;
+        // The wait ends as the release hands the lock to its line (either may land first).
+        if round % 2 == 0 {
+            waiting.abort();
+            guard.release().await.unwrap();
+        } else {
+            let release = tokio::spawn(guard.release());
+            tokio::task::yield_now().await;
+            waiting.abort();
+            release.await.unwrap().unwrap();
+        }
+        match waiting.await {
+            // The waiter got it before the abort: its guard dropped, released in the
+            // background.
+            Ok(granted) => drop(granted.unwrap()),
+            Err(err) => assert!(err.is_cancelled()),
+        }
+        let free = eventually(Duration::from_secs(2), || async {
+            !exists(&server, "gone") && registered(&server, "gone") == 0
+        })
+        .await;
+        assert!(free, "round {round}: the lock is free, the line empty");
+    }
+}
