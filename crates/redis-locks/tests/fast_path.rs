@@ -259,7 +259,7 @@ async fn a_release_nobody_waited_for_publishes_nothing() {
     let parts: Vec<&str> = woken.split(' ').collect();
     let hex = |part: &str| part.len() == 32 && part.bytes().all(|b| b.is_ascii_hexdigit());
     assert!(
-        parts.len() == 3 && hex(parts[0]) && hex(parts[1]),
+        parts.len() == 4 && hex(parts[0]) && hex(parts[1]),
         "a grant addressed to one waiter: {woken:?}"
     );
     let next = tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -272,7 +272,7 @@ async fn a_release_nobody_waited_for_publishes_nothing() {
         parts[1],
         "held under the token handed"
     );
-    assert_eq!(next.fencing_token().to_string(), parts[2]);
+    assert_eq!(next.fencing_token().to_string(), parts[3]);
     let value: String = raw(&server).get("quiet").unwrap();
     assert_eq!(
         value,

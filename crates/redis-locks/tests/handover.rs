@@ -11,7 +11,8 @@ use redis::Commands;
 use redis_locks::{Client, MutexOptions};
 use test_support::RedisServer;
 
-/// The grants published on `lock`'s wake channel, '<waiter id> <owner> <token>', as they come.
+/// The grants published on `lock`'s wake channel, '<waiter id> <owner> <nonce> <token>', as
+/// they come.
 fn grants(server: &RedisServer, lock: &str) -> std::sync::mpsc::Receiver<String> {
     let (sender, receiver) = std::sync::mpsc::channel();
     let mut con = raw(server);
@@ -21,7 +22,7 @@ fn grants(server: &RedisServer, lock: &str) -> std::sync::mpsc::Receiver<String>
         pubsub.subscribe(&channel).unwrap();
         while let Ok(message) = pubsub.get_message() {
             let payload: String = message.get_payload().unwrap();
-            if payload.split(' ').count() == 3 && sender.send(payload).is_err() {
+            if payload.split(' ').count() == 4 && sender.send(payload).is_err() {
                 return;
             }
         }
@@ -78,7 +79,7 @@ async fn a_released_lock_is_held_by_the_next_process_with_the_token_the_release_
     );
     assert_eq!(
         next.fencing_token().to_string(),
-        parts[2],
+        parts[3],
         "with the fencing token the release took: the waiter did not ask again"
     );
     // The waiter's one request after the release is the extension to its own lease, which
@@ -163,14 +164,9 @@ async fn a_line_whose_first_waiter_timed_out_keeps_its_place_and_hands_to_its_ne
         .unwrap()
         .unwrap();
     let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
-    assert!(
-        grant.ends_with(&format!(
-            " {} {}",
-            next.owner_token().as_str(),
-            next.fencing_token()
-        )),
-        "{grant}"
-    );
+    let parts: Vec<&str> = grant.split(' ').collect();
+    assert_eq!(parts[1], next.owner_token().as_str(), "{grant}");
+    assert_eq!(parts[3], next.fencing_token().to_string(), "{grant}");
     next.release().await.unwrap();
 }
 
@@ -214,4 +210,52 @@ async fn a_wait_cancelled_as_the_lock_is_handed_to_it_leaves_the_lock_free() {
         .await;
         assert!(free, "round {round}: the lock is free, the line empty");
     }
+}
+
+#[tokio::test]
+async fn two_waiters_of_one_process_never_both_ask_with_the_lines_token() {
+    // A process that waited a moment ago still listens (its subscription lingers), so its
+    // next `lock()` gets in line from its first attempt; a second `lock()` beside it must
+    // wait for its turn rather than ask with the same line token (a free lock would then be
+    // granted to both: one by SET NX, the other as a retry of the same owner).
+    let server = server();
+    let holder = own_client(&server).await;
+    let contender = own_client(&server).await;
+    let held = holder.mutex("pair").unwrap();
+    let mine = contender.mutex("pair").unwrap();
+    let history = std::sync::Arc::new(redis_locks::history::History::default());
+    for round in 0..10 {
+        // Wait once, so that the subscription lingers.
+        let guard = held.lock().await.unwrap();
+        let waiting = tokio::spawn({
+            let mine = mine.clone();
+            async move { mine.lock().await }
+        });
+        queued(&server, "pair", 1).await;
+        guard.release().await.unwrap();
+        waiting.await.unwrap().unwrap().release().await.unwrap();
+        // Two calls at once on the free lock.
+        let calls: Vec<_> = (0..2)
+            .map(|n| {
+                let (mine, history) = (mine.clone(), history.clone());
+                tokio::spawn(async move {
+                    let guard = mine.lock().await.unwrap();
+                    let start = redis_locks::history::now_nanos();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    history.record(redis_locks::history::Interval {
+                        worker: format!("round {round} call {n}"),
+                        token: guard.fencing_token().get(),
+                        start,
+                        end: redis_locks::history::now_nanos(),
+                    });
+                    guard.release().await.unwrap();
+                })
+            })
+            .collect();
+        for call in calls {
+            call.await.unwrap();
+        }
+    }
+    let report = history.check();
+    assert!(report.is_ok(), "{report}");
 }

@@ -237,12 +237,25 @@ fn queue_keys_of_another_type_are_wrong_type_errors_and_nothing_is_written() {
 const HANDOVER: &str = "{Q}:handover";
 const FENCE: &str = "{Q}:fence";
 
+/// The nonce every handing attempt of these tests registers, unless a test says otherwise.
+const NONCE: u64 = 7;
+
 /// The acquire script on the waiting path with the handover hash, as a `Mutex` sends it.
 fn try_wait_handing(
     con: &mut Connection,
     owner: &str,
     waiter: &str,
     place_ms: u64,
+) -> redis::RedisResult<(i64, i64)> {
+    try_wait_nonce(con, owner, waiter, place_ms, NONCE)
+}
+
+fn try_wait_nonce(
+    con: &mut Connection,
+    owner: &str,
+    waiter: &str,
+    place_ms: u64,
+    nonce: u64,
 ) -> redis::RedisResult<(i64, i64)> {
     lua(&[
         FENCE_LUA,
@@ -261,6 +274,9 @@ fn try_wait_handing(
     .arg(waiter)
     .arg(place_ms)
     .arg(CHANNEL)
+    .arg("")
+    .arg("")
+    .arg(nonce)
     .invoke(con)
 }
 
@@ -314,16 +330,21 @@ fn a_refused_waiter_registers_its_token_and_a_grant_takes_it_out() {
     assert_eq!(registered, None, "a grant registers nothing");
     assert_eq!(wait_handing(&mut con, "line-b", "client-b", 2_000).0, 0);
     let registered: Option<String> = con.hget(HANDOVER, "client-b").unwrap();
-    assert_eq!(registered.as_deref(), Some("line-b"));
+    assert_eq!(
+        registered.as_deref(),
+        Some("line-b 7"),
+        "with the attempt's nonce"
+    );
     let ttl: i64 = con.pttl(HANDOVER).unwrap();
     assert!(
         ttl > 3_000 && ttl <= 4_000,
         "it outlives its last registration by two place leases: {ttl}"
     );
-    // Asking again with another token registers that one.
-    assert_eq!(wait_handing(&mut con, "line-b2", "client-b", 2_000).0, 0);
+    // Asking again registers that attempt's token and nonce.
+    let asked = try_wait_nonce(&mut con, "line-b2", "client-b", 2_000, 8).unwrap();
+    assert_eq!(asked.0, 0);
     let registered: Option<String> = con.hget(HANDOVER, "client-b").unwrap();
-    assert_eq!(registered.as_deref(), Some("line-b2"));
+    assert_eq!(registered.as_deref(), Some("line-b2 8"));
     // Without the handover hash (a Redlock's node), a refusal registers nothing.
     wait(&mut con, "line-c", "client-c", 2_000);
     let registered: Option<String> = con.hget(HANDOVER, "client-c").unwrap();
@@ -357,7 +378,7 @@ fn a_release_hands_the_lock_to_the_first_in_lines_token_with_a_new_fencing_token
     assert!(token > first, "a new fencing token: {token} after {first}");
     assert_eq!(
         heard(&mut pubsub),
-        Some(format!("client-b line-b {token}")),
+        Some(format!("client-b line-b 7 {token}")),
         "the grant, addressed to client-b"
     );
     assert_eq!(heard(&mut pubsub), None, "one message");
@@ -368,7 +389,7 @@ fn a_release_hands_the_lock_to_the_first_in_lines_token_with_a_new_fencing_token
     assert_eq!(release_handing(&mut con, "line-b"), 1);
     assert_eq!(
         heard(&mut pubsub),
-        Some(format!("client-c line-c {}", counter(&mut con)))
+        Some(format!("client-c line-c 7 {}", counter(&mut con)))
     );
     assert!(counter(&mut con) > token);
     assert_eq!(release_handing(&mut con, "line-c"), 1);
@@ -448,7 +469,7 @@ fn leaving_releases_a_lock_handed_to_the_leaving_lines_token_only() {
     wait_handing(&mut con, "line-b", "client-b", 2_000);
     wait_handing(&mut con, "line-c", "client-c", 2_000);
     release_handing(&mut con, "holder");
-    assert!(heard(&mut pubsub).is_some_and(|m| m.starts_with("client-b line-b ")));
+    assert!(heard(&mut pubsub).is_some_and(|m| m.starts_with("client-b line-b 7 ")));
     // client-b's last waiter goes before taking it: the lock is released and client-c,
     // now first, is woken to take it.
     assert_eq!(

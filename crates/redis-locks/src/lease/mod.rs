@@ -2,7 +2,9 @@
 //!
 //! A granted lock is a [`Lease`]: its fencing token, its deadline on the local monotonic clock
 //! ([`state`]), the watchdog that renews it ([`watchdog`]), the release it owes
-//! ([`OwedRelease`], which makes a cancelled acquire and a dropped guard leave nothing behind)
+//! ([`OwedRelease`], which makes a cancelled acquire and a dropped guard leave nothing behind;
+//! a `Mutex` waiter's attempts ask with their line's token, whose release the line owes until
+//! a grant is taken, [`OwedRelease::of_line`])
 //! and `lost()`. The core knows no primitive: it releases and extends through the [`Hold`] the
 //! primitive gave it, and the primitive's public guard (`MutexGuard`, ...) is a thin wrapper
 //! around a `Lease` that adds the primitive's own words.
@@ -30,7 +32,9 @@
 //!    the wait budget. A primitive whose waiters each keep their own place in the queue
 //!    writes only an [`Asker`](crate::wait::Asker) (one attempt) and uses
 //!    [`Placed`](crate::wait::Placed) as its contender. A grant becomes a [`Lease`] through
-//!    [`Lease::new`], from the attempt's [`OwedRelease`] and the time its request was sent.
+//!    [`Lease::new`], from the attempt's [`OwedRelease`] and the time its request was sent (a
+//!    grant a release handed over, through `Lease::handed_over`, counted from the waiter's
+//!    place).
 //! 4. **Options**: the common [`LockOptions`](crate::LockOptions) (a [`LeaseOptions`] and a
 //!    [`WaitOptions`](crate::WaitOptions)) under the primitive's name (`pub type
 //!    FairMutexOptions = LockOptions`), or a struct around it for settings of its own.

@@ -44,11 +44,15 @@
 --          taken even with others ahead in the queue (a Redlock's first node, where its
 --          waiters listen: the majority of all nodes decides who holds, and one waiter woken
 --          per release keeps contenders from splitting the votes). '' or absent: in turn.
--- KEYS[7]  optional, with ARGV[5]: the lock's handover hash (waiter id -> owner token). A
---          refusal registers ARGV[1] there under the waiter id, so that a release finding
---          this waiter at the head of the queue hands the lock straight to ARGV[1] (see
---          release.lua); a grant takes the registration out. Absent: no handover (a
---          Redlock's waiters, which a majority of nodes must grant).
+-- KEYS[7]  optional, with ARGV[5] and ARGV[10]: the lock's handover hash (waiter id ->
+--          '<owner token> <nonce>'). A refusal registers ARGV[1] and ARGV[10] there under the
+--          waiter id, together with the place it renews, so that a release finding this
+--          waiter at the head of the queue hands the lock straight to ARGV[1] (see
+--          release.lua) and names the attempt whose place lease the grant's lease ends with;
+--          a grant takes the registration out. Absent: no handover (a Redlock's waiters,
+--          which a majority of nodes must grant).
+-- ARGV[10] with KEYS[7]: this attempt's nonce (a decimal number, new per attempt of the
+--          caller's line).
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
@@ -93,7 +97,7 @@ local waiter = ARGV[5]
 if waiter == '' then
   waiter = nil
 end
-local handover = waiter and KEYS[7]
+local handover = waiter and KEYS[7] and ARGV[10] and ARGV[10] ~= '' and KEYS[7]
 if waiter then
   local wrong = queue_wrong_type(KEYS[4], KEYS[5], KEYS[6]) or
     (handover and handover_wrong_type(handover))
@@ -107,7 +111,7 @@ end
 local function stay_in_line(now)
   queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]))
   if handover then
-    handover_register(handover, waiter, ARGV[1], tonumber(ARGV[6]))
+    handover_register(handover, waiter, ARGV[1], ARGV[10], tonumber(ARGV[6]))
   end
 end
 

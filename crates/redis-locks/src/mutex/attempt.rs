@@ -1,6 +1,7 @@
 //! One acquire attempt of a [`Mutex`], asked in one of two ways: the fast way, a pipelined
 //! `SET NX PX` + `INCR` that costs Redis no script, or the acquire script, which waiters use
-//! because it also marks a held lock so that its release wakes them.
+//! because it also marks a held lock so that its release hands the lock over to them (or
+//! wakes them), and registers their line's owner token for that.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -42,14 +43,15 @@ pub(super) enum Ask {
     /// The acquire script, which marks a held lock so that its release publishes a wake-up,
     /// and with `waiter` gives this process's waiters that place in the lock's queue,
     /// registering `owner` (the token they all ask with,
-    /// [`LocalQueue::asking_owner`](crate::wait::LocalQueue::asking_owner)) for a release to
-    /// hand the lock to. Used by waiters, after they listen on the wake channel. With `mark`,
-    /// a granted lock is marked at once, for the waiters of this process queued behind this
-    /// one.
+    /// [`LocalQueue::asking`](crate::wait::LocalQueue::asking)) and this attempt's `nonce`
+    /// for a release to hand the lock to. Used by waiters, after they listen on the wake
+    /// channel. With `mark`, a granted lock is marked at once, for the waiters of this process
+    /// queued behind this one.
     Waiting {
         mark: bool,
         waiter: Arc<str>,
         owner: OwnerToken,
+        nonce: u64,
     },
 }
 
@@ -92,10 +94,12 @@ impl Mutex {
                 mark,
                 waiter,
                 owner,
+                nonce,
             } => {
                 let owed = OwedRelease::of_line(self.hold.clone(), owner);
                 let script = Script {
                     waiter: Some(waiter),
+                    nonce: nonce.to_string(),
                     ..Script::new(mark)
                 };
                 self.ask_script(owed, script, deadline).await
@@ -286,6 +290,8 @@ impl Mutex {
         let waiter: &str = waiter.as_deref().unwrap_or_default();
         let place_ms = &*self.place_ms;
         let channel = self.keys.wake_channel();
+        let nonce = script.nonce.clone();
+        let nonce = nonce.as_str();
         loop {
             let sent_at = Instant::now();
             let owner = owed.owner().as_str();
@@ -307,6 +313,9 @@ impl Mutex {
                                 waiter,
                                 place_ms,
                                 channel,
+                                "",
+                                "",
+                                nonce,
                             ],
                         )
                         .await
@@ -322,7 +331,18 @@ impl Mutex {
                             Phase::Acquire,
                             &ACQUIRE,
                             &keys,
-                            &[owner, &self.lease_ms, mark, name, waiter, place_ms, channel],
+                            &[
+                                owner,
+                                &self.lease_ms,
+                                mark,
+                                name,
+                                waiter,
+                                place_ms,
+                                channel,
+                                "",
+                                "",
+                                nonce,
+                            ],
                         )
                         .await
                 }
@@ -471,6 +491,8 @@ struct Script {
     /// A waiter's attempt: a refusal gives this place (`LocalQueue::id`) to the process's
     /// waiters in the lock's queue (see `acquire.lua`, `ARGV[5]`), a grant takes it out.
     waiter: Option<Arc<str>>,
+    /// With `waiter`: the attempt's nonce, registered with the place (`ARGV[10]`).
+    nonce: String,
     /// What to write as the counter's epoch.
     epoch: Epoch,
     /// How many grants of this acquisition came back after their lease.
@@ -483,6 +505,7 @@ impl Script {
         Script {
             mark,
             waiter: None,
+            nonce: String::new(),
             epoch: Epoch::Keep,
             late: 0,
         }

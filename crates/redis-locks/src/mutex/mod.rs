@@ -40,13 +40,19 @@ pub type MutexOptions = LockOptions;
 /// A distributed mutual-exclusion lock on one Redis server: at most one holder at a time.
 ///
 /// The handle is cheap to clone and holds no lock by itself; each successful
-/// [`lock`](Mutex::lock) returns a [`MutexGuard`] with a fresh random owner token, a lease and
-/// a fencing token. Names follow the key layout of [`LockKeys`].
+/// [`lock`](Mutex::lock) returns a [`MutexGuard`] with a random owner token of its own (one
+/// that no other guard ever holds), a lease and a fencing token. Names follow the key layout
+/// of [`LockKeys`].
 ///
-/// Waiting does not poll: waiting processes queue on the server and a release wakes the first
-/// of them (pub/sub on the lock's wake channel), and a waiter whose holder crashed retries
-/// the moment the holder's lease ends. Waiters of one lock inside one process take turns in
-/// FIFO order and share the process's place in line; only the first of them talks to Redis.
+/// Waiting does not poll: waiting processes queue on the server, and a release hands the lock
+/// straight to the first of them — it writes the lock key with the owner token that process's
+/// waiters registered, takes the next fencing token and publishes the grant on the lock's wake
+/// channel, so the waiter holds the lock when the message reaches it, without asking Redis
+/// again (its short, place-long lease is then extended to the full lease in the background;
+/// see the crate README, "Waiting"). A waiter whose holder crashed retries the moment the
+/// holder's lease ends. Waiters of one lock inside one process take turns in FIFO order and
+/// share the process's place in line and its owner token; only the one whose turn it is talks
+/// to Redis.
 /// Across processes, waiters are served in line, but the first attempt of a `lock()` that
 /// finds no waiter of its own process (the fast path) takes a free lock whoever waits: use
 /// [`FairMutex`](crate::FairMutex) for strict first-come, first-served.
@@ -185,7 +191,10 @@ impl Mutex {
     ///
     /// # Cancel safety
     /// As [`Mutex::try_lock`]: dropping the future at any point leaves no lock behind beyond
-    /// the background release. A future that is kept but no longer polled (say, pinned in a
+    /// the background release. (While it waits in line, a grant to its process's line token —
+    /// an attempt's or a release's handover — is the line's: the next waiter of the process
+    /// takes it, or the last one to go releases it as it leaves the line.) A future that is
+    /// kept but no longer polled (say, pinned in a
     /// `select!` whose other branch won) holds its turn among this process's waiters of the
     /// lock, as a held `tokio::sync::MutexGuard` would: drop it rather than park it.
     pub async fn lock(&self) -> Result<MutexGuard> {
@@ -251,7 +260,8 @@ impl Mutex {
 /// A `Mutex`'s side of the acquire loop: the fast pipeline first, then the acquire script,
 /// which marks a held lock and gives this process's waiters a place in the lock's queue (one
 /// place, [`LocalQueue::id`](crate::wait::LocalQueue::id), shared by the waiters of the lock
-/// in this process, which take turns), so that the release wakes them alone, in turn.
+/// in this process, which take turns) with their owner token registered, so that a release
+/// hands the lock to them alone, in turn.
 struct Contending<'a> {
     mutex: &'a Mutex,
     /// The place in line this wait's attempts took, to be woken by.
@@ -268,11 +278,12 @@ impl Contending<'_> {
         };
         local.placing(self.mutex.client.node(), &self.mutex.keys);
         self.place = Some(local.id().clone());
-        let owner = local.asking_owner();
+        let (owner, nonce) = local.asking();
         let ask = Ask::Waiting {
             mark: line.mark,
             waiter: local.id().clone(),
             owner: owner.clone(),
+            nonce,
         };
         // Before the request goes out: the place the server renews counts from no earlier.
         let sent_at = Instant::now();
@@ -282,7 +293,9 @@ impl Contending<'_> {
                 local.unplaced();
                 local.granted(&owner);
             }
-            Try::Held(_) => local.refused(&owner, sent_at, self.mutex.options.get_place_lease()),
+            Try::Held(_) => {
+                local.refused(&owner, nonce, sent_at, self.mutex.options.get_place_lease());
+            }
         }
         Ok(attempt)
     }
@@ -331,9 +344,10 @@ impl Contender for Contending<'_> {
         let drift = lease_options.get_clock_drift();
         // A grant whose place-long lease has run out is left to the next attempt, which asks
         // with the same token and so takes it with a fresh lease.
-        let (owner, placed) = local.take_handover(&handed.owner, |placed_at, place_lease| {
-            drift.deadline(placed_at, place_lease) > Instant::now()
-        })?;
+        let (owner, placed) =
+            local.take_handover(&handed.owner, handed.nonce, |placed_at, place_lease| {
+                drift.deadline(placed_at, place_lease) > Instant::now()
+            })?;
         local.unplaced();
         let owed = OwedRelease::of_line(self.mutex.hold.clone(), owner);
         Some(Lease::handed_over(

@@ -13,7 +13,8 @@
 -- ARGV[2]  the lock's wake channel. If a waiter marked the lock (see waiters.lua), the
 --          release looks for the first waiter in the queue whose place is still leased:
 --          with KEYS[5] and an owner token registered for it, the lock is handed to that
---          token (hand_over in waiters.lua publishes '<waiter id> <owner> <fencing token>');
+--          token (hand_over in waiters.lua publishes '<waiter id> <owner> <nonce>
+--          <fencing token>');
 --          otherwise the waiter's id is published (only that process's waiter acts on it,
 --          and the waiters of the releasing process queued behind the holder), or '*'
 --          (every waiter looks again) when nobody is in line. A release nobody waited for

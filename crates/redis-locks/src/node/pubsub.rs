@@ -187,22 +187,27 @@ pub(crate) struct Listener {
 }
 
 /// A release that handed the lock straight to a waiter (a `Mutex`'s, see `waiters.lua`,
-/// `hand_over`): the owner token it now holds the lock under, and the fencing token.
+/// `hand_over`): the owner token it now holds the lock under, the nonce of the waiting attempt
+/// whose place lease the grant's lease ends with, and the fencing token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HandedOver {
     pub(crate) owner: String,
+    pub(crate) nonce: u64,
     pub(crate) token: u64,
 }
 
 impl HandedOver {
-    /// The grant in `payload` if it is one addressed to `me` (`'<me> <owner> <token>'`).
+    /// The grant in `payload` if it is one addressed to `me`
+    /// (`'<me> <owner> <nonce> <token>'`).
     fn parse(payload: &str, me: &str) -> Option<HandedOver> {
         let rest = payload.strip_prefix(me)?.strip_prefix(' ')?;
-        let (owner, token) = rest.split_once(' ')?;
-        Some(HandedOver {
-            owner: owner.to_string(),
-            token: token.parse().ok()?,
-        })
+        let mut parts = rest.split(' ');
+        let handed = HandedOver {
+            owner: parts.next()?.to_string(),
+            nonce: parts.next()?.parse().ok()?,
+            token: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(handed)
     }
 }
 

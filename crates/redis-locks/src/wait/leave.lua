@@ -23,18 +23,24 @@
 --              or the handover's type check, before anything is written).
 
 local handover = KEYS[5] and ARGV[3] and ARGV[3] ~= '' and KEYS[5]
+local handed = false
 if handover then
   local wrong = handover_wrong_type(handover)
   if wrong then
     return wrong
   end
+  handed = holder_of(KEYS[1]) == ARGV[3]
 end
 queue_purge(KEYS[2], KEYS[3], server_ms())
 local had = redis.call('ZSCORE', KEYS[2], ARGV[1])
 queue_leave(KEYS[2], KEYS[3], KEYS[4], ARGV[1])
 if handover then
-  redis.call('HDEL', handover, ARGV[1])
-  if holder_of(KEYS[1]) == ARGV[3] then
+  -- Only this token's registration: a later wait of the same process may have registered
+  -- its own under the same id meanwhile.
+  if handover_owner(handover, ARGV[1]) == ARGV[3] then
+    redis.call('HDEL', handover, ARGV[1])
+  end
+  if handed then
     redis.call('DEL', KEYS[1])
   end
 end

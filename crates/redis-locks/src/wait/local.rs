@@ -17,7 +17,7 @@ use crate::token::OwnerToken;
 /// talks to Redis), the wake-up subscription they share while any of them waits, and their
 /// one place in the lock's queue on the server.
 pub(crate) struct LocalQueue {
-    turn: tokio::sync::Mutex<()>,
+    turn: Arc<tokio::sync::Mutex<()>>,
     subscription: OnceCell<Subscription>,
     /// The lease of a guard of this process that holds the lock with its key marked for a
     /// wake-up (see [`LocalHolder`]).
@@ -41,16 +41,28 @@ pub(crate) struct LocalQueue {
 struct Handover {
     /// Made with the first waiting attempt that asks for one; taken by the grant.
     owner: Option<OwnerToken>,
-    /// When the latest attempt with `owner` whose refusal came back was sent, and the place
-    /// lease it asked for: the server renewed the place then, and a lock handed over since
-    /// lasts on the server as long as that place would have.
-    placed: Option<(Instant, Duration)>,
+    /// The nonce of the next attempt (each attempt registers its own with its place).
+    next_nonce: u64,
+    /// The latest attempt with `owner` whose refusal came back: the server renewed the place
+    /// and registered its nonce then, so a lock handed over under that nonce lasts on the
+    /// server at least until `at` + `lease`.
+    placed: Option<Placed>,
+}
+
+/// A place renewed by a refused attempt.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    /// When the attempt was sent.
+    at: Instant,
+    /// The place lease it asked for.
+    lease: Duration,
+    nonce: u64,
 }
 
 impl Default for LocalQueue {
     fn default() -> Self {
         LocalQueue {
-            turn: tokio::sync::Mutex::new(()),
+            turn: Arc::new(tokio::sync::Mutex::new(())),
             subscription: OnceCell::new(),
             holder: StdMutex::new(None),
             id: OwnerToken::random().as_str().into(),
@@ -81,6 +93,10 @@ impl Drop for LocalQueue {
         }
     }
 }
+
+/// The turn of one waiter of a lock in this process: only its holder talks to Redis (and asks
+/// with the line's owner token, [`LocalQueue::asking`]).
+pub(crate) type Turn = tokio::sync::OwnedMutexGuard<()>;
 
 /// A guard that took the lock from the head of its process's local queue, with waiters
 /// behind it, and marked its key at once: its release publishes a wake-up, so the next
@@ -158,22 +174,36 @@ impl LocalQueue {
         handover.owner.take()
     }
 
-    /// The owner token the waiters ask with (and register for a handover), made if needed.
-    pub(crate) fn asking_owner(&self) -> OwnerToken {
-        self.handover()
+    /// The owner token the waiters ask with (and register for a handover), made if needed,
+    /// and a new nonce for the attempt about to go out. Only the waiter whose turn it is asks
+    /// with it.
+    pub(crate) fn asking(&self) -> (OwnerToken, u64) {
+        let mut handover = self.handover();
+        let nonce = handover.next_nonce;
+        handover.next_nonce += 1;
+        let owner = handover
             .owner
             .get_or_insert_with(OwnerToken::random)
-            .clone()
+            .clone();
+        (owner, nonce)
     }
 
-    /// An attempt with `owner`, sent at `sent_at` asking for a place lease of `place_lease`,
-    /// was refused: the server renewed the place (and `owner`'s registration) then.
-    pub(crate) fn refused(&self, owner: &OwnerToken, sent_at: Instant, place_lease: Duration) {
+    /// The attempt with `owner` and `nonce`, sent at `sent_at` asking for a place lease of
+    /// `place_lease`, was refused: the server renewed the place (and registered `nonce`) then.
+    pub(crate) fn refused(
+        &self,
+        owner: &OwnerToken,
+        nonce: u64,
+        sent_at: Instant,
+        place_lease: Duration,
+    ) {
         let mut handover = self.handover();
-        if handover.owner.as_ref() == Some(owner)
-            && handover.placed.is_none_or(|(at, _)| at <= sent_at)
-        {
-            handover.placed = Some((sent_at, place_lease));
+        if handover.owner.as_ref() == Some(owner) {
+            handover.placed = Some(Placed {
+                at: sent_at,
+                lease: place_lease,
+                nonce,
+            });
         }
     }
 
@@ -181,27 +211,35 @@ impl LocalQueue {
     pub(crate) fn granted(&self, owner: &OwnerToken) {
         let mut handover = self.handover();
         if handover.owner.as_ref() == Some(owner) {
-            *handover = Handover::default();
+            handover.owner = None;
+            handover.placed = None;
         }
     }
 
-    /// Takes a handover to `owner` if that is the waiters' token and `valid` says the lease
-    /// counted from its place (when the place was renewed, for how long) still holds: returns
-    /// the token and that place, and the next waiting attempt asks with a new token. Otherwise
-    /// the token stays, and the next attempt (which asks with it) finds the lock its own.
+    /// Takes a handover to `owner` under `nonce`, if that is the waiters' token and the nonce
+    /// of their latest refused attempt (a grant under an older nonce was made before that
+    /// refusal, which found the lock not theirs: it is void), and `valid` says the lease
+    /// counted from that attempt's sending, for its place lease, still holds. Returns the
+    /// token and that place (when sent, for how long); the next waiting attempt asks with a
+    /// new token. Otherwise the token stays, and the next attempt, which asks with it, finds
+    /// a grant to it its own.
     pub(crate) fn take_handover(
         &self,
         owner: &str,
+        nonce: u64,
         valid: impl FnOnce(Instant, Duration) -> bool,
     ) -> Option<(OwnerToken, (Instant, Duration))> {
         let mut handover = self.handover();
         let placed = handover.placed?;
-        if handover.owner.as_ref()?.as_str() != owner || !valid(placed.0, placed.1) {
+        if handover.owner.as_ref()?.as_str() != owner
+            || placed.nonce != nonce
+            || !valid(placed.at, placed.lease)
+        {
             return None;
         }
         let token = handover.owner.take()?;
         handover.placed = None;
-        Some((token, placed))
+        Some((token, (placed.at, placed.lease)))
     }
 
     /// How long a guard of this process is still certain to hold the lock with its key
@@ -235,20 +273,23 @@ impl LocalQueue {
 
     /// This waiter's turn, in FIFO order: `None` when `deadline` passes first (or has passed
     /// already and the turn is not free).
-    pub(crate) async fn take_turn(
-        &self,
-        deadline: Option<Instant>,
-    ) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        if let Ok(turn) = self.turn.try_lock() {
+    pub(crate) async fn take_turn(&self, deadline: Option<Instant>) -> Option<Turn> {
+        if let Some(turn) = self.try_turn() {
             return Some(turn);
         }
+        let turn = self.turn.clone();
         match deadline {
-            None => Some(self.turn.lock().await),
+            None => Some(turn.lock_owned().await),
             Some(deadline) if deadline <= Instant::now() => None,
-            Some(deadline) => tokio::time::timeout_at(deadline, self.turn.lock())
+            Some(deadline) => tokio::time::timeout_at(deadline, turn.lock_owned())
                 .await
                 .ok(),
         }
+    }
+
+    /// This waiter's turn if it is free now.
+    pub(crate) fn try_turn(&self) -> Option<Turn> {
+        self.turn.clone().try_lock_owned().ok()
     }
 }
 
@@ -282,5 +323,60 @@ impl LocalQueues {
         let queue = Arc::new(LocalQueue::default());
         queues.insert(lock.to_string(), Arc::downgrade(&queue));
         queue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLACE: Duration = Duration::from_secs(2);
+    const ALWAYS: fn(Instant, Duration) -> bool = |_, _| true;
+
+    #[test]
+    fn a_handover_is_taken_only_under_the_nonce_of_the_latest_refusal() {
+        let queue = LocalQueue::default();
+        let (owner, first) = queue.asking();
+        let sent = Instant::now();
+        queue.refused(&owner, first, sent, PLACE);
+        let (same, second) = queue.asking();
+        assert_eq!(same, owner, "one token for the line");
+        assert_ne!(second, first, "a nonce per attempt");
+        // The second attempt's refusal came back: a grant made under the first nonce was
+        // made before it, and that refusal found the lock not the line's.
+        queue.refused(&owner, second, sent + Duration::from_millis(5), PLACE);
+        assert!(queue.take_handover(owner.as_str(), first, ALWAYS).is_none());
+        // Another token, or a lease that no longer holds, is not taken either.
+        assert!(queue.take_handover("another", second, ALWAYS).is_none());
+        assert!(
+            queue
+                .take_handover(owner.as_str(), second, |_, _| false)
+                .is_none()
+        );
+        let (taken, (at, lease)) = queue.take_handover(owner.as_str(), second, ALWAYS).unwrap();
+        assert_eq!(taken, owner);
+        assert_eq!((at, lease), (sent + Duration::from_millis(5), PLACE));
+        // Taken: the next attempt asks with a new token, and nothing more is taken.
+        assert!(
+            queue
+                .take_handover(owner.as_str(), second, ALWAYS)
+                .is_none()
+        );
+        assert_ne!(queue.asking().0, owner);
+    }
+
+    #[test]
+    fn a_refusal_before_any_reply_or_of_another_token_places_nothing() {
+        let queue = LocalQueue::default();
+        let (owner, nonce) = queue.asking();
+        // No refusal came back yet: nothing to count a handed lease from.
+        assert!(queue.take_handover(owner.as_str(), nonce, ALWAYS).is_none());
+        let stranger = OwnerToken::random();
+        queue.refused(&stranger, nonce, Instant::now(), PLACE);
+        assert!(queue.take_handover(owner.as_str(), nonce, ALWAYS).is_none());
+        // A grant to the line's token by its own attempt ends the token.
+        queue.refused(&owner, nonce, Instant::now(), PLACE);
+        queue.granted(&owner);
+        assert!(queue.take_handover(owner.as_str(), nonce, ALWAYS).is_none());
     }
 }

@@ -5,7 +5,9 @@
 //! and its subscription still lingers, listening already and getting in line at once. After
 //! that a waiter listens on the lock's wake channel (a subscription through the [`Node`])
 //! *before* each attempt, so a release right after the attempt still wakes it; then
-//! it sleeps until a release wakes it, or until the holder's lease ends (the key expires then,
+//! it sleeps until a release wakes it or hands it the lock ([`Contender::handed_over`]: a
+//! `Mutex`'s release gives the lock straight to the first process in line, which then holds
+//! it without asking again), or until the holder's lease ends (the key expires then,
 //! so a crashed holder is noticed at once), or until its place lease must be renewed, or
 //! until the caller's wait budget runs out. While the wake-up connection is not live it polls
 //! with a jittered delay ([`pause`](mod@pause)). A primitive that takes *local turns* (a `Mutex`) lets
@@ -38,12 +40,16 @@ use pause::{Backoff, Bounds, confirm_limit, pause};
 pub(crate) use placed::{Answer, Asker, Placed, answer_in_time, try_once};
 
 /// The waiter prelude of the lock scripts: `holder_of`, `mark_waited`, `with_mark`, `wake`,
-/// `wake_all`, and the queue (`queue_purge`, `queue_join`, `queue_leave`, `queue_head`).
+/// `wake_all`, the queue (`queue_purge`, `queue_join`, `queue_leave`, `queue_head`) and the
+/// handover (`handover_wrong_type`, `handover_register`, `handover_owner`, `hand_over`, which
+/// calls `token/fence.lua`'s `next_token`: a script that hands over puts that prelude first).
 pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
 
 /// Runs `script` on a lock and its line of waiters: KEYS the lock key, the queue, the place
 /// leases and the ticket counter; ARGV `id` (an owner token, hold id or waiter id) and the
-/// wake channel. Every release (and leave, and downgrade) takes these, whatever primitive.
+/// wake channel. Every release (and leave, and downgrade) takes these, whatever primitive; a
+/// `Mutex` release and a `Mutex` line's leave take the handover hash (and the release the
+/// fencing counter) besides.
 pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
     node: &Node,
     phase: Phase,
@@ -231,6 +237,8 @@ pub(crate) async fn acquire<C: Contender>(
     // with that listener rather than ask again.
     let mut heard = None;
     let mut queue: Option<Arc<LocalQueue>> = None;
+    // The turn, once this waiter has it.
+    let mut early_turn = None;
     if alone {
         // Listen first, then look whether the subscription is live: a connection lost in
         // between wakes this listener.
@@ -238,15 +246,20 @@ pub(crate) async fn acquire<C: Contender>(
             .as_ref()
             .map(Subscription::listen)
             .filter(|_| own.as_ref().is_some_and(Subscription::is_live));
-        // Listening, with time left to wait: the first attempt may get in line.
+        // Listening, with time left to wait: the first attempt may get in line — in its turn
+        // only, since an attempt in line asks with the line's owner token (a waiter of this
+        // process that came meanwhile would otherwise ask with it at the same time).
+        if let (true, Some(kind)) = (listener.is_some() && !over(deadline), local_turns) {
+            let local = on.local.get(kind, contender.name());
+            early_turn = local.try_turn();
+            queue = Some(local);
+        }
         let line = match (listener.is_some() && !over(deadline), local_turns) {
-            (true, Some(kind)) => {
-                queue = Some(on.local.get(kind, contender.name()));
-                Some(Line {
-                    mark: false,
-                    local: queue.as_deref(),
-                })
-            }
+            (true, Some(_)) if early_turn.is_some() => Some(Line {
+                mark: false,
+                local: queue.as_deref(),
+            }),
+            (true, Some(_)) => None,
             (true, None) => Some(Line {
                 mark: false,
                 local: None,
@@ -271,9 +284,10 @@ pub(crate) async fn acquire<C: Contender>(
     // Waiters of this lock in this process take turns; only the one whose turn it is talks
     // to Redis.
     let queue = queue.or_else(|| local_turns.map(|kind| on.local.get(kind, contender.name())));
-    let turn = match &queue {
-        None => None,
-        Some(queue) => queue.take_turn(deadline).await,
+    let turn = match (&queue, early_turn) {
+        (None, _) => None,
+        (Some(_), Some(turn)) => Some(turn),
+        (Some(queue), None) => queue.take_turn(deadline).await,
     };
     if queue.is_some() && turn.is_none() {
         // A zero budget, or a turn that did not come in time: one attempt, never none.

@@ -18,7 +18,8 @@ const MAX_PLACE_LEASE: Duration = Duration::from_secs(3600);
 /// How a waiting acquisition behaves between attempts.
 ///
 /// Waiting does not poll: waiters queue on the server, a release wakes the first of them
-/// (pub/sub), and a waiter whose holder crashed retries the moment the holder's lease ends.
+/// (pub/sub; a `Mutex` release hands the lock straight to it), and a waiter whose holder
+/// crashed retries the moment the holder's lease ends.
 /// A waiter renews its place in the queue every third of its
 /// [`place_lease`](WaitOptions::place_lease); one that died is skipped once its place lease
 /// runs out. Only while the wake-up connection is down does a waiter poll, every

@@ -59,8 +59,9 @@
 -- queue_head(queue)
 --   Returns the id of the first waiter, or nil.
 --
--- The handover (a Mutex's waiters only): a fourth companion key, a hash of waiter id -> the
--- owner token that waiter asks with. A release that finds such a waiter at the head of the
+-- The handover (a Mutex's waiters only): a fourth companion key, a hash of waiter id ->
+-- '<owner token> <nonce>', the token that waiter asks with and the nonce of the attempt
+-- that last renewed its place. A release that finds such a waiter at the head of the
 -- queue does not just wake it: it gives the lock to that owner token, with a new fencing
 -- token and a lease that ends with the waiter's place lease (a dead waiter holds the lock
 -- no longer than it would have held its place), and publishes the grant, so the waiter
@@ -71,17 +72,24 @@
 -- handover_wrong_type(handover)
 --   Returns a 'WRONGTYPE <key> ...' error reply when handover is neither absent nor a hash.
 --
--- handover_register(handover, id, owner, place_lease)
---   Registers owner as the token the lock is handed to when id is at the head of the queue;
---   the hash outlives its last registration by at most two place leases.
+-- handover_register(handover, id, owner, nonce, place_lease)
+--   Registers owner as the token the lock is handed to when id is at the head of the queue,
+--   with the nonce of the attempt that renews id's place now; the hash outlives its last
+--   registration by at most two place leases.
+--
+-- handover_owner(handover, id)
+--   The owner token id registered, or nil.
 --
 -- hand_over(key, handover, fence, queue, places, tickets, channel, id, now)
 --   key is held by the caller (a release) and id is the first waiter in the queue, purged at
 --   now (server ms, read before anything was written; the fencing token is at least now in
---   µs, as next_token's clock seed). Needs fence.lua's next_token. If id registered an owner token:
---   takes id out of the queue, writes key with that token (marked, so its release hands on
---   or wakes in turn) and a lease until id's place lease ends, takes the next fencing token
---   (fence.lua's next_token), publishes '<id> <owner> <token>' on channel, and returns true.
+--   µs, as next_token's clock seed). Needs fence.lua's next_token (only the scripts that call
+--   hand_over put fence.lua first; in the others the name is unresolved and never called).
+--   If id registered an owner token: takes id out of the queue, writes key with that token
+--   (marked, so its release hands on or wakes in turn) and a lease until id's place lease
+--   ends, takes the next fencing token, publishes '<id> <owner> <nonce> <token>' on channel
+--   (the nonce names the attempt whose place the lease ends with: the waiter counts its
+--   lease from when it sent that attempt), and returns true.
 --   Returns false, having written nothing, when id registered no token or the fencing
 --   counter is broken (the caller then wakes id, whose own attempt reports the counter).
 
@@ -183,15 +191,21 @@ local function handover_wrong_type(handover)
   return nil
 end
 
-local function handover_register(handover, id, owner, place_lease)
-  redis.call('HSET', handover, id, owner)
+local function handover_register(handover, id, owner, nonce, place_lease)
+  redis.call('HSET', handover, id, owner .. ' ' .. nonce)
   if redis.call('PTTL', handover) < 2 * place_lease then
     redis.call('PEXPIRE', handover, 2 * place_lease)
   end
 end
 
+local function handover_owner(handover, id)
+  local registered = redis.call('HGET', handover, id)
+  return registered and string.match(registered, '^(%S+) ')
+end
+
 local function hand_over(key, handover, fence, queue, places, tickets, channel, id, now)
-  local owner = redis.call('HGET', handover, id)
+  local registered = redis.call('HGET', handover, id)
+  local owner, nonce = string.match(registered or '', '^(%S+) (%S+)$')
   if not owner then
     return false
   end
@@ -206,6 +220,6 @@ local function hand_over(key, handover, fence, queue, places, tickets, channel, 
   queue_leave(queue, places, tickets, id)
   redis.call('HDEL', handover, id)
   redis.call('SET', key, with_mark(owner), 'PX', math.max(place_ends - now, 1))
-  wake(channel, id .. ' ' .. owner .. ' ' .. string.format('%d', token))
+  wake(channel, id .. ' ' .. owner .. ' ' .. nonce .. ' ' .. string.format('%d', token))
   return true
 end
