@@ -146,7 +146,8 @@ async fn one_release_wakes_one_waiting_process() {
     for (i, child) in children.iter_mut().enumerate() {
         let sent = child.take_lines("requests ");
         if i == winners[0] {
-            assert!(!sent.is_empty(), "the woken process asked for the lock");
+            // Handed the lock, it asks for nothing but the extension of its lease.
+            assert!(!sent.is_empty(), "the process handed the lock extended it");
         } else {
             assert!(sent.is_empty(), "process {i} was woken too: {sent:?}");
             assert!(child.take_lines("acquired ").is_empty());
@@ -188,8 +189,9 @@ async fn a_killed_waiter_at_the_head_holds_the_lock_up_no_longer_than_its_place_
     first[0].kill_hard();
     let released_at = Instant::now();
     holder.release().await.unwrap();
-    // The release wakes the dead head; the second takes the lock once the head's place
-    // lease has run out (it renews its own place, and looks, every third of its lease).
+    // The release hands the lock to the dead head, for what is left of its place lease; the
+    // second takes the lock once that has run out (it renews its own place, and looks, every
+    // third of its lease).
     assert!(
         tokio::task::block_in_place(|| second[0].wait_for_line("acquired", Duration::from_secs(10)))
             .is_some(),
@@ -234,7 +236,8 @@ async fn a_wake_up_lost_with_the_subscriber_connection_does_not_strand_the_lock(
         "the waiter is in line"
     );
     // Its subscriber connection (the only one: the holder never waited) dies just before
-    // the release, so the wake-up addressed to it is published to nobody.
+    // the release, so the grant handed to it is published to nobody: its next attempt, with
+    // the same line token, finds the lock its own.
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")

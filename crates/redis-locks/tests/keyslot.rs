@@ -59,6 +59,8 @@ fn every_companion_key_hashes_to_the_lock_keys_slot() {
             keys.companion("queue"),
             keys.companion("places"),
             keys.companion("tickets"),
+            keys.handover().to_string(),
+            keys.epoch().to_string(),
         ] {
             assert_eq!(
                 slot(&mut con, &companion),
