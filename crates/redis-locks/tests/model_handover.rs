@@ -148,6 +148,32 @@ impl HandoverModel {
         state.last_token = state.last_token.max(token);
     }
 
+    /// A grant (`Some(token)`) or a refusal of a request sent at `sent` comes back to `who`:
+    /// a timely grant starts a holding until `sent + LEASE`; a late one is given back by owner
+    /// token (then `late` is what `who` does next); a refusal is `refused`.
+    fn delivered(
+        state: &mut State,
+        who: Who,
+        sent: u8,
+        granted: Option<u8>,
+        (late, refused): (Side, Side),
+    ) -> Side {
+        match granted {
+            Some(token) if state.now < sent + LEASE => {
+                Self::start(state, token);
+                Side::Holding {
+                    deadline: sent + LEASE,
+                    token,
+                }
+            }
+            Some(_) => {
+                Self::release(state, who);
+                late
+            }
+            None => refused,
+        }
+    }
+
     /// The server runs a release by `who`'s token (owner-checked): hands the lock to P's token
     /// when P's place is live and registered, else deletes the key.
     fn release(state: &mut State, who: Who) {
@@ -267,21 +293,8 @@ impl Model for HandoverModel {
                 let Side::Reply { sent, granted, .. } = state.q else {
                     return None;
                 };
-                state.q = match granted {
-                    Some(token) if now < sent + LEASE => {
-                        Self::start(&mut state, token);
-                        Side::Holding {
-                            deadline: sent + LEASE,
-                            token,
-                        }
-                    }
-                    Some(_) => {
-                        // Late: given back by owner token.
-                        Self::release(&mut state, Who::Q);
-                        Side::Done
-                    }
-                    None => Side::Done,
-                };
+                let next = (Side::Done, Side::Done);
+                state.q = Self::delivered(&mut state, Who::Q, sent, granted, next);
             }
             Action::PSend => {
                 // A new listener: only what is published from now on is heard.
@@ -328,20 +341,8 @@ impl Model for HandoverModel {
                 else {
                     return None;
                 };
-                state.p = match granted {
-                    Some(token) if now < sent + LEASE => {
-                        Self::start(&mut state, token);
-                        Side::Holding {
-                            deadline: sent + LEASE,
-                            token,
-                        }
-                    }
-                    Some(_) => {
-                        Self::release(&mut state, Who::P);
-                        Side::Idle
-                    }
-                    None => Side::Waiting { sent, nonce },
-                };
+                let next = (Side::Idle, Side::Waiting { sent, nonce });
+                state.p = Self::delivered(&mut state, Who::P, sent, granted, next);
             }
             Action::PHear(index) => {
                 let Side::Waiting { sent, nonce } = state.p else {

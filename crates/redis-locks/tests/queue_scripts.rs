@@ -25,23 +25,43 @@ fn try_wait(
     waiter: &str,
     place_ms: u64,
 ) -> redis::RedisResult<(i64, i64)> {
-    lua(&[
+    acquire(con, owner, waiter, place_ms, None)
+}
+
+/// The acquire script on the waiting path for `owner` of client `waiter`, 10 s lease; with
+/// `nonce`, registering `owner` for a handover as a `Mutex` does (the handover hash and
+/// `ARGV[10]`), else as a Redlock's node does.
+fn acquire(
+    con: &mut Connection,
+    owner: &str,
+    waiter: &str,
+    place_ms: u64,
+    nonce: Option<u64>,
+) -> redis::RedisResult<(i64, i64)> {
+    let script = lua(&[
         FENCE_LUA,
         WAITERS_LUA,
         include_str!("../src/mutex/acquire.lua"),
-    ])
-    .key(LOCK)
-    .key("{Q}:fence")
-    .key("{Q}:epoch")
-    .key(&QUEUE[..])
-    .arg(owner)
-    .arg(10_000)
-    .arg(0)
-    .arg("")
-    .arg(waiter)
-    .arg(place_ms)
-    .arg(CHANNEL)
-    .invoke(con)
+    ]);
+    let mut call = script.prepare_invoke();
+    call.key(LOCK)
+        .key("{Q}:fence")
+        .key("{Q}:epoch")
+        .key(&QUEUE[..]);
+    if nonce.is_some() {
+        call.key("{Q}:handover");
+    }
+    call.arg(owner)
+        .arg(10_000)
+        .arg(0)
+        .arg("")
+        .arg(waiter)
+        .arg(place_ms)
+        .arg(CHANNEL);
+    if let Some(nonce) = nonce {
+        call.arg("").arg("").arg(nonce);
+    }
+    call.invoke(con)
 }
 
 /// The release as the library sends it: its first check, the prelude, the body.
@@ -257,27 +277,7 @@ fn try_wait_nonce(
     place_ms: u64,
     nonce: u64,
 ) -> redis::RedisResult<(i64, i64)> {
-    lua(&[
-        FENCE_LUA,
-        WAITERS_LUA,
-        include_str!("../src/mutex/acquire.lua"),
-    ])
-    .key(LOCK)
-    .key(FENCE)
-    .key("{Q}:epoch")
-    .key(&QUEUE[..])
-    .key(HANDOVER)
-    .arg(owner)
-    .arg(10_000)
-    .arg(0)
-    .arg("")
-    .arg(waiter)
-    .arg(place_ms)
-    .arg(CHANNEL)
-    .arg("")
-    .arg("")
-    .arg(nonce)
-    .invoke(con)
+    acquire(con, owner, waiter, place_ms, Some(nonce))
 }
 
 fn wait_handing(con: &mut Connection, owner: &str, waiter: &str, place_ms: u64) -> (i64, i64) {

@@ -295,55 +295,45 @@ impl Mutex {
         loop {
             let sent_at = Instant::now();
             let owner = owed.owner().as_str();
-            let reply = match &script.epoch {
+            // A fresh connection name is sent along when this call names the connection (in
+            // this client's naming turn, held while `script` lives).
+            let fresh = match &script.epoch {
                 Epoch::Fresh(_turn) => {
-                    let name = format!("{NAME_PREFIX}{}", OwnerToken::random().as_str());
-                    self.client
-                        .node()
-                        .run_script_naming::<(i64, i64)>(
-                            Phase::Acquire,
-                            &name,
-                            &ACQUIRE,
-                            &keys,
-                            &[
-                                owner,
-                                &self.lease_ms,
-                                mark,
-                                &name,
-                                waiter,
-                                place_ms,
-                                channel,
-                                "",
-                                "",
-                                nonce,
-                            ],
-                        )
-                        .await
+                    Some(format!("{NAME_PREFIX}{}", OwnerToken::random().as_str()))
                 }
-                epoch => {
-                    let name = match epoch {
-                        Epoch::Named(name) => name,
-                        _ => "",
-                    };
-                    self.client
-                        .node()
-                        .run_script::<(i64, i64)>(
-                            Phase::Acquire,
-                            &ACQUIRE,
-                            &keys,
-                            &[
-                                owner,
-                                &self.lease_ms,
-                                mark,
-                                name,
-                                waiter,
-                                place_ms,
-                                channel,
-                                "",
-                                "",
-                                nonce,
-                            ],
-                        )
+                _ => None,
+            };
+            let name = match (&fresh, &script.epoch) {
+                (Some(fresh), _) => fresh.as_str(),
+                (None, Epoch::Named(name)) => name,
+                _ => "",
+            };
+            let args = [
+                owner,
+                &self.lease_ms,
+                mark,
+                name,
+                waiter,
+                place_ms,
+                channel,
+                "",
+                "",
+                nonce,
+            ];
+            let node = self.client.node();
+            let reply = match &fresh {
+                Some(fresh) => {
+                    node.run_script_naming::<(i64, i64)>(
+                        Phase::Acquire,
+                        fresh,
+                        &ACQUIRE,
+                        &keys,
+                        &args,
+                    )
+                    .await
+                }
+                None => {
+                    node.run_script::<(i64, i64)>(Phase::Acquire, &ACQUIRE, &keys, &args)
                         .await
                 }
             };
