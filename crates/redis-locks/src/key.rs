@@ -157,8 +157,9 @@ impl LockKeys {
         &self.tickets
     }
 
-    /// The owner tokens waiters are handed the lock under: a hash of waiter id -> the owner
-    /// token that process's waiters of a `Mutex` ask with. A release with such a waiter at
+    /// The owner tokens waiters are handed the lock under: a hash of waiter id ->
+    /// `'<owner token> <nonce>'`, the token that process's waiters of a `Mutex` ask with and
+    /// the nonce of the attempt that last renewed its place. A release with such a waiter at
     /// the head of the queue gives the lock straight to that token and publishes the grant,
     /// so the woken waiter holds the lock without asking Redis again. It exists only while
     /// somebody waits.

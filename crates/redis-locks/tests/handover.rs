@@ -110,15 +110,19 @@ async fn a_released_lock_is_held_by_the_next_process_with_the_token_the_release_
 #[tokio::test]
 async fn a_handed_lease_with_the_watchdog_is_renewed_past_its_place_lease() {
     let server = server();
+    // The place lease is under a third of the lease: a watchdog that only renewed on its
+    // usual schedule (a third of the lease after the grant) would let the handed lease,
+    // which ends with the place, run out first.
     let options = MutexOptions::default()
-        .lease(Duration::from_millis(600))
+        .lease(Duration::from_millis(900))
         .watchdog(true)
-        .place_lease(Duration::from_millis(300));
+        .place_lease(Duration::from_millis(200));
     let holder = own_client(&server).await;
     let waiter = own_client(&server).await;
     let held = holder.mutex_with("renewed", options.clone()).unwrap();
     let mine = waiter.mutex_with("renewed", options).unwrap();
     let guard = held.lock().await.unwrap();
+    let grants = grants(&server, "renewed");
     let waiting = tokio::spawn(async move { mine.lock().await });
     queued(&server, "renewed", 1).await;
     guard.release().await.unwrap();
@@ -127,8 +131,14 @@ async fn a_handed_lease_with_the_watchdog_is_renewed_past_its_place_lease() {
         .unwrap()
         .unwrap()
         .unwrap();
+    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        grant.split(' ').nth(3),
+        Some(next.fencing_token().to_string().as_str()),
+        "handed over: {grant}"
+    );
     // Well past the place lease and the lease itself: renewed all along.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert!(next.lost_reason().is_none(), "{:?}", next.lost_reason());
     let value: String = raw(&server).get("renewed").unwrap();
     assert!(value.starts_with(next.owner_token().as_str()));
@@ -154,6 +164,14 @@ async fn a_line_whose_first_waiter_timed_out_keeps_its_place_and_hands_to_its_ne
         tokio::spawn(async move { first.lock_timeout(Duration::from_millis(300)).await });
     queued(&server, "line", 1).await;
     let patient = tokio::spawn(async move { second.lock().await });
+    // The token the line registered while its first waiter waited.
+    let line_token = || -> String {
+        let all: std::collections::HashMap<String, String> =
+            raw(&server).hgetall("{line}:handover").unwrap();
+        let value = all.values().next().cloned().unwrap_or_default();
+        value.split(' ').next().unwrap_or_default().to_string()
+    };
+    let first_token = line_token();
     let timed_out = impatient.await.unwrap();
     assert!(timed_out.is_err(), "the first waiter gave up");
     assert_eq!(registered(&server, "line"), 1, "the line keeps its place");
@@ -167,6 +185,10 @@ async fn a_line_whose_first_waiter_timed_out_keeps_its_place_and_hands_to_its_ne
     let parts: Vec<&str> = grant.split(' ').collect();
     assert_eq!(parts[1], next.owner_token().as_str(), "{grant}");
     assert_eq!(parts[3], next.fencing_token().to_string(), "{grant}");
+    assert_eq!(
+        parts[1], first_token,
+        "the second waiter asks with the token its line registered before the first gave up"
+    );
     next.release().await.unwrap();
 }
 

@@ -12,8 +12,7 @@
 //! - `P` is a waiting process: every attempt asks with the line's owner token and a new nonce;
 //!   a refused attempt renews P's place (until its exec time + `PLACE`) and registers the
 //!   nonce; a free lock (or one already P's token's: a grant whose wake-up was missed) is
-//!   granted to it. Before each attempt P listens anew (a new listener hears only what is
-//!   published after it), and a refusal's reply may come back at any later time;
+//!   granted to it. A refusal's reply may come back at any later time;
 //! - a release whose key holds the caller's token hands the lock to P's token if P's place is
 //!   still live and registered: the key then expires when the place would have, a new fencing
 //!   token is taken, and the grant is published with the registered nonce. Published grants
@@ -22,6 +21,13 @@
 //!   from when that attempt was sent, for `PLACE` ticks, and only while that still holds;
 //!   otherwise it asks again (which finds a grant to its token its own);
 //! - keys expire at the server's time; a holder acts until its deadline.
+//!
+//! Not modelled, and tested against a real server instead (`tests/handover.rs`,
+//! `tests/queue_scripts.rs`): several waiters of one process taking turns with the line's
+//! token, cancelled attempts, leaving the line, a second waiting process, the extension of a
+//! handed lease, and liveness. Grants published before P's latest attempt stay in its inbox
+//! (a message already on its way still reaches a new listener): the nonce rule must hold
+//! without relying on a fresh listener.
 //!
 //! Checked in every reachable state: never two acting holders, and a holder's fencing token
 //! is greater than every earlier holder's; and P does get the lock by a handover in some run.
@@ -97,7 +103,7 @@ struct State {
     counter: u8,
     /// P's place: until when, and the nonce registered with it.
     place: Option<(u8, u8)>,
-    /// Grants published to P since its current listener was made: (nonce, token).
+    /// Grants published to P and not yet heard or lost: (nonce, token).
     inbox: Vec<(u8, u8)>,
     h: Side,
     q: Side,
@@ -297,8 +303,8 @@ impl Model for HandoverModel {
                 state.q = Self::delivered(&mut state, Who::Q, sent, granted, next);
             }
             Action::PSend => {
-                // A new listener: only what is published from now on is heard.
-                state.inbox.clear();
+                // A new listener; grants published before it may still be on their way to
+                // it, so the inbox is kept (the nonce rule must hold without a fresh listener).
                 state.p = Side::Sent {
                     sent: now,
                     nonce: state.nonce,

@@ -105,7 +105,9 @@ impl Lease {
                     max_renewals: Some(0),
                     max_hold: None,
                 }),
-                acquired_at: Instant::now(),
+                // The lock may have been handed over any time since: count a hold cap from
+                // the earliest it can have been.
+                acquired_at: placed_at,
             },
             First::Extend {
                 then_renew: renewed,

@@ -306,7 +306,7 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
                 state.lose(LostReason::LeaseEnded);
                 return;
             }
-            Instant::now() + (left / 4).clamp(MIN_RETRY, period)
+            Instant::now() + (left / 4).clamp(MIN_RETRY.min(period), period)
         }
     };
     let mut queue = shared.lock();

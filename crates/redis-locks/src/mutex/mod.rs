@@ -342,11 +342,13 @@ impl Contender for Contending<'_> {
         let local = line.local?;
         let lease_options = self.mutex.options.get_lease_options();
         let drift = lease_options.get_clock_drift();
-        // A grant whose place-long lease has run out is left to the next attempt, which asks
-        // with the same token and so takes it with a fresh lease.
+        // A grant whose place-long lease has run out, or has too little left for its
+        // extension to land (under a third of the place lease: the wake-up came late), is left
+        // to the next attempt, which asks with the same token and so takes it with a full
+        // lease.
         let (owner, placed) =
             local.take_handover(&handed.owner, handed.nonce, |placed_at, place_lease| {
-                drift.deadline(placed_at, place_lease) > Instant::now()
+                drift.deadline(placed_at, place_lease) > Instant::now() + place_lease / 3
             })?;
         local.unplaced();
         let owed = OwedRelease::of_line(self.mutex.hold.clone(), owner);

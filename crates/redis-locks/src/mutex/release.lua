@@ -6,7 +6,8 @@
 -- KEYS[1]  the lock key.
 -- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the lock's queue of waiters, its place
 --          leases and its ticket counter (see the queue in waiters.lua).
--- KEYS[5]  optional, with KEYS[6]: the lock's handover hash (waiter id -> owner token) and
+-- KEYS[5]  optional, with KEYS[6]: the lock's handover hash (waiter id -> '<owner token>
+--          <nonce>', see acquire.lua) and
 --          its fencing counter. Given by a Mutex's release, not by a Redlock node's (a
 --          majority of nodes must grant a Redlock, so one node never hands it over).
 -- ARGV[1]  the owner token the caller acquired with.

@@ -249,12 +249,13 @@ pub(crate) async fn acquire<C: Contender>(
         // Listening, with time left to wait: the first attempt may get in line — in its turn
         // only, since an attempt in line asks with the line's owner token (a waiter of this
         // process that came meanwhile would otherwise ask with it at the same time).
-        if let (true, Some(kind)) = (listener.is_some() && !over(deadline), local_turns) {
+        let may_wait = listener.is_some() && !over(deadline);
+        if let (true, Some(kind)) = (may_wait, local_turns) {
             let local = on.local.get(kind, contender.name());
             early_turn = local.try_turn();
             queue = Some(local);
         }
-        let line = match (listener.is_some() && !over(deadline), local_turns) {
+        let line = match (may_wait, local_turns) {
             (true, Some(_)) if early_turn.is_some() => Some(Line {
                 mark: false,
                 local: queue.as_deref(),
@@ -271,6 +272,7 @@ pub(crate) async fn acquire<C: Contender>(
             Try::Won(lease) => return Ok(lease),
             Try::Held(retry_after) if over(deadline) => {
                 let name = contender.name().to_string();
+                drop(early_turn);
                 leave_if_last(queue).await;
                 contender.give_up().await;
                 return Err(timeout(&name, retry_after));

@@ -89,9 +89,9 @@
 --   (marked, so its release hands on or wakes in turn) and a lease until id's place lease
 --   ends, takes the next fencing token, publishes '<id> <owner> <nonce> <token>' on channel
 --   (the nonce names the attempt whose place the lease ends with: the waiter counts its
---   lease from when it sent that attempt), and returns true.
---   Returns false, having written nothing, when id registered no token or the fencing
---   counter is broken (the caller then wakes id, whose own attempt reports the counter).
+--   lease from when it sent that attempt), and returns true. Returns false, having written
+--   nothing, when id registered no token, has no place lease, or the fencing counter is
+--   broken (the caller then wakes id, whose own attempt reports the counter).
 
 local WAITED = '+w'
 
