@@ -229,3 +229,112 @@ fn a_mutex_release_publishes_a_wake_up_only_when_a_waiter_marked_it() {
     );
     assert_eq!(next_message(&mut wake).as_deref(), Some("*"));
 }
+
+// The handover, as a `FairMutex` sends its scripts: the acquire registers the waiter's token
+// (its queue id) with a nonce, and a release hands the lock straight to the first in line.
+
+const HANDOVER: &str = "{F}:handover";
+
+fn acquire_handing(
+    con: &mut Connection,
+    owner: &str,
+    place_ms: u64,
+    nonce: u64,
+) -> redis::RedisResult<(i64, i64)> {
+    lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/fair/acquire.lua"),
+    ])
+    .key(&KEYS[..])
+    .key(HANDOVER)
+    .arg(owner)
+    .arg(10_000)
+    .arg(place_ms)
+    .arg(CHANNEL)
+    .arg(nonce)
+    .invoke(con)
+}
+
+fn release_handing(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
+    lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/fair/release.lua"),
+    ])
+    .key(&[KEYS[0], KEYS[2], KEYS[3], KEYS[4], HANDOVER, KEYS[1]][..])
+    .arg(owner)
+    .arg(CHANNEL)
+    .invoke(con)
+}
+
+fn get(con: &mut Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(con).unwrap()
+}
+
+fn registered(con: &mut Connection, id: &str) -> Option<String> {
+    redis::cmd("HGET").arg(HANDOVER).arg(id).query(con).unwrap()
+}
+
+#[test]
+fn a_fair_release_hands_the_lock_to_the_first_in_line_with_a_new_token() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    assert_eq!(acquire_handing(&mut con, "holder", 2_000, 0).unwrap().0, 1);
+    assert_eq!(
+        registered(&mut con, "holder"),
+        None,
+        "a grant registers nothing"
+    );
+    assert_eq!(acquire_handing(&mut con, "w1", 1_500, 4).unwrap().0, 0);
+    assert_eq!(acquire_handing(&mut con, "w2", 2_000, 9).unwrap().0, 0);
+    assert_eq!(registered(&mut con, "w1").as_deref(), Some("w1 4"));
+    let before: i64 = get(&mut con, KEYS[1]).unwrap().parse().unwrap();
+    assert_eq!(release_handing(&mut con, "holder").unwrap(), 1);
+    // w1 holds it (marked), until its place would have ended, with the next token.
+    assert_eq!(get(&mut con, KEYS[0]).as_deref(), Some("w1+w"));
+    let ttl = pttl(&server, KEYS[0]);
+    assert!(ttl > 1_000 && ttl <= 1_500, "until the place ends: {ttl}");
+    let token: i64 = get(&mut con, KEYS[1]).unwrap().parse().unwrap();
+    assert!(token > before);
+    assert_eq!(next_message(&mut sub), Some(format!("w1 w1 4 {token}")));
+    assert_eq!(queue(&mut con), ["w2"]);
+    assert_eq!(registered(&mut con, "w1"), None);
+    // A grant whose wake-up was lost: w1's next attempt (same token) takes it in full.
+    let (granted, again) = acquire_handing(&mut con, "w1", 1_500, 5).unwrap();
+    assert_eq!(granted, 1);
+    assert!(again > token);
+    assert!(pttl(&server, KEYS[0]) > 9_000);
+    // Its release hands on to w2.
+    assert_eq!(release_handing(&mut con, "w1").unwrap(), 1);
+    assert_eq!(get(&mut con, KEYS[0]).as_deref(), Some("w2+w"));
+    assert!(next_message(&mut sub).is_some_and(|m| m.starts_with("w2 w2 9 ")));
+}
+
+#[test]
+fn a_fair_waiter_giving_up_a_lock_handed_to_it_passes_it_on() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    acquire_handing(&mut con, "holder", 2_000, 0).unwrap();
+    acquire_handing(&mut con, "w1", 2_000, 1).unwrap();
+    acquire_handing(&mut con, "w2", 2_000, 2).unwrap();
+    release_handing(&mut con, "holder").unwrap();
+    assert!(next_message(&mut sub).is_some_and(|m| m.starts_with("w1 w1 1 ")));
+    // w1 gave up (timed out, cancelled) as the grant came: its place's release by its token
+    // frees the lock and hands it to w2.
+    assert_eq!(release_handing(&mut con, "w1").unwrap(), 1);
+    assert_eq!(get(&mut con, KEYS[0]).as_deref(), Some("w2+w"));
+    assert!(next_message(&mut sub).is_some_and(|m| m.starts_with("w2 w2 2 ")));
+    // A waiter leaving without holding changes nothing else, and its registration goes.
+    acquire_handing(&mut con, "w3", 2_000, 3).unwrap();
+    assert_eq!(release_handing(&mut con, "w3").unwrap(), -1);
+    assert_eq!(registered(&mut con, "w3"), None);
+    assert_eq!(get(&mut con, KEYS[0]).as_deref(), Some("w2+w"));
+    // Without the handover keys (as a Mutex-era caller), the release only wakes.
+    acquire_handing(&mut con, "w4", 2_000, 4).unwrap();
+    assert_eq!(release(&mut con, "w2").unwrap(), 1);
+    assert_eq!(next_message(&mut sub).as_deref(), Some("w4"));
+    assert_eq!(get(&mut con, KEYS[0]), None);
+}

@@ -281,3 +281,53 @@ async fn two_waiters_of_one_process_never_both_ask_with_the_lines_token() {
     let report = history.check();
     assert!(report.is_ok(), "{report}");
 }
+
+#[tokio::test]
+async fn a_fair_mutex_release_hands_the_lock_to_the_next_waiter_too() {
+    let server = server();
+    let options = MutexOptions::default()
+        .lease(Duration::from_secs(10))
+        .watchdog(false)
+        .place_lease(Duration::from_secs(1));
+    let holder = own_client(&server).await;
+    let waiter = own_client(&server).await;
+    let held = holder.fair_mutex_with("fair", options.clone()).unwrap();
+    let mine = waiter.fair_mutex_with("fair", options).unwrap();
+    let guard = held.lock().await.unwrap();
+    let grants = grants(&server, "fair");
+    let waiting = tokio::spawn(async move { mine.lock().await });
+    queued(&server, "fair", 1).await;
+    let requests = waiter.stats().requests;
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter holds the lock")
+        .unwrap()
+        .unwrap();
+    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
+    let parts: Vec<&str> = grant.split(' ').collect();
+    assert_eq!(
+        parts[0],
+        next.owner_token().as_str(),
+        "its place is its token"
+    );
+    assert_eq!(parts[1], next.owner_token().as_str());
+    assert_eq!(
+        parts[3],
+        next.fencing_token().to_string(),
+        "not asked again"
+    );
+    let extended = eventually(Duration::from_secs(5), || async {
+        pttl(&server, "fair") > 5_000
+    })
+    .await;
+    assert!(extended, "extended to the full lease");
+    assert_eq!(
+        waiter.stats().requests - requests,
+        1,
+        "one request: the extension"
+    );
+    next.release().await.unwrap();
+    assert!(!exists(&server, "fair"));
+    assert_eq!(registered(&server, "fair"), 0);
+}

@@ -20,13 +20,19 @@
 --          take the lock only if it is free and nobody waits.
 -- ARGV[4]  the wake channel: when the lock is free but its head waiter has not taken it,
 --          the head's owner token is published there, to prod it.
+-- KEYS[6]  optional, with ARGV[5]: the lock's handover hash (see waiters.lua). A refusal
+--          that gives the waiter a place registers ARGV[1] and this attempt's nonce ARGV[5]
+--          there, so that a release finding the waiter first in line hands the lock straight
+--          to it (release.lua); a grant takes the registration out.
+-- ARGV[5]  with KEYS[6]: this attempt's nonce (a decimal number, new per attempt of the wait).
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token: max(counter + 1, server clock in
 --               µs), stored in KEYS[2], so a counter that came back old after a restart or a
 --               failover is never reused (see fence.lua). The waiter has left the queue. Also the reply when KEYS[1]
---               already holds ARGV[1] (a retried request): the lease is set again and the
---               grant takes a new token the same way.
+--               already holds ARGV[1] (a retried request, or a release that handed the lock
+--               to ARGV[1] whose wake-up the waiter did not hear): the lease is set again and
+--               the grant takes a new token the same way.
 --   {0, pttl}   not acquired; pttl is the holder's remaining lease in ms, -1 if the lock key
 --               has no expiry, -2 if the lock is free but another waiter is ahead.
 --               With ARGV[3] > 0 the waiter now has a place in the queue (its old place, if
@@ -39,8 +45,9 @@
 --   others               as the server raised them (NOPERM, OOM, READONLY).
 
 local owner, lease, place_lease, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local wanted = {'string', 'string', 'zset', 'zset', 'string'}
-for i = 1, 5 do
+local handover = KEYS[6] and ARGV[5] and ARGV[5] ~= '' and KEYS[6]
+local wanted = {'string', 'string', 'zset', 'zset', 'string', 'hash'}
+for i = 1, (handover and 6) or 5 do
   local kind = redis.call('TYPE', KEYS[i]).ok
   if kind ~= 'none' and kind ~= wanted[i] then
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind)
@@ -65,6 +72,9 @@ if holder == owner then
     return err
   end
   redis.call('PEXPIRE', KEYS[1], lease)
+  if handover then
+    redis.call('HDEL', handover, owner)
+  end
   return {1, token}
 end
 
@@ -76,12 +86,18 @@ if not holder and (head == nil or head == owner) then
     return err
   end
   queue_leave(KEYS[3], KEYS[4], KEYS[5], owner)
+  if handover then
+    redis.call('HDEL', handover, owner)
+  end
   redis.call('SET', KEYS[1], owner, 'PX', lease)
   return {1, token}
 end
 
 if place_lease > 0 then
   queue_join(KEYS[3], KEYS[4], KEYS[5], owner, now, place_lease)
+  if handover then
+    handover_register(handover, owner, owner, ARGV[5], place_lease)
+  end
 end
 
 if not holder then

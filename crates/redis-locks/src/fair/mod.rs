@@ -22,9 +22,7 @@ use crate::node::LockScript;
 use crate::options::LockOptions;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{
-    Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, run_on_line, try_once,
-};
+use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
 static ACQUIRE: LazyLock<LockScript> =
@@ -32,7 +30,7 @@ static ACQUIRE: LazyLock<LockScript> =
 
 /// Leave a FairMutex (release and/or give up a place), waking only the next waiter.
 static RELEASE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
+    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("release.lua")]));
 
 /// How a [`FairMutex`] acquires: the options every primitive takes ([`LockOptions`]); for a
 /// `FairMutex` the place lease ([`LockOptions::place_lease`]) says how long a dead waiter at
@@ -66,9 +64,24 @@ impl Hold for FairHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
-            let node = &self.lock.node;
-            let reply =
-                run_on_line(node, Phase::Release, &RELEASE, &self.keys, owner.as_str()).await?;
+            let keys = &self.keys;
+            let reply = self
+                .lock
+                .node
+                .run_script(
+                    Phase::Release,
+                    &RELEASE,
+                    &[
+                        keys.lock(),
+                        keys.queue(),
+                        keys.places(),
+                        keys.tickets(),
+                        keys.handover(),
+                        keys.fence(),
+                    ],
+                    &[owner.as_str(), keys.wake_channel()],
+                )
+                .await?;
             owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })
     }
@@ -267,14 +280,33 @@ impl Asker for FairMutex {
         Lease::new(owed, token, sent_at, options, self.client.renewals())
     }
 
+    /// A grant handed over by a release: taken, as a `Mutex`'s, only with at least a third of
+    /// the place lease left (else asked for again, which renews it in full).
+    fn handed(
+        &self,
+        owed: OwedRelease,
+        token: FencingToken,
+        (placed_at, place_lease): (Instant, Duration),
+    ) -> std::result::Result<Lease, OwedRelease> {
+        let options = self.options.get_lease_options();
+        if !options.takes_handover(placed_at, place_lease) {
+            return Err(owed);
+        }
+        let renewals = self.client.renewals();
+        let placed = (placed_at, place_lease);
+        Ok(Lease::handed_over(owed, token, placed, options, renewals))
+    }
+
     /// One attempt (see [`answer_in_time`] for late grants).
     async fn ask(
         &self,
         owed: &OwedRelease,
         place_lease: Duration,
         deadline: Option<Instant>,
+        nonce: u64,
     ) -> Result<Answer> {
         let place = place_lease.as_millis().to_string();
+        let nonce = nonce.to_string();
         let keys = &self.keys;
         let key_list = [
             keys.lock(),
@@ -282,12 +314,14 @@ impl Asker for FairMutex {
             keys.queue(),
             keys.places(),
             keys.tickets(),
+            keys.handover(),
         ];
         let args = [
             owed.owner().as_str(),
             &self.lease_ms,
             &place,
             keys.wake_channel(),
+            &nonce,
         ];
         answer_in_time(self.options.get_lease_options(), deadline, || {
             self.client

@@ -86,6 +86,19 @@ impl LeaseOptions {
         is_late(sent_at, self.get_lease(), self.get_clock_drift())
     }
 
+    /// Whether a grant a release handed over, counted from `placed_at` (when the refused
+    /// attempt whose place it ends with was sent) for `place_lease`, is still worth taking: at
+    /// least a third of the place lease is left for its extension to land. A grant that is not
+    /// is asked for again, which renews it with a full lease.
+    pub(crate) fn takes_handover(
+        &self,
+        placed_at: tokio::time::Instant,
+        place_lease: Duration,
+    ) -> bool {
+        let deadline = self.get_clock_drift().deadline(placed_at, place_lease);
+        deadline > tokio::time::Instant::now() + place_lease / 3
+    }
+
     /// The lease in force (30 s unless set).
     pub fn get_lease(&self) -> Duration {
         self.lease.unwrap_or(DEFAULT_LEASE)

@@ -341,14 +341,12 @@ impl Contender for Contending<'_> {
     fn handed_over(&mut self, line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
         let local = line.local?;
         let lease_options = self.mutex.options.get_lease_options();
-        let drift = lease_options.get_clock_drift();
-        // A grant whose place-long lease has run out, or has too little left for its
-        // extension to land (under a third of the place lease: the wake-up came late), is left
-        // to the next attempt, which asks with the same token and so takes it with a full
-        // lease.
+        // A grant with too little of its place-long lease left for its extension to land (the
+        // wake-up came late) is left to the next attempt, which asks with the same token and
+        // so takes it with a full lease.
         let (owner, placed) =
             local.take_handover(&handed.owner, handed.nonce, |placed_at, place_lease| {
-                drift.deadline(placed_at, place_lease) > Instant::now() + place_lease / 3
+                lease_options.takes_handover(placed_at, place_lease)
             })?;
         local.unplaced();
         let owed = OwedRelease::of_line(self.mutex.hold.clone(), owner);

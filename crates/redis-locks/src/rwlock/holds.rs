@@ -321,6 +321,7 @@ impl Asker for Asking<'_> {
         owed: &OwedRelease,
         place_lease: Duration,
         deadline: Option<Instant>,
+        _nonce: u64,
     ) -> Result<Answer> {
         let lock = self.lock;
         let keys = &lock.keys;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::{Contender, Line, Try};
 use crate::error::{Error, Phase, Result};
 use crate::lease::{Lease, LeaseOptions, MAX_LATE_GRANTS, OwedRelease, too_slow};
+use crate::node::HandedOver;
 use crate::token::FencingToken;
 
 /// What one attempt of a placed waiter found: granted (its fencing token, and when the
@@ -28,17 +29,34 @@ pub(crate) trait Asker: Sync {
     fn place_lease(&self) -> Duration;
 
     /// One attempt by `owed`'s token, keeping a place in the queue for `place_lease` when
-    /// refused (zero: ask without a place). A grant that comes back after its lease is
-    /// asked again within `deadline`, or fails.
+    /// refused (zero: ask without a place), registered with `nonce` for a handover if the
+    /// primitive's releases hand over. A grant that comes back after its lease is asked again
+    /// within `deadline`, or fails.
     fn ask(
         &self,
         owed: &OwedRelease,
         place_lease: Duration,
         deadline: Option<Instant>,
+        nonce: u64,
     ) -> impl Future<Output = Result<Answer>> + Send;
 
     /// The lease of a grant.
     fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease;
+
+    /// The lease of a grant a release handed to `owed`'s token (see `waiters.lua`,
+    /// `hand_over`), counted from `placed` (when the refused attempt whose place the grant's
+    /// lease ends with was sent, and its place lease), if the primitive's releases hand over
+    /// and enough of it is left for its extension to land; otherwise `owed` back, and the
+    /// waiter asks again (which finds a grant to its token its own). By default: no handover.
+    fn handed(
+        &self,
+        owed: OwedRelease,
+        token: FencingToken,
+        placed: (Instant, Duration),
+    ) -> std::result::Result<Lease, OwedRelease> {
+        let _ = (token, placed);
+        Err(owed)
+    }
 }
 
 /// Runs one acquire script call (`attempt`, replying `{1, token}` granted, `{0, ms}` held
@@ -91,7 +109,7 @@ where
 /// [`Error::Held`] when refused; any error of the attempt.
 pub(crate) async fn try_once<A: Asker>(asker: &A, owed: OwedRelease) -> Result<Lease> {
     match asker
-        .ask(&owed, Duration::ZERO, Some(Instant::now()))
+        .ask(&owed, Duration::ZERO, Some(Instant::now()), 0)
         .await?
     {
         Ok((token, sent_at)) => Ok(asker.lease(owed, token, sent_at)),
@@ -114,6 +132,11 @@ pub(crate) struct Placed<'a, A> {
     owed: Option<OwedRelease>,
     /// The payload of a wake-up meant for this waiter.
     address: String,
+    /// The next attempt's nonce.
+    nonce: u64,
+    /// The latest refused attempt: when it was sent, the place lease it asked for, and its
+    /// nonce (a grant handed over under that nonce lasts on the server at least as long).
+    placed: Option<(Instant, Duration, u64)>,
 }
 
 impl<'a, A: Asker> Placed<'a, A> {
@@ -123,6 +146,8 @@ impl<'a, A: Asker> Placed<'a, A> {
             asker,
             owed: Some(owed),
             address,
+            nonce: 0,
+            placed: None,
         }
     }
 
@@ -144,7 +169,15 @@ impl<A: Asker> Contender for Placed<'_, A> {
 
     async fn attempt(&mut self, _line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
         let place_lease = self.asker.place_lease();
-        match self.asker.ask(self.owed(), place_lease, deadline).await? {
+        let nonce = self.nonce;
+        self.nonce += 1;
+        // Before the request goes out: the place the server renews counts from no earlier.
+        let sent_at = Instant::now();
+        match self
+            .asker
+            .ask(self.owed(), place_lease, deadline, nonce)
+            .await?
+        {
             Ok((token, sent_at)) => {
                 let owed = self
                     .owed
@@ -152,7 +185,26 @@ impl<A: Asker> Contender for Placed<'_, A> {
                     .expect("a waiter owes its place until granted");
                 Ok(Try::Won(self.asker.lease(owed, token, sent_at)))
             }
-            Err(retry_after) => Ok(Try::Held(retry_after)),
+            Err(retry_after) => {
+                self.placed = Some((sent_at, place_lease, nonce));
+                Ok(Try::Held(retry_after))
+            }
+        }
+    }
+
+    fn handed_over(&mut self, _line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
+        let (sent_at, place_lease, nonce) = self.placed?;
+        if handed.owner != self.owed.as_ref()?.owner().as_str() || handed.nonce != nonce {
+            return None;
+        }
+        let owed = self.owed.take()?;
+        let token = FencingToken::new(handed.token);
+        match self.asker.handed(owed, token, (sent_at, place_lease)) {
+            Ok(lease) => Some(lease),
+            Err(owed) => {
+                self.owed = Some(owed);
+                None
+            }
         }
     }
 
