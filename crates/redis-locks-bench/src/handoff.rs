@@ -671,10 +671,12 @@ fn analyse(kind: Kind, args: &HandoffArgs, records: &[Record], requests: u64) ->
             continue;
         };
         gaps.record(record.acquired.saturating_sub(previous.released));
-        // Who was waiting when the previous holder let go?
+        // Who was waiting when the previous holder let go (sent its release)? Not when the
+        // release returned: a release that hands the lock over gives it to the next holder
+        // before its own reply is back.
         let waiting: Vec<&Record> = sorted
             .iter()
-            .filter(|r| r.asked < previous.released && r.acquired >= previous.released)
+            .filter(|r| r.asked < previous.release_start && r.acquired >= previous.release_start)
             .collect();
         if waiting.is_empty() {
             continue;
