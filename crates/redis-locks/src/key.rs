@@ -158,8 +158,9 @@ impl LockKeys {
     }
 
     /// The owner tokens waiters are handed the lock under: a hash of waiter id ->
-    /// `'<owner token> <nonce>'`, the token that process's waiters of a `Mutex` ask with and
-    /// the nonce of the attempt that last renewed its place. A release with such a waiter at
+    /// `'<owner token> <nonce>'`, the token the waiter asks with (a `Mutex`'s waiters of one
+    /// process share one; a `FairMutex` waiter's is its own, which is also its id) and the
+    /// nonce of the attempt that last renewed its place. A release with such a waiter at
     /// the head of the queue gives the lock straight to that token and publishes the grant,
     /// so the woken waiter holds the lock without asking Redis again. It exists only while
     /// somebody waits.

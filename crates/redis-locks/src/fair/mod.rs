@@ -94,9 +94,11 @@ impl Hold for FairHold {
 /// A distributed lock granted in first-come, first-served order, across every process.
 ///
 /// Waiters queue on the server, ordered by a ticket the server hands out (not by client
-/// clocks). Only the head of the queue may take the lock; a release wakes only the next
-/// waiter, so there is no thundering herd and no barging: a holder that releases and asks
-/// again goes to the back of the queue. Each waiter renews a short place lease
+/// clocks). Only the head of the queue may take the lock; a release hands it straight to the
+/// next waiter (writing the lock key with that waiter's owner token and publishing the grant,
+/// so the waiter holds it without asking again; see the crate README, "Waiting"), so there is
+/// no thundering herd and no barging: a holder that releases and asks again goes to the back
+/// of the queue. Each waiter renews a short place lease
 /// ([`FairMutexOptions::place_lease`]), so a waiter that crashed is skipped once its place
 /// lease runs out. Guards are [`MutexGuard`]s: fencing token, lease, `extend`, `release`.
 ///
