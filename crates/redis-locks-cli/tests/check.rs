@@ -284,9 +284,35 @@ fn redlock_survives_a_minority_down_and_tells_its_holder_when_the_majority_goes(
     assert_eq!(num(minority, "overlaps"), 0);
 }
 
-/// The legacy algorithms hold their leases in whole seconds (`EXPIRE`), so they run with 1 s.
+/// The legacy algorithms hold their leases in whole seconds (`EXPIRE`), so they run with 1 s;
+/// without a fault and with a holder killed (a paused one: [`legacy_pause_overtaken`]).
 fn legacy(algorithm: &str) -> (i32, Value) {
-    check_sized(&["--algorithm", algorithm], &sizes("1s"))
+    let faults = ["--fault", "none", "--fault", "holder-kill"];
+    let mut args = vec!["--algorithm", algorithm];
+    args.extend_from_slice(&faults);
+    check_sized(&args, &sizes("1s"))
+}
+
+/// The verdict of `algorithm` under a paused holder, from the first of up to three runs in
+/// which another holder took the lock while it was stopped (asserted: within three runs).
+/// These locks are unfair (a task polls every 10 ms, the releaser asks again at once), so in
+/// some runs the stopped holder's process is the last one with acquisitions to go, nobody
+/// takes over its lock before it is resumed, and the flaw has nothing to show; what the
+/// test shows is that it is caught whenever somebody does.
+fn legacy_pause_overtaken(algorithm: &str) -> Value {
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (_, report) = check_sized(
+            &["--algorithm", algorithm, "--fault", "holder-pause"],
+            &sizes("1s"),
+        );
+        let pause = verdict(&report, "holder-pause").clone();
+        if num(&pause, "overlaps") >= 1 {
+            return pause;
+        }
+        seen.push(pause);
+    }
+    panic!("nobody took over a stopped holder's lock in three runs: {seen:#?}");
 }
 
 #[test]
@@ -300,9 +326,9 @@ fn setnx_expire_is_caught_leaving_a_lock_that_never_expires() {
     // without a TTL either way, and the final look finds it.
     assert!(num(kill, "keys_without_ttl") >= 1, "{kill:#}");
     assert_eq!(kill["passed"], false, "{kill:#}");
-    let pause = verdict(&report, "holder-pause");
-    assert!(num(pause, "overlaps") >= 1, "{pause:#}");
-    assert!(num(pause, "lost_updates") >= 1, "{pause:#}");
+    let pause = legacy_pause_overtaken("setnx-expire");
+    assert!(num(&pause, "lost_updates") >= 1, "{pause:#}");
+    assert_eq!(pause["passed"], false, "{pause:#}");
 }
 
 #[test]
@@ -311,21 +337,20 @@ fn setnx_getset_is_caught_with_keys_that_never_expire_and_two_holders() {
     assert_eq!(code, 1, "{report:#}");
     let none = verdict(&report, "none");
     assert!(num(none, "keys_without_ttl") >= 1, "{none:#}");
-    let pause = verdict(&report, "holder-pause");
-    assert!(num(pause, "overlaps") >= 1, "{pause:#}");
-    assert!(num(pause, "lost_updates") >= 1, "{pause:#}");
+    let pause = legacy_pause_overtaken("setnx-getset");
+    assert!(num(&pause, "lost_updates") >= 1, "{pause:#}");
+    assert_eq!(pause["passed"], false, "{pause:#}");
 }
 
 #[test]
 fn naive_del_passes_without_pauses_and_is_caught_with_one() {
     let (code, report) = legacy("naive-del");
-    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(code, 0, "it passes without pauses: {report:#}");
     assert_eq!(verdict(&report, "none")["passed"], true);
     assert_eq!(verdict(&report, "holder-kill")["passed"], true);
-    let pause = verdict(&report, "holder-pause");
+    let pause = legacy_pause_overtaken("naive-del");
     assert_eq!(pause["passed"], false);
-    assert!(num(pause, "overlaps") >= 1, "{pause:#}");
-    assert!(num(pause, "lost_updates") >= 1, "{pause:#}");
+    assert!(num(&pause, "lost_updates") >= 1, "{pause:#}");
 }
 
 #[test]
