@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FENCE_LUA, WAITERS_LUA, lua, pttl, raw, server};
+use common::{FENCE_LUA, WAITERS_LUA, lua, next_message, pttl, raw, server, subscribed};
 use redis::Connection;
 
 const KEYS: [&str; 5] = ["F", "{F}:fence", "{F}:queue", "{F}:places", "{F}:tickets"];
@@ -41,21 +41,6 @@ fn queue(con: &mut Connection) -> Vec<String> {
         .unwrap()
 }
 
-/// A connection subscribed to the wake channel, to read what the scripts publish.
-fn listener(server: &test_support::RedisServer) -> redis::Connection {
-    let mut con = raw(server);
-    con.set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    redis::cmd("SUBSCRIBE").arg(CHANNEL).exec(&mut con).unwrap();
-    con
-}
-
-fn next_message(con: &mut Connection) -> Option<String> {
-    let value: redis::Value = con.recv_response().ok()?;
-    let parts: Vec<redis::Value> = redis::FromRedisValue::from_redis_value(value).ok()?;
-    redis::FromRedisValue::from_redis_value(parts.get(2)?.clone()).ok()
-}
-
 #[test]
 fn a_free_lock_with_nobody_waiting_is_granted_at_once() {
     let server = server();
@@ -87,7 +72,7 @@ fn waiters_queue_in_arrival_order_and_only_the_head_may_take_the_lock() {
     assert_eq!(acquire(&mut con, "once", 0).unwrap().0, 0);
     assert_eq!(queue(&mut con).len(), 3);
 
-    let mut wake = listener(&server);
+    let mut wake = subscribed(&server, CHANNEL);
     assert_eq!(release(&mut con, "holder").unwrap(), 1);
     assert_eq!(
         next_message(&mut wake).as_deref(),
@@ -280,7 +265,7 @@ fn registered(con: &mut Connection, id: &str) -> Option<String> {
 fn a_fair_release_hands_the_lock_to_the_first_in_line_with_a_new_token() {
     let server = server();
     let mut con = raw(&server);
-    let mut sub = listener(&server);
+    let mut sub = subscribed(&server, CHANNEL);
     assert_eq!(acquire_handing(&mut con, "holder", 2_000, 0).unwrap().0, 1);
     assert_eq!(
         registered(&mut con, "holder"),
@@ -316,7 +301,7 @@ fn a_fair_release_hands_the_lock_to_the_first_in_line_with_a_new_token() {
 fn a_fair_waiter_giving_up_a_lock_handed_to_it_passes_it_on() {
     let server = server();
     let mut con = raw(&server);
-    let mut sub = listener(&server);
+    let mut sub = subscribed(&server, CHANNEL);
     acquire_handing(&mut con, "holder", 2_000, 0).unwrap();
     acquire_handing(&mut con, "w1", 2_000, 1).unwrap();
     acquire_handing(&mut con, "w2", 2_000, 2).unwrap();

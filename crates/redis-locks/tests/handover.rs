@@ -8,18 +8,21 @@ use std::time::Duration;
 
 use common::{client, eventually, exists, pttl, raw, server};
 use redis::Commands;
-use redis_locks::{Client, MutexOptions};
+use redis_locks::{Client, MutexGuard, MutexOptions, Result};
 use test_support::RedisServer;
+use tokio::task::JoinHandle;
 
 /// The grants published on `lock`'s wake channel, '<waiter id> <owner> <nonce> <token>', as
-/// they come.
+/// they come; subscribed when this returns.
 fn grants(server: &RedisServer, lock: &str) -> std::sync::mpsc::Receiver<String> {
     let (sender, receiver) = std::sync::mpsc::channel();
+    let (subscribed, ready) = std::sync::mpsc::channel();
     let mut con = raw(server);
     let channel = format!("{{{lock}}}:wake");
     std::thread::spawn(move || {
         let mut pubsub = con.as_pubsub();
         pubsub.subscribe(&channel).unwrap();
+        let _ = subscribed.send(());
         while let Ok(message) = pubsub.get_message() {
             let payload: String = message.get_payload().unwrap();
             if payload.split(' ').count() == 4 && sender.send(payload).is_err() {
@@ -27,6 +30,9 @@ fn grants(server: &RedisServer, lock: &str) -> std::sync::mpsc::Receiver<String>
             }
         }
     });
+    ready
+        .recv_timeout(Duration::from_secs(5))
+        .expect("subscribed to the wake channel");
     receiver
 }
 
@@ -44,8 +50,59 @@ async fn queued(server: &RedisServer, lock: &str, count: i64) {
     assert!(queued, "{count} waiting processes registered a token");
 }
 
-async fn own_client(server: &RedisServer) -> Client {
-    client(server).await
+/// `guard` is released while `waiting` (another client's `lock()`) waits in line for `lock`:
+/// returns the guard the waiter got and the grant published for it, split ('<waiter id>
+/// <owner> <nonce> <token>'), having checked that the waiter holds the lock under the token
+/// handed and with the fencing token the release took (so it did not ask again).
+async fn handed_on(
+    server: &RedisServer,
+    lock: &str,
+    guard: MutexGuard,
+    waiting: JoinHandle<Result<MutexGuard>>,
+) -> (MutexGuard, Vec<String>) {
+    let grants = grants(server, lock);
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter holds the lock")
+        .unwrap()
+        .unwrap();
+    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
+    let parts: Vec<String> = grant.split(' ').map(str::to_string).collect();
+    assert_eq!(
+        parts[1],
+        next.owner_token().as_str(),
+        "held under the token handed"
+    );
+    assert_eq!(
+        parts[3],
+        next.fencing_token().to_string(),
+        "with the fencing token the release took: the waiter did not ask again"
+    );
+    (next, parts)
+}
+
+/// The handed lease of `next` (a guard of `waiter`, whose request count was `requests` before
+/// the release) is extended to the full 10 s lease, and that extension is the only request
+/// the waiter sent.
+async fn extended_by_one_request(
+    server: &RedisServer,
+    lock: &str,
+    next: &MutexGuard,
+    waiter: &Client,
+    requests: u64,
+) {
+    let extended = eventually(Duration::from_secs(5), || async {
+        pttl(server, lock) > 5_000 && next.lease_remaining() > Duration::from_secs(5)
+    })
+    .await;
+    assert!(
+        extended,
+        "extended to the full lease: {}",
+        pttl(server, lock)
+    );
+    let sent = waiter.stats().requests - requests;
+    assert_eq!(sent, 1, "one request: the extension");
 }
 
 #[tokio::test]
@@ -55,49 +112,17 @@ async fn a_released_lock_is_held_by_the_next_process_with_the_token_the_release_
         .lease(Duration::from_secs(10))
         .watchdog(false)
         .place_lease(Duration::from_secs(1));
-    let holder = own_client(&server).await;
-    let waiter = own_client(&server).await;
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
     let held = holder.mutex_with("handed", options.clone()).unwrap();
     let mine = waiter.mutex_with("handed", options).unwrap();
     let guard = held.lock().await.unwrap();
-    let grants = grants(&server, "handed");
     let waiting = tokio::spawn(async move { mine.lock().await });
     queued(&server, "handed", 1).await;
     let requests = waiter.stats().requests;
-    guard.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .expect("the waiter holds the lock")
-        .unwrap()
-        .unwrap();
-    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
-    let parts: Vec<&str> = grant.split(' ').collect();
-    assert_eq!(
-        next.owner_token().as_str(),
-        parts[1],
-        "held under the token handed"
-    );
-    assert_eq!(
-        next.fencing_token().to_string(),
-        parts[3],
-        "with the fencing token the release took: the waiter did not ask again"
-    );
-    // The waiter's one request after the release is the extension to its own lease, which
-    // replaces the lease that ended with its place.
-    let extended = eventually(Duration::from_secs(5), || async {
-        pttl(&server, "handed") > 5_000 && next.lease_remaining() > Duration::from_secs(5)
-    })
-    .await;
-    assert!(
-        extended,
-        "extended to the full lease: {}",
-        pttl(&server, "handed")
-    );
-    assert_eq!(
-        waiter.stats().requests - requests,
-        1,
-        "one request: the extension"
-    );
+    let (next, _) = handed_on(&server, "handed", guard, waiting).await;
+    // The lease that ended with the waiter's place is replaced by its own.
+    extended_by_one_request(&server, "handed", &next, &waiter, requests).await;
     assert!(
         !next.is_renewed(),
         "without the watchdog, no renewal follows"
@@ -117,26 +142,14 @@ async fn a_handed_lease_with_the_watchdog_is_renewed_past_its_place_lease() {
         .lease(Duration::from_millis(900))
         .watchdog(true)
         .place_lease(Duration::from_millis(200));
-    let holder = own_client(&server).await;
-    let waiter = own_client(&server).await;
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
     let held = holder.mutex_with("renewed", options.clone()).unwrap();
     let mine = waiter.mutex_with("renewed", options).unwrap();
     let guard = held.lock().await.unwrap();
-    let grants = grants(&server, "renewed");
     let waiting = tokio::spawn(async move { mine.lock().await });
     queued(&server, "renewed", 1).await;
-    guard.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
-    assert_eq!(
-        grant.split(' ').nth(3),
-        Some(next.fencing_token().to_string().as_str()),
-        "handed over: {grant}"
-    );
+    let (next, _) = handed_on(&server, "renewed", guard, waiting).await;
     // Well past the place lease and the lease itself: renewed all along.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert!(next.lost_reason().is_none(), "{:?}", next.lost_reason());
@@ -151,11 +164,10 @@ async fn a_line_whose_first_waiter_timed_out_keeps_its_place_and_hands_to_its_ne
     let options = MutexOptions::default()
         .lease(Duration::from_secs(10))
         .place_lease(Duration::from_secs(5));
-    let holder = own_client(&server).await;
-    let waiting = own_client(&server).await;
+    let holder = client(&server).await;
+    let waiting = client(&server).await;
     let held = holder.mutex_with("line", options.clone()).unwrap();
     let guard = held.lock().await.unwrap();
-    let grants = grants(&server, "line");
     // The first waiter of the line registers its token and gives up; the second asks with
     // the same token, so a grant to it is the second waiter's to take.
     let first = waiting.mutex_with("line", options.clone()).unwrap();
@@ -164,27 +176,13 @@ async fn a_line_whose_first_waiter_timed_out_keeps_its_place_and_hands_to_its_ne
         tokio::spawn(async move { first.lock_timeout(Duration::from_millis(300)).await });
     queued(&server, "line", 1).await;
     let patient = tokio::spawn(async move { second.lock().await });
-    // The token the line registered while its first waiter waited.
-    let line_token = || -> String {
-        let all: std::collections::HashMap<String, String> =
-            raw(&server).hgetall("{line}:handover").unwrap();
-        let value = all.values().next().cloned().unwrap_or_default();
-        value.split(' ').next().unwrap_or_default().to_string()
-    };
-    let first_token = line_token();
+    // The token the line registered while its first waiter waited ('<token> <nonce>').
+    let registrations: Vec<String> = raw(&server).hvals("{line}:handover").unwrap();
+    let first_token = registrations[0].split(' ').next().unwrap().to_string();
     let timed_out = impatient.await.unwrap();
     assert!(timed_out.is_err(), "the first waiter gave up");
     assert_eq!(registered(&server, "line"), 1, "the line keeps its place");
-    guard.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), patient)
-        .await
-        .expect("the second waiter holds the lock")
-        .unwrap()
-        .unwrap();
-    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
-    let parts: Vec<&str> = grant.split(' ').collect();
-    assert_eq!(parts[1], next.owner_token().as_str(), "{grant}");
-    assert_eq!(parts[3], next.fencing_token().to_string(), "{grant}");
+    let (next, parts) = handed_on(&server, "line", guard, patient).await;
     assert_eq!(
         parts[1], first_token,
         "the second waiter asks with the token its line registered before the first gave up"
@@ -199,8 +197,8 @@ async fn a_wait_cancelled_as_the_lock_is_handed_to_it_leaves_the_lock_free() {
     let options = MutexOptions::default()
         .lease(Duration::from_secs(30))
         .place_lease(Duration::from_secs(30));
-    let holder = own_client(&server).await;
-    let waiter = own_client(&server).await;
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
     let held = holder.mutex_with("gone", options.clone()).unwrap();
     let mine = waiter.mutex_with("gone", options).unwrap();
     for round in 0..20 {
@@ -241,8 +239,8 @@ async fn two_waiters_of_one_process_never_both_ask_with_the_lines_token() {
     // wait for its turn rather than ask with the same line token (a free lock would then be
     // granted to both: one by SET NX, the other as a retry of the same owner).
     let server = server();
-    let holder = own_client(&server).await;
-    let contender = own_client(&server).await;
+    let holder = client(&server).await;
+    let contender = client(&server).await;
     let held = holder.mutex("pair").unwrap();
     let mine = contender.mutex("pair").unwrap();
     let history = std::sync::Arc::new(redis_locks::history::History::default());
@@ -289,44 +287,21 @@ async fn a_fair_mutex_release_hands_the_lock_to_the_next_waiter_too() {
         .lease(Duration::from_secs(10))
         .watchdog(false)
         .place_lease(Duration::from_secs(1));
-    let holder = own_client(&server).await;
-    let waiter = own_client(&server).await;
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
     let held = holder.fair_mutex_with("fair", options.clone()).unwrap();
     let mine = waiter.fair_mutex_with("fair", options).unwrap();
     let guard = held.lock().await.unwrap();
-    let grants = grants(&server, "fair");
     let waiting = tokio::spawn(async move { mine.lock().await });
     queued(&server, "fair", 1).await;
     let requests = waiter.stats().requests;
-    guard.release().await.unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .expect("the waiter holds the lock")
-        .unwrap()
-        .unwrap();
-    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
-    let parts: Vec<&str> = grant.split(' ').collect();
+    let (next, parts) = handed_on(&server, "fair", guard, waiting).await;
     assert_eq!(
         parts[0],
         next.owner_token().as_str(),
         "its place is its token"
     );
-    assert_eq!(parts[1], next.owner_token().as_str());
-    assert_eq!(
-        parts[3],
-        next.fencing_token().to_string(),
-        "not asked again"
-    );
-    let extended = eventually(Duration::from_secs(5), || async {
-        pttl(&server, "fair") > 5_000
-    })
-    .await;
-    assert!(extended, "extended to the full lease");
-    assert_eq!(
-        waiter.stats().requests - requests,
-        1,
-        "one request: the extension"
-    );
+    extended_by_one_request(&server, "fair", &next, &waiter, requests).await;
     next.release().await.unwrap();
     assert!(!exists(&server, "fair"));
     assert_eq!(registered(&server, "fair"), 0);

@@ -7,8 +7,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FENCE_LUA, WAITERS_LUA, lua, raw, server};
-use redis::{Commands, Connection, PubSub};
+use common::{FENCE_LUA, WAITERS_LUA, lua, next_message, nothing_more, raw, server, subscribed};
+use redis::{Commands, Connection};
 
 const LOCK: &str = "Q";
 const QUEUE: [&str; 3] = ["{Q}:queue", "{Q}:places", "{Q}:tickets"];
@@ -93,21 +93,6 @@ fn line(con: &mut Connection) -> Vec<String> {
     con.zrange(QUEUE[0], 0, -1).unwrap()
 }
 
-/// A connection for a subscriber on the wake channel, whose reads give up after 300 ms.
-fn listener(server: &test_support::RedisServer) -> Connection {
-    let con = raw(server);
-    con.set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    con
-}
-
-fn heard(pubsub: &mut PubSub<'_>) -> Option<String> {
-    pubsub
-        .get_message()
-        .ok()
-        .map(|message| message.get_payload().unwrap())
-}
-
 #[test]
 fn a_refused_waiter_gets_a_place_in_line_and_a_grant_takes_it_out() {
     let server = server();
@@ -149,14 +134,12 @@ fn a_refused_waiter_gets_a_place_in_line_and_a_grant_takes_it_out() {
 fn a_free_lock_goes_to_the_first_in_line_and_a_late_comer_is_refused_with_minus_two() {
     let server = server();
     let mut con = raw(&server);
-    let mut sub = listener(&server);
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
+    let mut sub = subscribed(&server, CHANNEL);
     wait(&mut con, "holder", "client-a", 2_000);
     wait(&mut con, "owner-b", "client-b", 2_000);
     // The release wakes client-b; before it asks, client-c finds the lock free.
     release(&mut con, "holder");
-    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-b"));
+    assert_eq!(next_message(&mut sub).as_deref(), Some("client-b"));
     assert_eq!(wait(&mut con, "owner-c", "client-c", 2_000), (0, -2));
     assert_eq!(
         line(&mut con),
@@ -165,7 +148,7 @@ fn a_free_lock_goes_to_the_first_in_line_and_a_late_comer_is_refused_with_minus_
     );
     assert!(!con.exists::<_, bool>(LOCK).unwrap(), "nothing was granted");
     assert_eq!(
-        heard(&mut pubsub).as_deref(),
+        next_message(&mut sub).as_deref(),
         Some("client-b"),
         "and the first in line is prodded again"
     );
@@ -194,47 +177,43 @@ fn a_dead_waiters_place_runs_out_and_the_next_one_is_first() {
 fn a_release_wakes_the_first_in_line_else_everybody_if_marked_else_nobody() {
     let server = server();
     let mut con = raw(&server);
-    let mut sub = listener(&server);
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
+    let mut sub = subscribed(&server, CHANNEL);
     // Somebody in line: only its id is published.
     wait(&mut con, "holder", "client-a", 2_000);
     wait(&mut con, "owner-b", "client-b", 2_000);
     release(&mut con, "holder");
-    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-b"));
-    assert_eq!(heard(&mut pubsub), None, "one message");
+    assert_eq!(next_message(&mut sub).as_deref(), Some("client-b"));
+    assert!(nothing_more(&server, &mut sub, CHANNEL), "one message");
     wait(&mut con, "owner-b", "client-b", 2_000);
     // Marked but nobody in line (a waiter of the holder's own process): everybody.
     let _: () = con.set(LOCK, "owner-b+w").unwrap();
     assert_eq!(release(&mut con, "owner-b"), 1);
-    assert_eq!(heard(&mut pubsub).as_deref(), Some("*"));
+    assert_eq!(next_message(&mut sub).as_deref(), Some("*"));
     // Neither: nothing.
     let _: () = con.set(LOCK, "owner-c").unwrap();
     assert_eq!(release(&mut con, "owner-c"), 1);
-    assert_eq!(heard(&mut pubsub), None);
+    assert!(nothing_more(&server, &mut sub, CHANNEL));
 }
 
 #[test]
 fn leave_gives_a_place_up_and_prods_the_next_waiter_if_the_lock_is_free() {
     let server = server();
     let mut con = raw(&server);
-    let mut sub = listener(&server);
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
+    let mut sub = subscribed(&server, CHANNEL);
     wait(&mut con, "holder", "client-a", 2_000);
     wait(&mut con, "owner-b", "client-b", 2_000);
     wait(&mut con, "owner-c", "client-c", 2_000);
     // Held: leaving wakes nobody.
     assert_eq!(leave(&mut con, "client-c"), 1);
-    assert_eq!(heard(&mut pubsub), None);
+    assert!(nothing_more(&server, &mut sub, CHANNEL));
     assert_eq!(line(&mut con), ["client-b"]);
     assert_eq!(leave(&mut con, "client-c"), 0, "no place any more");
     // Free, with client-b woken but leaving: the next in line is prodded.
     wait(&mut con, "owner-d", "client-d", 2_000);
     release(&mut con, "holder");
-    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-b"));
+    assert_eq!(next_message(&mut sub).as_deref(), Some("client-b"));
     assert_eq!(leave(&mut con, "client-b"), 1);
-    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-d"));
+    assert_eq!(next_message(&mut sub).as_deref(), Some("client-d"));
     assert_eq!(leave(&mut con, "client-d"), 1);
     assert!(line(&mut con).is_empty());
     assert!(!con.exists::<_, bool>(QUEUE[2]).unwrap());
@@ -360,9 +339,7 @@ fn a_refused_waiter_registers_its_token_and_a_grant_takes_it_out() {
 fn a_release_hands_the_lock_to_the_first_in_lines_token_with_a_new_fencing_token() {
     let server = server();
     let mut con = raw(&server);
-    let mut sub = listener(&server);
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
+    let mut sub = subscribed(&server, CHANNEL);
     assert_eq!(wait_handing(&mut con, "holder", "client-a", 2_000).0, 1);
     let first = counter(&mut con);
     wait_handing(&mut con, "line-b", "client-b", 1_500);
@@ -377,24 +354,24 @@ fn a_release_hands_the_lock_to_the_first_in_lines_token_with_a_new_fencing_token
     let token = counter(&mut con);
     assert!(token > first, "a new fencing token: {token} after {first}");
     assert_eq!(
-        heard(&mut pubsub),
+        next_message(&mut sub),
         Some(format!("client-b line-b 7 {token}")),
         "the grant, addressed to client-b"
     );
-    assert_eq!(heard(&mut pubsub), None, "one message");
+    assert!(nothing_more(&server, &mut sub, CHANNEL), "one message");
     assert_eq!(line(&mut con), ["client-c"], "client-b left the line");
     let registered: Option<String> = con.hget(HANDOVER, "client-b").unwrap();
     assert_eq!(registered, None);
     // Its release hands on to client-c; client-c's ends with the line.
     assert_eq!(release_handing(&mut con, "line-b"), 1);
     assert_eq!(
-        heard(&mut pubsub),
+        next_message(&mut sub),
         Some(format!("client-c line-c 7 {}", counter(&mut con)))
     );
     assert!(counter(&mut con) > token);
     assert_eq!(release_handing(&mut con, "line-c"), 1);
     assert_eq!(
-        heard(&mut pubsub).as_deref(),
+        next_message(&mut sub).as_deref(),
         Some("*"),
         "marked, nobody in line"
     );
@@ -436,14 +413,12 @@ fn a_handover_whose_wake_up_was_lost_is_taken_by_the_lines_next_attempt() {
 fn a_first_in_line_without_a_token_or_with_a_broken_counter_is_only_woken() {
     let server = server();
     let mut con = raw(&server);
-    let mut sub = listener(&server);
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
+    let mut sub = subscribed(&server, CHANNEL);
     // A waiter that registered nothing (a Redlock's, on its first node).
     wait_handing(&mut con, "holder", "client-a", 2_000);
     wait(&mut con, "line-b", "client-b", 2_000);
     assert_eq!(release_handing(&mut con, "holder"), 1);
-    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-b"));
+    assert_eq!(next_message(&mut sub).as_deref(), Some("client-b"));
     assert!(
         !con.exists::<_, bool>(LOCK).unwrap(),
         "released, not handed"
@@ -453,7 +428,7 @@ fn a_first_in_line_without_a_token_or_with_a_broken_counter_is_only_woken() {
     wait_handing(&mut con, "line-c", "client-c", 2_000);
     let _: () = con.set(FENCE, "not-a-number").unwrap();
     assert_eq!(release_handing(&mut con, "line-b"), 1);
-    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-c"));
+    assert_eq!(next_message(&mut sub).as_deref(), Some("client-c"));
     assert!(!con.exists::<_, bool>(LOCK).unwrap());
     assert_eq!(line(&mut con), ["client-c"], "still in line");
 }
@@ -462,14 +437,12 @@ fn a_first_in_line_without_a_token_or_with_a_broken_counter_is_only_woken() {
 fn leaving_releases_a_lock_handed_to_the_leaving_lines_token_only() {
     let server = server();
     let mut con = raw(&server);
-    let mut sub = listener(&server);
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(CHANNEL).unwrap();
+    let mut sub = subscribed(&server, CHANNEL);
     wait_handing(&mut con, "holder", "client-a", 2_000);
     wait_handing(&mut con, "line-b", "client-b", 2_000);
     wait_handing(&mut con, "line-c", "client-c", 2_000);
     release_handing(&mut con, "holder");
-    assert!(heard(&mut pubsub).is_some_and(|m| m.starts_with("client-b line-b 7 ")));
+    assert!(next_message(&mut sub).is_some_and(|m| m.starts_with("client-b line-b 7 ")));
     // client-b's last waiter goes before taking it: the lock is released and client-c,
     // now first, is woken to take it.
     assert_eq!(
@@ -478,7 +451,7 @@ fn leaving_releases_a_lock_handed_to_the_leaving_lines_token_only() {
         "no place left"
     );
     assert!(!con.exists::<_, bool>(LOCK).unwrap());
-    assert_eq!(heard(&mut pubsub).as_deref(), Some("client-c"));
+    assert_eq!(next_message(&mut sub).as_deref(), Some("client-c"));
     // Leaving with a token the lock was not handed to leaves the holder alone.
     assert_eq!(wait_handing(&mut con, "line-c", "client-c", 2_000).0, 1);
     wait_handing(&mut con, "line-d", "client-d", 2_000);

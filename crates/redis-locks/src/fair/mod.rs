@@ -22,7 +22,9 @@ use crate::node::LockScript;
 use crate::options::LockOptions;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
+use crate::wait::{
+    Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, run_handing_over, try_once,
+};
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
 static ACQUIRE: LazyLock<LockScript> =
@@ -64,24 +66,9 @@ impl Hold for FairHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
-            let keys = &self.keys;
-            let reply = self
-                .lock
-                .node
-                .run_script(
-                    Phase::Release,
-                    &RELEASE,
-                    &[
-                        keys.lock(),
-                        keys.queue(),
-                        keys.places(),
-                        keys.tickets(),
-                        keys.handover(),
-                        keys.fence(),
-                    ],
-                    &[owner.as_str(), keys.wake_channel()],
-                )
-                .await?;
+            let (node, owner) = (&self.lock.node, owner.as_str());
+            let reply =
+                run_handing_over(node, Phase::Release, &RELEASE, &self.keys, owner, &[]).await?;
             owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })
     }

@@ -100,9 +100,11 @@ impl Lease {
                 hold: owed.hold().clone(),
                 owner: owed.owner().clone(),
                 state: state.clone(),
+                // Without the watchdog, only the first extension is made (`then_renew` is
+                // false), to the lease the caller asked for.
                 renewal: renewal.unwrap_or(Renewal {
                     lease: options.get_lease(),
-                    max_renewals: Some(0),
+                    max_renewals: None,
                     max_hold: None,
                 }),
                 // The lock may have been handed over any time since: count a hold cap from

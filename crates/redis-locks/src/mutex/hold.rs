@@ -9,7 +9,7 @@ use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, lease_millis, owner_reply};
 use crate::node::{LockScript, Node};
 use crate::token::{FENCE_LUA, OwnerToken};
-use crate::wait::{WAITERS_LUA, run_on_line};
+use crate::wait::{WAITERS_LUA, run_handing_over, run_on_line};
 
 /// Owner-checked delete that hands the lock to the next waiter, or wakes it, if one marked
 /// the lock: `1` released, `0` gone, `-1` another owner's.
@@ -42,25 +42,11 @@ impl Hold for MutexHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
-            let keys = &self.keys;
+            let (node, keys, owner) = (&self.node, &self.keys, owner.as_str());
             let reply = if self.hands_over {
-                self.node
-                    .run_script(
-                        Phase::Release,
-                        &RELEASE,
-                        &[
-                            keys.lock(),
-                            keys.queue(),
-                            keys.places(),
-                            keys.tickets(),
-                            keys.handover(),
-                            keys.fence(),
-                        ],
-                        &[owner.as_str(), keys.wake_channel()],
-                    )
-                    .await?
+                run_handing_over(node, Phase::Release, &RELEASE, keys, owner, &[]).await?
             } else {
-                run_on_line(&self.node, Phase::Release, &RELEASE, keys, owner.as_str()).await?
+                run_on_line(node, Phase::Release, &RELEASE, keys, owner).await?
             };
             owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })

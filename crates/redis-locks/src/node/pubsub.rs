@@ -197,10 +197,8 @@ pub(crate) struct HandedOver {
 }
 
 impl HandedOver {
-    /// The grant in `payload` if it is one addressed to `me`
-    /// (`'<me> <owner> <nonce> <token>'`).
-    fn parse(payload: &str, me: &str) -> Option<HandedOver> {
-        let rest = payload.strip_prefix(me)?.strip_prefix(' ')?;
+    /// The grant in what follows the addressee of a message (`'<owner> <nonce> <token>'`).
+    fn parse(rest: &str) -> Option<HandedOver> {
         let mut parts = rest.split(' ');
         let handed = HandedOver {
             owner: parts.next()?.to_string(),
@@ -223,9 +221,12 @@ impl Listener {
                     if &*payload == me || &*payload == WAKE_ALL {
                         return None;
                     }
-                    if payload.starts_with(me) && payload.as_bytes().get(me.len()) == Some(&b' ') {
+                    let addressed = payload
+                        .strip_prefix(me)
+                        .and_then(|rest| rest.strip_prefix(' '));
+                    if let Some(rest) = addressed {
                         // A malformed grant still wakes: the waiter asks Redis and finds out.
-                        return HandedOver::parse(&payload, me);
+                        return HandedOver::parse(rest);
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => return None,

@@ -8,7 +8,8 @@
 -- KEYS[2]  the queue (sorted set of waiter ids by ticket).
 -- KEYS[3]  the place leases (sorted set of waiter ids by lease end, server ms).
 -- KEYS[4]  the ticket counter.
--- KEYS[5]  optional, with ARGV[3]: the handover hash (a Mutex's waiters).
+-- KEYS[5]  optional, with ARGV[3]: the handover hash (a Mutex's waiters). A KEYS[6] (the
+--          fencing counter, which the releases that hand over take too) is not used.
 -- ARGV[1]  the waiter id that leaves.
 -- ARGV[2]  the lock's wake channel.
 -- ARGV[3]  optional, with KEYS[5]: the owner token the waiter registered for a handover. A

@@ -13,6 +13,8 @@ use crate::lease::LeaseState;
 use crate::node::{Node, Subscription};
 use crate::token::OwnerToken;
 
+use super::placed::PlaceRenewal;
+
 /// The waiters of one lock inside this process: a FIFO turn (only the holder of the turn
 /// talks to Redis), the wake-up subscription they share while any of them waits, and their
 /// one place in the lock's queue on the server.
@@ -43,20 +45,8 @@ struct Handover {
     owner: Option<OwnerToken>,
     /// The nonce of the next attempt (each attempt registers its own with its place).
     next_nonce: u64,
-    /// The latest attempt with `owner` whose refusal came back: the server renewed the place
-    /// and registered its nonce then, so a lock handed over under that nonce lasts on the
-    /// server at least until `at` + `lease`.
-    placed: Option<Placed>,
-}
-
-/// A place renewed by a refused attempt.
-#[derive(Debug, Clone, Copy)]
-struct Placed {
-    /// When the attempt was sent.
-    at: Instant,
-    /// The place lease it asked for.
-    lease: Duration,
-    nonce: u64,
+    /// The latest attempt with `owner` whose refusal came back.
+    placed: Option<PlaceRenewal>,
 }
 
 impl Default for LocalQueue {
@@ -199,7 +189,7 @@ impl LocalQueue {
     ) {
         let mut handover = self.handover();
         if handover.owner.as_ref() == Some(owner) {
-            handover.placed = Some(Placed {
+            handover.placed = Some(PlaceRenewal {
                 at: sent_at,
                 lease: place_lease,
                 nonce,
@@ -230,16 +220,13 @@ impl LocalQueue {
         valid: impl FnOnce(Instant, Duration) -> bool,
     ) -> Option<(OwnerToken, (Instant, Duration))> {
         let mut handover = self.handover();
-        let placed = handover.placed?;
-        if handover.owner.as_ref()?.as_str() != owner
-            || placed.nonce != nonce
-            || !valid(placed.at, placed.lease)
-        {
+        let (at, lease) = handover.placed?.counts(nonce)?;
+        if handover.owner.as_ref()?.as_str() != owner || !valid(at, lease) {
             return None;
         }
         let token = handover.owner.take()?;
         handover.placed = None;
-        Some((token, (placed.at, placed.lease)))
+        Some((token, (at, lease)))
     }
 
     /// How long a guard of this process is still certain to hold the lock with its key

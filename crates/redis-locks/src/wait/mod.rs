@@ -47,9 +47,8 @@ pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
 
 /// Runs `script` on a lock and its line of waiters: KEYS the lock key, the queue, the place
 /// leases and the ticket counter; ARGV `id` (an owner token, hold id or waiter id) and the
-/// wake channel. Every release (and leave, and downgrade) takes these, whatever primitive; a
-/// `Mutex` release and a `Mutex` line's leave take the handover hash (and the release the
-/// fencing counter) besides.
+/// wake channel. Every release (and leave, and downgrade) takes these, whatever primitive
+/// (one that hands the lock over: [`run_handing_over`]).
 pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
     node: &Node,
     phase: Phase,
@@ -62,6 +61,36 @@ pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
         script,
         &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
         &[id, keys.wake_channel()],
+    )
+    .await
+}
+
+/// As [`run_on_line`], for the scripts that may hand the lock to the next waiter (`hand_over`
+/// in `waiters.lua`): KEYS the lock key, the queue, the place leases, the ticket counter, the
+/// handover hash and the fencing counter; ARGV `id`, the wake channel, then `more`. A `Mutex`'s
+/// and a `FairMutex`'s release, and a `Mutex` line's leave with its registered token, run so.
+pub(crate) async fn run_handing_over<T: redis::FromRedisValue>(
+    node: &Node,
+    phase: Phase,
+    script: &LockScript,
+    keys: &LockKeys,
+    id: &str,
+    more: &[&str],
+) -> Result<T> {
+    let mut args = vec![id, keys.wake_channel()];
+    args.extend_from_slice(more);
+    node.run_script(
+        phase,
+        script,
+        &[
+            keys.lock(),
+            keys.queue(),
+            keys.places(),
+            keys.tickets(),
+            keys.handover(),
+            keys.fence(),
+        ],
+        &args,
     )
     .await
 }
@@ -80,19 +109,8 @@ pub(crate) async fn leave_queue(
     let outcome = match owner {
         None => run_on_line::<i64>(node, Phase::Release, &LEAVE, keys, waiter).await,
         Some(owner) => {
-            node.run_script::<i64>(
-                Phase::Release,
-                &LEAVE,
-                &[
-                    keys.lock(),
-                    keys.queue(),
-                    keys.places(),
-                    keys.tickets(),
-                    keys.handover(),
-                ],
-                &[waiter, keys.wake_channel(), owner.as_str()],
-            )
-            .await
+            let more = [owner.as_str()];
+            run_handing_over::<i64>(node, Phase::Release, &LEAVE, keys, waiter, &more).await
         }
     };
     if let Err(err) = outcome {

@@ -17,6 +17,26 @@ use crate::token::FencingToken;
 /// request was sent), or held (how long the blocking holder's lease still runs, if known).
 pub(crate) type Answer = std::result::Result<(FencingToken, Instant), Option<Duration>>;
 
+/// A place in the queue renewed by a refused waiting attempt: when the attempt was sent, the
+/// place lease it asked for, and its nonce (registered with the place for a handover). A grant
+/// a release handed over under that nonce lasts on the server at least until `at + lease`: the
+/// release gives it the rest of the place lease this attempt renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PlaceRenewal {
+    pub(crate) at: Instant,
+    pub(crate) lease: Duration,
+    pub(crate) nonce: u64,
+}
+
+impl PlaceRenewal {
+    /// When and for how long a grant handed over under `nonce` counts, if this renewal is the
+    /// one it names (a grant under an older nonce was made before this refusal, which found
+    /// the lock not the waiter's: it is void).
+    pub(crate) fn counts(&self, nonce: u64) -> Option<(Instant, Duration)> {
+        (self.nonce == nonce).then_some((self.at, self.lease))
+    }
+}
+
 /// A primitive whose waiters keep their own place: how it asks once.
 pub(crate) trait Asker: Sync {
     /// The lock's name.
@@ -134,9 +154,8 @@ pub(crate) struct Placed<'a, A> {
     address: String,
     /// The next attempt's nonce.
     nonce: u64,
-    /// The latest refused attempt: when it was sent, the place lease it asked for, and its
-    /// nonce (a grant handed over under that nonce lasts on the server at least as long).
-    placed: Option<(Instant, Duration, u64)>,
+    /// The latest refused attempt's renewal of the place.
+    placed: Option<PlaceRenewal>,
 }
 
 impl<'a, A: Asker> Placed<'a, A> {
@@ -186,20 +205,24 @@ impl<A: Asker> Contender for Placed<'_, A> {
                 Ok(Try::Won(self.asker.lease(owed, token, sent_at)))
             }
             Err(retry_after) => {
-                self.placed = Some((sent_at, place_lease, nonce));
+                self.placed = Some(PlaceRenewal {
+                    at: sent_at,
+                    lease: place_lease,
+                    nonce,
+                });
                 Ok(Try::Held(retry_after))
             }
         }
     }
 
     fn handed_over(&mut self, _line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
-        let (sent_at, place_lease, nonce) = self.placed?;
-        if handed.owner != self.owed.as_ref()?.owner().as_str() || handed.nonce != nonce {
+        let placed = self.placed?.counts(handed.nonce)?;
+        if handed.owner != self.owed.as_ref()?.owner().as_str() {
             return None;
         }
         let owed = self.owed.take()?;
         let token = FencingToken::new(handed.token);
-        match self.asker.handed(owed, token, (sent_at, place_lease)) {
+        match self.asker.handed(owed, token, placed) {
             Ok(lease) => Some(lease),
             Err(owed) => {
                 self.owed = Some(owed);

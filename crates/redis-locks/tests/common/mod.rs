@@ -91,6 +91,36 @@ pub fn assert_not_held<T: std::fmt::Debug>(
 }
 
 /// How many connections subscribe to `channel` (`PUBSUB NUMSUB`).
+/// A raw connection subscribed to `channel`, whose reads give up after 300 ms: what the
+/// scripts publish there is read with [`next_message`].
+pub fn subscribed(server: &RedisServer, channel: &str) -> redis::Connection {
+    let mut con = raw(server);
+    con.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    redis::cmd("SUBSCRIBE").arg(channel).exec(&mut con).unwrap();
+    con
+}
+
+/// The payload of the next message on a [`subscribed`] connection, or `None` if none came
+/// within its read timeout (the connection cannot be read again after that: to show that
+/// nothing more was published, use [`nothing_more`]).
+pub fn next_message(con: &mut redis::Connection) -> Option<String> {
+    let value: redis::Value = con.recv_response().ok()?;
+    let parts: Vec<redis::Value> = redis::FromRedisValue::from_redis_value(value).ok()?;
+    redis::FromRedisValue::from_redis_value(parts.get(2)?.clone()).ok()
+}
+
+/// Whether nothing was published on `channel` since the last message read on `con` (a
+/// [`subscribed`] connection): a marker published now is the next message.
+pub fn nothing_more(server: &RedisServer, con: &mut redis::Connection, channel: &str) -> bool {
+    redis::cmd("PUBLISH")
+        .arg(channel)
+        .arg("marker")
+        .exec(&mut raw(server))
+        .unwrap();
+    next_message(con).as_deref() == Some("marker")
+}
+
 pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
     let (_, count): (String, i64) = redis::cmd("PUBSUB")
         .arg("NUMSUB")
