@@ -68,7 +68,7 @@ impl Hold for FairHold {
         Box::pin(async move {
             let (node, owner) = (&self.lock.node, owner.as_str());
             let reply =
-                run_handing_over(node, Phase::Release, &RELEASE, &self.keys, owner, &[]).await?;
+                run_handing_over(node, Phase::Release, &RELEASE, &self.keys, owner, None).await?;
             owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
         })
     }

@@ -44,7 +44,7 @@ impl Hold for MutexHold {
         Box::pin(async move {
             let (node, keys, owner) = (&self.node, &self.keys, owner.as_str());
             let reply = if self.hands_over {
-                run_handing_over(node, Phase::Release, &RELEASE, keys, owner, &[]).await?
+                run_handing_over(node, Phase::Release, &RELEASE, keys, owner, None).await?
             } else {
                 run_on_line(node, Phase::Release, &RELEASE, keys, owner).await?
             };

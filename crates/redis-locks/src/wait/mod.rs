@@ -67,18 +67,19 @@ pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
 
 /// As [`run_on_line`], for the scripts that may hand the lock to the next waiter (`hand_over`
 /// in `waiters.lua`): KEYS the lock key, the queue, the place leases, the ticket counter, the
-/// handover hash and the fencing counter; ARGV `id`, the wake channel, then `more`. A `Mutex`'s
-/// and a `FairMutex`'s release, and a `Mutex` line's leave with its registered token, run so.
+/// handover hash and the fencing counter; ARGV `id`, the wake channel, then `owner` if given.
+/// A `Mutex`'s and a `FairMutex`'s release, and a `Mutex` line's leave with its registered
+/// token (`owner`), run so.
 pub(crate) async fn run_handing_over<T: redis::FromRedisValue>(
     node: &Node,
     phase: Phase,
     script: &LockScript,
     keys: &LockKeys,
     id: &str,
-    more: &[&str],
+    owner: Option<&str>,
 ) -> Result<T> {
-    let mut args = vec![id, keys.wake_channel()];
-    args.extend_from_slice(more);
+    let all = [id, keys.wake_channel(), owner.unwrap_or_default()];
+    let args = &all[..if owner.is_some() { 3 } else { 2 }];
     node.run_script(
         phase,
         script,
@@ -90,7 +91,7 @@ pub(crate) async fn run_handing_over<T: redis::FromRedisValue>(
             keys.handover(),
             keys.fence(),
         ],
-        &args,
+        args,
     )
     .await
 }
@@ -109,8 +110,8 @@ pub(crate) async fn leave_queue(
     let outcome = match owner {
         None => run_on_line::<i64>(node, Phase::Release, &LEAVE, keys, waiter).await,
         Some(owner) => {
-            let more = [owner.as_str()];
-            run_handing_over::<i64>(node, Phase::Release, &LEAVE, keys, waiter, &more).await
+            let owner = Some(owner.as_str());
+            run_handing_over::<i64>(node, Phase::Release, &LEAVE, keys, waiter, owner).await
         }
     };
     if let Err(err) = outcome {
