@@ -147,9 +147,9 @@ impl Client {
     fn from_node(node: Node) -> Client {
         Client {
             inner: Arc::new(Inner {
+                local: LocalQueues::new(node.address().clone()),
                 node,
                 renewals: Renewals::default(),
-                local: LocalQueues::default(),
             }),
         }
     }

@@ -233,7 +233,8 @@ async fn a_release_nobody_waited_for_publishes_nothing() {
     let mut wake = raw(&server);
     wake.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut pubsub = wake.as_pubsub();
-    pubsub.subscribe("{quiet}:wake").unwrap();
+    // The lock's wake channel and every client's own channel of it.
+    pubsub.psubscribe("{quiet}:wake*").unwrap();
     mutex.lock().await.unwrap().release().await.unwrap();
     // Had the release published, its message would arrive before this one.
     let _: () = raw(&server).publish("{quiet}:wake", "marker").unwrap();
@@ -241,8 +242,9 @@ async fn a_release_nobody_waited_for_publishes_nothing() {
     assert_eq!(first, "marker");
 
     // With a waiter, the release does publish, addressed to the waiter's client (its place
-    // in the queue): it hands the lock to the owner token that client's waiters ask with,
-    // and the waiter holds it under that token, with the fencing token published.
+    // in the queue, on that client's own channel of the lock): it hands the lock to the
+    // owner token that client's waiters ask with, and the waiter holds it under that token,
+    // with the fencing token published.
     let holder = mutex.lock().await.unwrap();
     let waiter = tokio::spawn({
         let mutex = mutex.clone();
@@ -255,13 +257,21 @@ async fn a_release_nobody_waited_for_publishes_nothing() {
     .await;
     assert!(marked, "the waiter marked the lock");
     holder.release().await.unwrap();
-    let woken: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    let message = pubsub.get_message().unwrap();
+    let woken: String = message.get_payload().unwrap();
     let parts: Vec<&str> = woken.split(' ').collect();
-    let hex = |part: &str| part.len() == 32 && part.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex = |part: &str| part.bytes().all(|b| b.is_ascii_hexdigit());
+    let (line, address) = parts[0].split_once('@').unwrap_or_default();
     assert!(
-        parts.len() == 4 && hex(parts[0]) && hex(parts[1]),
-        "a grant addressed to one waiter: {woken:?}"
+        parts.len() == 4 && line.len() == 32 && hex(line) && address.len() == 16 && hex(address),
+        "a grant addressed to one waiter of one client: {woken:?}"
     );
+    assert_eq!(
+        message.get_channel_name(),
+        format!("{{quiet}}:wake:{address}"),
+        "on that client's own channel"
+    );
+    assert!(parts[1].len() == 32 && hex(parts[1]), "{woken:?}");
     let next = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .expect("the waiter took the lock")

@@ -12,28 +12,36 @@ use redis_locks::{Client, MutexGuard, MutexOptions, Result};
 use test_support::RedisServer;
 use tokio::task::JoinHandle;
 
-/// The grants published on `lock`'s wake channel, '<waiter id> <owner> <nonce> <token>', as
-/// they come; subscribed when this returns.
-fn grants(server: &RedisServer, lock: &str) -> std::sync::mpsc::Receiver<String> {
+/// Everything published on `lock`'s wake channels (its wake channel and every client's own
+/// channel of it) as it comes, `(channel, payload)`; subscribed when this returns.
+fn published(server: &RedisServer, lock: &str) -> std::sync::mpsc::Receiver<(String, String)> {
     let (sender, receiver) = std::sync::mpsc::channel();
     let (subscribed, ready) = std::sync::mpsc::channel();
     let mut con = raw(server);
-    let channel = format!("{{{lock}}}:wake");
+    let pattern = format!("{{{lock}}}:wake*");
     std::thread::spawn(move || {
         let mut pubsub = con.as_pubsub();
-        pubsub.subscribe(&channel).unwrap();
+        pubsub.psubscribe(&pattern).unwrap();
         let _ = subscribed.send(());
         while let Ok(message) = pubsub.get_message() {
             let payload: String = message.get_payload().unwrap();
-            if payload.split(' ').count() == 4 && sender.send(payload).is_err() {
+            let channel = message.get_channel_name().to_string();
+            if sender.send((channel, payload)).is_err() {
                 return;
             }
         }
     });
     ready
         .recv_timeout(Duration::from_secs(5))
-        .expect("subscribed to the wake channel");
+        .expect("subscribed to the wake channels");
     receiver
+}
+
+/// The next message `published` saw.
+fn next_published(published: &std::sync::mpsc::Receiver<(String, String)>) -> (String, String) {
+    published
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a message")
 }
 
 /// How many waiter ids have an owner token registered for a handover of `lock`.
@@ -53,22 +61,42 @@ async fn queued(server: &RedisServer, lock: &str, count: i64) {
 /// `guard` is released while `waiting` (another client's `lock()`) waits in line for `lock`:
 /// returns the guard the waiter got and the grant published for it, split ('<waiter id>
 /// <owner> <nonce> <token>'), having checked that the waiter holds the lock under the token
-/// handed and with the fencing token the release took (so it did not ask again).
+/// handed and with the fencing token the release took (so it did not ask again), and that
+/// the grant was the release's only message, published on the channel it is addressed to:
+/// the client's own channel of the lock for a waiter id that ends in `@<address>` (a
+/// `Mutex` line's), else the lock's wake channel.
 async fn handed_on(
     server: &RedisServer,
     lock: &str,
     guard: MutexGuard,
     waiting: JoinHandle<Result<MutexGuard>>,
 ) -> (MutexGuard, Vec<String>) {
-    let grants = grants(server, lock);
+    let published = published(server, lock);
     guard.release().await.unwrap();
     let next = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("the waiter holds the lock")
         .unwrap()
         .unwrap();
-    let grant = grants.recv_timeout(Duration::from_secs(5)).unwrap();
+    let (channel, grant) = next_published(&published);
     let parts: Vec<String> = grant.split(' ').map(str::to_string).collect();
+    assert_eq!(parts.len(), 4, "a grant: {grant}");
+    let wake = format!("{{{lock}}}:wake");
+    let addressed_to = match parts[0].split_once('@') {
+        Some((_, address)) => format!("{wake}:{address}"),
+        None => wake.clone(),
+    };
+    assert_eq!(channel, addressed_to, "published to its addressee");
+    redis::cmd("PUBLISH")
+        .arg(&wake)
+        .arg("marker")
+        .exec(&mut raw(server))
+        .unwrap();
+    assert_eq!(
+        next_published(&published),
+        (wake, "marker".to_string()),
+        "the grant was the only message"
+    );
     assert_eq!(
         parts[1],
         next.owner_token().as_str(),
@@ -305,4 +333,79 @@ async fn a_fair_mutex_release_hands_the_lock_to_the_next_waiter_too() {
     next.release().await.unwrap();
     assert!(!exists(&server, "fair"));
     assert_eq!(registered(&server, "fair"), 0);
+}
+
+#[tokio::test]
+async fn a_release_reaches_only_the_client_it_hands_the_lock_to() {
+    let server = server();
+    let holder = client(&server).await;
+    let first = client(&server).await;
+    let second = client(&server).await;
+    let guard = holder.mutex("one").unwrap().lock().await.unwrap();
+    let waiting = tokio::spawn({
+        let mutex = first.mutex("one").unwrap();
+        async move { mutex.lock().await }
+    });
+    queued(&server, "one", 1).await;
+    let later = tokio::spawn({
+        let mutex = second.mutex("one").unwrap();
+        async move { mutex.lock().await }
+    });
+    queued(&server, "one", 2).await;
+    // Each waiting client listens on its own channel of the lock (beside the lock's wake
+    // channel), named after the address its waiter id ends in.
+    let line: Vec<String> = raw(&server).zrange("{one}:queue", 0, -1).unwrap();
+    for id in &line {
+        let (_, address) = id
+            .split_once('@')
+            .expect("a Mutex line's id has an address");
+        let channel = format!("{{one}}:wake:{address}");
+        assert_eq!(common::subscribers(&server, &channel), 1, "{channel}");
+    }
+    assert_eq!(common::subscribers(&server, "{one}:wake"), 2);
+    // One message, on the first client's channel: the second client hears nothing.
+    let (next, parts) = handed_on(&server, "one", guard, waiting).await;
+    assert_eq!(parts[0], line[0], "handed to the first in line");
+    assert!(!later.is_finished());
+    let (last, _) = handed_on(&server, "one", next, later).await;
+    last.release().await.unwrap();
+    assert!(!exists(&server, "one"));
+}
+
+#[tokio::test]
+async fn a_handed_lock_released_at_once_costs_its_holder_the_release_alone() {
+    let server = server();
+    // With the watchdog and without: the extension of a handed lease is due only once a
+    // third of it has passed, so a guard released before sends none.
+    let with_watchdog = MutexOptions::default().place_lease(Duration::from_secs(2));
+    let without = with_watchdog
+        .clone()
+        .lease(Duration::from_secs(10))
+        .watchdog(false);
+    for (name, options) in [("renewed", with_watchdog), ("leased", without)] {
+        let holder = client(&server).await;
+        let waiter = client(&server).await;
+        let guard = holder
+            .mutex_with(name, options.clone())
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        let mine = waiter.mutex_with(name, options).unwrap();
+        let waiting = tokio::spawn(async move { mine.lock().await });
+        queued(&server, name, 1).await;
+        let requests = waiter.stats().requests;
+        let (next, _) = handed_on(&server, name, guard, waiting).await;
+        assert!(
+            pttl(&server, name) <= 2_000,
+            "the handed lease, not extended"
+        );
+        next.release().await.unwrap();
+        assert_eq!(
+            waiter.stats().requests - requests,
+            1,
+            "{name}: the release alone"
+        );
+        assert!(!exists(&server, name));
+    }
 }

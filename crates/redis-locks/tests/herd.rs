@@ -146,8 +146,12 @@ async fn one_release_wakes_one_waiting_process() {
     for (i, child) in children.iter_mut().enumerate() {
         let sent = child.take_lines("requests ");
         if i == winners[0] {
-            // Handed the lock, it asks for nothing but the extension of its lease.
-            assert!(!sent.is_empty(), "the process handed the lock extended it");
+            // Handed the lock, it asks for nothing: not even the extension of the handed
+            // lease, due only once a third of it (about 3 s here) has passed.
+            assert!(
+                sent.is_empty(),
+                "the process handed the lock asked: {sent:?}"
+            );
         } else {
             assert!(sent.is_empty(), "process {i} was woken too: {sent:?}");
             assert!(child.take_lines("acquired ").is_empty());

@@ -480,3 +480,47 @@ fn a_handover_hash_of_another_type_is_a_wrong_type_error_and_nothing_is_written(
     assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
     assert_eq!(line(&mut con), ["client-b"], "nothing written");
 }
+
+#[test]
+fn a_waiter_id_with_an_address_is_woken_and_handed_the_lock_on_its_clients_own_channel() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut shared = subscribed(&server, CHANNEL);
+    let own = format!("{CHANNEL}:0a1b");
+    let mut addressed = subscribed(&server, &own);
+    // A wake-up: the id alone, on the channel of the client whose address the id ends in.
+    wait(&mut con, "holder", "client-a", 2_000);
+    wait(&mut con, "owner-b", "b@0a1b", 2_000);
+    release(&mut con, "holder");
+    assert_eq!(next_message(&mut addressed).as_deref(), Some("b@0a1b"));
+    assert!(nothing_more(&server, &mut addressed, &own), "one message");
+    assert!(
+        nothing_more(&server, &mut shared, CHANNEL),
+        "nothing on the lock's wake channel"
+    );
+    assert_eq!(wait(&mut con, "owner-b", "b@0a1b", 2_000).0, 1);
+    release(&mut con, "owner-b");
+    // A grant: the whole message there too.
+    wait_handing(&mut con, "holder", "client-a", 2_000);
+    wait_handing(&mut con, "line-b", "b@0a1b", 2_000);
+    release_handing(&mut con, "holder");
+    let token = counter(&mut con);
+    assert_eq!(
+        next_message(&mut addressed),
+        Some(format!("b@0a1b line-b 7 {token}"))
+    );
+    assert!(nothing_more(&server, &mut shared, CHANNEL));
+    // What is not an address (not hex, or nothing after '@') goes to the wake channel; so
+    // does the wake-up of everybody.
+    release_handing(&mut con, "line-b");
+    assert_eq!(next_message(&mut shared).as_deref(), Some("*"));
+    for id in ["c@", "c@xyz"] {
+        wait(&mut con, "holder", "client-a", 2_000);
+        wait(&mut con, "owner-c", id, 2_000);
+        release(&mut con, "holder");
+        assert_eq!(next_message(&mut shared).as_deref(), Some(id));
+        assert_eq!(wait(&mut con, "owner-c", id, 2_000).0, 1);
+        release(&mut con, "owner-c");
+    }
+    assert!(nothing_more(&server, &mut addressed, &own));
+}

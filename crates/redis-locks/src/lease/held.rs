@@ -81,9 +81,11 @@ impl Lease {
     /// registered it with its place in the queue; see `waiters.lua`, `hand_over`). On the
     /// server it lasts until the waiter's place lease ends, so it counts from `placed_at`,
     /// when the latest attempt that renewed the place (and whose reply came back) was sent,
-    /// for `place_lease`. The watchdog extends it to the lease `options` ask for at once, in
-    /// the background — so the waiter holds the lock the moment the wake-up reaches it — and
-    /// then renews it as usual if `options` turn renewals on.
+    /// for `place_lease`. The watchdog extends it in the background — so the waiter holds the
+    /// lock the moment the wake-up reaches it — once a third of what is left of it (or of the
+    /// lease `options` ask for, if shorter) has passed, as a renewal would be, so a guard
+    /// released sooner never sends it: with renewals on, to the lease `options` ask for,
+    /// renewed as usual from then; without, to end that lease after the handover.
     pub(crate) fn handed_over(
         mut owed: OwedRelease,
         token: FencingToken,
@@ -101,7 +103,7 @@ impl Lease {
                 owner: owed.owner().clone(),
                 state: state.clone(),
                 // Without the watchdog, only the first extension is made (`then_renew` is
-                // false), to the lease the caller asked for.
+                // false), to end the lease the caller asked for after the handover.
                 renewal: renewal.unwrap_or(Renewal {
                     lease: options.get_lease(),
                     max_renewals: None,

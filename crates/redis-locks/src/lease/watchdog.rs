@@ -24,6 +24,9 @@ use crate::token::OwnerToken;
 
 /// The shortest pause between two renewal tries after a failed renewal.
 const MIN_RETRY: Duration = Duration::from_millis(5);
+/// The shortest extension a handed-over lease without renewals is given (see
+/// [`First::Extend`]): with less of the lease asked for left, the handed lease runs out.
+const MIN_EXTENSION: Duration = Duration::from_millis(3);
 
 /// When the watchdog stops renewing on its own.
 #[derive(Debug, Clone, Copy)]
@@ -94,9 +97,12 @@ pub(crate) enum First {
     /// Renew a third of the lease after the acquisition, and so on.
     Renew,
     /// The lease was handed over by a release with a short server lease (see
-    /// `waiters.lua`, `hand_over`): extend it to the full lease at once — whatever the
-    /// renewal caps, and not counted as a renewal — then, with `then_renew`, renew as usual,
-    /// else stop (a guard taken without the watchdog).
+    /// `waiters.lua`, `hand_over`): extend it — whatever the renewal caps, and not counted as
+    /// a renewal — once a third of what is left of it (or of the lease asked for, if that is
+    /// shorter) has passed, as a renewal would be, so a guard released sooner never sends it.
+    /// With `then_renew`, extend it to the full lease and renew as usual from then; without
+    /// (a guard taken without the watchdog), extend it to end the lease asked for after the
+    /// handover, and stop.
     Extend { then_renew: bool },
 }
 
@@ -110,6 +116,8 @@ struct Job {
     extending: std::sync::atomic::AtomicBool,
     /// Whether renewals follow the first extension of a handed-over lease.
     renews: bool,
+    /// When the job was made (for a handed-over lease: when it was taken).
+    since: Instant,
 }
 
 /// A guard's place in the watchdog; dropping it stops the renewals (a renewal already sent
@@ -125,11 +133,15 @@ impl Renewals {
     /// dropped, until the lock is found lost, or until a cap is reached (then the lease
     /// simply runs out).
     ///
-    /// With [`First::Extend`], the first request extends the lease to the full lease at once.
+    /// With [`First::Extend`], the first request extends a handed-over lease (see there).
     pub(crate) fn watch(&self, lease: Watched, first: First) -> Watchdog {
         let (due, extending, renews) = match first {
             First::Renew => (lease.acquired_at + lease.renewal.lease / 3, false, true),
-            First::Extend { then_renew } => (Instant::now(), true, then_renew),
+            First::Extend { then_renew } => {
+                let now = Instant::now();
+                let left = lease.state.status().deadline.saturating_duration_since(now);
+                (now + left.min(lease.renewal.lease) / 3, true, then_renew)
+            }
         };
         let mut queue = self.shared.lock();
         let id = queue.next_id;
@@ -140,6 +152,7 @@ impl Renewals {
             renewals: AtomicU32::new(0),
             extending: std::sync::atomic::AtomicBool::new(extending),
             renews,
+            since: Instant::now(),
         });
         queue.live.insert(id, None);
         if queue.scheduler.as_ref().is_none_or(JoinHandle::is_finished) {
@@ -274,11 +287,22 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     }
     let period = renewal.lease / 3;
     let sent_at = Instant::now();
+    // A handed-over lease without renewals is extended to end the lease asked for after the
+    // handover; past that, the handed lease simply runs out.
+    let lease = if extending && !job.renews {
+        let rest = renewal.lease.saturating_sub(sent_at - job.since);
+        if rest < MIN_EXTENSION {
+            return;
+        }
+        rest
+    } else {
+        renewal.lease
+    };
     // After a longer `extend`, a renewal shortens the lease: count on that at once.
-    state.at_most(state.deadline_for(sent_at, renewal.lease));
-    let next = match hold.extend(owner, renewal.lease).await {
+    state.at_most(state.deadline_for(sent_at, lease));
+    let next = match hold.extend(owner, lease).await {
         Ok(()) => {
-            state.extended(state.deadline_for(sent_at, renewal.lease));
+            state.extended(state.deadline_for(sent_at, lease));
             if extending {
                 job.extending.store(false, Ordering::Relaxed);
                 if !job.renews {

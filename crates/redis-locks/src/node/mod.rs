@@ -382,6 +382,13 @@ impl Node {
         self.inner.pubsub.subscribe(channel, confirm_within).await
     }
 
+    /// This client's wake-up address: a waiter id that ends in `@` and this is woken on the
+    /// client's own channel of the lock, which only this client listens to (see `wake` in
+    /// `waiters.lua`).
+    pub(crate) fn address(&self) -> &Arc<str> {
+        self.inner.pubsub.address()
+    }
+
     /// A new reference to `channel`'s subscription if one is live already (no request).
     pub(crate) fn subscribe_live(&self, channel: &str) -> Option<Subscription> {
         self.inner.pubsub.subscribe_live(channel)

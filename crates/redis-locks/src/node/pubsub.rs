@@ -3,7 +3,12 @@
 //!
 //! Release scripts `PUBLISH` on the lock's wake channel (a name in the lock's slot, see
 //! [`LockKeys::wake_channel`](crate::LockKeys::wake_channel)) when somebody waits: the id of
-//! the first waiter in the lock's queue, or `*` for all. A background task owns the
+//! the first waiter in the lock's queue, or `*` for all. A waiter id that ends in
+//! `@<address>` (see [`Wakeups::address`]) is addressed to one client: its wake-ups go to
+//! that client's own channel of the lock, `<wake channel>:<address>` (same slot), so a release
+//! reaches the one process it wakes instead of every process that waits (`wake` in
+//! `waiters.lua`). Each client subscribes to both channels of a lock at once, and hands the
+//! messages of both to the same waiters. A background task owns the
 //! subscriber connection: it subscribes to a channel while at least one waiter of this
 //! process holds a [`Subscription`] to it, and for [`LINGER`] after the last one let go (so
 //! that a process taking a contended lock again and again does not subscribe and unsubscribe
@@ -20,6 +25,11 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
+
+use crate::token::OwnerToken;
+
+/// How many hex characters of a random token make a client's address.
+const ADDRESS_LEN: usize = 16;
 
 /// The payload that wakes every waiter of a channel, whoever it is addressed to.
 pub(crate) const WAKE_ALL: &str = "*";
@@ -39,6 +49,8 @@ pub(crate) struct Wakeups {
 }
 
 struct Shared {
+    /// This client's address: random, 16 lowercase hex characters.
+    address: Arc<str>,
     channels: StdMutex<HashMap<String, Channel>>,
     /// How many channels `channels` holds, readable without the lock: an uncontended lock
     /// asks whether its channel is subscribed on every acquisition, and the answer is
@@ -65,7 +77,10 @@ enum Command {
 impl Wakeups {
     /// Starts the (idle) subscriber task; it connects when the first channel is asked for.
     pub(crate) fn start(redis: redis::Client, connect_timeout: Duration) -> Wakeups {
+        let mut address = OwnerToken::random().as_str().to_string();
+        address.truncate(ADDRESS_LEN);
         let shared = Arc::new(Shared {
+            address: address.into(),
             channels: StdMutex::new(HashMap::new()),
             count: std::sync::atomic::AtomicUsize::new(0),
             requests: std::sync::atomic::AtomicU64::new(0),
@@ -73,6 +88,13 @@ impl Wakeups {
         let (commands, receiver) = mpsc::unbounded_channel();
         tokio::spawn(run(shared.clone(), redis, connect_timeout, receiver));
         Wakeups { shared, commands }
+    }
+
+    /// This client's address: a waiter id ending in `@` and this is woken on this client's own
+    /// channel of the lock (`<wake channel>:<address>`), which it listens to beside the
+    /// lock's wake channel.
+    pub(crate) fn address(&self) -> &Arc<str> {
+        &self.shared.address
     }
 
     /// Registers interest in `channel` and waits up to `confirm_within` for the server to
@@ -248,6 +270,24 @@ impl Shared {
         channels.keys().cloned().collect()
     }
 
+    /// The channels to (un)subscribe for lock channels `names`: each with this client's own
+    /// channel of the lock.
+    fn with_own(&self, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .flat_map(|name| [name.clone(), format!("{name}:{}", self.address)])
+            .collect()
+    }
+
+    /// The lock channel a message came on: `channel`, or the lock's wake channel when it is
+    /// this client's own channel of the lock.
+    fn lock_channel<'a>(&self, channel: &'a str) -> &'a str {
+        channel
+            .strip_suffix(&*self.address)
+            .and_then(|rest| rest.strip_suffix(':'))
+            .unwrap_or(channel)
+    }
+
     fn is_wanted(&self, channel: &str) -> bool {
         let channels = self.channels.lock().expect("never poisoned");
         channels.contains_key(channel)
@@ -330,7 +370,7 @@ async fn run(
         let wanted = shared.wanted();
         if !wanted.is_empty() {
             shared.count_request();
-            if sink.subscribe(&wanted).await.is_err() {
+            if sink.subscribe(shared.with_own(&wanted)).await.is_err() {
                 // Refused (an ACL, say) or dropped: back off before trying again, so neither
                 // the server nor the waiters see a storm.
                 shared.connection_lost();
@@ -362,7 +402,7 @@ async fn run(
                     sweep_at = next;
                     if !gone.is_empty() {
                         shared.count_request();
-                        if sink.unsubscribe(&gone).await.is_err() {
+                        if sink.unsubscribe(shared.with_own(&gone)).await.is_err() {
                             break;
                         }
                     }
@@ -370,14 +410,16 @@ async fn run(
                 message = stream.next() => {
                     let Some(message) = message else { break };
                     let payload: String = message.get_payload().unwrap_or_default();
-                    shared.deliver(message.get_channel_name(), Arc::from(payload));
+                    let channel = shared.lock_channel(message.get_channel_name());
+                    shared.deliver(channel, Arc::from(payload));
                 }
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Subscribe(name)) => {
                         if shared.is_wanted(&name) {
                             shared.count_request();
-                            if sink.subscribe(&name).await.is_err() {
+                            let both = shared.with_own(std::slice::from_ref(&name));
+                            if sink.subscribe(both).await.is_err() {
                                 break;
                             }
                             shared.set_live(std::slice::from_ref(&name), true);

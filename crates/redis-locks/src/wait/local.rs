@@ -26,7 +26,8 @@ pub(crate) struct LocalQueue {
     holder: StdMutex<Option<Arc<LeaseState>>>,
     /// The waiters' id in the lock's queue on the server: random, and new with every queue
     /// (a queue lives while any waiter of the lock in this process waits), so that a late
-    /// leave of an earlier wait never takes the place of a later one.
+    /// leave of an earlier wait never takes the place of a later one; it ends in `@` and the
+    /// client's address, so its wake-ups go to this client alone.
     id: Arc<str>,
     /// Where the place is, from the moment a waiting attempt that may take one goes out until
     /// a grant takes it out; given up when the last waiter goes.
@@ -49,13 +50,15 @@ struct Handover {
     placed: Option<PlaceRenewal>,
 }
 
-impl Default for LocalQueue {
-    fn default() -> Self {
+impl LocalQueue {
+    /// A new queue of the waiters of one lock in the client whose wake-up address is
+    /// `address` ([`Node::address`]).
+    fn new(address: &str) -> Self {
         LocalQueue {
             turn: Arc::new(tokio::sync::Mutex::new(())),
             subscription: OnceCell::new(),
             holder: StdMutex::new(None),
-            id: OwnerToken::random().as_str().into(),
+            id: format!("{}@{address}", OwnerToken::random().as_str()).into(),
             place: StdMutex::new(None),
             handover: StdMutex::new(Handover::default()),
         }
@@ -282,12 +285,21 @@ impl LocalQueue {
 
 /// Every lock's [`LocalQueue`] in this client, kept while a waiter holds it; by kind of
 /// primitive, then lock name (two kinds of lock on one name do not share a turn).
-#[derive(Default)]
 pub(crate) struct LocalQueues {
     kinds: StdMutex<HashMap<&'static str, HashMap<String, Weak<LocalQueue>>>>,
+    /// The client's wake-up address ([`Node::address`]).
+    address: Arc<str>,
 }
 
 impl LocalQueues {
+    /// The queues of the client whose wake-up address is `address`.
+    pub(crate) fn new(address: Arc<str>) -> LocalQueues {
+        LocalQueues {
+            kinds: StdMutex::default(),
+            address,
+        }
+    }
+
     /// Whether a waiter of the `kind` lock `lock` holds its queue now.
     pub(crate) fn contains(&self, kind: &'static str, lock: &str) -> bool {
         let kinds = self.kinds.lock().expect("never poisoned");
@@ -307,7 +319,7 @@ impl LocalQueues {
         if queues.len() >= 1024 {
             queues.retain(|_, queue| queue.strong_count() > 0);
         }
-        let queue = Arc::new(LocalQueue::default());
+        let queue = Arc::new(LocalQueue::new(&self.address));
         queues.insert(lock.to_string(), Arc::downgrade(&queue));
         queue
     }
@@ -322,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_handover_is_taken_only_under_the_nonce_of_the_latest_refusal() {
-        let queue = LocalQueue::default();
+        let queue = LocalQueue::new("0123456789abcdef");
         let (owner, first) = queue.asking();
         let sent = Instant::now();
         queue.refused(&owner, first, sent, PLACE);
@@ -354,7 +366,7 @@ mod tests {
 
     #[test]
     fn a_refusal_before_any_reply_or_of_another_token_places_nothing() {
-        let queue = LocalQueue::default();
+        let queue = LocalQueue::new("0123456789abcdef");
         let (owner, nonce) = queue.asking();
         // No refusal came back yet: nothing to count a handed lease from.
         assert!(queue.take_handover(owner.as_str(), nonce, ALWAYS).is_none());

@@ -26,9 +26,11 @@
 -- with_mark(owner)
 --   Returns  the value of a lock key held by owner and marked at once.
 --
--- wake(channel, payload)
---   Publishes payload on the lock's wake channel: an owner token wakes only the waiter
---   holding it (see node/pubsub.rs).
+-- wake(channel, id, rest)
+--   Wakes the waiter id: publishes id (followed by ' ' and rest, if given) on the lock's wake
+--   channel, where every waiting client listens (see node/pubsub.rs) — or, when id ends in
+--   '@<address>' (hex), on that client's own channel of the lock, channel .. ':<address>',
+--   so that the wake-up reaches that one client instead of every client that waits.
 --
 -- wake_all(channel)
 --   Publishes '*' on the lock's wake channel: every waiter of the lock looks again.
@@ -39,7 +41,8 @@
 --   places   a sorted set: waiter id -> the server time (ms) at which its place lease runs out
 --   tickets  the ticket counter; it exists only while the queue is not empty
 -- A waiter id is an owner token (a FairMutex waiter) or a client's waiter id (a Mutex waiter
--- stands for every waiter of the lock in its process). A waiter renews its place on every
+-- stands for every waiter of the lock in its process; its id ends in '@<address>', so its
+-- wake-ups go to that client alone, see wake). A waiter renews its place on every
 -- attempt; one that died loses it when its place lease runs out.
 --
 -- queue_wrong_type(queue, places, tickets)
@@ -87,8 +90,8 @@
 --   hand_over put fence.lua first; in the others the name is unresolved and never called).
 --   If id registered an owner token: takes id out of the queue, writes key with that token
 --   (marked, so its release hands on or wakes in turn) and a lease until id's place lease
---   ends, takes the next fencing token, publishes '<id> <owner> <nonce> <token>' on channel
---   (the nonce names the attempt whose place the lease ends with: the waiter counts its
+--   ends, takes the next fencing token, wakes id with '<id> <owner> <nonce> <token>' (wake;
+--   the nonce names the attempt whose place the lease ends with: the waiter counts its
 --   lease from when it sent that attempt), and returns true. Returns false, having written
 --   nothing, when id registered no token, has no place lease, or the fencing counter is
 --   broken (the caller then wakes id, whose own attempt reports the counter).
@@ -133,12 +136,19 @@ local function with_mark(owner)
   return owner .. WAITED
 end
 
-local function wake(channel, payload)
-  redis.call('PUBLISH', channel, payload)
+local function wake(channel, id, rest)
+  local address = string.match(id, '@(%x+)$')
+  if address then
+    channel = channel .. ':' .. address
+  end
+  if rest then
+    id = id .. ' ' .. rest
+  end
+  redis.call('PUBLISH', channel, id)
 end
 
 local function wake_all(channel)
-  wake(channel, '*')
+  redis.call('PUBLISH', channel, '*')
 end
 
 local function queue_wrong_type(queue, places, tickets)
@@ -220,6 +230,6 @@ local function hand_over(key, handover, fence, queue, places, tickets, channel, 
   queue_leave(queue, places, tickets, id)
   redis.call('HDEL', handover, id)
   redis.call('SET', key, with_mark(owner), 'PX', math.max(place_ends - now, 1))
-  wake(channel, id .. ' ' .. owner .. ' ' .. nonce .. ' ' .. string.format('%d', token))
+  wake(channel, id, owner .. ' ' .. nonce .. ' ' .. string.format('%d', token))
   return true
 end
