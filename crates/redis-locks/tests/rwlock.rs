@@ -593,6 +593,69 @@ async fn releases_wake_exactly_those_who_may_enter() {
     write.release().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_release_wakes_a_waiter_on_its_own_clients_channel_only() {
+    let server = server();
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let write = holder.rwlock("own").unwrap().write().await.unwrap();
+    let reading = tokio::spawn({
+        let lock = waiter
+            .rwlock_with("own", renewed(5_000).wait_options(slow_polling()))
+            .unwrap();
+        async move { lock.read().await.unwrap() }
+    });
+    let queued = || async {
+        let line: Vec<String> = redis::cmd("ZRANGE")
+            .arg("{own}:queue")
+            .arg(0)
+            .arg(-1)
+            .query(&mut raw(&server))
+            .unwrap();
+        line
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            queued().await.len() == 1
+        })
+        .await
+    );
+    // The reader's place: 'r' and its hold id, which ends in its client's address.
+    let place = queued().await.remove(0);
+    let (_, address) = place.split_once('@').expect("a hold id with an address");
+    let mut con = raw(&server);
+    con.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut pubsub = con.as_pubsub();
+    pubsub.psubscribe("{own}:wake*").unwrap();
+    write.release().await.unwrap();
+    let message = pubsub.get_message().unwrap();
+    assert_eq!(
+        message.get_channel_name(),
+        format!("{{own}}:wake:{address}")
+    );
+    assert_eq!(message.get_payload::<String>().unwrap(), place);
+    let read = tokio::time::timeout(WOKEN_WITHIN, reading)
+        .await
+        .expect("woken")
+        .unwrap();
+    assert_eq!(format!("r{}", read.owner_token().as_str()), place);
+    // Nothing else was published: the next message is a marker.
+    redis::cmd("PUBLISH")
+        .arg("{own}:wake")
+        .arg("marker")
+        .exec(&mut raw(&server))
+        .unwrap();
+    assert_eq!(
+        pubsub
+            .get_message()
+            .unwrap()
+            .get_payload::<String>()
+            .unwrap(),
+        "marker"
+    );
+    read.release().await.unwrap();
+}
+
 #[test]
 #[ignore = "runs only as a child process of a_writer_that_dies_waiting_holds_readers_up_only_for_its_place_lease"]
 fn waiting_writer_child() {

@@ -13,7 +13,8 @@
 -- KEYS[4]  the places: sorted set, member = waiter's owner token, score = the server time
 --          (ms) at which its place lease runs out.
 -- KEYS[5]  the ticket counter: exists only while the queue is not empty.
--- ARGV[1]  the waiter's owner token (32 lowercase hex characters); it becomes the lock's
+-- ARGV[1]  the waiter's owner token (32 lowercase hex characters, '@' and its client's
+--          wake-up address: see wake in waiters.lua); it becomes the lock's
 --          owner token when the lock is granted.
 -- ARGV[2]  the lease in milliseconds (a positive integer).
 -- ARGV[3]  the place lease in milliseconds; 0 means "try once": never join the queue, and

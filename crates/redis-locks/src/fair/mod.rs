@@ -187,7 +187,7 @@ impl FairMutex {
     /// If the future is dropped after the request went out, a grant is released by owner
     /// token in the background.
     pub async fn try_lock(&self) -> Result<MutexGuard> {
-        let owed = OwedRelease::new(self.hold.clone());
+        let owed = OwedRelease::addressed(self.hold.clone(), self.client.node().address());
         try_once(self, owed).await.map(MutexGuard::new)
     }
 
@@ -243,7 +243,7 @@ impl FairMutex {
         // One owner token for the whole wait: it is this caller's place in the queue, and it
         // becomes the lock's owner token when the turn comes. Until then, dropping it gives
         // the place up in the background.
-        let owed = OwedRelease::new(self.hold.clone());
+        let owed = OwedRelease::addressed(self.hold.clone(), self.client.node().address());
         let address = owed.owner().as_str().to_string();
         let on = self.client.wait_on(self.options.get_wait_options());
         let lease = acquire(on, Placed::new(self, owed, address), deadline).await?;

@@ -26,6 +26,17 @@ impl OwedRelease {
         }
     }
 
+    /// A release of `hold` by a fresh owner token addressed to the client whose wake-up
+    /// address is `address` ([`OwnerToken::addressed`]): for an acquisition whose token is its
+    /// place in the lock's queue, so that a release wakes it on its client's own channel.
+    pub(crate) fn addressed(hold: Arc<dyn Hold>, address: &str) -> OwedRelease {
+        OwedRelease {
+            hold,
+            owner: OwnerToken::addressed(address),
+            armed: true,
+        }
+    }
+
     /// A release of `hold` by `owner`, a token made earlier — a `Mutex`'s waiters in one
     /// process all ask with one token, which they register with their place in line so that
     /// a release can hand the lock to it — **not armed**: until a grant is taken, the release

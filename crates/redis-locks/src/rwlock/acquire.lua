@@ -7,7 +7,9 @@
 -- KEYS[3]  the lock's queue of waiters, KEYS[4] its place leases, KEYS[5] its ticket counter.
 -- ARGV[1]  the kind: 'rwlock' or 'reentrant'.
 -- ARGV[2]  the mode: 'r' (read) or 'w' (write).
--- ARGV[3]  the hold id of this acquisition (32 lowercase hex characters, new per guard).
+-- ARGV[3]  the hold id of this acquisition (new per guard: 32 lowercase hex characters, '@'
+--          and the client's wake-up address, so that wake-ups addressed to it go to that
+--          client's own channel; see wake in waiters.lua).
 -- ARGV[4]  the owner id (the OwnerId of the handle; non-empty, no control characters).
 -- ARGV[5]  the lease in milliseconds (a positive integer).
 -- ARGV[6]  the place lease in milliseconds: '0' asks without waiting (no place in the

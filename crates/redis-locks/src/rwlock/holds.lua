@@ -6,7 +6,7 @@
 --   writer       the owner id (OwnerId) whose write holds these are; absent with none.
 --   token        the fencing token of the writer's first write hold (re-entries keep it).
 --   h:<hold>     one field per hold (per guard): '<deadline> <mode> <token> <owner>', with
---                <hold> the guard's random hold id (32 hex), <deadline> the server time (ms)
+--                <hold> the guard's random hold id (its owner token), <deadline> the server time (ms)
 --                at which the hold's lease ends, <mode> 'r' (read) or 'w' (write), <token>
 --                the hold's fencing token and <owner> its owner id (which may contain
 --                spaces, so it comes last).

@@ -207,10 +207,17 @@ impl HoldsLock {
         self.owner = owner;
     }
 
+    /// The release a new hold owes from its request on: its hold id is a fresh owner token
+    /// addressed to this lock's client, so that the release that lets it in wakes it on that
+    /// client's own channel.
+    fn owed(&self) -> OwedRelease {
+        OwedRelease::addressed(self.hold.clone(), self.client.node().address())
+    }
+
     /// One attempt without waiting.
     pub(crate) async fn try_acquire(&self, mode: HoldMode) -> Result<Lease> {
         let asking = Asking { lock: self, mode };
-        try_once(&asking, OwedRelease::new(self.hold.clone())).await
+        try_once(&asking, self.owed()).await
     }
 
     /// Waits in line until `deadline` (`None`: as long as it takes).
@@ -218,7 +225,7 @@ impl HoldsLock {
         let asking = Asking { lock: self, mode };
         // One hold id for the whole wait: the waiter's place in the queue (under its mode
         // letter), and its hold once granted; dropping it gives the place up.
-        let owed = OwedRelease::new(self.hold.clone());
+        let owed = self.owed();
         let address = format!("{}{}", letter(mode), owed.owner().as_str());
         let on = self.client.wait_on(self.options.get_wait_options());
         acquire(on, Placed::new(&asking, owed, address), deadline).await

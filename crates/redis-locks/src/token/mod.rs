@@ -47,6 +47,12 @@ impl fmt::Display for FencingToken {
 /// The random secret that marks one acquisition as the owner of a lock: 128 random bits as
 /// 32 lowercase hex characters. Only a request that carries it may release or extend the lock.
 ///
+/// The token of a guard that may have waited in line for its lock (a `FairMutex`'s, an
+/// `RwLock`'s or a `ReentrantMutex`'s, whose waiting attempt stands in the lock's queue under
+/// it) goes on with `@` and its client's wake-up address (16 more hex characters), so that a
+/// release wakes that waiter on its client's own channel of the lock (see the crate README,
+/// "Waiting").
+///
 /// ```
 /// use redis_locks::OwnerToken;
 /// let a = OwnerToken::random();
@@ -60,6 +66,12 @@ impl OwnerToken {
     /// A fresh token from the thread-local cryptographically secure generator.
     pub fn random() -> OwnerToken {
         OwnerToken(format!("{:032x}", rand::random::<u128>()).into())
+    }
+
+    /// A fresh token for a waiter of the client whose wake-up address is `address`: random
+    /// as [`random`](Self::random)'s, then `@` and `address`.
+    pub(crate) fn addressed(address: &str) -> OwnerToken {
+        OwnerToken(format!("{:032x}@{address}", rand::random::<u128>()).into())
     }
 
     /// The token as stored in the lock key.
