@@ -385,12 +385,14 @@ impl Redlock {
             drop(late);
             return Asked::Refused(self.refused(owed, answers, sent_at).await);
         }
-        // Won. The nodes that have not answered yet get as long again as the majority took
-        // (at most the node timeout): on a healthy network they answer within it, and the
-        // lock then stands on every node, so that one node failing does not lose it; a paused
-        // or slow node costs at most that much.
-        let grace = sent_at.elapsed().min(quorum.node_timeout());
-        late.collect_within(&mut answers, grace).await;
+        // Won: the attempt ends here, with the answers in so far. The requests still under way
+        // are seen through in the background, so a late node still takes its grant (the lock
+        // then stands there too) without the caller waiting for it. A late grant is not
+        // counted and not raised: it needs no raise, since the fencing counters that decide
+        // the next holder's token are those of a majority, and every majority shares a node
+        // with the one raised below (the argument is in the crate README, "Redlock").
+        late.take_ready(&mut answers);
+        late.finish_in_background();
         let grants = granted(&answers);
         let token = grants
             .iter()
@@ -429,10 +431,9 @@ impl Redlock {
             .await;
         let done = count(&raised, |reply| *reply == 1);
         if at_token + done >= needed {
-            // Nodes that still have not answered keep whatever they grant; their replies are
-            // not awaited. The release goes to every node (after the acquire, on each node's
-            // connection), so a late grant is released with the rest.
-            drop(late);
+            // Nodes that had not answered keep whatever they grant. The release goes to every
+            // node (after the acquire, on each node's connection), so a late grant is
+            // released with the rest.
             return Asked::Granted(token);
         }
         // The keys ran out (or nodes failed) between the grant and the raise: give it all back.
