@@ -409,3 +409,35 @@ async fn a_handed_lock_released_at_once_costs_its_holder_the_release_alone() {
         assert!(!exists(&server, name));
     }
 }
+
+#[tokio::test]
+async fn a_holder_that_extends_a_handed_lease_itself_is_not_cut_short_by_the_watchdog() {
+    let server = server();
+    // Without the watchdog, a handed lease is owed one extension (to end the 10 s asked for
+    // after the handover), due a third of the way into the handed lease (under 100 ms here);
+    // the holder's own longer extension before then makes it owed no more.
+    let options = MutexOptions::default()
+        .lease(Duration::from_secs(10))
+        .watchdog(false)
+        .place_lease(Duration::from_millis(300));
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let held = holder.mutex_with("longer", options.clone()).unwrap();
+    let mine = waiter.mutex_with("longer", options).unwrap();
+    let guard = held.lock().await.unwrap();
+    let waiting = tokio::spawn(async move { mine.lock().await });
+    queued(&server, "longer", 1).await;
+    let (next, _) = handed_on(&server, "longer", guard, waiting).await;
+    next.extend(Duration::from_secs(60)).await.unwrap();
+    let requests = waiter.stats().requests;
+    // Well past when the owed extension was due, and past the handed lease itself.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        pttl(&server, "longer") > 30_000,
+        "{}",
+        pttl(&server, "longer")
+    );
+    assert!(next.lease_remaining() > Duration::from_secs(30));
+    assert_eq!(waiter.stats().requests, requests, "nothing more was sent");
+    next.release().await.unwrap();
+}

@@ -183,6 +183,9 @@ impl Lease {
         match owed.hold().extend(owed.owner(), lease).await {
             Ok(()) => {
                 self.state.extended(self.state.deadline_for(sent_at, lease));
+                if let Some(watchdog) = &self.watchdog {
+                    watchdog.holder_extended();
+                }
                 Ok(())
             }
             Err(err) => {

@@ -112,8 +112,9 @@ struct Job {
     lease: Watched,
     /// Renewals so far.
     renewals: AtomicU32,
-    /// A handed-over lease's first extension is still to be made.
-    extending: std::sync::atomic::AtomicBool,
+    /// A handed-over lease's first extension is still to be made (shared with the guard's
+    /// [`Watchdog`], whose holder's own extension makes it owed no more).
+    extending: Arc<std::sync::atomic::AtomicBool>,
     /// Whether renewals follow the first extension of a handed-over lease.
     renews: bool,
     /// When the job was made (for a handed-over lease: when it was taken).
@@ -125,7 +126,18 @@ struct Job {
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     id: u64,
+    /// The job's `extending`.
+    extending: Arc<std::sync::atomic::AtomicBool>,
     _open: Arc<Open>,
+}
+
+impl Watchdog {
+    /// The holder extended the lease itself: a handed-over lease's first extension is owed no
+    /// more (without renewals to follow, the watchdog then sends nothing; with them, its next
+    /// request is a renewal, on the schedule it had).
+    pub(crate) fn holder_extended(&self) {
+        self.extending.store(false, Ordering::Relaxed);
+    }
 }
 
 impl Renewals {
@@ -150,7 +162,7 @@ impl Renewals {
             id,
             lease,
             renewals: AtomicU32::new(0),
-            extending: std::sync::atomic::AtomicBool::new(extending),
+            extending: Arc::new(std::sync::atomic::AtomicBool::new(extending)),
             renews,
             since: Instant::now(),
         });
@@ -159,10 +171,12 @@ impl Renewals {
             queue.wakes_at = None;
             queue.scheduler = Some(tokio::spawn(run_scheduler(self.shared.clone())));
         }
+        let extending = job.extending.clone();
         self.shared.schedule(&mut queue, job, due);
         Watchdog {
             shared: self.shared.clone(),
             id,
+            extending,
             _open: self.open.clone(),
         }
     }
@@ -274,6 +288,9 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     // A handed-over lease's first extension is owed whatever the caps: the lease the caller
     // asked for begins with it.
     let extending = job.extending.load(Ordering::Relaxed);
+    if !extending && !job.renews {
+        return; // the holder extended the handed lease itself: nothing more is owed
+    }
     let renewals = job.renewals.load(Ordering::Relaxed);
     let capped = renewal.max_renewals.is_some_and(|max| renewals >= max)
         || renewal
