@@ -22,6 +22,19 @@ async fn second_holds_with_third_queued(
     mutex: &Mutex,
     third_waits: Option<Duration>,
 ) -> (MutexGuard, JoinHandle<Result<MutexGuard>>, u64) {
+    let first = mutex.lock().await.unwrap();
+    second_holds_after(server, client, mutex, first, third_waits).await
+}
+
+/// As [`second_holds_with_third_queued`], with `first` holding the lock (a guard of this or
+/// another client).
+async fn second_holds_after(
+    server: &RedisServer,
+    client: &Client,
+    mutex: &Mutex,
+    first: MutexGuard,
+    third_waits: Option<Duration>,
+) -> (MutexGuard, JoinHandle<Result<MutexGuard>>, u64) {
     let lock = |budget: Option<Duration>| {
         let mutex = mutex.clone();
         tokio::spawn(async move {
@@ -31,7 +44,6 @@ async fn second_holds_with_third_queued(
             }
         })
     };
-    let first = mutex.lock().await.unwrap();
     let second = lock(None);
     let (name, channel) = (mutex.name(), mutex.keys().wake_channel());
     assert!(
@@ -147,4 +159,63 @@ async fn a_wait_behind_a_local_holder_still_ends_on_time_and_asks_redis_once() {
         .unwrap()
         .unwrap();
     fourth.release().await.unwrap();
+}
+
+/// Whether `lock`'s queue holds `count` places within a second (well before a waiter that
+/// sleeps re-checks its live subscription, every 2 s).
+async fn line_is(server: &RedisServer, lock: &str, count: i64) -> bool {
+    eventually(Duration::from_secs(1), || async {
+        let queued: i64 = redis::cmd("ZCARD")
+            .arg(format!("{{{lock}}}:queue"))
+            .query(&mut raw(server))
+            .unwrap();
+        queued == count
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_waiter_behind_a_local_holder_gets_in_line_when_the_lock_goes_to_another_process() {
+    let server = server();
+    let before_us = client(&server).await;
+    let ours = client(&server).await;
+    let theirs = client(&server).await;
+    // Place leases of 30 s and a 20 s poll: a waiter that slept until it renews its place or
+    // polls would not get in line within the test's bounds.
+    let options = slow_polling(Duration::from_secs(30)).place_lease(Duration::from_secs(30));
+    let mutex = ours.mutex_with("across", options.clone()).unwrap();
+    // Another client holds; this client's second waiter gets in line and the third queues
+    // behind it; the release hands the lock to the second, a local holder.
+    let held = before_us.mutex_with("across", options.clone()).unwrap();
+    let first = held.lock().await.unwrap();
+    let (second, third, _) = second_holds_after(&server, &ours, &mutex, first, None).await;
+    // Another process waits in line while the second holds.
+    let waiting = tokio::spawn({
+        let mutex = theirs.mutex_with("across", options).unwrap();
+        async move { mutex.lock().await }
+    });
+    assert!(
+        line_is(&server, "across", 1).await,
+        "the other process is in line"
+    );
+    // The release hands the lock to the other process: its message goes to that client only.
+    second.release().await.unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("handed to the other process")
+        .unwrap()
+        .unwrap();
+    // The third waiter was woken by its own process and got in line behind it.
+    assert!(
+        line_is(&server, "across", 1).await,
+        "the third waiter got in line"
+    );
+    assert!(!third.is_finished());
+    taken.release().await.unwrap();
+    let third = tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the third waiter was handed the lock")
+        .unwrap()
+        .unwrap();
+    third.release().await.unwrap();
 }

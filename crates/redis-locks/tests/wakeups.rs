@@ -126,6 +126,16 @@ async fn a_crashed_holders_waiter_gets_the_lock_when_the_lease_ends() {
     guard.release().await.unwrap();
 }
 
+/// How many channels matching `pattern` have a subscriber.
+fn channels(server: &test_support::RedisServer, pattern: &str) -> usize {
+    let names: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(pattern)
+        .query(&mut common::raw(server))
+        .unwrap();
+    names.len()
+}
+
 #[tokio::test]
 async fn waiters_survive_a_killed_subscriber_connection() {
     let server = server();
@@ -138,10 +148,10 @@ async fn waiters_survive_a_killed_subscriber_connection() {
     let holder = mutex.lock().await.unwrap();
     let waiter = spawn_subscribed_waiter(&server, &mutex).await;
     assert_eq!(kill_subscriber_connections(&server), 1);
-    // The subscription comes back by itself.
+    // The subscription comes back by itself: the lock's wake channel and the client's own.
     assert!(
         eventually(Duration::from_secs(5), || async {
-            subscribers(&server, "{killed}:wake") == 1
+            subscribers(&server, "{killed}:wake") == 1 && channels(&server, "{killed}:wake*") == 2
         })
         .await
     );
@@ -239,10 +249,11 @@ async fn waiters_cancelled_at_random_points_leave_no_subscription_behind() {
         waiter.abort();
         let _ = waiter.await;
     }
-    // Every reference was given back: the channel is unsubscribed.
+    // Every reference was given back: the channel is unsubscribed, and so is the client's
+    // own channel of the lock.
     assert!(
         eventually(Duration::from_secs(5), || async {
-            subscribers(&server, "{abandoned-waits}:wake") == 0
+            channels(&server, "{abandoned-waits}:wake*") == 0
         })
         .await,
         "a cancelled waiter kept the subscription"

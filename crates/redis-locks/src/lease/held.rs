@@ -82,10 +82,11 @@ impl Lease {
     /// server it lasts until the waiter's place lease ends, so it counts from `placed_at`,
     /// when the latest attempt that renewed the place (and whose reply came back) was sent,
     /// for `place_lease`. The watchdog extends it in the background — so the waiter holds the
-    /// lock the moment the wake-up reaches it — once a third of what is left of it (or of the
-    /// lease `options` ask for, if shorter) has passed, as a renewal would be, so a guard
-    /// released sooner never sends it: with renewals on, to the lease `options` ask for,
-    /// renewed as usual from then; without, to end that lease after the handover.
+    /// lock the moment the wake-up reaches it — once a third of what is left of it has passed,
+    /// as a renewal would be, so a guard released sooner never sends it (at once if the lease
+    /// `options` ask for is shorter than what is left): with renewals on, to the lease
+    /// `options` ask for, renewed as usual from then; without, to end that lease after the
+    /// handover.
     pub(crate) fn handed_over(
         mut owed: OwedRelease,
         token: FencingToken,

@@ -25,8 +25,8 @@ use crate::token::OwnerToken;
 /// The shortest pause between two renewal tries after a failed renewal.
 const MIN_RETRY: Duration = Duration::from_millis(5);
 /// The shortest extension a handed-over lease without renewals is given (see
-/// [`First::Extend`]): with less of the lease asked for left, the handed lease runs out.
-const MIN_EXTENSION: Duration = Duration::from_millis(3);
+/// [`First::Extend`]), when the lease asked for is over by the time it is sent.
+const MIN_EXTENSION: Duration = Duration::from_millis(1);
 
 /// When the watchdog stops renewing on its own.
 #[derive(Debug, Clone, Copy)]
@@ -98,8 +98,9 @@ pub(crate) enum First {
     Renew,
     /// The lease was handed over by a release with a short server lease (see
     /// `waiters.lua`, `hand_over`): extend it — whatever the renewal caps, and not counted as
-    /// a renewal — once a third of what is left of it (or of the lease asked for, if that is
-    /// shorter) has passed, as a renewal would be, so a guard released sooner never sends it.
+    /// a renewal — once a third of what is left of it has passed, as a renewal would be, so a
+    /// guard released sooner never sends it (at once if the lease asked for is shorter than
+    /// what is left: the extension then shortens it).
     /// With `then_renew`, extend it to the full lease and renew as usual from then; without
     /// (a guard taken without the watchdog), extend it to end the lease asked for after the
     /// handover, and stop.
@@ -150,9 +151,16 @@ impl Renewals {
         let (due, extending, renews) = match first {
             First::Renew => (lease.acquired_at + lease.renewal.lease / 3, false, true),
             First::Extend { then_renew } => {
+                // At once when the lease asked for is the shorter (the extension shortens the
+                // handed lease to it); else a third of the way into the handed lease.
                 let now = Instant::now();
                 let left = lease.state.status().deadline.saturating_duration_since(now);
-                (now + left.min(lease.renewal.lease) / 3, true, then_renew)
+                let wait = if lease.renewal.lease < left {
+                    Duration::ZERO
+                } else {
+                    left / 3
+                };
+                (now + wait, true, then_renew)
             }
         };
         let mut queue = self.shared.lock();
@@ -307,11 +315,11 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     // A handed-over lease without renewals is extended to end the lease asked for after the
     // handover; past that, the handed lease simply runs out.
     let lease = if extending && !job.renews {
-        let rest = renewal.lease.saturating_sub(sent_at - job.since);
-        if rest < MIN_EXTENSION {
-            return;
-        }
-        rest
+        // Past the lease asked for (a late retry), a last millisecond ends it.
+        renewal
+            .lease
+            .saturating_sub(sent_at - job.since)
+            .max(MIN_EXTENSION)
     } else {
         renewal.lease
     };

@@ -16,10 +16,10 @@
 --          with KEYS[5] and an owner token registered for it, the lock is handed to that
 --          token (hand_over in waiters.lua publishes '<waiter id> <owner> <nonce>
 --          <fencing token>');
---          otherwise the waiter's id is published (only that process's waiter acts on it,
---          and the waiters of the releasing process queued behind the holder), or '*'
---          (every waiter looks again) when nobody is in line. A release nobody waited for
---          publishes nothing.
+--          otherwise that waiter is woken (wake in waiters.lua: only that process's waiter
+--          acts on it), or '*' is published (every waiter looks again) when nobody is in
+--          line. A release nobody waited for publishes nothing. (The waiters of the
+--          releasing process queued behind the holder are woken by that process itself.)
 --
 -- Replies:
 --    1  released: the key held ARGV[1] (marked or not) and is now deleted, or handed to the

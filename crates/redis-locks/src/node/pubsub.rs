@@ -181,6 +181,12 @@ impl Subscription {
         *self.live.borrow()
     }
 
+    /// Wakes every listener of this channel in this client, as a `*` published on it would,
+    /// without a request: for news only this process has (a guard of its own is done).
+    pub(crate) fn wake_here(&self) {
+        let _ = self.messages.send(Arc::from(WAKE_ALL));
+    }
+
     /// Starts listening: the listener sees only messages published after this call, so make
     /// it *before* an attempt, and wait on it after the attempt failed.
     pub(crate) fn listen(&self) -> Listener {

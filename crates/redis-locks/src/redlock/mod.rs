@@ -386,13 +386,15 @@ impl Redlock {
             return Asked::Refused(self.refused(owed, answers, sent_at).await);
         }
         // Won: the attempt ends here, with the answers in so far. The requests still under way
-        // are seen through in the background, so a late node still takes its grant (the lock
-        // then stands there too) without the caller waiting for it. A late grant is not
-        // counted and not raised: it needs no raise, since the fencing counters that decide
-        // the next holder's token are those of a majority, and every majority shares a node
-        // with the one raised below (the argument is in the crate README, "Redlock").
+        // were sent, so a late node still takes its grant when it runs it (the lock then
+        // stands there too), without the caller waiting for it; their replies are not awaited
+        // (nor a `NOSCRIPT` fallback, which could land after the release: the scripts were
+        // loaded before). A late grant is not counted and not raised: it needs no raise,
+        // since the fencing counters that decide the next holder's token are those of a
+        // majority, and every majority shares a node with the one raised below (the argument
+        // is in the crate README, "Redlock").
         late.take_ready(&mut answers);
-        late.finish_in_background();
+        drop(late);
         let grants = granted(&answers);
         let token = grants
             .iter()

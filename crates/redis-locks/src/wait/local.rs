@@ -125,6 +125,14 @@ impl Drop for LocalHolder {
             .is_some_and(|state| Arc::ptr_eq(state, &self.state))
         {
             *holder = None;
+            drop(holder);
+            // The waiter whose turn it is sleeps until this guard is done: wake it here. The
+            // release's own wake-up may never reach this client (it is addressed to the
+            // first in line, perhaps another process), and this waiter has no place in line
+            // until it asks.
+            if let Some(subscription) = queue.subscription.get() {
+                subscription.wake_here();
+            }
         }
     }
 }

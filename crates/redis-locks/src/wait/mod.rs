@@ -369,9 +369,8 @@ pub(crate) async fn acquire<C: Contender>(
                 deadline,
             };
             let limit = bounds.sleep_limit(&backoff, Instant::now());
-            // Any wake-up counts here: the local holder's release publishes one, addressed
-            // to the queue's first waiter (perhaps another process's) or to all; this
-            // process's next waiter tries then too.
+            // Any wake-up counts here: the local holder's guard wakes this waiter when it is
+            // done (`LocalHolder`), whoever its release hands the lock to or wakes.
             pause(Some(&mut listener), None, limit).await;
             continue;
         }

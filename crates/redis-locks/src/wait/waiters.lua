@@ -29,7 +29,7 @@
 -- wake(channel, id, rest)
 --   Wakes the waiter id: publishes id (followed by ' ' and rest, if given) on the lock's wake
 --   channel, where every waiting client listens (see node/pubsub.rs) — or, when id ends in
---   '@<address>' (hex), on that client's own channel of the lock, channel .. ':<address>',
+--   '@<address>' (lowercase hex), on that client's own channel of the lock, channel .. ':<address>',
 --   so that the wake-up reaches that one client instead of every client that waits.
 --
 -- wake_all(channel)
@@ -137,7 +137,7 @@ local function with_mark(owner)
 end
 
 local function wake(channel, id, rest)
-  local address = string.match(id, '@(%x+)$')
+  local address = string.match(id, '@([0-9a-f]+)$')
   if address then
     channel = channel .. ':' .. address
   end
