@@ -66,7 +66,7 @@
 --               its release wakes the next.)
 --   {0, pttl}   held by another owner; pttl is its remaining lease in milliseconds,
 --               or -1 if the key has no expiry (it was not written by this library).
---               A key with a lease is marked (mark_waited; its TTL stays), so its
+--               A key with a lease is marked (APPEND of the mark; its TTL stays), so its
 --               release publishes a wake-up, and with ARGV[5] the caller has a place in the
 --               queue, which it skips while nobody
 --               waits. A key without expiry is not ours and is left untouched.
@@ -77,19 +77,27 @@
 --   others               as the server raised them (NOPERM, OOM, READONLY); the caller
 --                        releases by owner token, in case anything was written.
 
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
+-- The lock key, read once: every branch below decides on it (the script is atomic).
+local current = redis.pcall('GET', KEYS[1])
+if type(current) == 'table' then
+  local kind = redis.call('TYPE', KEYS[1]).ok
+  if kind ~= 'none' and kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
+  end
+  return current
 end
 
--- The common case first: the lock is free. SET NX PX writes the key with its lease at once.
+-- The common case first: the lock is free. SET PX writes the key with its lease at once.
 local value = ARGV[1]
 if ARGV[3] == '1' then
   value = with_mark(value)
 end
-local epoch_kind = redis.call('TYPE', KEYS[3]).ok
-if epoch_kind ~= 'none' and epoch_kind ~= 'zset' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a ' .. epoch_kind .. ', not epochs')
+-- The epochs are written only with ARGV[4].
+if ARGV[4] and ARGV[4] ~= '' then
+  local epoch_kind = redis.call('TYPE', KEYS[3]).ok
+  if epoch_kind ~= 'none' and epoch_kind ~= 'zset' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a ' .. epoch_kind .. ', not epochs')
+  end
 end
 
 -- The queue, if the caller waits in it.
@@ -153,14 +161,15 @@ if waiter then
   local now = math.floor(micros / 1000)
   queue_purge(KEYS[4], KEYS[5], now)
   local head = queue_head(KEYS[4])
-  if head and head ~= waiter and ARGV[9] ~= '1' and redis.call('EXISTS', KEYS[1]) == 0 then
+  if head and head ~= waiter and ARGV[9] ~= '1' and not current then
     stay_in_line(now)
     wake(ARGV[7], head)
     return {0, -2}
   end
 end
 
-if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+if not current then
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
   local token, err = grant_token()
   if not token then
     -- A broken counter: take the lock back, so the error leaves nothing behind.
@@ -170,7 +179,7 @@ if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return {1, token}
 end
 
-local holder = holder_of(KEYS[1])
+local holder, marked = holder_in(current)
 if holder == ARGV[1] then
   local token, err = grant_token()
   if not token then
@@ -181,7 +190,9 @@ if holder == ARGV[1] then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl >= 0 then
-  mark_waited(KEYS[1])
+  if not marked then
+    redis.call('APPEND', KEYS[1], WAITED)
+  end
   if waiter then
     -- (Purged above.)
     stay_in_line(math.floor(micros / 1000))

@@ -11,6 +11,9 @@
 --   Returns  the holder's owner token without the mark (false when the key is absent), and
 --            whether the key is marked.
 --
+-- holder_in(value)
+--   As holder_of, for a value of the lock key read already (false when it is absent).
+--
 -- owner_refusal(key, owner)
 --   The owner check of release and extend: returns nil (and whether the key is marked) when
 --   key holds owner's token; else the scripts' refusal, 0 (the key is gone) or -1 (another
@@ -98,8 +101,7 @@
 
 local WAITED = '+w'
 
-local function holder_of(key)
-  local value = redis.call('GET', key)
+local function holder_in(value)
   if not value then
     return false, false
   end
@@ -107,6 +109,10 @@ local function holder_of(key)
     return string.sub(value, 1, -3), true
   end
   return value, false
+end
+
+local function holder_of(key)
+  return holder_in(redis.call('GET', key))
 end
 
 local function owner_refusal(key, owner)
