@@ -111,11 +111,13 @@ fn a_refused_waiter_gets_a_place_in_line_and_a_grant_takes_it_out() {
     // Asking again keeps the place (and renews its lease).
     wait(&mut con, "owner-b2", "client-b", 2_000);
     assert_eq!(line(&mut con), ["client-b", "client-c"]);
-    let ttl: i64 = con.pttl(QUEUE[1]).unwrap();
-    assert!(
-        ttl > 3_000,
-        "the queue outlives its last waiter by two place leases: {ttl}"
-    );
+    for key in QUEUE {
+        let ttl: i64 = con.pttl(key).unwrap();
+        assert!(
+            ttl > 3_000 && ttl <= 4_000,
+            "{key} outlives the last waiter by two place leases: {ttl}"
+        );
+    }
     // The first in line takes the lock when it is free, and leaves the line.
     assert_eq!(release(&mut con, "holder"), 1);
     assert_eq!(wait(&mut con, "owner-b3", "client-b", 2_000).0, 1);
@@ -171,6 +173,24 @@ fn a_dead_waiters_place_runs_out_and_the_next_one_is_first() {
     assert!(line(&mut con).is_empty());
     let tickets: bool = con.exists(QUEUE[2]).unwrap();
     assert!(!tickets, "the ticket counter goes with the last waiter");
+}
+
+#[test]
+fn a_line_emptied_by_place_leases_and_joined_again_keeps_every_key_expiring() {
+    let server = server();
+    let mut con = raw(&server);
+    wait(&mut con, "holder", "client-a", 2_000);
+    // A place of 50 ms: the line's keys expire 100 ms after it.
+    wait(&mut con, "owner-dead", "client-dead", 50);
+    std::thread::sleep(Duration::from_millis(80));
+    // client-b's attempt purges the dead place (the line is empty, its counter still there
+    // with a few ms left) and starts the line anew: every key lives two of its place leases.
+    wait(&mut con, "owner-b", "client-b", 2_000);
+    assert_eq!(line(&mut con), ["client-b"]);
+    for key in QUEUE {
+        let ttl: i64 = con.pttl(key).unwrap();
+        assert!(ttl > 3_000 && ttl <= 4_000, "{key}: {ttl}");
+    }
 }
 
 #[test]
