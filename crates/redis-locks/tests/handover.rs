@@ -110,6 +110,33 @@ async fn handed_on(
     (next, parts)
 }
 
+/// A lock `name` (with `options`) held by one client while another client's `lock()` waits
+/// in line for it, then released: returns the waiting client, the guard it was handed (checked
+/// as [`handed_on`] does) and the waiting client's request count from just before the
+/// release.
+async fn handed_between_two_clients(
+    server: &RedisServer,
+    name: &str,
+    options: MutexOptions,
+) -> (Client, MutexGuard, u64) {
+    let holder = client(server).await;
+    let waiter = client(server).await;
+    let guard = holder
+        .mutex_with(name, options.clone())
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let mine = waiter.mutex_with(name, options).unwrap();
+        async move { mine.lock().await }
+    });
+    queued(server, name, 1).await;
+    let requests = waiter.stats().requests;
+    let (next, _) = handed_on(server, name, guard, waiting).await;
+    (waiter, next, requests)
+}
+
 /// The handed lease of `next` (a guard of `waiter`, whose request count was `requests` before
 /// the release) is extended to the full 10 s lease, and that extension is the only request
 /// the waiter sent.
@@ -140,15 +167,7 @@ async fn a_released_lock_is_held_by_the_next_process_with_the_token_the_release_
         .lease(Duration::from_secs(10))
         .watchdog(false)
         .place_lease(Duration::from_secs(1));
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
-    let held = holder.mutex_with("handed", options.clone()).unwrap();
-    let mine = waiter.mutex_with("handed", options).unwrap();
-    let guard = held.lock().await.unwrap();
-    let waiting = tokio::spawn(async move { mine.lock().await });
-    queued(&server, "handed", 1).await;
-    let requests = waiter.stats().requests;
-    let (next, _) = handed_on(&server, "handed", guard, waiting).await;
+    let (waiter, next, requests) = handed_between_two_clients(&server, "handed", options).await;
     // The lease that ended with the waiter's place is replaced by its own.
     extended_by_one_request(&server, "handed", &next, &waiter, requests).await;
     assert!(
@@ -170,14 +189,7 @@ async fn a_handed_lease_with_the_watchdog_is_renewed_past_its_place_lease() {
         .lease(Duration::from_millis(900))
         .watchdog(true)
         .place_lease(Duration::from_millis(200));
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
-    let held = holder.mutex_with("renewed", options.clone()).unwrap();
-    let mine = waiter.mutex_with("renewed", options).unwrap();
-    let guard = held.lock().await.unwrap();
-    let waiting = tokio::spawn(async move { mine.lock().await });
-    queued(&server, "renewed", 1).await;
-    let (next, _) = handed_on(&server, "renewed", guard, waiting).await;
+    let (_waiter, next, _) = handed_between_two_clients(&server, "renewed", options).await;
     // Well past the place lease and the lease itself: renewed all along.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert!(next.lost_reason().is_none(), "{:?}", next.lost_reason());
@@ -383,19 +395,7 @@ async fn a_handed_lock_released_at_once_costs_its_holder_the_release_alone() {
         .lease(Duration::from_secs(10))
         .watchdog(false);
     for (name, options) in [("renewed", with_watchdog), ("leased", without)] {
-        let holder = client(&server).await;
-        let waiter = client(&server).await;
-        let guard = holder
-            .mutex_with(name, options.clone())
-            .unwrap()
-            .lock()
-            .await
-            .unwrap();
-        let mine = waiter.mutex_with(name, options).unwrap();
-        let waiting = tokio::spawn(async move { mine.lock().await });
-        queued(&server, name, 1).await;
-        let requests = waiter.stats().requests;
-        let (next, _) = handed_on(&server, name, guard, waiting).await;
+        let (waiter, next, requests) = handed_between_two_clients(&server, name, options).await;
         assert!(
             pttl(&server, name) <= 2_000,
             "the handed lease, not extended"
@@ -420,14 +420,7 @@ async fn a_holder_that_extends_a_handed_lease_itself_is_not_cut_short_by_the_wat
         .lease(Duration::from_secs(10))
         .watchdog(false)
         .place_lease(Duration::from_millis(300));
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
-    let held = holder.mutex_with("longer", options.clone()).unwrap();
-    let mine = waiter.mutex_with("longer", options).unwrap();
-    let guard = held.lock().await.unwrap();
-    let waiting = tokio::spawn(async move { mine.lock().await });
-    queued(&server, "longer", 1).await;
-    let (next, _) = handed_on(&server, "longer", guard, waiting).await;
+    let (waiter, next, _) = handed_between_two_clients(&server, "longer", options).await;
     next.extend(Duration::from_secs(60)).await.unwrap();
     let requests = waiter.stats().requests;
     // Well past when the owed extension was due, and past the handed lease itself.

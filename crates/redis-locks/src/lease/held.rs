@@ -28,9 +28,6 @@ pub(crate) struct Lease {
     /// Whatever the acquire loop tied to this holding (a note for the waiters of this
     /// process queued behind it): dropped when the holding ends, before the release is sent.
     attached: Option<Box<dyn Send + Sync>>,
-    /// Whether the watchdog renews the lease (a handed-over lease without it still has one
-    /// for its first extension).
-    renewed: bool,
 }
 
 impl std::fmt::Debug for Lease {
@@ -39,7 +36,7 @@ impl std::fmt::Debug for Lease {
             .field("name", &self.name())
             .field("fencing_token", &self.token)
             .field("lease_remaining", &self.remaining())
-            .field("watchdog", &self.renewed)
+            .field("watchdog", &self.is_renewed())
             .finish()
     }
 }
@@ -68,7 +65,6 @@ impl Lease {
             )
         });
         Lease {
-            renewed: watchdog.is_some(),
             watchdog,
             owed: Some(owed),
             state,
@@ -97,7 +93,7 @@ impl Lease {
         owed.arm();
         let state = LeaseState::new(placed_at, place_lease, options.get_clock_drift());
         let renewal = options.renewal();
-        let renewed = renewal.is_some();
+        let then_renew = renewal.is_some();
         let watchdog = renewals.watch(
             Watched {
                 hold: owed.hold().clone(),
@@ -114,9 +110,7 @@ impl Lease {
                 // the earliest it can have been.
                 acquired_at: placed_at,
             },
-            First::Extend {
-                then_renew: renewed,
-            },
+            First::Extend { then_renew },
         );
         Lease {
             watchdog: Some(watchdog),
@@ -124,7 +118,6 @@ impl Lease {
             state,
             token,
             attached: None,
-            renewed,
         }
     }
 
@@ -167,8 +160,10 @@ impl Lease {
         self.state.loss()
     }
 
+    /// Whether the watchdog renews the lease (a handed-over lease without renewals still has
+    /// a watchdog, for its first extension only).
     pub(crate) fn is_renewed(&self) -> bool {
-        self.renewed
+        self.watchdog.as_ref().is_some_and(Watchdog::renews)
     }
 
     /// Sets the lease to `lease` from now, owner-checked; on a shorter lease the deadline

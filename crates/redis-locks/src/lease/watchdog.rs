@@ -129,10 +129,18 @@ pub(crate) struct Watchdog {
     id: u64,
     /// The job's `extending`.
     extending: Arc<std::sync::atomic::AtomicBool>,
+    /// The job's `renews`.
+    renews: bool,
     _open: Arc<Open>,
 }
 
 impl Watchdog {
+    /// Whether the lease is renewed (else the watchdog only owes a handed-over lease its
+    /// first extension).
+    pub(crate) fn renews(&self) -> bool {
+        self.renews
+    }
+
     /// The holder extended the lease itself: a handed-over lease's first extension is owed no
     /// more (without renewals to follow, the watchdog then sends nothing; with them, its next
     /// request is a renewal, on the schedule it had).
@@ -185,6 +193,7 @@ impl Renewals {
             shared: self.shared.clone(),
             id,
             extending,
+            renews,
             _open: self.open.clone(),
         }
     }

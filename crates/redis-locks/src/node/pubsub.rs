@@ -26,11 +26,6 @@ use futures_util::StreamExt;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::token::OwnerToken;
-
-/// How many hex characters of a random token make a client's address.
-const ADDRESS_LEN: usize = 16;
-
 /// The payload that wakes every waiter of a channel, whoever it is addressed to.
 pub(crate) const WAKE_ALL: &str = "*";
 /// Messages a waiter may fall behind by before it counts as woken anyway.
@@ -77,10 +72,8 @@ enum Command {
 impl Wakeups {
     /// Starts the (idle) subscriber task; it connects when the first channel is asked for.
     pub(crate) fn start(redis: redis::Client, connect_timeout: Duration) -> Wakeups {
-        let mut address = OwnerToken::random().as_str().to_string();
-        address.truncate(ADDRESS_LEN);
         let shared = Arc::new(Shared {
-            address: address.into(),
+            address: format!("{:016x}", rand::random::<u64>()).into(),
             channels: StdMutex::new(HashMap::new()),
             count: std::sync::atomic::AtomicUsize::new(0),
             requests: std::sync::atomic::AtomicU64::new(0),

@@ -58,7 +58,7 @@ impl LocalQueue {
             turn: Arc::new(tokio::sync::Mutex::new(())),
             subscription: OnceCell::new(),
             holder: StdMutex::new(None),
-            id: format!("{}@{address}", OwnerToken::random().as_str()).into(),
+            id: OwnerToken::addressed(address).as_str().into(),
             place: StdMutex::new(None),
             handover: StdMutex::new(Handover::default()),
         }
