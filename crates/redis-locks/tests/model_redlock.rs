@@ -3,8 +3,11 @@
 //!
 //! Modelled: each node runs each client's request as its own step, in any order and at any
 //! time (a node may also never answer: the client then decides without it); a grant sets the
-//! key with the lease counted on the node and numbers it `max(counter + 1, proposal)`, the
-//! proposal being the client's clock when it sent the attempt; the client decides once a
+//! key with the lease counted on the node and numbers it in one of the library's two ways
+//! (one client each): the script's `max(counter + 1, proposal)` (a waiting attempt), or the
+//! first attempt's pipeline, which sets an absent counter to the proposal and then
+//! increments it whether or not the key was granted; the proposal is the client's clock when
+//! it sent the attempt. The client decides once a
 //! majority granted (or refused), takes the greatest token of the grants and raises the
 //! counter on each granting node behind it, owner-checked, node by node; it holds only if a
 //! majority has the token and the validity (`sent + lease`) has not passed, and otherwise
@@ -26,6 +29,10 @@ const MAJORITY: usize = 2;
 const CLIENTS: usize = 2;
 /// Acquisitions of each client: three in all (a failed attempt counts as one).
 const ROUNDS: [u8; CLIENTS] = [2, 1];
+/// Whether each client's attempts are first attempts (the pipeline) or waiting ones (the
+/// script): one of each, so that both numberings meet (a choice per attempt multiplies the
+/// states past what the suite can afford).
+const FIRST: [bool; CLIENTS] = [true, false];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {
@@ -54,6 +61,8 @@ enum Client {
     Asking {
         sent: u8,
         left: u8,
+        /// A first attempt (the pipeline) rather than the script.
+        first: bool,
         answers: [Answer; NODES],
     },
     /// Raising `token` on the nodes in `behind` not yet asked; `raised` have it.
@@ -92,7 +101,8 @@ struct State {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Action {
     Tick,
-    Send(usize),
+    /// Client, and whether the attempt is a first one (the pipeline).
+    Send(usize, bool),
     Acquire(usize, usize),
     Decide(usize),
     Raise(usize, usize),
@@ -172,7 +182,7 @@ impl Model for RedlockModel {
         }
         for (c, client) in state.clients.iter().enumerate() {
             match client {
-                Client::Idle { .. } => actions.push(Action::Send(c)),
+                Client::Idle { .. } => actions.push(Action::Send(c, FIRST[c])),
                 Client::Asking { answers, .. } => {
                     for (n, answer) in answers.iter().enumerate() {
                         if *answer == Answer::Pending {
@@ -225,19 +235,21 @@ impl Model for RedlockModel {
                     }
                 }
             }
-            Action::Send(c) => {
+            Action::Send(c, first) => {
                 let Client::Idle { left } = state.clients[c] else {
                     return None;
                 };
                 state.clients[c] = Client::Asking {
                     sent: state.now,
                     left,
+                    first,
                     answers: [Answer::Pending; NODES],
                 };
             }
             Action::Acquire(c, n) => {
                 let Client::Asking {
                     sent,
+                    first,
                     ref mut answers,
                     ..
                 } = state.clients[c]
@@ -245,10 +257,21 @@ impl Model for RedlockModel {
                     return None;
                 };
                 let node = &mut state.nodes[n];
-                answers[n] = if node.key.is_none() {
+                let free = node.key.is_none();
+                if free {
                     node.key = Some((c, state.now + LEASE));
-                    // The proposal is the client's clock when it sent the attempt.
+                }
+                // The proposal is the client's clock when it sent the attempt.
+                if first {
+                    // SET NX PX, SET counter proposal NX (0: absent), INCR.
+                    if node.counter == 0 {
+                        node.counter = sent;
+                    }
+                    node.counter += 1;
+                } else if free {
                     node.counter = (node.counter + 1).max(sent);
+                }
+                answers[n] = if free {
                     Answer::Granted(node.counter)
                 } else {
                     Answer::Held
@@ -259,6 +282,7 @@ impl Model for RedlockModel {
                     sent,
                     left,
                     answers,
+                    ..
                 } => {
                     let grants: Vec<(usize, u8)> = answers
                         .iter()

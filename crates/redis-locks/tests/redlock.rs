@@ -472,7 +472,7 @@ async fn the_raise_is_sent_only_when_the_granting_nodes_disagree() {
     let before = requests();
     lock.try_lock().await.unwrap().release().await.unwrap();
     assert_eq!(requests() - before, 5 + 5 + 5, "loads, acquires, releases");
-    // Counters are all behind the proposal: every node grants it, no raise.
+    // The counters agree (every first attempt increments every node): no raise.
     let before = requests();
     let first = lock.try_lock().await.unwrap();
     assert_eq!(requests() - before, 5, "one request per node");
@@ -719,4 +719,133 @@ async fn a_node_that_answers_after_the_decision_still_takes_the_first_grant() {
         })
         .await
     );
+}
+
+/// How many scripts (`EVALSHA`) `server` has run.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut common::raw(server))
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+/// Waits (at most 5 s) until `holds` says so of every node.
+async fn until_every_node(
+    servers: &[RedisServer],
+    what: &str,
+    holds: impl Fn(&RedisServer) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !servers.iter().all(&holds) {
+        assert!(
+            Instant::now() < deadline,
+            "not on every node in time: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_first_attempt_runs_no_script_and_a_node_that_lost_its_counter_numbers_from_the_clock() {
+    let (servers, clients) = nodes(3).await;
+    let lock = Redlock::with_options(&clients, "rl:pipeline", options(5_000, 300)).unwrap();
+    let (key, fence) = (
+        lock.keys().lock().to_string(),
+        lock.keys().fence().to_string(),
+    );
+    // The first acquisition of a handle loads the scripts; its release is seen through.
+    lock.try_lock().await.unwrap().release().await.unwrap();
+    until_every_node(&servers, "released", |server| !common::exists(server, &key)).await;
+    let before: Vec<u64> = servers.iter().map(script_calls).collect();
+    let guard = lock.try_lock().await.unwrap();
+    let token = guard.fencing_token().get();
+    // Late nodes grant a moment after the decision.
+    until_every_node(&servers, "granted", |server| common::exists(server, &key)).await;
+    let after: Vec<u64> = servers.iter().map(script_calls).collect();
+    assert_eq!(after, before, "the acquire ran no script on any node");
+    // Every attempt advanced every node's counter from the same start: they agree.
+    for (index, server) in servers.iter().enumerate() {
+        assert_eq!(counter(server, &fence), token, "node {index}");
+    }
+    guard.release().await.unwrap();
+    until_every_node(&servers, "released", |server| !common::exists(server, &key)).await;
+    // Node 2 loses its counter (as in a restart without data): it numbers from the proposal,
+    // the client's clock, not from 1.
+    redis::cmd("DEL")
+        .arg(&fence)
+        .exec(&mut common::raw(&servers[2]))
+        .unwrap();
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let guard = lock.try_lock().await.unwrap();
+    assert!(guard.fencing_token().get() > token);
+    until_every_node(&servers, "granted", |server| common::exists(server, &key)).await;
+    assert!(
+        counter(&servers[2], &fence) > clock,
+        "seeded from the clock"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn keys_of_another_type_on_a_majority_are_typed_errors_and_leave_no_lock() {
+    let (servers, clients) = nodes(3).await;
+    // The lock key is a hash on nodes 0 and 1; then, for another name, the counter is not an
+    // integer there.
+    let lock = Redlock::with_options(&clients, "rl:wrongtype", options(5_000, 300)).unwrap();
+    let counted = Redlock::with_options(&clients, "rl:badcounter", options(5_000, 300)).unwrap();
+    for server in &servers[..2] {
+        redis::cmd("HSET")
+            .arg(lock.keys().lock())
+            .arg("field")
+            .arg("value")
+            .exec(&mut common::raw(server))
+            .unwrap();
+        redis::cmd("SET")
+            .arg(counted.keys().fence())
+            .arg("not-a-number")
+            .exec(&mut common::raw(server))
+            .unwrap();
+    }
+    for lock in [&lock, &counted] {
+        let err = lock.try_lock().await.unwrap_err();
+        let Error::NoQuorum { votes, .. } = &err else {
+            panic!("{err:?}");
+        };
+        for vote in &votes[..2] {
+            assert!(
+                matches!(&vote.vote, Vote::Failed(err) if matches!(**err, Error::WrongType { .. })),
+                "{}: {err:?}",
+                lock.name()
+            );
+        }
+        // Whatever node 2 (or the others) granted is given back.
+        let key = lock.keys().lock().to_string();
+        let ours = |server: &RedisServer| {
+            let kind: String = redis::cmd("TYPE")
+                .arg(&key)
+                .query(&mut common::raw(server))
+                .unwrap();
+            kind != "string"
+        };
+        until_every_node(&servers, "no lock key", ours).await;
+    }
+    // The other type's keys are untouched.
+    for server in &servers[..2] {
+        let kind: String = redis::cmd("TYPE")
+            .arg(lock.keys().lock())
+            .query(&mut common::raw(server))
+            .unwrap();
+        assert_eq!(kind, "hash");
+        assert_eq!(
+            get(server, counted.keys().fence()).as_deref(),
+            Some("not-a-number")
+        );
+    }
 }

@@ -474,6 +474,87 @@ pub(crate) async fn acquire_on(
     }
 }
 
+/// Asks `node` for the lock in one pipeline, outside any queue (a Redlock's first attempt,
+/// which costs Redis no script): `SET NX PX` with `owner`'s token and a lease of `lease_ms`
+/// milliseconds; the fencing counter set to `proposal` if it does not exist (`SET NX`: a node
+/// restarted empty numbers from the proposal, as the script would); its `INCR`, the node's
+/// token (a refusal advances the counter too: tokens only need to grow from one holder to the
+/// next); and the key's `PTTL` and `TYPE`, to say how long a holder's lease runs. What the
+/// pipeline cannot decide alone, a refusal by a key of another type, is asked of the acquire
+/// script ([`acquire_on`]), which names it in its `WRONGTYPE` error.
+///
+/// The grant's token is the counter after its `INCR`: the two commands are not one atomic
+/// step, but a refusal's `INCR` in between only advances it, and an earlier holder's key (and
+/// its raise, owner-checked) was gone before this `SET` could take it.
+///
+/// # Errors
+/// As [`acquire_on`]; an error of the counter (not an integer, another type) is
+/// [`Error::WrongType`] or the server's error, the lock key then possibly granted (the caller
+/// releases by owner token).
+pub(crate) async fn acquire_first_on(
+    node: &crate::node::Node,
+    keys: &crate::key::LockKeys,
+    owner: &str,
+    lease_ms: &str,
+    proposal: &str,
+) -> Result<NodeGrant> {
+    let (lock, fence) = (keys.lock(), keys.fence());
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .cmd("SET")
+        .arg(lock)
+        .arg(owner)
+        .arg("NX")
+        .arg("PX")
+        .arg(lease_ms)
+        .cmd("SET")
+        .arg(fence)
+        .arg(proposal)
+        .arg("NX")
+        .cmd("INCR")
+        .arg(fence)
+        .cmd("PTTL")
+        .arg(lock)
+        .cmd("TYPE")
+        .arg(lock);
+    let replies = node
+        .run_pipeline(Phase::Acquire, &pipe, &[lock, fence])
+        .await?;
+    let [set, _seed, counter, pttl, kind] = replies.as_slice() else {
+        return Err(Error::UnexpectedReply {
+            phase: Phase::Acquire,
+            detail: format!("{replies:?}"),
+        });
+    };
+    match (set, counter) {
+        (Value::Okay, Value::Int(token)) if *token > 0 => Ok(NodeGrant::Granted(*token as u64)),
+        (Value::ServerError(err), _) => {
+            // Refused by the server (a read-only replica, no permission): nothing written.
+            Err(Error::from_redis(
+                Phase::Acquire,
+                &[lock],
+                err.clone().into(),
+            ))
+        }
+        (_, Value::ServerError(err)) => Err(counter_error(fence, err)),
+        (Value::Nil, _) if !matches!(kind, Value::SimpleString(kind) if kind == "string" || kind == "none") =>
+        {
+            // Another primitive's key (an `RwLock`'s hash): the script names it.
+            acquire_on(node, keys, owner, lease_ms, proposal, None).await
+        }
+        // Held; a key without expiry (`PTTL` -1) was not written by this library and has no
+        // lease to report, as the script would say.
+        (Value::Nil, _) => Ok(NodeGrant::Held(match pttl {
+            Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+            _ => None,
+        })),
+        _ => Err(Error::UnexpectedReply {
+            phase: Phase::Acquire,
+            detail: format!("{replies:?}"),
+        }),
+    }
+}
+
 /// One call of the acquire script, and what came before it.
 struct Script {
     /// Mark a grant at once, for waiters of this process queued behind this one.

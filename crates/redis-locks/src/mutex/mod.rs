@@ -22,7 +22,7 @@ mod hold;
 mod inspect;
 
 use attempt::Ask;
-pub(crate) use attempt::{InLine, NodeGrant, acquire_on};
+pub(crate) use attempt::{InLine, NodeGrant, acquire_first_on, acquire_on};
 pub use guard::MutexGuard;
 pub(crate) use hold::MutexHold;
 pub(crate) use inspect::inspect;

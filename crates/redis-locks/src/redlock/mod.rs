@@ -4,9 +4,11 @@
 //! assumes are in the crate documentation, "Redlock" (`crates/redis-locks/README.md`). In
 //! short: every request (acquire, raise, extend, release, inspect) is one request per node,
 //! sent to all at once through [`Quorum`] (each within the per-node timeout, read until the
-//! outcome is decided); each node keeps a `Mutex` key (the `Mutex`'s scripts, with
-//! `mutex/acquire_first.lua` in front for a node's common case) and `raise.lua` brings the
-//! fencing counters of the granting majority up to the chosen token. The lease core
+//! outcome is decided); each node keeps a `Mutex` key (a first attempt asks each node in one
+//! pipeline, `SET NX PX` + the counter's `INCR`, no script: `mutex::acquire_first_on`; a
+//! waiting attempt runs the `Mutex`'s acquire script, with `mutex/acquire_first.lua` in front
+//! for a node's common case) and `raise.lua` brings the fencing counters of the granting
+//! majority up to the chosen token, in the background when a majority has it already. The lease core
 //! ([`Hold`] for release and extend, the watchdog, `lost()`, the owed release) and the one
 //! acquire loop are the same as every primitive's.
 
@@ -31,8 +33,10 @@ use crate::client::Client;
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
 use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, lease_millis, too_slow};
-use crate::mutex::{InLine, MutexHold, NodeGrant, acquire_on, inspect, node_scripts};
-use crate::node::LockScript;
+use crate::mutex::{
+    InLine, MutexHold, NodeGrant, acquire_first_on, acquire_on, inspect, node_scripts,
+};
+use crate::node::{LockScript, Node};
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken};
 use crate::wait::{Contender, Line, Try, WAITERS_LUA, acquire};
@@ -338,9 +342,13 @@ impl Redlock {
         let owner: Arc<str> = owed.owner().as_str().into();
         let keys = self.keys.clone();
         let lease_ms = self.lease_ms.clone();
-        // The proposed token: this host's clock in µs. Nodes whose counters are behind it all
-        // grant exactly it, and then no raise is needed.
+        // The proposed token: this host's clock in µs. A node whose counter does not exist
+        // numbers from it; with the script (a waiting attempt), nodes whose counters are
+        // behind it all grant exactly it, and then no raise is needed.
         let proposal: Arc<str> = proposal().to_string().into();
+        // A first attempt asks each node in one pipeline, no script: its counters advance
+        // together (every attempt increments every node it reaches), so they still agree.
+        let first = line.is_none();
         let (mut answers, mut late): (Answers<NodeGrant>, _) = quorum
             .ask_keeping(
                 0..total,
@@ -357,6 +365,10 @@ impl Redlock {
                         .filter(|_| index == 0)
                         .map(|line| (line.clone(), self.place_ms.clone()));
                     async move {
+                        if first {
+                            return acquire_first_on(&node, &keys, &owner, &lease_ms, &proposal)
+                                .await;
+                        }
                         let in_line = line.as_ref().map(|(line, place_ms)| InLine {
                             waiter: &line.waiter,
                             place_ms,
@@ -407,29 +419,33 @@ impl Redlock {
             .map(|(index, _)| *index)
             .collect();
         let at_token = grants.len() - behind.len();
-        let chosen = token.to_string();
+        let chosen: Arc<str> = token.to_string().into();
+        let raise = |_, node: &Node| {
+            let (node, keys, owner, chosen) =
+                (node.clone(), keys.clone(), owner.clone(), chosen.clone());
+            async move {
+                node.run_script::<i64>(
+                    Phase::Acquire,
+                    &RAISE,
+                    &[keys.lock(), keys.fence()],
+                    &[&owner, &chosen],
+                )
+                .await
+            }
+        };
+        if at_token >= needed {
+            // A majority has the token already, which is all its order needs. The nodes
+            // behind are raised all the same, in the background, so that the next attempt's
+            // counters agree again and it needs no raise of its own.
+            quorum.send(behind.iter().copied(), raise);
+            return Asked::Granted(token);
+        }
         let raised: Answers<i64> = quorum
-            .ask(
-                behind.iter().copied(),
-                |_, node| {
-                    let (node, keys, owner, chosen) =
-                        (node.clone(), keys.clone(), owner.clone(), chosen.clone());
-                    async move {
-                        node.run_script::<i64>(
-                            Phase::Acquire,
-                            &RAISE,
-                            &[keys.lock(), keys.fence()],
-                            &[&owner, &chosen],
-                        )
-                        .await
-                    }
-                },
-                |raised| {
-                    let done = count(raised, |reply| *reply == 1);
-                    let refused = behind.len() - done - unasked_open(raised, &behind);
-                    at_token + done >= needed || at_token + behind.len() - refused < needed
-                },
-            )
+            .ask(behind.iter().copied(), raise, |raised| {
+                let done = count(raised, |reply| *reply == 1);
+                let refused = behind.len() - done - unasked_open(raised, &behind);
+                at_token + done >= needed || at_token + behind.len() - refused < needed
+            })
             .await;
         let done = count(&raised, |reply| *reply == 1);
         if at_token + done >= needed {

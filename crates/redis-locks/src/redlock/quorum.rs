@@ -50,11 +50,6 @@ impl Quorum {
         &self.nodes
     }
 
-    /// How long one node may take to answer one request.
-    pub(crate) fn node_timeout(&self) -> Duration {
-        self.node_timeout
-    }
-
     /// Sends `request` to each node in `which` at once (each bounded by the per-node
     /// timeout) and collects the answers until `decided` says the outcome is known; answers
     /// already in by then are taken too. The requests still under way are dropped: each
@@ -87,8 +82,45 @@ impl Quorum {
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
         let mut answers: Answers<T> = (0..self.nodes.len()).map(|_| None).collect();
+        let mut late = self.sent(which, request);
+        while let Some((index, answer)) = late.pending.next().await {
+            answers[index] = Some(answer);
+            if decided(&answers) {
+                // Take what is in already: a node that answered with the others counts.
+                late.take_ready(&mut answers);
+                break;
+            }
+        }
+        (answers, late)
+    }
+
+    /// Sends `request` to each node in `which` at once and sees the requests through in a
+    /// background task (each within the per-node timeout), their answers unread: for requests
+    /// that help but need not be awaited (the raise of a node behind a token a majority has).
+    pub(crate) fn send<T, Fut>(
+        &self,
+        which: impl IntoIterator<Item = usize>,
+        request: impl Fn(usize, &Node) -> Fut,
+    ) where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        self.sent(which, request).finish_in_background();
+    }
+
+    /// The requests `request` makes of the nodes in `which`, each bounded by the per-node
+    /// timeout, not yet polled.
+    fn sent<T, Fut>(
+        &self,
+        which: impl IntoIterator<Item = usize>,
+        request: impl Fn(usize, &Node) -> Fut,
+    ) -> Late<T>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
         let timeout = self.node_timeout;
-        let mut late = Late {
+        Late {
             pending: which
                 .into_iter()
                 .map(|index| {
@@ -104,16 +136,7 @@ impl Quorum {
                     .boxed()
                 })
                 .collect(),
-        };
-        while let Some((index, answer)) = late.pending.next().await {
-            answers[index] = Some(answer);
-            if decided(&answers) {
-                // Take what is in already: a node that answered with the others counts.
-                late.take_ready(&mut answers);
-                break;
-            }
         }
-        (answers, late)
     }
 
     /// The error of one node that did not answer within the per-node timeout.
@@ -160,17 +183,6 @@ impl<T: Send + 'static> Late<T> {
         while let Some(Some((index, answer))) = self.pending.next().now_or_never() {
             answers[index] = Some(answer);
         }
-    }
-
-    /// Moves the answers that come in within `grace` into `answers`.
-    pub(crate) async fn collect_within(&mut self, answers: &mut Answers<T>, grace: Duration) {
-        let collect = async {
-            while let Some((index, answer)) = self.pending.next().await {
-                answers[index] = Some(answer);
-            }
-        };
-        // Past the grace, whatever has not come in stays pending.
-        let _ = tokio::time::timeout(grace, collect).await;
     }
 
     /// Awaits the requests still under way (each within the node timeout) in a background
