@@ -5,9 +5,10 @@
 //! time (a node may also never answer: the client then decides without it); a grant sets the
 //! key with the lease counted on the node and numbers it in one of the library's two ways
 //! (one client each): the script's `max(counter + 1, proposal)` (a waiting attempt), or the
-//! first attempt's pipeline, which sets an absent counter to the proposal and then
-//! increments it whether or not the key was granted; the proposal is the client's clock when
-//! it sent the attempt. The client decides once a
+//! first attempt's pipeline, which increments it whether or not the key was granted and has
+//! the script number a grant again where the node does not vouch for the counter on that
+//! client's connection (its first grant there, or after the node lost its data); the
+//! proposal is the client's clock when it sent the attempt. The client decides once a
 //! majority granted (or refused), takes the greatest token of the grants and raises the
 //! counter on each granting node behind it, owner-checked, node by node; it holds only if a
 //! majority has the token and the validity (`sent + lease`) has not passed, and otherwise
@@ -85,6 +86,9 @@ enum Client {
 struct Node {
     key: Option<(usize, u8)>,
     counter: u8,
+    /// Whether the node vouches for its counter on each client's connection (a script
+    /// numbered a grant of that client there since the node last lost its data).
+    vouched: [bool; CLIENTS],
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -168,6 +172,7 @@ impl Model for RedlockModel {
             nodes: std::array::from_fn(|_| Node {
                 key: None,
                 counter: 0,
+                vouched: [false; CLIENTS],
             }),
             clients: std::array::from_fn(|c| Client::Idle { left: ROUNDS[c] }),
             last_token: 0,
@@ -263,11 +268,13 @@ impl Model for RedlockModel {
                 }
                 // The proposal is the client's clock when it sent the attempt.
                 if first {
-                    // SET NX PX, SET counter proposal NX (0: absent), INCR.
-                    if node.counter == 0 {
-                        node.counter = sent;
-                    }
+                    // SET NX PX and INCR; a grant on a connection the node does not vouch
+                    // for is numbered again by the script, which vouches from then on.
                     node.counter += 1;
+                    if free && !node.vouched[c] {
+                        node.counter = (node.counter + 1).max(sent);
+                        node.vouched[c] = true;
+                    }
                 } else if free {
                     node.counter = (node.counter + 1).max(sent);
                 }
@@ -365,6 +372,7 @@ impl Model for RedlockModel {
                 state.nodes[n] = Node {
                     key: None,
                     counter: 0,
+                    vouched: [false; CLIENTS],
                 };
                 state.wiped = true;
             }

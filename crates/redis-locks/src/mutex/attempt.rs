@@ -80,6 +80,77 @@ enum Name<'a> {
     Foreign,
 }
 
+/// What the vouching replies of a fast attempt say of the fencing counter it incremented.
+enum Vouch {
+    /// The connection's name is among the counter's epochs: a script brought the counter
+    /// up to the clock on this very connection, so its `INCR` can be trusted.
+    Vouched,
+    /// Not vouched for: the script must number the grant, writing this epoch.
+    Not(Epoch),
+}
+
+/// Adds the commands that vouch for the counter on this connection to `pipe`: the
+/// `ZSCORE` of the name the client believes its connection has (`believed`) in the
+/// counter's epochs, and `CLIENT GETNAME` (see `acquire.lua`, `KEYS[3]`).
+fn vouching<'p>(
+    pipe: &'p mut redis::Pipeline,
+    keys: &crate::key::LockKeys,
+    believed: Option<&str>,
+) -> &'p mut redis::Pipeline {
+    pipe.cmd("ZSCORE")
+        .arg(keys.epoch())
+        .arg(believed.unwrap_or_default())
+        .cmd("CLIENT")
+        .arg("GETNAME")
+}
+
+/// Reads the replies of [`vouching`]'s two commands (`epoch`, `name`) on `node`; when they do
+/// not vouch, says which epoch the script is to write, and takes `node`'s naming turn for a
+/// connection without a name.
+fn vouch(node: &crate::node::Node, epoch: &Value, name: &Value, believed: Option<&str>) -> Vouch {
+    // Only a name this crate gave the connection vouches for anything: one the application
+    // chose may be shared by other connections and servers.
+    let name = match name {
+        Value::Nil => Name::None,
+        Value::BulkString(name) if name.is_empty() => Name::None,
+        Value::BulkString(name) if name.starts_with(NAME_PREFIX.as_bytes()) => Name::Ours(name),
+        _ => Name::Foreign,
+    };
+    let vouched = !matches!(epoch, Value::Nil | Value::ServerError(_))
+        && matches!((&name, believed), (Name::Ours(name), Some(believed)) if *name == believed.as_bytes());
+    if vouched {
+        return Vouch::Vouched;
+    }
+    Vouch::Not(match name {
+        Name::Ours(name) => {
+            let name: Arc<str> = String::from_utf8_lossy(name).into();
+            node.set_connection_name(name.clone());
+            Epoch::Named(name)
+        }
+        // One naming at a time per client (the others would only rename the connection under
+        // each other), and none where names do not stick.
+        Name::None => match node.naming_turn() {
+            Some(turn) => Epoch::Fresh(turn),
+            None => Epoch::Keep,
+        },
+        // Leave the application's name alone; the script numbers every grant.
+        Name::Foreign => Epoch::Keep,
+    })
+}
+
+/// The connection name a script call gives and records as the counter's epoch (`ARGV[4]`
+/// of `acquire.lua`): a fresh one in a naming turn, the connection's own, or none.
+fn epoch_name(epoch: &Epoch) -> (Option<String>, Option<Arc<str>>) {
+    match epoch {
+        Epoch::Fresh(_turn) => (
+            Some(format!("{NAME_PREFIX}{}", OwnerToken::random().as_str())),
+            None,
+        ),
+        Epoch::Named(name) => (None, Some(name.clone())),
+        Epoch::Keep => (None, None),
+    }
+}
+
 impl Mutex {
     /// Asks Redis once for the lock, with a fresh owner token (a waiter: with its line's).
     /// `deadline` is the caller's wait budget: a grant that comes back after its lease is
@@ -141,12 +212,7 @@ impl Mutex {
         // The vouching is read first, so it is settled before the INCR whatever happens to
         // the lease in between.
         let mut pipe = redis::pipe();
-        pipe.ignore_errors()
-            .cmd("ZSCORE")
-            .arg(self.keys.epoch())
-            .arg(believed.as_deref().unwrap_or_default())
-            .cmd("CLIENT")
-            .arg("GETNAME")
+        vouching(pipe.ignore_errors(), &self.keys, believed.as_deref())
             .cmd("SET")
             .arg(lock)
             .arg(owed.owner().as_str())
@@ -181,35 +247,12 @@ impl Mutex {
         };
         match (set, counter) {
             (Value::Okay, Value::Int(token)) => {
-                // Only a name this crate gave the connection vouches for anything: one the
-                // application chose may be shared by other connections and servers.
-                let name = match name {
-                    Value::Nil => Name::None,
-                    Value::BulkString(name) if name.is_empty() => Name::None,
-                    Value::BulkString(name) if name.starts_with(NAME_PREFIX.as_bytes()) => {
-                        Name::Ours(name)
-                    }
-                    _ => Name::Foreign,
-                };
-                let vouched = !matches!(epoch, Value::Nil | Value::ServerError(_))
-                    && matches!((&name, &believed), (Name::Ours(name), Some(believed)) if *name == believed.as_bytes());
+                let vouch = vouch(self.client.node(), epoch, name, believed.as_deref());
                 let late = self.options.get_lease_options().is_late(sent_at);
-                if late || !vouched || *token < SEEDED {
-                    let epoch = match name {
-                        _ if vouched => Epoch::Keep,
-                        Name::Ours(name) => {
-                            let name: std::sync::Arc<str> = String::from_utf8_lossy(name).into();
-                            self.client.node().set_connection_name(name.clone());
-                            Epoch::Named(name)
-                        }
-                        // One naming at a time per client (the others would only rename the
-                        // connection under each other), and none where names do not stick.
-                        Name::None => match self.client.node().naming_turn() {
-                            Some(turn) => Epoch::Fresh(turn),
-                            None => Epoch::Keep,
-                        },
-                        // Leave the application's name alone; the script numbers every grant.
-                        Name::Foreign => Epoch::Keep,
+                if late || !matches!(vouch, Vouch::Vouched) || *token < SEEDED {
+                    let epoch = match vouch {
+                        Vouch::Vouched => Epoch::Keep,
+                        Vouch::Not(epoch) => epoch,
                     };
                     let script = Script {
                         epoch,
@@ -297,17 +340,8 @@ impl Mutex {
             let owner = owed.owner().as_str();
             // A fresh connection name is sent along when this call names the connection (in
             // this client's naming turn, held while `script` lives).
-            let fresh = match &script.epoch {
-                Epoch::Fresh(_turn) => {
-                    Some(format!("{NAME_PREFIX}{}", OwnerToken::random().as_str()))
-                }
-                _ => None,
-            };
-            let name = match (&fresh, &script.epoch) {
-                (Some(fresh), _) => fresh.as_str(),
-                (None, Epoch::Named(name)) => name,
-                _ => "",
-            };
+            let (fresh, named) = epoch_name(&script.epoch);
+            let name = fresh.as_deref().or(named.as_deref()).unwrap_or_default();
             let args = [
                 owner,
                 &self.lease_ms,
@@ -423,45 +457,69 @@ pub(crate) async fn acquire_on(
     proposal: &str,
     in_line: Option<InLine<'_>>,
 ) -> Result<NodeGrant> {
-    let reply = match in_line {
-        None => {
-            node.run_script::<(i64, i64)>(
+    acquire_on_as(node, keys, owner, lease_ms, proposal, in_line, Epoch::Keep).await
+}
+
+/// [`acquire_on`], writing `epoch` as the counter's epoch on a grant (and naming the
+/// connection first, in the same round trip, for [`Epoch::Fresh`]).
+async fn acquire_on_as(
+    node: &crate::node::Node,
+    keys: &crate::key::LockKeys,
+    owner: &str,
+    lease_ms: &str,
+    proposal: &str,
+    in_line: Option<InLine<'_>>,
+    epoch: Epoch,
+) -> Result<NodeGrant> {
+    let (fresh, named) = epoch_name(&epoch);
+    let name = fresh.as_deref().or(named.as_deref()).unwrap_or_default();
+    let all_keys = [
+        keys.lock(),
+        keys.fence(),
+        keys.epoch(),
+        keys.queue(),
+        keys.places(),
+        keys.tickets(),
+    ];
+    let (mark, wake_only) = match &in_line {
+        Some(line) => (
+            if line.mark { "1" } else { "0" },
+            if line.wake_only { "1" } else { "" },
+        ),
+        None => ("0", ""),
+    };
+    let (waiter, place_ms) = in_line.map_or(("", ""), |line| (line.waiter, line.place_ms));
+    let channel = if in_line.is_some() {
+        keys.wake_channel()
+    } else {
+        ""
+    };
+    let all_args = [
+        owner, lease_ms, mark, name, waiter, place_ms, channel, proposal, wake_only,
+    ];
+    // Outside the queue: the lock, the counter and its epochs; ARGV up to the proposal.
+    let (keys, args) = match in_line {
+        Some(_) => (&all_keys[..], &all_args[..]),
+        None => (&all_keys[..3], &all_args[..8]),
+    };
+    let reply = match &fresh {
+        Some(fresh) => {
+            node.run_script_naming::<(i64, i64)>(
                 Phase::Acquire,
+                fresh,
                 &ACQUIRE_ON_NODE,
-                &[keys.lock(), keys.fence(), keys.epoch()],
-                &[owner, lease_ms, "0", "", "", "", "", proposal],
+                keys,
+                args,
             )
             .await?
         }
-        Some(line) => {
-            let mark = if line.mark { "1" } else { "0" };
-            let wake_only = if line.wake_only { "1" } else { "" };
-            node.run_script::<(i64, i64)>(
-                Phase::Acquire,
-                &ACQUIRE_ON_NODE,
-                &[
-                    keys.lock(),
-                    keys.fence(),
-                    keys.epoch(),
-                    keys.queue(),
-                    keys.places(),
-                    keys.tickets(),
-                ],
-                &[
-                    owner,
-                    lease_ms,
-                    mark,
-                    "",
-                    line.waiter,
-                    line.place_ms,
-                    keys.wake_channel(),
-                    proposal,
-                    wake_only,
-                ],
-            )
-            .await?
+        None => {
+            node.run_script::<(i64, i64)>(Phase::Acquire, &ACQUIRE_ON_NODE, keys, args)
+                .await?
         }
     };
+    // The naming turn (with `Epoch::Fresh`) ends here, the name recorded or refused.
+    drop(epoch);
     match reply {
         (1, token) if token > 0 => Ok(NodeGrant::Granted(token as u64)),
         (0, pttl) => Ok(NodeGrant::Held(
@@ -475,15 +533,23 @@ pub(crate) async fn acquire_on(
 }
 
 /// Asks `node` for the lock in one pipeline, outside any queue (a Redlock's first attempt,
-/// which costs Redis no script): `SET NX PX` with `owner`'s token and a lease of `lease_ms`
-/// milliseconds; the fencing counter set to `proposal` if it does not exist (`SET NX`: a node
-/// restarted empty numbers from the proposal, as the script would); its `INCR`, the node's
-/// token (a refusal advances the counter too: tokens only need to grow from one holder to the
-/// next); and the key's `PTTL` and `TYPE`, to say how long a holder's lease runs. What the
-/// pipeline cannot decide alone, a refusal by a key of another type, is asked of the acquire
-/// script ([`acquire_on`]), which names it in its `WRONGTYPE` error.
+/// which then costs Redis no script), as a `Mutex`'s fast attempt does: the counter's epochs
+/// and the connection's name, to vouch for the counter (see `acquire.lua`, `KEYS[3]`); `SET
+/// NX PX` with `owner`'s token and a lease of `lease_ms` milliseconds; the fencing counter's
+/// `INCR`, the node's token (a refusal advances the counter too: tokens only need to grow from
+/// one holder to the next); and the key's `PTTL` and `TYPE`, to say how long a holder's lease
+/// runs.
 ///
-/// The grant's token is the counter after its `INCR`: the two commands are not one atomic
+/// The `INCR` is trusted only where it is vouched for: the connection's name is among the
+/// counter's epochs (a script brought the counter up to a proposal on this very connection,
+/// so this server process has kept it since: it did not come back old from a snapshot, an AOF
+/// or a replica) and the counter was seeded (at least [`SEEDED`]). Otherwise the acquire
+/// script numbers the grant, `max(counter + 1, proposal)`, on the key this pipeline just
+/// took (a re-grant to the same owner), and records the connection's name (naming a new
+/// connection first). A refusal by a key of another type is also asked of the script, which
+/// names it in its `WRONGTYPE` error.
+///
+/// A vouched token is the counter after its `INCR`: the two commands are not one atomic
 /// step, but a refusal's `INCR` in between only advances it, and an earlier holder's key (and
 /// its raise, owner-checked) was gone before this `SET` could take it.
 ///
@@ -499,18 +565,15 @@ pub(crate) async fn acquire_first_on(
     proposal: &str,
 ) -> Result<NodeGrant> {
     let (lock, fence) = (keys.lock(), keys.fence());
+    let believed = node.connection_name();
     let mut pipe = redis::pipe();
-    pipe.ignore_errors()
+    vouching(pipe.ignore_errors(), keys, believed.as_deref())
         .cmd("SET")
         .arg(lock)
         .arg(owner)
         .arg("NX")
         .arg("PX")
         .arg(lease_ms)
-        .cmd("SET")
-        .arg(fence)
-        .arg(proposal)
-        .arg("NX")
         .cmd("INCR")
         .arg(fence)
         .cmd("PTTL")
@@ -518,18 +581,27 @@ pub(crate) async fn acquire_first_on(
         .cmd("TYPE")
         .arg(lock);
     let replies = node
-        .run_pipeline(Phase::Acquire, &pipe, &[lock, fence])
+        .run_pipeline(Phase::Acquire, &pipe, &[lock, fence, keys.epoch()])
         .await?;
-    let [set, _seed, counter, pttl, kind] = replies.as_slice() else {
+    let [epoch, name, set, counter, pttl, kind] = replies.as_slice() else {
         return Err(Error::UnexpectedReply {
             phase: Phase::Acquire,
             detail: format!("{replies:?}"),
         });
     };
     match (set, counter) {
-        (Value::Okay, Value::Int(token)) if *token > 0 => Ok(NodeGrant::Granted(*token as u64)),
+        (Value::Okay, Value::Int(token)) => match vouch(node, epoch, name, believed.as_deref()) {
+            Vouch::Vouched if *token >= SEEDED => Ok(NodeGrant::Granted(*token as u64)),
+            Vouch::Vouched => {
+                acquire_on_as(node, keys, owner, lease_ms, proposal, None, Epoch::Keep).await
+            }
+            Vouch::Not(epoch) => {
+                acquire_on_as(node, keys, owner, lease_ms, proposal, None, epoch).await
+            }
+        },
         (Value::ServerError(err), _) => {
-            // Refused by the server (a read-only replica, no permission): nothing written.
+            // Refused by the server (a read-only replica, no permission): the lock key is not
+            // written (the counter's `INCR` may have run: it only advances).
             Err(Error::from_redis(
                 Phase::Acquire,
                 &[lock],

@@ -59,8 +59,11 @@ impl RedlockHold {
         if phase == Phase::Release {
             // Done at the majority, as an attempt is; the other nodes' releases are seen
             // through in the background (a key left behind would hold that node until its
-            // lease ends). This client's next request to a node follows its release there on
-            // the same connection, so its next attempt never finds this one's key.
+            // lease ends, or the process's exit). Each was queued on its node's connection
+            // when it was first polled, so this client's next attempt usually finds no key of
+            // this one; where it does (a release still waiting for a reconnect, or re-sent
+            // after `NOSCRIPT`), that node only refuses for a moment: availability, not
+            // safety.
             late.finish_in_background();
         }
         let done = count(&answers, Result::is_ok);

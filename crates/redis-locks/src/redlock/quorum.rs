@@ -97,6 +97,8 @@ impl Quorum {
     /// Sends `request` to each node in `which` at once and sees the requests through in a
     /// background task (each within the per-node timeout), their answers unread: for requests
     /// that help but need not be awaited (the raise of a node behind a token a majority has).
+    /// Each request is polled once here, so it goes out now, ahead of whatever this client
+    /// sends that node next on the same connection (the guard's release).
     pub(crate) fn send<T, Fut>(
         &self,
         which: impl IntoIterator<Item = usize>,
@@ -105,7 +107,10 @@ impl Quorum {
         T: Send + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
-        self.sent(which, request).finish_in_background();
+        let mut late = self.sent(which, request);
+        let mut unread: Answers<T> = (0..self.nodes.len()).map(|_| None).collect();
+        late.take_ready(&mut unread);
+        late.finish_in_background();
     }
 
     /// The requests `request` makes of the nodes in `which`, each bounded by the per-node
