@@ -873,10 +873,24 @@ async fn a_node_back_with_an_old_counter_is_renumbered_from_the_clock_not_truste
     let first = lock.try_lock().await.unwrap();
     let token = first.fencing_token().get();
     first.release().await.unwrap();
-    // Node 1 restarts and comes back with an old counter (as from an older snapshot, or an
-    // AOF that lost its last second); node 2's counter lags (as if it missed attempts), and
-    // node 0 is down: the next majority is 1 and 2, and neither counted up to `token`.
+    // Node 1 restarts and comes back with an old counter and its epochs (as from an older
+    // snapshot, or an AOF that lost its last second: the epochs name the old connection);
+    // node 2's counter lags (as if it missed attempts), and node 0 is down: the next majority
+    // is 1 and 2, and neither counted up to `token`. (The gaps leave room for the attempts
+    // that find node 1's old connection broken: each advances node 2's counter.)
+    let epoch = lock.keys().epoch().to_string();
+    let epochs: Vec<u8> = redis::cmd("DUMP")
+        .arg(&epoch)
+        .query(&mut common::raw(&servers[1]))
+        .unwrap();
+    assert!(!epochs.is_empty(), "node 1 vouched for its counter");
     servers[1].restart().unwrap();
+    redis::cmd("RESTORE")
+        .arg(&epoch)
+        .arg(0)
+        .arg(epochs)
+        .exec(&mut common::raw(&servers[1]))
+        .unwrap();
     let set = |server: &RedisServer, value: u64| {
         redis::cmd("SET")
             .arg(&fence)
@@ -884,11 +898,12 @@ async fn a_node_back_with_an_old_counter_is_renumbered_from_the_clock_not_truste
             .exec(&mut common::raw(server))
             .unwrap();
     };
-    set(&servers[1], token - 5);
-    set(&servers[2], token - 3);
+    set(&servers[1], token - 1_000);
+    set(&servers[2], token - 500);
     servers[0].kill();
-    // Node 1's connection is new: its counter is not vouched for, and the script numbers the
-    // grant from the client's clock instead of counting on from the old value.
+    // Node 1's connection is new (unnamed, or named anew): its counter is not vouched for,
+    // and the script numbers the grant from the client's clock instead of counting on from
+    // the old value.
     let second = retry_no_quorum(&lock).await;
     assert!(
         second.fencing_token().get() > token,

@@ -97,8 +97,9 @@ impl Quorum {
     /// Sends `request` to each node in `which` at once and sees the requests through in a
     /// background task (each within the per-node timeout), their answers unread: for requests
     /// that help but need not be awaited (the raise of a node behind a token a majority has).
-    /// Each request is polled once here, so it goes out now, ahead of whatever this client
-    /// sends that node next on the same connection (the guard's release).
+    /// Each request is polled once here ([`Late::take_ready`]), so it goes out now, ahead of
+    /// whatever this client sends that node next on the same connection (the guard's
+    /// release).
     pub(crate) fn send<T, Fut>(
         &self,
         which: impl IntoIterator<Item = usize>,
@@ -183,9 +184,14 @@ pub(crate) struct Late<T: Send + 'static> {
 }
 
 impl<T: Send + 'static> Late<T> {
-    /// Moves the answers that have come in meanwhile into `answers`.
+    /// Moves the answers that have come in meanwhile into `answers`. Every request still
+    /// under way is polled once more on the way, outside tokio's cooperative budget (a
+    /// connection's request channel refuses a task whose budget ran out): so each one has
+    /// gone out when this returns, even if its future is then dropped.
     pub(crate) fn take_ready(&mut self, answers: &mut Answers<T>) {
-        while let Some(Some((index, answer))) = self.pending.next().now_or_never() {
+        while let Some(Some((index, answer))) =
+            tokio::task::unconstrained(self.pending.next()).now_or_never()
+        {
             answers[index] = Some(answer);
         }
     }
