@@ -398,10 +398,10 @@ impl Redlock {
             return Asked::Refused(self.refused(owed, answers, sent_at).await);
         }
         // Won: the attempt ends here, with the answers in so far. The requests still under way
-        // were sent, so a late node still takes its grant when it runs it (the lock then
-        // stands there too), without the caller waiting for it; their replies are not awaited
-        // (nor a `NOSCRIPT` fallback, which could land after the release: the scripts were
-        // loaded before). A late grant is not counted and not raised: it needs no raise,
+        // are dropped: a late node whose request was written already still takes its grant
+        // when it runs it (the lock then stands there too); one not yet written never is (nor
+        // a `NOSCRIPT` fallback or a vouching script, which could land after the release).
+        // The release goes to every node either way. A late grant is not counted and not raised: it needs no raise,
         // since the fencing counters that decide the next holder's token are those of a
         // majority, and every majority shares a node with the one raised below (the argument
         // is in the crate README, "Redlock").

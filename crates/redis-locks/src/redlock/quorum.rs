@@ -52,9 +52,11 @@ impl Quorum {
 
     /// Sends `request` to each node in `which` at once (each bounded by the per-node
     /// timeout) and collects the answers until `decided` says the outcome is known; answers
-    /// already in by then are taken too. The requests still under way are dropped: each
-    /// went out with the first poll (the connection writes it whether or not its reply is
-    /// awaited), and its outcome no longer matters to the caller.
+    /// already in by then are taken too. The requests still under way are dropped, and their
+    /// outcome no longer matters to the caller: one the connection had written already still
+    /// runs on its node; one it had not is never written (redis-rs skips a request whose
+    /// reply nobody awaits). Either is safe: a dropped acquire may or may not have granted,
+    /// and every node gets the release.
     pub(crate) async fn ask<T, Fut>(
         &self,
         which: impl IntoIterator<Item = usize>,
@@ -97,9 +99,9 @@ impl Quorum {
     /// Sends `request` to each node in `which` at once and sees the requests through in a
     /// background task (each within the per-node timeout), their answers unread: for requests
     /// that help but need not be awaited (the raise of a node behind a token a majority has).
-    /// Each request is polled once here ([`Late::take_ready`]), so it goes out now, ahead of
-    /// whatever this client sends that node next on the same connection (the guard's
-    /// release).
+    /// Each request is polled once here ([`Late::take_ready`]), so it is queued on its node's
+    /// connection now, ahead of whatever this client sends that node next (the guard's
+    /// release); the background task awaits it, so it is written.
     pub(crate) fn send<T, Fut>(
         &self,
         which: impl IntoIterator<Item = usize>,
@@ -186,8 +188,9 @@ pub(crate) struct Late<T: Send + 'static> {
 impl<T: Send + 'static> Late<T> {
     /// Moves the answers that have come in meanwhile into `answers`. Every request still
     /// under way is polled once more on the way, outside tokio's cooperative budget (a
-    /// connection's request channel refuses a task whose budget ran out): so each one has
-    /// gone out when this returns, even if its future is then dropped.
+    /// connection's request channel refuses a task whose budget ran out): so each one is
+    /// queued on its connection when this returns (it is written only if it is still awaited
+    /// when the connection gets to it, see [`Quorum::ask`]).
     pub(crate) fn take_ready(&mut self, answers: &mut Answers<T>) {
         while let Some(Some((index, answer))) =
             tokio::task::unconstrained(self.pending.next()).now_or_never()
