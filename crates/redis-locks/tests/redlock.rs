@@ -188,6 +188,13 @@ async fn retry_no_quorum(lock: &Redlock) -> redis_locks::RedlockGuard {
     }
 }
 
+/// Checks that `guard`'s fencing token is above `before`, and releases it.
+async fn released_above(guard: redis_locks::RedlockGuard, before: u64) {
+    let token = guard.fencing_token().get();
+    assert!(token > before, "{token} after {before}");
+    guard.release().await.unwrap();
+}
+
 /// The fencing counter of `key`'s lock on `server` (0 when absent).
 fn counter(server: &RedisServer, fence: &str) -> u64 {
     get(server, fence).map_or(0, |value| value.parse().unwrap())
@@ -224,13 +231,7 @@ async fn the_token_is_raised_on_the_granting_majority_and_outlives_the_node_it_c
     servers[2].restart().unwrap();
     // The first request to the restarted node finds its old connection broken (with 0 and 1
     // down, that is no majority: `NoQuorum` at once); the client reconnects.
-    let second = retry_no_quorum(&lock).await;
-    assert!(
-        second.fencing_token().get() > token,
-        "{} after {token}",
-        second.fencing_token()
-    );
-    second.release().await.unwrap();
+    released_above(retry_no_quorum(&lock).await, token).await;
 }
 
 #[tokio::test]
@@ -907,11 +908,5 @@ async fn a_node_back_with_an_old_counter_is_renumbered_from_the_clock_not_truste
     // Node 1's connection is new (unnamed, or named anew): its counter is not vouched for,
     // and the script numbers the grant from the client's clock instead of counting on from
     // the old value.
-    let second = retry_no_quorum(&lock).await;
-    assert!(
-        second.fencing_token().get() > token,
-        "{} after {token}",
-        second.fencing_token()
-    );
-    second.release().await.unwrap();
+    released_above(retry_no_quorum(&lock).await, token).await;
 }

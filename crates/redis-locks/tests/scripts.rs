@@ -178,6 +178,59 @@ fn acquire_writes_the_epoch_only_when_given_one() {
     assert!(ttl > 3_500_000 && ttl <= 3_600_000, "an hour: {ttl}");
 }
 
+/// A Redlock node's acquire script: `acquire_first.lua` in front of `acquire.lua`.
+fn acquire_on_node() -> Script {
+    lua(&[
+        include_str!("../src/mutex/acquire_first.lua"),
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/mutex/acquire.lua"),
+    ])
+}
+
+/// Runs [`acquire_on_node`] for `owner` with the Redlock `proposal` and the connection name
+/// `name` to record (`""`: none).
+fn run_on_node(con: &mut Connection, owner: &str, name: &str, proposal: i64) -> (i64, i64) {
+    acquire_on_node()
+        .key("L")
+        .key("{L}:fence")
+        .key("{L}:epoch")
+        .arg(owner)
+        .arg(1_000)
+        .arg("0")
+        .arg(name)
+        .arg("")
+        .arg("")
+        .arg("")
+        .arg(proposal)
+        .invoke(con)
+        .unwrap()
+}
+
+#[test]
+fn a_redlock_node_grant_numbers_from_the_proposal_and_records_the_epoch_when_given_one() {
+    let server = server();
+    let mut con = raw(&server);
+    let proposal = 1_700_000_000_000_000;
+    // The common case, no epoch to record: the grant takes the proposal, the epochs stay.
+    assert_eq!(run_on_node(&mut con, "a", "", proposal), (1, proposal));
+    assert!(epochs(&mut con).is_empty());
+    assert!(pttl(&server, "L") > 0);
+    redis::cmd("DEL").arg("L").exec(&mut con).unwrap();
+    // A free lock with a name to record (a connection the node did not vouch for): granted,
+    // and the name recorded.
+    let (granted, token) = run_on_node(&mut con, "b", "redis-locks:free", proposal);
+    assert_eq!((granted, token), (1, proposal + 1));
+    assert_eq!(epochs(&mut con), ["redis-locks:free"]);
+    // The caller's own key (taken by the pipeline a moment before): granted again, numbered
+    // from the later proposal, and the name recorded.
+    let later = proposal + 1_000;
+    let (granted, token) = run_on_node(&mut con, "b", "redis-locks:own", later);
+    assert_eq!((granted, token), (1, later));
+    assert_eq!(epochs(&mut con).len(), 2);
+    assert!(epochs(&mut con).contains(&"redis-locks:own".to_string()));
+}
+
 #[test]
 fn acquire_reports_a_foreign_key_without_expiry_as_pttl_minus_one() {
     let server = server();

@@ -5,11 +5,12 @@
 --
 -- Replies:
 --   {1, token}  acquired (acquire.lua's reply {1, token}).
--- Falls through to acquire.lua for every other case: no ARGV[8], a held key (or one of another
--- type, which SET NX leaves alone), and a counter INCR refuses (the grant is taken back first,
--- and acquire.lua then says what is wrong with the counter).
+-- Falls through to acquire.lua for every other case: no ARGV[8], an epoch to record (ARGV[4],
+-- which acquire.lua writes), a held key (or one of another type, which SET NX leaves alone),
+-- and a counter INCR refuses (the grant is taken back first, and acquire.lua then says what is
+-- wrong with the counter).
 
-if ARGV[8] and ARGV[8] ~= '' and (ARGV[5] or '') == '' and
+if ARGV[8] and ARGV[8] ~= '' and (ARGV[5] or '') == '' and (ARGV[4] or '') == '' and
     redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local token = redis.pcall('INCR', KEYS[2])
   if type(token) == 'number' then

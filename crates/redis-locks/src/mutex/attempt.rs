@@ -89,6 +89,18 @@ enum Vouch {
     Not(Epoch),
 }
 
+impl Vouch {
+    /// The epoch a script call numbering the grant writes: none where the counter is
+    /// vouched for (it is asked only because the counter was never seeded, or the grant
+    /// came back late).
+    fn epoch(self) -> Epoch {
+        match self {
+            Vouch::Vouched => Epoch::Keep,
+            Vouch::Not(epoch) => epoch,
+        }
+    }
+}
+
 /// Adds the commands that vouch for the counter on this connection to `pipe`: the
 /// `ZSCORE` of the name the client believes its connection has (`believed`) in the
 /// counter's epochs, and `CLIENT GETNAME` (see `acquire.lua`, `KEYS[3]`).
@@ -250,12 +262,8 @@ impl Mutex {
                 let vouch = vouch(self.client.node(), epoch, name, believed.as_deref());
                 let late = self.options.get_lease_options().is_late(sent_at);
                 if late || !matches!(vouch, Vouch::Vouched) || *token < SEEDED {
-                    let epoch = match vouch {
-                        Vouch::Vouched => Epoch::Keep,
-                        Vouch::Not(epoch) => epoch,
-                    };
                     let script = Script {
-                        epoch,
+                        epoch: vouch.epoch(),
                         late: u32::from(late),
                         ..Script::new(false)
                     };
@@ -592,10 +600,8 @@ pub(crate) async fn acquire_first_on(
     match (set, counter) {
         (Value::Okay, Value::Int(token)) => match vouch(node, epoch, name, believed.as_deref()) {
             Vouch::Vouched if *token >= SEEDED => Ok(NodeGrant::Granted(*token as u64)),
-            Vouch::Vouched => {
-                acquire_on_as(node, keys, owner, lease_ms, proposal, None, Epoch::Keep).await
-            }
-            Vouch::Not(epoch) => {
+            vouch => {
+                let epoch = vouch.epoch();
                 acquire_on_as(node, keys, owner, lease_ms, proposal, None, epoch).await
             }
         },

@@ -60,11 +60,10 @@ impl RedlockHold {
             // Done at the majority, as an attempt is; the other nodes' releases are seen
             // through in the background (a key left behind would hold that node until its
             // lease ends; a process that exits at once may leave some unwritten). Each was
-            // queued on its node's connection when the outcome was decided (`take_ready`), and
-            // the background task keeps it awaited, so this client's next attempt usually finds no key of
-            // this one; where it does (a release still waiting for a reconnect, or re-sent
-            // after `NOSCRIPT`), that node only refuses for a moment: availability, not
-            // safety.
+            // queued on its node's connection when the outcome was decided (`take_ready`) and
+            // stays awaited, so this client's next attempt usually finds no key of this one;
+            // where it does (a release still waiting for a reconnect, or re-sent after
+            // `NOSCRIPT`), that node only refuses for a moment: availability, not safety.
             late.finish_in_background();
         }
         let done = count(&answers, Result::is_ok);

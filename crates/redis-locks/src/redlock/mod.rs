@@ -5,12 +5,13 @@
 //! short: every request (acquire, raise, extend, release, inspect) is one request per node,
 //! sent to all at once through [`Quorum`] (each within the per-node timeout, read until the
 //! outcome is decided); each node keeps a `Mutex` key (a first attempt asks each node in one
-//! pipeline, `SET NX PX` + the counter's `INCR`, no script: `mutex::acquire_first_on`; a
-//! waiting attempt runs the `Mutex`'s acquire script, with `mutex/acquire_first.lua` in front
-//! for a node's common case) and `raise.lua` brings the fencing counters of the granting
-//! majority up to the chosen token, in the background when a majority has it already. The lease core
-//! ([`Hold`] for release and extend, the watchdog, `lost()`, the owed release) and the one
-//! acquire loop are the same as every primitive's.
+//! pipeline, `SET NX PX` + the counter's `INCR`, with no script where the node vouches for
+//! its counter on that connection: `mutex::acquire_first_on`; a waiting attempt runs the
+//! `Mutex`'s acquire script, with `mutex/acquire_first.lua` in front for a node's common case)
+//! and `raise.lua` brings the fencing counters of the granting majority up to the chosen
+//! token, in the background when a majority has it already. The lease core ([`Hold`] for
+//! release and extend, the watchdog, `lost()`, the owed release) and the one acquire loop are
+//! the same as every primitive's.
 
 mod guard;
 mod hold;
@@ -342,12 +343,13 @@ impl Redlock {
         let owner: Arc<str> = owed.owner().as_str().into();
         let keys = self.keys.clone();
         let lease_ms = self.lease_ms.clone();
-        // The proposed token: this host's clock in µs. A node whose counter does not exist
-        // numbers from it; with the script (a waiting attempt), nodes whose counters are
-        // behind it all grant exactly it, and then no raise is needed.
+        // The proposed token: this host's clock in µs. The script numbers a grant
+        // `max(counter + 1, proposal)`: nodes whose counters are behind it all grant exactly
+        // it, and then no raise is needed.
         let proposal: Arc<str> = proposal().to_string().into();
-        // A first attempt asks each node in one pipeline, no script: its counters advance
-        // together (every attempt increments every node it reaches), so they still agree.
+        // A first attempt asks each node in one pipeline, with no script where the node
+        // vouches for its counter: the counters advance together (every attempt increments
+        // every node it reaches), so counters that agreed still agree.
         let first = line.is_none();
         let (mut answers, mut late): (Answers<NodeGrant>, _) = quorum
             .ask_keeping(
@@ -401,8 +403,8 @@ impl Redlock {
         // are dropped: a late node whose request was written already still takes its grant
         // when it runs it (the lock then stands there too); one not yet written never is (nor
         // a `NOSCRIPT` fallback or a vouching script, which could land after the release).
-        // The release goes to every node either way. A late grant is not counted and not raised: it needs no raise,
-        // since the fencing counters that decide the next holder's token are those of a
+        // The release goes to every node either way. A late grant is neither counted nor
+        // raised: the fencing counters that decide the next holder's token are those of a
         // majority, and every majority shares a node with the one raised below (the argument
         // is in the crate README, "Redlock").
         late.take_ready(&mut answers);
