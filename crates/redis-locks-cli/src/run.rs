@@ -83,9 +83,19 @@ pub async fn run(urls: &[String], args: &RunArgs) -> Result<u8, CliError> {
         ));
     }
     let clients = crate::nodes::connect_all(urls).await?;
-    let client = &clients[0];
     let lock = Lock::new(&clients, args, lease)?;
-    let guard = match acquire(&lock, client, args).await {
+    let outcome = run_under(&lock, &clients[0], args).await;
+    // A Redlock's release returns at the majority; the other nodes' releases must be sent
+    // before this process exits, or those nodes keep the key until its lease ends.
+    if let Lock::Redlock(lock) = &lock {
+        lock.settle().await;
+    }
+    outcome
+}
+
+/// Takes `lock`, runs the command under it and releases it.
+async fn run_under(lock: &Lock, client: &Client, args: &RunArgs) -> Result<u8, CliError> {
+    let guard = match acquire(lock, client, args).await {
         Ok(guard) => guard,
         Err(err @ redis_locks::Error::WrongType { .. }) => {
             return Err(lock.refusal(client, err).await);

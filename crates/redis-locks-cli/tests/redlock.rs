@@ -141,3 +141,49 @@ fn a_majority_down_is_exit_69_and_bad_node_lists_are_usage_errors() {
     let majority = output(run(&servers, &["rl-bad"], &["true"]));
     assert_eq!(majority.status.code(), Some(69), "{majority:?}");
 }
+
+/// Whether process `pid` is stopped (SIGSTOP): state `T` in `/proc/<pid>/stat`.
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, after) = stat.rsplit_once(')')?;
+            after.split_whitespace().next().map(|state| state == "T")
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn run_sends_every_nodes_release_before_it_exits() {
+    let servers = test_support::start_many(3).unwrap();
+    let paused = servers[2].pid().unwrap();
+    // The command stops the third node, so run's release is done at the majority while that
+    // node's release waits; run must see it through (within the node timeout, 1 s) before it
+    // exits, or that node keeps the key until the lease ends.
+    let stop = format!("kill -STOP {paused}");
+    let mut child = run(&servers, &["--ttl", "60s", "rl-exit"], &["sh", "-c", &stop])
+        .spawn()
+        .expect("start redis-locks run");
+    let started = std::time::Instant::now();
+    while !stopped(paused) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the command never stopped the node"
+        );
+        if let Some(status) = child.try_wait().unwrap() {
+            servers[2].resume();
+            panic!("run exited ({status}) before its command stopped the node");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let still_running = child.try_wait().unwrap().is_none();
+    servers[2].resume();
+    assert!(
+        still_running,
+        "run exited with a node's release still under way"
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(holders(&servers, "rl-exit"), 0, "no node keeps the key");
+}

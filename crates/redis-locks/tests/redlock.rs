@@ -149,6 +149,46 @@ async fn a_paused_node_costs_at_most_the_node_timeout() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_waits_for_the_releases_left_to_the_background() {
+    let (servers, clients) = nodes(5).await;
+    let lock = Redlock::with_options(&clients, "rl:settle", options(20_000, 5_000)).unwrap();
+    let guard = lock.try_lock().await.expect("every node grants");
+    assert_eq!(holding(&servers, "rl:settle"), vec![0, 1, 2, 3, 4]);
+    // Nothing is left running yet: settle returns at once (bounded by the test's timeout).
+    tokio::time::timeout(Duration::from_secs(10), lock.settle())
+        .await
+        .expect("nothing in the background");
+    servers[4].pause();
+    guard
+        .release()
+        .await
+        .expect("four nodes release: a majority");
+    // The paused node's release is still under way; the node is resumed after a while, and
+    // settle must not return before that.
+    let resumed = std::sync::atomic::AtomicBool::new(false);
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        resumed.store(true, std::sync::atomic::Ordering::SeqCst);
+        servers[4].resume();
+    };
+    let settle = async {
+        tokio::time::timeout(Duration::from_secs(10), lock.settle())
+            .await
+            .expect("settles within the node timeout");
+        resumed.load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let ((), settled_after_resume) = tokio::join!(resume, settle);
+    assert!(
+        settled_after_resume,
+        "settle returned while the paused node's release was still under way"
+    );
+    assert!(
+        holding(&servers, "rl:settle").is_empty(),
+        "every node released, the paused one too, by the time settle returned"
+    );
+}
+
 #[tokio::test]
 async fn a_key_lost_on_one_node_does_not_let_a_second_holder_in() {
     let (servers, clients) = nodes(5).await;

@@ -61,7 +61,9 @@ impl RedlockGuard {
     }
 
     /// Releases the lock on every node and says whether a majority still held it for this
-    /// guard. A renewal under way is let finish first.
+    /// guard. A renewal under way is let finish first. It returns once a majority has
+    /// released; the other nodes' releases go on in the background, which
+    /// [`Redlock::settle`](crate::Redlock::settle) waits for (before a process exits).
     ///
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) when a majority of nodes no longer had this

@@ -59,7 +59,8 @@ impl RedlockHold {
         if phase == Phase::Release {
             // Done at the majority, as an attempt is; the other nodes' releases are seen
             // through in the background (a key left behind would hold that node until its
-            // lease ends; a process that exits at once may leave some unwritten). Each was
+            // lease ends; a process that exits at once may leave some unwritten, unless it
+            // awaits `Redlock::settle`, which waits for this background task). Each was
             // queued on its node's connection when the outcome was decided (`take_ready`) and
             // stays awaited, so this client's next attempt usually finds no key of this one;
             // where it does (a release still waiting for a reconnect, or re-sent after

@@ -171,6 +171,38 @@ impl Redlock {
         self.hold.quorum.needed()
     }
 
+    /// Waits until the requests this lock left running in the background are done: a
+    /// [`RedlockGuard::release`] returns once a majority of nodes has released, and the other
+    /// nodes' releases (like the raise of a node behind on tokens) are seen through by a task
+    /// of their own. A process about to exit calls this after its last release, so that no
+    /// node keeps the key until its lease ends (an exiting runtime drops those tasks, and a
+    /// request not yet written is never sent). Each of those requests is bounded by the
+    /// per-node timeout, so this returns within about that long. It does not wait for the
+    /// release of a guard dropped without [`RedlockGuard::release`] (that release runs in a
+    /// task of the lease's own).
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let servers = test_support::start_many(3)?;
+    /// use redis_locks::{Client, Redlock};
+    ///
+    /// let mut clients = Vec::new();
+    /// for server in &servers {
+    ///     clients.push(Client::connect(&server.url()).await?);
+    /// }
+    /// let lock = Redlock::new(&clients, "jobs:nightly")?;
+    /// lock.lock().await?.release().await?;
+    /// lock.settle().await; // every node's release is done: safe to exit
+    /// let state = lock.state().await?;
+    /// assert!(state.nodes.iter().all(|node| matches!(&node.state, Ok(s) if s.holder.is_none())));
+    /// # Ok(()) }
+    /// ```
+    pub async fn settle(&self) {
+        self.hold.quorum.settled().await;
+    }
+
     /// Tries once to take the lock on a majority.
     ///
     /// # Errors

@@ -10,6 +10,8 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
+use tokio::sync::watch;
+
 use crate::error::{Error, NodeVote, Result, Vote};
 use crate::node::Node;
 
@@ -17,6 +19,9 @@ use crate::node::Node;
 pub(crate) struct Quorum {
     nodes: Vec<Node>,
     node_timeout: Duration,
+    /// How many background tasks of this Redlock ([`Late::finish_in_background`]) still run:
+    /// [`Quorum::settled`] waits for none.
+    background: watch::Sender<usize>,
 }
 
 /// What one node answered to one request.
@@ -38,7 +43,17 @@ impl Quorum {
         Quorum {
             nodes,
             node_timeout,
+            background: watch::Sender::new(0),
         }
+    }
+
+    /// Waits until every request this Redlock sees through in the background (a release's
+    /// nodes after the majority, the raise of a node behind) has finished: each is bounded by
+    /// the per-node timeout, so this returns within about that long after the last one began.
+    pub(crate) async fn settled(&self) {
+        let mut running = self.background.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = running.wait_for(|running| *running == 0).await;
     }
 
     /// How many nodes make a majority.
@@ -129,6 +144,7 @@ impl Quorum {
     {
         let timeout = self.node_timeout;
         Late {
+            background: self.background.clone(),
             pending: which
                 .into_iter()
                 .map(|index| {
@@ -183,6 +199,25 @@ impl Quorum {
 /// awaited.
 pub(crate) struct Late<T: Send + 'static> {
     pending: FuturesUnordered<BoxFuture<'static, (usize, Answer<T>)>>,
+    /// The Redlock's count of background tasks.
+    background: watch::Sender<usize>,
+}
+
+/// One background task of a Redlock, counted from its spawn until it ends or is dropped (a
+/// runtime shutting down drops it unfinished).
+struct Running(watch::Sender<usize>);
+
+impl Running {
+    fn new(background: watch::Sender<usize>) -> Running {
+        background.send_modify(|running| *running += 1);
+        Running(background)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.send_modify(|running| *running -= 1);
+    }
 }
 
 impl<T: Send + 'static> Late<T> {
@@ -207,7 +242,11 @@ impl<T: Send + 'static> Late<T> {
             return;
         }
         let mut pending = std::mem::take(&mut self.pending);
-        tokio::spawn(async move { while pending.next().await.is_some() {} });
+        let running = Running::new(self.background.clone());
+        tokio::spawn(async move {
+            while pending.next().await.is_some() {}
+            drop(running);
+        });
     }
 }
 
