@@ -545,8 +545,10 @@ async fn acquire_on_as(
 /// and the connection's name, to vouch for the counter (see `acquire.lua`, `KEYS[3]`); `SET
 /// NX PX` with `owner`'s token and a lease of `lease_ms` milliseconds; the fencing counter's
 /// `INCR`, the node's token (a refusal advances the counter too: tokens only need to grow from
-/// one holder to the next); and the key's `PTTL` and `TYPE`, to say how long a holder's lease
-/// runs.
+/// one holder to the next); and, `with_pttl`, the key's `PTTL` and `TYPE`, to say how long a
+/// holder's lease runs or that the key is of another type (a try-once call; the first attempt
+/// of a wait leaves them out, as a `Mutex`'s does: a refusal there is followed by a waiting
+/// attempt, whose script says both).
 ///
 /// The `INCR` is trusted only where it is vouched for: the connection's name is among the
 /// counter's epochs (a script brought the counter up to a proposal on this very connection,
@@ -571,6 +573,7 @@ pub(crate) async fn acquire_first_on(
     owner: &str,
     lease_ms: &str,
     proposal: &str,
+    with_pttl: bool,
 ) -> Result<NodeGrant> {
     let (lock, fence) = (keys.lock(), keys.fence());
     let believed = node.connection_name();
@@ -583,19 +586,24 @@ pub(crate) async fn acquire_first_on(
         .arg("PX")
         .arg(lease_ms)
         .cmd("INCR")
-        .arg(fence)
-        .cmd("PTTL")
-        .arg(lock)
-        .cmd("TYPE")
-        .arg(lock);
+        .arg(fence);
+    if with_pttl {
+        pipe.cmd("PTTL").arg(lock).cmd("TYPE").arg(lock);
+    }
     let replies = node
         .run_pipeline(Phase::Acquire, &pipe, &[lock, fence, keys.epoch()])
         .await?;
-    let [epoch, name, set, counter, pttl, kind] = replies.as_slice() else {
-        return Err(Error::UnexpectedReply {
-            phase: Phase::Acquire,
-            detail: format!("{replies:?}"),
-        });
+    let (epoch, name, set, counter, pttl, kind) = match replies.as_slice() {
+        [epoch, name, set, counter] if !with_pttl => (epoch, name, set, counter, None, None),
+        [epoch, name, set, counter, pttl, kind] if with_pttl => {
+            (epoch, name, set, counter, Some(pttl), Some(kind))
+        }
+        _ => {
+            return Err(Error::UnexpectedReply {
+                phase: Phase::Acquire,
+                detail: format!("{replies:?}"),
+            });
+        }
     };
     match (set, counter) {
         (Value::Okay, Value::Int(token)) => match vouch(node, epoch, name, believed.as_deref()) {
@@ -615,7 +623,10 @@ pub(crate) async fn acquire_first_on(
             ))
         }
         (_, Value::ServerError(err)) => Err(counter_error(fence, err)),
-        (Value::Nil, _) if !matches!(kind, Value::SimpleString(kind) if kind == "string" || kind == "none") =>
+        (Value::Nil, _)
+            if kind.is_some_and(|kind| {
+                !matches!(kind, Value::SimpleString(kind) if kind == "string" || kind == "none")
+            }) =>
         {
             // Another primitive's key (an `RwLock`'s hash): the script names it.
             acquire_on(node, keys, owner, lease_ms, proposal, None).await
@@ -623,7 +634,7 @@ pub(crate) async fn acquire_first_on(
         // Held; a key without expiry (`PTTL` -1) was not written by this library and has no
         // lease to report, as the script would say.
         (Value::Nil, _) => Ok(NodeGrant::Held(match pttl {
-            Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+            Some(Value::Int(ms)) => u64::try_from(*ms).ok().map(Duration::from_millis),
             _ => None,
         })),
         _ => Err(Error::UnexpectedReply {

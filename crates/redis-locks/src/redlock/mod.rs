@@ -214,7 +214,7 @@ impl Redlock {
     /// If the future is dropped after the requests went out, whatever the nodes granted is
     /// released by owner token in a background task.
     pub async fn try_lock(&self) -> Result<RedlockGuard> {
-        match self.attempt(None, Some(Instant::now())).await?.0 {
+        match self.attempt(None, Some(Instant::now()), true).await?.0 {
             Try::Won(lease) => Ok(RedlockGuard::new(lease)),
             Try::Held(retry_after) => Err(Error::Held {
                 name: self.name().to_string(),
@@ -296,11 +296,14 @@ impl Redlock {
     /// One attempt on all nodes; a grant whose validity was gone by the time it was proven
     /// is given back and asked again within `deadline` (the wait budget), [`MAX_LATE_GRANTS`]
     /// attempts in all. With a refusal, how soon to look again when no wake-up is sure to come
-    /// (see [`Refusal::poll`]).
+    /// (see [`Refusal::poll`]). A first attempt (no `line`) asks `with_pttl` how long the
+    /// holders' leases run (a try-once call reports it; a wait's refused first attempt is
+    /// followed by a waiting attempt, whose script says it).
     async fn attempt(
         &self,
         line: Option<Waiting>,
         deadline: Option<Instant>,
+        with_pttl: bool,
     ) -> Result<(Try, Option<Duration>)> {
         if !self.scripts_loaded.load(Ordering::Relaxed) {
             self.load_scripts().await;
@@ -309,7 +312,7 @@ impl Redlock {
         loop {
             let owed = OwedRelease::new(self.hold.clone());
             let sent_at = Instant::now();
-            let token = match self.ask(&owed, sent_at, line.as_ref()).await {
+            let token = match self.ask(&owed, sent_at, line.as_ref(), with_pttl).await {
                 Asked::Granted(token) => token,
                 Asked::Refused(outcome) => {
                     // Whatever may have been granted was released already.
@@ -368,7 +371,13 @@ impl Redlock {
 
     /// Asks every node for the lock with `owed`'s owner token, then raises the fencing
     /// counter on the granting majority.
-    async fn ask(&self, owed: &OwedRelease, sent_at: Instant, line: Option<&Waiting>) -> Asked {
+    async fn ask(
+        &self,
+        owed: &OwedRelease,
+        sent_at: Instant,
+        line: Option<&Waiting>,
+        with_pttl: bool,
+    ) -> Asked {
         let quorum = &self.hold.quorum;
         let total = quorum.nodes().len();
         let needed = quorum.needed();
@@ -400,8 +409,10 @@ impl Redlock {
                         .map(|line| (line.clone(), self.place_ms.clone()));
                     async move {
                         if first {
-                            return acquire_first_on(&node, &keys, &owner, &lease_ms, &proposal)
-                                .await;
+                            return acquire_first_on(
+                                &node, &keys, &owner, &lease_ms, &proposal, with_pttl,
+                            )
+                            .await;
                         }
                         let in_line = line.as_ref().map(|(line, place_ms)| InLine {
                             waiter: &line.waiter,
@@ -702,7 +713,7 @@ impl Contending<'_> {
     /// One attempt, in `line`'s place on the first node when it has one.
     async fn in_line(&mut self, line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
         let Some(local) = line.local else {
-            return self.once(None, deadline).await;
+            return self.once(None, deadline, true).await;
         };
         local.placing(&self.lock.hold.quorum.nodes()[0], &self.lock.keys);
         self.place = Some(local.id().clone());
@@ -714,12 +725,18 @@ impl Contending<'_> {
         // first node, whose queue then still holds it, and a stale place there would be woken
         // by every release instead of the waiters behind it. The place is left when this
         // process's last waiter of the lock is done (a leave that finds no place does nothing).
-        self.once(Some(waiting), deadline).await
+        self.once(Some(waiting), deadline, false).await
     }
 
-    /// One attempt, remembering how soon to look again.
-    async fn once(&mut self, waiting: Option<Waiting>, deadline: Option<Instant>) -> Result<Try> {
-        let (attempt, poll) = self.lock.attempt(waiting, deadline).await?;
+    /// One attempt, remembering how soon to look again; a first attempt (no `waiting`) asks
+    /// `with_pttl` how long the holders' leases run.
+    async fn once(
+        &mut self,
+        waiting: Option<Waiting>,
+        deadline: Option<Instant>,
+        with_pttl: bool,
+    ) -> Result<Try> {
+        let (attempt, poll) = self.lock.attempt(waiting, deadline, with_pttl).await?;
         self.poll = poll;
         Ok(attempt)
     }
@@ -742,7 +759,10 @@ impl Contender for Contending<'_> {
         match line {
             // This process waited for the lock a moment ago: get in line.
             Some(line) => self.in_line(line, deadline).await,
-            None => self.once(None, deadline).await,
+            // With a budget, a refusal may end the wait: then say how long the holders'
+            // leases last (and name a key of another type). Without one, a refusal is
+            // followed by a waiting attempt, whose script says both.
+            None => self.once(None, deadline, deadline.is_some()).await,
         }
     }
 
