@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::error::{Error, NodeVote, Result, Vote};
 use crate::node::Node;
@@ -100,12 +101,25 @@ impl Quorum {
     {
         let mut answers: Answers<T> = (0..self.nodes.len()).map(|_| None).collect();
         let mut late = self.sent(which, request);
-        while let Some((index, answer)) = late.pending.next().await {
-            answers[index] = Some(answer);
-            if decided(&answers) {
-                // Take what is in already: a node that answered with the others counts.
-                late.take_ready(&mut answers);
-                break;
+        // One timer for all the nodes asked together: they share the deadline.
+        let out_of_time = tokio::time::sleep_until(late.deadline);
+        tokio::pin!(out_of_time);
+        loop {
+            tokio::select! {
+                biased;
+                next = late.pending.next() => {
+                    let Some((index, reply)) = next else { break };
+                    answers[index] = Some(answer(reply));
+                    if decided(&answers) {
+                        // Take what is in already: a node that answered with the others counts.
+                        late.take_ready(&mut answers);
+                        break;
+                    }
+                }
+                () = &mut out_of_time => {
+                    late.time_out(&mut answers);
+                    break;
+                }
             }
         }
         (answers, late)
@@ -142,24 +156,18 @@ impl Quorum {
         T: Send + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
-        let timeout = self.node_timeout;
+        let asked: Vec<usize> = which.into_iter().collect();
         Late {
+            deadline: Instant::now() + self.node_timeout,
             background: self.background.clone(),
-            pending: which
-                .into_iter()
-                .map(|index| {
+            pending: asked
+                .iter()
+                .map(|&index| {
                     let request = request(index, &self.nodes[index]);
-                    async move {
-                        let answer = match tokio::time::timeout(timeout, request).await {
-                            Ok(Ok(reply)) => Answer::Replied(reply),
-                            Ok(Err(err)) => Answer::Failed(err),
-                            Err(_) => Answer::TimedOut,
-                        };
-                        (index, answer)
-                    }
-                    .boxed()
+                    async move { (index, request.await) }.boxed()
                 })
                 .collect(),
+            asked,
         }
     }
 
@@ -198,7 +206,11 @@ impl Quorum {
 /// Requests of one [`Quorum::ask_keeping`] still under way; dropped, their replies are not
 /// awaited.
 pub(crate) struct Late<T: Send + 'static> {
-    pending: FuturesUnordered<BoxFuture<'static, (usize, Answer<T>)>>,
+    pending: FuturesUnordered<BoxFuture<'static, (usize, Result<T>)>>,
+    /// The nodes asked.
+    asked: Vec<usize>,
+    /// When the per-node timeout of every request ends (they were sent together).
+    deadline: Instant,
     /// The Redlock's count of background tasks.
     background: watch::Sender<usize>,
 }
@@ -227,10 +239,19 @@ impl<T: Send + 'static> Late<T> {
     /// queued on its connection when this returns (it is written only if it is still awaited
     /// when the connection gets to it, see [`Quorum::ask`]).
     pub(crate) fn take_ready(&mut self, answers: &mut Answers<T>) {
-        while let Some(Some((index, answer))) =
+        while let Some(Some((index, reply))) =
             tokio::task::unconstrained(self.pending.next()).now_or_never()
         {
-            answers[index] = Some(answer);
+            answers[index] = Some(answer(reply));
+        }
+    }
+
+    /// The per-node timeout has passed: every node asked that has not answered timed out.
+    /// Its request is dropped.
+    fn time_out(&mut self, answers: &mut Answers<T>) {
+        self.pending = FuturesUnordered::new();
+        for &index in &self.asked {
+            answers[index].get_or_insert(Answer::TimedOut);
         }
     }
 
@@ -242,11 +263,22 @@ impl<T: Send + 'static> Late<T> {
             return;
         }
         let mut pending = std::mem::take(&mut self.pending);
-        let running = Running::new(self.background.clone());
+        let (running, deadline) = (Running::new(self.background.clone()), self.deadline);
         tokio::spawn(async move {
-            while pending.next().await.is_some() {}
+            let _ = tokio::time::timeout_at(deadline, async {
+                while pending.next().await.is_some() {}
+            })
+            .await;
             drop(running);
         });
+    }
+}
+
+/// One node's reply or error as its answer.
+fn answer<T>(reply: Result<T>) -> Answer<T> {
+    match reply {
+        Ok(reply) => Answer::Replied(reply),
+        Err(err) => Answer::Failed(err),
     }
 }
 
