@@ -144,7 +144,16 @@ impl Task {
             .copied()
             .find(|trigger| trigger.at == seq);
         let die = strike.is_some_and(|trigger| trigger.action == Action::Die);
-        let (hold, lease_end) = self.acquire(die).await?;
+        let (hold, mut lease_end) = self.acquire(die).await?;
+        if let (true, Hold::Ours(guard)) = (die, &hold) {
+            // A lock handed over by a release runs for the waiter's place lease until the
+            // watchdog's first extension, which lowers the deadline to the lease asked for
+            // before it goes out (and may shorten the key): a holder killed after that held no
+            // longer than the lower deadline. Die with it settled, so that `check` counts the
+            // holding to the deadline the holder had when it died.
+            let lease = Duration::from_millis(self.plan.lease_ms);
+            lease_end = Some(check_time(settled_deadline(guard, lease).await));
+        }
         let acquired_at = now_nanos();
         let token = match &hold {
             Hold::Ours(guard) => Some(guard.fencing_token()),
@@ -358,6 +367,23 @@ fn wall_ms() -> i64 {
 
 /// A tokio instant, past or future, on `check`'s clock (monotonic ns): that clock is read
 /// between two readings of tokio's, and set against their midpoint.
+/// The guard's lease deadline once it is no later than `lease` from now (at once, unless the
+/// lock was handed over and its first extension has not gone out yet; at most a second).
+async fn settled_deadline(
+    guard: &cli_support::primitive::Guard,
+    lease: Duration,
+) -> tokio::time::Instant {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let deadline = guard.lease_deadline();
+        let now = tokio::time::Instant::now();
+        if deadline <= now + lease || now >= give_up {
+            return deadline;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 fn check_time(instant: tokio::time::Instant) -> u64 {
     let before = tokio::time::Instant::now();
     let wall = now_nanos();
