@@ -744,6 +744,25 @@ async fn a_node_down_at_start_joins_in_once_it_is_back() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_does_not_wait_for_a_node_down_since_the_start() {
+    let (mut servers, mut clients) = nodes(3).await;
+    // The process starts while the third server is down: its client connects lazily and keeps
+    // trying, so a request to it waits out the node timeout.
+    servers[2].kill();
+    let patient = redis_locks::ClientOptions::default().reconnect_attempts(20);
+    clients[2] = Client::connect_lazy(&servers[2].url(), patient).unwrap();
+    let lock = Redlock::with_options(&clients, "rl:settle-down", options(60_000, 20_000)).unwrap();
+    let guard = lock.lock().await.expect("two of three grant");
+    guard.release().await.expect("two of three release");
+    // The release sent to the node that never answered has nothing to undo there: settle
+    // does not wait the node timeout (20 s) for it.
+    tokio::time::timeout(Duration::from_secs(5), lock.settle())
+        .await
+        .expect("settled without waiting for the node that never answered");
+    assert!(holding(&servers, "rl:settle-down").is_empty());
+}
+
 #[tokio::test]
 async fn a_node_that_answers_after_the_decision_still_takes_the_first_grant() {
     let (servers, clients) = nodes(3).await;

@@ -145,6 +145,7 @@ impl Task {
             .find(|trigger| trigger.at == seq);
         let die = strike.is_some_and(|trigger| trigger.action == Action::Die);
         let (hold, mut lease_end) = self.acquire(die).await?;
+        let acquired_at = now_nanos();
         if let (true, Hold::Ours(guard)) = (die, &hold) {
             // A lock handed over by a release runs for the waiter's place lease until the
             // watchdog's first extension, which lowers the deadline to the lease asked for
@@ -154,7 +155,6 @@ impl Task {
             let lease = Duration::from_millis(self.plan.lease_ms);
             lease_end = Some(check_time(settled_deadline(guard, lease).await));
         }
-        let acquired_at = now_nanos();
         let token = match &hold {
             Hold::Ours(guard) => Some(guard.fencing_token()),
             Hold::Legacy => None,
@@ -365,8 +365,6 @@ fn wall_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// A tokio instant, past or future, on `check`'s clock (monotonic ns): that clock is read
-/// between two readings of tokio's, and set against their midpoint.
 /// The guard's lease deadline once it is no later than `lease` from now (at once, unless the
 /// lock was handed over and its first extension has not gone out yet; at most a second).
 async fn settled_deadline(
@@ -384,6 +382,8 @@ async fn settled_deadline(
     }
 }
 
+/// A tokio instant, past or future, on `check`'s clock (monotonic ns): that clock is read
+/// between two readings of tokio's, and set against their midpoint.
 fn check_time(instant: tokio::time::Instant) -> u64 {
     let before = tokio::time::Instant::now();
     let wall = now_nanos();
