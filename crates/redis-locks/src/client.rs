@@ -82,7 +82,9 @@ impl std::fmt::Debug for Client {
 pub struct ClientStats {
     /// Round trips sent to Redis: script calls, pipelines and commands on the main
     /// connection (a pipeline counts once), plus subscription commands and reconnects of the
-    /// wake-up connection.
+    /// wake-up connection. Counted when the request is handed to the connection: a
+    /// [`Redlock`](crate::Redlock) request dropped once the outcome was decided is counted even
+    /// when the connection had not written it yet (redis-rs then never writes it).
     pub requests: u64,
 }
 
