@@ -503,6 +503,20 @@ async fn release_after_failure(guard: Guard, name: &str) {
     }
 }
 
+/// Releases a lock that was lost: whatever of it may still stand (a Redlock node that kept
+/// the key while the majority lost it) goes now rather than at its lease's end, before `run`
+/// exits. That the lock is gone ([`Error::NotHeld`](redis_locks::Error::NotHeld)) is what a
+/// loss means; any other failure is said.
+async fn release_lost(guard: Guard) {
+    let name = guard.name().to_string();
+    match guard.release().await {
+        Err(err) if !err.is_not_held() => {
+            eprintln!("redis-locks: releasing the lost lock {name:?}: {err}");
+        }
+        _ => {}
+    }
+}
+
 /// The signals `run` passes on to the command.
 struct Signals {
     interrupts: tokio::signal::unix::Signal,
@@ -579,7 +593,9 @@ async fn supervise(
             reason = &mut lost => {
                 eprintln!("redis-locks: lock {:?} lost ({reason}); stopping the command", guard.name());
                 stop(child, target, grace).await;
-                return Err(CliError::Lost(format!("lock {:?} was lost while the command ran: {reason}", guard.name())));
+                let lost = CliError::Lost(format!("lock {:?} was lost while the command ran: {reason}", guard.name()));
+                release_lost(guard).await;
+                return Err(lost);
             }
             status = child.wait() => return finish(guard, exit_code(status)).await,
             _ = signals.interrupts.recv() => target.pass_on(Signal::SIGINT),

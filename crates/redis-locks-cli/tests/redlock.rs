@@ -187,3 +187,44 @@ fn run_sends_every_nodes_release_before_it_exits() {
     assert_eq!(status.code(), Some(0));
     assert_eq!(holders(&servers, "rl-exit"), 0, "no node keeps the key");
 }
+
+#[test]
+fn a_lost_redlock_is_released_where_it_still_stands_before_run_exits() {
+    let servers = test_support::start_many(3).unwrap();
+    let mut child = run(&servers, &["--ttl", "3s", "rl-lost"], &["sleep", "60"])
+        .spawn()
+        .expect("start redis-locks run");
+    let started = std::time::Instant::now();
+    while holders(&servers, "rl-lost") < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the key never stood on every node"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A majority loses the key (as nodes restarted without their data would): the next
+    // renewal, within a third of the lease, finds it gone there, and the lock is lost.
+    for server in &servers[..2] {
+        redis::cmd("DEL")
+            .arg("rl-lost")
+            .exec(&mut server.connection().unwrap())
+            .unwrap();
+    }
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "run did not notice the loss"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(70), "a lost lock is exit 70");
+    // The third node still had the key, with up to 3 s of lease left: run released it there.
+    assert_eq!(
+        holders(&servers, "rl-lost"),
+        0,
+        "the node that kept the key released it before run exited"
+    );
+}
