@@ -503,17 +503,26 @@ async fn release_after_failure(guard: Guard, name: &str) {
     }
 }
 
+/// How long `run` tries to release a lost lock before it exits without: a loss often means
+/// Redis cannot be reached, and the release would then wait out the reconnect attempts.
+const LOST_RELEASE_WAIT: Duration = Duration::from_secs(1);
+
 /// Releases a lock that was lost: whatever of it may still stand (a Redlock node that kept
 /// the key while the majority lost it) goes now rather than at its lease's end, before `run`
-/// exits. That the lock is gone ([`Error::NotHeld`](redis_locks::Error::NotHeld)) is what a
-/// loss means; any other failure is said.
+/// exits; within [`LOST_RELEASE_WAIT`]. That the lock is gone
+/// ([`Error::NotHeld`](redis_locks::Error::NotHeld)) is what a loss means; any other failure
+/// is said.
 async fn release_lost(guard: Guard) {
     let name = guard.name().to_string();
-    match guard.release().await {
-        Err(err) if !err.is_not_held() => {
+    match tokio::time::timeout(LOST_RELEASE_WAIT, guard.release()).await {
+        Ok(Err(err)) if !err.is_not_held() => {
             eprintln!("redis-locks: releasing the lost lock {name:?}: {err}");
         }
-        _ => {}
+        Err(_) => eprintln!(
+            "redis-locks: releasing the lost lock {name:?}: no answer within {LOST_RELEASE_WAIT:?}; \
+             its lease ends what is left of it"
+        ),
+        Ok(_) => {}
     }
 }
 

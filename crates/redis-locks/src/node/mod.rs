@@ -24,7 +24,7 @@ mod url;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -62,9 +62,6 @@ struct Inner {
     /// pipelined), not the three of `EVALSHA`, `NOSCRIPT`, `SCRIPT LOAD`, `EVALSHA` — which
     /// would make a holder's first renewal three times slower than the next ones.
     loaded: std::sync::Mutex<HashSet<String>>,
-    /// Whether the server has answered this node at least once (a connected node has; a lazy
-    /// one not until its first reply, error replies included).
-    answered: AtomicBool,
 }
 
 impl Node {
@@ -130,7 +127,6 @@ impl Node {
                 requests: AtomicU64::new(0),
                 run_id,
                 loaded: Default::default(),
-                answered: AtomicBool::new(true),
             }),
         })
     }
@@ -156,7 +152,6 @@ impl Node {
                 requests: AtomicU64::new(0),
                 run_id: None,
                 loaded: Default::default(),
-                answered: AtomicBool::new(false),
             }),
         })
     }
@@ -209,8 +204,8 @@ impl Node {
             }
         } else {
             self.load_and_run(script, &evalsha, &mut connection).await
-        };
-        let reply = self.noted(reply.map_err(|err| request_error(phase, keys, err)))?;
+        }
+        .map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
     }
 
@@ -282,8 +277,9 @@ impl Node {
     ) -> Result<Vec<Value>> {
         let mut connection = self.inner.connection.clone();
         self.count_request();
-        let replies = pipe.query_async(&mut connection).await;
-        self.noted(replies.map_err(|err| request_error(phase, keys, err)))
+        pipe.query_async(&mut connection)
+            .await
+            .map_err(|err| request_error(phase, keys, err))
     }
 
     /// Loads `scripts` into the server's script cache in one round trip, so that a call of
@@ -296,8 +292,9 @@ impl Node {
         }
         let mut connection = self.inner.connection.clone();
         self.count_request();
-        let loaded = pipe.query_async::<()>(&mut connection).await;
-        self.noted(loaded.map_err(|err| request_error(Phase::Acquire, &[], err)))?;
+        pipe.query_async::<()>(&mut connection)
+            .await
+            .map_err(|err| request_error(Phase::Acquire, &[], err))?;
         self.mark_loaded(scripts);
         Ok(())
     }
@@ -311,8 +308,10 @@ impl Node {
     ) -> Result<T> {
         let mut connection = self.inner.connection.clone();
         self.count_request();
-        let reply = command.query_async::<Value>(&mut connection).await;
-        let reply = self.noted(reply.map_err(|err| request_error(phase, keys, err)))?;
+        let reply = command
+            .query_async::<Value>(&mut connection)
+            .await
+            .map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
     }
 
@@ -400,21 +399,6 @@ impl Node {
     #[cfg(test)]
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.inner.connection.clone()
-    }
-
-    /// Whether the server has ever answered this node (a node made by
-    /// [`Node::connect_lazy`] that never reached its server has not: none of its requests can
-    /// have run there).
-    pub(crate) fn has_answered(&self) -> bool {
-        self.inner.answered.load(Ordering::Relaxed)
-    }
-
-    /// Notes a request's outcome: anything but a connection error is the server's answer.
-    fn noted<T>(&self, outcome: Result<T>) -> Result<T> {
-        if !matches!(outcome, Err(Error::Connection { .. })) {
-            self.inner.answered.store(true, Ordering::Relaxed);
-        }
-        outcome
     }
 
     fn count_request(&self) {

@@ -177,11 +177,10 @@ impl Redlock {
     /// of their own. A process about to exit calls this after its last release, so that no
     /// node keeps the key until its lease ends (an exiting runtime drops those tasks, and a
     /// request not yet written is never sent). Each of those requests is bounded by the
-    /// per-node timeout, so this returns within about that long. It does not wait for the
-    /// requests to a node whose server has not answered this process once (down since it
-    /// started: nothing of the lock can stand there, and they would only cost the node
-    /// timeout), nor for the release of a guard dropped without [`RedlockGuard::release`]
-    /// (that release runs in a task of the lease's own).
+    /// per-node timeout, so this returns within about that long: a node that is down costs up
+    /// to the node timeout here (its release waits for a reconnect). It does not wait for the
+    /// release of a guard dropped without [`RedlockGuard::release`] (that release runs in a
+    /// task of the lease's own).
     ///
     /// # Examples
     /// ```

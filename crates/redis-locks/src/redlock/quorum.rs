@@ -4,8 +4,6 @@
 //! decided.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -164,10 +162,9 @@ impl Quorum {
             background: self.background.clone(),
             pending: asked
                 .iter()
-                .map(|&index| Tagged {
-                    index,
-                    unanswered: !self.nodes[index].has_answered(),
-                    request: request(index, &self.nodes[index]).boxed(),
+                .map(|&index| {
+                    let request = request(index, &self.nodes[index]);
+                    async move { (index, request.await) }.boxed()
                 })
                 .collect(),
             asked,
@@ -209,31 +206,13 @@ impl Quorum {
 /// Requests of one [`Quorum::ask_keeping`] still under way; dropped, their replies are not
 /// awaited.
 pub(crate) struct Late<T: Send + 'static> {
-    pending: FuturesUnordered<Tagged<T>>,
+    pending: FuturesUnordered<BoxFuture<'static, (usize, Result<T>)>>,
     /// The nodes asked.
     asked: Vec<usize>,
     /// When the per-node timeout of every request ends (they were sent together).
     deadline: Instant,
     /// The Redlock's count of background tasks.
     background: watch::Sender<usize>,
-}
-
-/// One node's request, with the node's index.
-struct Tagged<T> {
-    index: usize,
-    /// The node's server had never answered it when the request was made (a node that was
-    /// down when the process started): the request cannot have anything to undo there.
-    unanswered: bool,
-    request: BoxFuture<'static, Result<T>>,
-}
-
-impl<T> Future for Tagged<T> {
-    type Output = (usize, Result<T>);
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let index = self.index;
-        self.request.as_mut().poll(cx).map(|reply| (index, reply))
-    }
 }
 
 /// One background task of a Redlock, counted from its spawn until it ends or is dropped (a
@@ -276,30 +255,22 @@ impl<T: Send + 'static> Late<T> {
         }
     }
 
-    /// Awaits the requests still under way (each within the node timeout) in background
-    /// tasks: for requests that must be seen through even if a node's connection is being
-    /// re-opened (a release). [`Quorum::settled`] waits for them, except for those to nodes
-    /// whose server never answered (down since the process started: nothing of this lock can
-    /// stand there, and waiting would only cost the node timeout).
+    /// Awaits the requests still under way (each within the node timeout) in a background
+    /// task: for requests that must be seen through even if a node's connection is being
+    /// re-opened (a release).
     pub(crate) fn finish_in_background(mut self) {
-        let (unanswered, answered): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|request| request.unanswered);
-        for (requests, counted) in [(answered, true), (unanswered, false)] {
-            if requests.is_empty() {
-                continue;
-            }
-            let mut pending: FuturesUnordered<Tagged<T>> = requests.into_iter().collect();
-            let running = counted.then(|| Running::new(self.background.clone()));
-            let deadline = self.deadline;
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout_at(deadline, async {
-                    while pending.next().await.is_some() {}
-                })
-                .await;
-                drop(running);
-            });
+        if self.pending.is_empty() {
+            return;
         }
+        let mut pending = std::mem::take(&mut self.pending);
+        let (running, deadline) = (Running::new(self.background.clone()), self.deadline);
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout_at(deadline, async {
+                while pending.next().await.is_some() {}
+            })
+            .await;
+            drop(running);
+        });
     }
 }
 
