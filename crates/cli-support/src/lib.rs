@@ -74,10 +74,28 @@ pub fn parse<C: clap::Parser>() -> Result<C, ExitCode> {
     })
 }
 
-/// Runs `command` to its end on a Tokio runtime, with the libraries' logs on stderr (level
-/// `warn`, or `RUST_LOG`), and turns its outcome into the exit code: the code it returned,
-/// or its error's, printed after `program: `.
+/// Runs `command` to its end on a multi-threaded Tokio runtime, with the libraries' logs on
+/// stderr (level `warn`, or `RUST_LOG`), and turns its outcome into the exit code: the code it
+/// returned, or its error's, printed after `program: `.
 pub fn block_on(program: &str, command: impl Future<Output = Result<u8, CliError>>) -> ExitCode {
+    block_on_with(program, Flavor::MultiThread, command)
+}
+
+/// Which Tokio runtime a program runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Flavor {
+    /// Tokio's default: a worker thread per core, tasks moved between them.
+    MultiThread,
+    /// Every task on the one thread that runs the program.
+    CurrentThread,
+}
+
+/// As [`block_on`], on a runtime of the given `flavor`.
+pub fn block_on_with(
+    program: &str,
+    flavor: Flavor,
+    command: impl Future<Output = Result<u8, CliError>>,
+) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -85,7 +103,15 @@ pub fn block_on(program: &str, command: impl Future<Output = Result<u8, CliError
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let built = match flavor {
+        Flavor::MultiThread => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    };
+    let runtime = match built {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("{program}: cannot start the async runtime: {err}");

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
+use cli_support::Flavor;
 use cli_support::exit::CliError;
 use cli_support::redis_target::RedisTarget;
 use redis_locks_bench::Bench;
@@ -30,6 +31,11 @@ struct Cli {
     /// Print one JSON object per run instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// The Tokio runtime the workers run on: multi-thread (Tokio's default, as most
+    /// applications run) or current-thread (every task on one thread: a Redlock's connections
+    /// to its nodes then wake no second worker thread).
+    #[arg(long, global = true, value_enum, default_value_t = Flavor::MultiThread)]
+    runtime: Flavor,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -41,7 +47,7 @@ WRONGPASS, NOPERM); 65 and 70 as `redis-locks --help` says.";
 
 fn main() -> ExitCode {
     match cli_support::parse::<Cli>() {
-        Ok(cli) => cli_support::block_on(&program_name(), run(cli)),
+        Ok(cli) => cli_support::block_on_with(&program_name(), cli.runtime, run(cli)),
         Err(code) => code,
     }
 }

@@ -44,7 +44,15 @@ fn help_lists_the_benchmarks_and_bad_usage_exits_64() {
         help.contains("Usage: redis-locks-bench [OPTIONS] <COMMAND>"),
         "{help}"
     );
-    for word in ["throughput", "handoff", "market", "--redis", "--json", "69"] {
+    for word in [
+        "throughput",
+        "handoff",
+        "market",
+        "--redis",
+        "--json",
+        "--runtime",
+        "69",
+    ] {
         assert!(help.contains(word), "{word} missing:\n{help}");
     }
     for args in [
@@ -56,6 +64,7 @@ fn help_lists_the_benchmarks_and_bad_usage_exits_64() {
         &["handoff", "--readers", "2"],
         &["handoff", "--kind", "rwlock", "--writers", "0"],
         &["throughput", "--kind", "upgradable"],
+        &["--runtime", "single", "throughput"],
     ] {
         let out = bench(args);
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -194,9 +203,10 @@ fn json_runs_on_nodes(servers: &[RedisServer], command: &str) -> Vec<serde_json:
 #[test]
 fn redlock_throughput_is_measured_beside_one_node_and_the_bare_fan_out() {
     let servers = test_support::start_many(3).unwrap();
+    // On the one-thread runtime (the other tests run on the default, multi-threaded one).
     let runs = json_runs_on_nodes(
         &servers,
-        "throughput --kind redlock --workers 2 --duration 500ms",
+        "--runtime current-thread throughput --kind redlock --workers 2 --duration 500ms",
     );
     let run = &runs[0];
     assert_eq!(run["kind"], "redlock");
