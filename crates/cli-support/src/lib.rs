@@ -103,15 +103,11 @@ pub fn block_on_with(
         )
         .with_writer(std::io::stderr)
         .init();
-    let built = match flavor {
-        Flavor::MultiThread => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build(),
-        Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
+    let mut builder = match flavor {
+        Flavor::MultiThread => tokio::runtime::Builder::new_multi_thread(),
+        Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
     };
-    let runtime = match built {
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("{program}: cannot start the async runtime: {err}");

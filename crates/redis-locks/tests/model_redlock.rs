@@ -62,8 +62,6 @@ enum Client {
     Asking {
         sent: u8,
         left: u8,
-        /// A first attempt (the pipeline) rather than the script.
-        first: bool,
         answers: [Answer; NODES],
     },
     /// Raising `token` on the nodes in `behind` not yet asked; `raised` have it.
@@ -105,8 +103,7 @@ struct State {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Action {
     Tick,
-    /// Client, and whether the attempt is a first one (the pipeline).
-    Send(usize, bool),
+    Send(usize),
     Acquire(usize, usize),
     Decide(usize),
     Raise(usize, usize),
@@ -187,7 +184,7 @@ impl Model for RedlockModel {
         }
         for (c, client) in state.clients.iter().enumerate() {
             match client {
-                Client::Idle { .. } => actions.push(Action::Send(c, FIRST[c])),
+                Client::Idle { .. } => actions.push(Action::Send(c)),
                 Client::Asking { answers, .. } => {
                     for (n, answer) in answers.iter().enumerate() {
                         if *answer == Answer::Pending {
@@ -240,21 +237,19 @@ impl Model for RedlockModel {
                     }
                 }
             }
-            Action::Send(c, first) => {
+            Action::Send(c) => {
                 let Client::Idle { left } = state.clients[c] else {
                     return None;
                 };
                 state.clients[c] = Client::Asking {
                     sent: state.now,
                     left,
-                    first,
                     answers: [Answer::Pending; NODES],
                 };
             }
             Action::Acquire(c, n) => {
                 let Client::Asking {
                     sent,
-                    first,
                     ref mut answers,
                     ..
                 } = state.clients[c]
@@ -267,7 +262,7 @@ impl Model for RedlockModel {
                     node.key = Some((c, state.now + LEASE));
                 }
                 // The proposal is the client's clock when it sent the attempt.
-                if first {
+                if FIRST[c] {
                     // SET NX PX and INCR; a grant on a connection the node does not vouch
                     // for is numbered again by the script, which vouches from then on.
                     node.counter += 1;

@@ -815,14 +815,13 @@ async fn until_every_node(
     what: &str,
     holds: impl Fn(&RedisServer) -> bool,
 ) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !servers.iter().all(&holds) {
-        assert!(
-            Instant::now() < deadline,
-            "not on every node in time: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            servers.iter().all(&holds)
+        })
+        .await,
+        "not on every node in time: {what}"
+    );
 }
 
 /// Acquires and releases `lock` `n` times, each release seen through on every live node.

@@ -191,18 +191,11 @@ fn acquire_on_node() -> Script {
 /// Runs [`acquire_on_node`] for `owner` with the Redlock `proposal` and the connection name
 /// `name` to record (`""`: none).
 fn run_on_node(con: &mut Connection, owner: &str, name: &str, proposal: i64) -> (i64, i64) {
+    // ARGV: owner, lease, no mark, the name, no waiter, place lease or channel, the proposal.
+    let proposal = proposal.to_string();
     acquire_on_node()
-        .key("L")
-        .key("{L}:fence")
-        .key("{L}:epoch")
-        .arg(owner)
-        .arg(1_000)
-        .arg("0")
-        .arg(name)
-        .arg("")
-        .arg("")
-        .arg("")
-        .arg(proposal)
+        .key(&["L", "{L}:fence", "{L}:epoch"][..])
+        .arg(&[owner, "1000", "0", name, "", "", "", &proposal][..])
         .invoke(con)
         .unwrap()
 }

@@ -145,8 +145,8 @@ impl Quorum {
         late.finish_in_background();
     }
 
-    /// The requests `request` makes of the nodes in `which`, each bounded by the per-node
-    /// timeout, not yet polled.
+    /// The requests `request` makes of the nodes in `which`, not yet polled, with their
+    /// common deadline: the per-node timeout from now (the callers bound them by it).
     fn sent<T, Fut>(
         &self,
         which: impl IntoIterator<Item = usize>,
@@ -265,10 +265,20 @@ impl<T: Send + 'static> Late<T> {
         let mut pending = std::mem::take(&mut self.pending);
         let (running, deadline) = (Running::new(self.background.clone()), self.deadline);
         tokio::spawn(async move {
-            let _ = tokio::time::timeout_at(deadline, async {
-                while pending.next().await.is_some() {}
-            })
-            .await;
+            // Nobody reads these answers any more; a failure is only worth a debug line (the
+            // node's lease ends what it keeps).
+            let finish = async {
+                while let Some((index, reply)) = pending.next().await {
+                    if let Err(err) = reply {
+                        tracing::debug!(node = index, %err, "background request of a Redlock failed");
+                    }
+                }
+            };
+            if tokio::time::timeout_at(deadline, finish).await.is_err() {
+                tracing::debug!(
+                    "background requests of a Redlock not answered within the node timeout"
+                );
+            }
             drop(running);
         });
     }
