@@ -1,14 +1,27 @@
 //! Connecting to the Redis a command names: one server, or the independent servers of a
 //! Redlock (several `--redis`), of which a minority may be down when the command starts.
 
+use std::time::Duration;
+
 use redis_locks::{Client, ClientOptions};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use cli_support::exit::CliError;
 
+/// How long the nodes still connecting are waited for once a majority has connected; the
+/// ones that have not connected by then are started as down (see [`connect_all`]).
+pub const STRAGGLER_GRACE: Duration = Duration::from_millis(100);
+
 /// A client per URL. With one URL, it must be reachable. With several (a Redlock's nodes),
-/// a server that cannot be reached now gets a client that connects on its first request, as
-/// long as a majority was reached; any other failure (bad URL, refused password, not Redis)
-/// is reported at once.
+/// the nodes are connected to all at once, and the command goes on as soon as a majority has
+/// connected and the others have either connected, failed, or had [`STRAGGLER_GRACE`] more:
+/// a node that is down, or slow to answer (paused, say), then costs the start no more than
+/// that. Such a node gets a client that connects on its first request and tries once per
+/// request (no reconnect attempts with back-off): a request to a server that refuses
+/// connections fails at once, so the Redlock's background requests to it (the release of a
+/// node that never got the acquire) end at once too, instead of after the node timeout. Any
+/// other failure (bad URL, refused password, not Redis) is reported at once.
 ///
 /// # Errors
 /// What connecting to a server said; for a Redlock with no majority reachable, the first
@@ -17,24 +30,73 @@ pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
     if let [url] = urls {
         return Ok(vec![Client::connect(url).await?]);
     }
-    let mut clients = Vec::with_capacity(urls.len());
+    let majority = urls.len() / 2 + 1;
+    let mut connecting = JoinSet::new();
+    for (index, url) in urls.iter().enumerate() {
+        let url = url.clone();
+        connecting.spawn(async move { (index, Client::connect(&url).await) });
+    }
+    let mut clients: Vec<Option<Client>> = urls.iter().map(|_| None).collect();
     let mut down = Vec::new();
-    for url in urls {
-        match Client::connect(url).await {
-            Ok(client) => clients.push(client),
+    let mut connected = 0;
+    let mut grace_ends: Option<Instant> = None;
+    loop {
+        let next = match grace_ends {
+            None => connecting.join_next().await,
+            Some(end) => match tokio::time::timeout_at(end, connecting.join_next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some(joined) = next else { break };
+        let (index, outcome) = joined.map_err(|err| {
+            CliError::Unavailable(format!("connecting to a Redlock node failed: {err}"))
+        })?;
+        match outcome {
+            Ok(client) => {
+                clients[index] = Some(client);
+                connected += 1;
+                if connected >= majority && grace_ends.is_none() {
+                    grace_ends = Some(Instant::now() + STRAGGLER_GRACE);
+                }
+            }
             Err(err) if err.is_connection() => {
-                clients.push(Client::connect_lazy(url, ClientOptions::default())?);
-                down.push(err);
+                down.push((index, err));
+                if urls.len() - down.len() < majority {
+                    return Err(down.swap_remove(0).1.into());
+                }
             }
             Err(err) => return Err(err.into()),
         }
     }
-    let majority = urls.len() / 2 + 1;
-    if urls.len() - down.len() < majority {
-        return Err(down.remove(0).into());
-    }
-    for err in &down {
+    // Whatever is still connecting now is a straggler; the JoinSet's drop aborts it.
+    connecting.abort_all();
+    for (_, err) in &down {
         eprintln!("redis-locks: a node is down ({err}); going on with the others");
     }
-    Ok(clients)
+    let count = urls.len();
+    let mut all = Vec::with_capacity(count);
+    for (index, client) in clients.into_iter().enumerate() {
+        match client {
+            Some(client) => all.push(client),
+            None => {
+                if !down.iter().any(|(down, _)| *down == index) {
+                    eprintln!(
+                        "redis-locks: node {} of {count} did not connect within {} ms of a \
+                         majority; going on with the others",
+                        index + 1,
+                        STRAGGLER_GRACE.as_millis()
+                    );
+                }
+                all.push(Client::connect_lazy(&urls[index], down_options())?);
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// The options of a node's client started as down: the library's defaults, with no
+/// reconnect attempts (each request tries to connect once).
+fn down_options() -> ClientOptions {
+    ClientOptions::default().reconnect_attempts(0)
 }

@@ -133,13 +133,52 @@ fn a_majority_down_is_exit_69_and_bad_node_lists_are_usage_errors() {
     // A node that cannot be reached when `run` starts: a minority, so the lock is taken on the
     // others and the command runs; with a majority down, exit 69.
     servers[2].kill();
+    let started = std::time::Instant::now();
     let minority = output(run(&servers, &["rl-bad"], &["sh", "-c", "echo ran"]));
+    let took = started.elapsed();
     assert_eq!(minority.status.code(), Some(0), "{minority:?}");
     assert!(String::from_utf8_lossy(&minority.stdout).contains("ran"));
-    assert!(String::from_utf8_lossy(&minority.stderr).contains("a node is down"));
+    let said = String::from_utf8_lossy(&minority.stderr);
+    assert!(
+        said.contains("node 3 of 3 did not connect") || said.contains("a node is down"),
+        "{said}"
+    );
+    // The node that refuses connections costs neither its reconnect attempts at the start
+    // (about 1.1 s) nor a node timeout (1 s) for its release at the end: a refused request
+    // fails at once. Either would take this past a second.
+    assert!(
+        took < Duration::from_secs(1),
+        "run with a node down took {took:?}"
+    );
+    assert_eq!(
+        holders(&servers[..2], "rl-bad"),
+        0,
+        "released on the nodes that are up"
+    );
     servers[1].kill();
     let majority = output(run(&servers, &["rl-bad"], &["true"]));
     assert_eq!(majority.status.code(), Some(69), "{majority:?}");
+}
+
+#[test]
+fn a_node_paused_when_run_starts_does_not_hold_up_the_command() {
+    let servers = test_support::start_many(3).unwrap();
+    servers[1].pause();
+    // A paused server accepts the connection but never answers it: a connect would wait for
+    // its whole budget (connect timeout and reconnect attempts). The command starts within the
+    // grace after the majority instead; the paused node's requests end at the node timeout.
+    let started = std::time::Instant::now();
+    let mut child = ChildProcess::spawn(run(&servers, &["rl-paused"], &["sh", "-c", "echo ran"]))
+        .expect("start redis-locks run");
+    let status = child.wait_exit(Duration::from_secs(30));
+    let took = started.elapsed();
+    servers[1].resume();
+    assert_eq!(status, Some(0));
+    assert!(
+        took < Duration::from_secs(5),
+        "run with a paused node took {took:?}"
+    );
+    assert_eq!(holders(&servers, "rl-paused"), 0, "no key left on any node");
 }
 
 /// Whether process `pid` is stopped (SIGSTOP): state `T` in `/proc/<pid>/stat`.
