@@ -149,6 +149,25 @@ async fn a_paused_node_costs_at_most_the_node_timeout() {
     );
 }
 
+/// Runs `resume` 300 ms from now beside `lock.settle()` (bounded by 10 s: within the node
+/// timeout) and says whether settle returned only after `resume` ran.
+async fn settled_after(lock: &Redlock, resume: impl FnOnce()) -> bool {
+    let resumed = std::sync::atomic::AtomicBool::new(false);
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        resumed.store(true, std::sync::atomic::Ordering::SeqCst);
+        resume();
+    };
+    let settle = async {
+        tokio::time::timeout(Duration::from_secs(10), lock.settle())
+            .await
+            .expect("settles within the node timeout");
+        resumed.load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let ((), settled_after_resume) = tokio::join!(resume, settle);
+    settled_after_resume
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_waits_for_the_releases_left_to_the_background() {
     let (servers, clients) = nodes(5).await;
@@ -166,26 +185,61 @@ async fn settle_waits_for_the_releases_left_to_the_background() {
         .expect("four nodes release: a majority");
     // The paused node's release is still under way; the node is resumed after a while, and
     // settle must not return before that.
-    let resumed = std::sync::atomic::AtomicBool::new(false);
-    let resume = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        resumed.store(true, std::sync::atomic::Ordering::SeqCst);
-        servers[4].resume();
-    };
-    let settle = async {
-        tokio::time::timeout(Duration::from_secs(10), lock.settle())
-            .await
-            .expect("settles within the node timeout");
-        resumed.load(std::sync::atomic::Ordering::SeqCst)
-    };
-    let ((), settled_after_resume) = tokio::join!(resume, settle);
     assert!(
-        settled_after_resume,
+        settled_after(&lock, || servers[4].resume()).await,
         "settle returned while the paused node's release was still under way"
     );
     assert!(
         holding(&servers, "rl:settle").is_empty(),
         "every node released, the paused one too, by the time settle returned"
+    );
+}
+
+#[tokio::test]
+async fn settle_waits_for_the_release_of_a_dropped_guard() {
+    let (servers, clients) = nodes(3).await;
+    let lock = Redlock::with_options(&clients, "rl:settle-drop", options(20_000, 5_000)).unwrap();
+    let guard = lock.try_lock().await.expect("every node grants");
+    assert_eq!(holding(&servers, "rl:settle-drop"), vec![0, 1, 2]);
+    // Dropped without release(): the lease core releases in a task of its own, which on this
+    // current-thread runtime has not even started when settle is called.
+    drop(guard);
+    tokio::time::timeout(Duration::from_secs(10), lock.settle())
+        .await
+        .expect("settles within the node timeout");
+    assert!(
+        holding(&servers, "rl:settle-drop").is_empty(),
+        "settle returned before the dropped guard's release was done"
+    );
+}
+
+#[tokio::test]
+async fn settle_waits_for_the_release_owed_by_a_cancelled_acquire() {
+    let (servers, clients) = nodes(3).await;
+    let lock = Redlock::with_options(&clients, "rl:settle-cancel", options(20_000, 5_000)).unwrap();
+    // One acquisition first, so that the scripts are loaded (that step asks no lease).
+    lock.try_lock().await.unwrap().release().await.unwrap();
+    lock.settle().await;
+    // Every node paused: the acquire's requests are written but not answered, and the acquire
+    // is cancelled meanwhile; the release it owes goes out in the background. The nodes are
+    // resumed a while later (they then grant, and release), and settle must not return before.
+    for server in &servers {
+        server.pause();
+    }
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), lock.try_lock()).await;
+    assert!(cancelled.is_err(), "no node can answer: {cancelled:?}");
+    let resume_all = || {
+        for server in &servers {
+            server.resume();
+        }
+    };
+    assert!(
+        settled_after(&lock, resume_all).await,
+        "settle returned while the cancelled acquire's release was still under way"
+    );
+    assert!(
+        holding(&servers, "rl:settle-cancel").is_empty(),
+        "the release reached every node by the time settle returned"
     );
 }
 

@@ -232,7 +232,9 @@ impl Drop for Lease {
         // `LeaseState::gate`). Without a runtime, `owed` says so as it drops.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let state = self.state.clone();
+            let pending = owed.hold().background();
             runtime.spawn(async move {
+                let _pending = pending;
                 let _gate = state.gate.lock().await;
                 if let Err(err) = owed.pay().await {
                     tracing::debug!(%err, "background release of a dropped guard");

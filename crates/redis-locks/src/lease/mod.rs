@@ -92,6 +92,14 @@ pub(crate) trait Hold: Send + Sync + 'static {
 
     /// Sets the lease to `lease` from now if `owner` holds the lock.
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()>;
+
+    /// Taken at once when a release of this hold is moved to a background task (a guard
+    /// dropped without `release()`, a cancelled acquisition), and dropped when that task ends:
+    /// a primitive that lets a caller wait for its background requests counts it among them
+    /// ([`Redlock::settle`](crate::Redlock::settle)). By default nothing.
+    fn background(&self) -> Option<Box<dyn Send>> {
+        None
+    }
 }
 
 /// What a release left: the outcome of releasing one hold of a lock that an owner may hold

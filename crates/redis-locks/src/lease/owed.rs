@@ -97,7 +97,9 @@ impl Drop for OwedRelease {
         let (hold, owner) = (self.hold.clone(), self.owner.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
+                let pending = hold.background();
                 runtime.spawn(async move {
+                    let _pending = pending;
                     match hold.release(&owner).await {
                         Ok(_) => tracing::debug!(lock = hold.name(), "released in background"),
                         Err(err) => tracing::debug!(lock = hold.name(), %err, "background release"),

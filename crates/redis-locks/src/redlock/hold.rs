@@ -112,6 +112,10 @@ impl Hold for RedlockHold {
         })
     }
 
+    fn background(&self) -> Option<Box<dyn Send>> {
+        Some(self.quorum.running())
+    }
+
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
         Box::pin(async move {
             let owner = owner.clone();

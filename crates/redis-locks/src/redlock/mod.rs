@@ -178,9 +178,9 @@ impl Redlock {
     /// node keeps the key until its lease ends (an exiting runtime drops those tasks, and a
     /// request not yet written is never sent). Each of those requests is bounded by the
     /// per-node timeout, so this returns within about that long: a node that is down costs up
-    /// to the node timeout here (its release waits for a reconnect). It does not wait for the
-    /// release of a guard dropped without [`RedlockGuard::release`] (that release runs in a
-    /// task of the lease's own).
+    /// to the node timeout here (its release waits for a reconnect). It also waits for the
+    /// releases that run in a task of their own: a guard dropped without
+    /// [`RedlockGuard::release`], and an acquisition cancelled after its requests went out.
     ///
     /// # Examples
     /// ```

@@ -57,6 +57,14 @@ impl Quorum {
         let _ = running.wait_for(|running| *running == 0).await;
     }
 
+    /// One more background task of this Redlock until the returned value is dropped (a
+    /// release the lease core runs in a task of its own: see [`Hold::background`]).
+    ///
+    /// [`Hold::background`]: crate::lease::Hold::background
+    pub(crate) fn running(&self) -> Box<dyn Send> {
+        Box::new(Running::new(self.background.clone()))
+    }
+
     /// How many nodes make a majority.
     pub(crate) fn needed(&self) -> usize {
         self.nodes.len() / 2 + 1
