@@ -10,18 +10,23 @@ use tokio::time::Instant;
 use cli_support::exit::CliError;
 
 /// How long the nodes still connecting are waited for once a majority has connected; the
-/// ones that have not connected by then are started as down (see [`connect_all`]).
-pub const STRAGGLER_GRACE: Duration = Duration::from_millis(100);
+/// ones that have not connected by then are started as down (see [`connect_all`]). A node
+/// that refuses connections is known down at once; this only holds up the start when a
+/// server accepts the connection and answers nothing (paused, overloaded) or a host does not
+/// answer at all.
+pub const STRAGGLER_GRACE: Duration = Duration::from_secs(1);
 
 /// A client per URL. With one URL, it must be reachable. With several (a Redlock's nodes),
-/// the nodes are connected to all at once, and the command goes on as soon as a majority has
-/// connected and the others have either connected, failed, or had [`STRAGGLER_GRACE`] more:
-/// a node that is down, or slow to answer (paused, say), then costs the start no more than
-/// that. Such a node gets a client that connects on its first request and tries once per
-/// request (no reconnect attempts with back-off): a request to a server that refuses
-/// connections fails at once, so the Redlock's background requests to it (the release of a
-/// node that never got the acquire) end at once too, instead of after the node timeout. Any
-/// other failure (bad URL, refused password, not Redis) is reported at once.
+/// the nodes are connected to all at once, each client with no reconnect attempts (a request
+/// on a broken connection tries once to re-open it: a node that refuses connections fails at
+/// once, and the majority decides, not one node's back-off). A node that refuses the
+/// connection is down at once; the command goes on as soon as a majority has connected and
+/// the others have either connected, failed, or had [`STRAGGLER_GRACE`] more (a paused or
+/// unreachable server answers nothing). A node down or late gets a client that connects on
+/// its first request, as long as a majority was reached: a request to it that is refused
+/// fails at once, so the Redlock's background requests to it (the release of a node that
+/// never got the acquire) end at once too, instead of after the node timeout. Any other
+/// failure (bad URL, refused password, not Redis) is reported at once.
 ///
 /// # Errors
 /// What connecting to a server said; for a Redlock with no majority reachable, the first
@@ -34,7 +39,7 @@ pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
     let mut connecting = JoinSet::new();
     for (index, url) in urls.iter().enumerate() {
         let url = url.clone();
-        connecting.spawn(async move { (index, Client::connect(&url).await) });
+        connecting.spawn(async move { (index, Client::connect_with(&url, node_options()).await) });
     }
     let mut clients: Vec<Option<Client>> = urls.iter().map(|_| None).collect();
     let mut down = Vec::new();
@@ -88,15 +93,15 @@ pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
                         STRAGGLER_GRACE.as_millis()
                     );
                 }
-                all.push(Client::connect_lazy(&urls[index], down_options())?);
+                all.push(Client::connect_lazy(&urls[index], node_options())?);
             }
         }
     }
     Ok(all)
 }
 
-/// The options of a node's client started as down: the library's defaults, with no
-/// reconnect attempts (each request tries to connect once).
-fn down_options() -> ClientOptions {
+/// The options of a Redlock node's client: the library's defaults, with no reconnect attempts
+/// (each request on a broken connection tries once to re-open it).
+fn node_options() -> ClientOptions {
     ClientOptions::default().reconnect_attempts(0)
 }

@@ -48,7 +48,10 @@ impl ClientOptions {
     }
 
     /// How many times a broken connection is re-opened (with exponential backoff) before
-    /// requests fail.
+    /// requests fail. With 0, a request on a broken connection (or the first request of a
+    /// [`Client::connect_lazy`](crate::Client::connect_lazy)) tries once to open it, and fails
+    /// at once when the server refuses the connection: what a [`Redlock`](crate::Redlock)'s
+    /// nodes want, where the majority decides rather than one node's back-off.
     pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
         self.reconnect_attempts = attempts;
         self
