@@ -18,19 +18,21 @@ pub const STRAGGLER_GRACE: Duration = Duration::from_secs(1);
 
 /// A client per URL. With one URL, it must be reachable. With several (a Redlock's nodes),
 /// the nodes are connected to all at once, each client with no reconnect attempts (a request
-/// on a broken connection tries once to re-open it: a node that refuses connections fails at
-/// once, and the majority decides, not one node's back-off). A node that refuses the
-/// connection is down at once; the command goes on as soon as a majority has connected and
-/// the others have either connected, failed, or had [`STRAGGLER_GRACE`] more (a paused or
-/// unreachable server answers nothing). A node down or late gets a client that connects on
-/// its first request, as long as a majority was reached: a request to it that is refused
-/// fails at once, so the Redlock's background requests to it (the release of a node that
-/// never got the acquire) end at once too, instead of after the node timeout. Any other
-/// failure (bad URL, refused password, not Redis) is reported at once.
+/// that finds the connection broken fails, and the next one opens it again: the majority
+/// decides, not one node's back-off). A node that refuses the connection is down at once; the
+/// command goes on as soon as a majority has connected and the others have either connected,
+/// failed, or had [`STRAGGLER_GRACE`] more (a paused or unreachable server answers nothing,
+/// and a node that has not answered by then is taken as down, whatever it would have said). A
+/// node down or late gets a client that connects on its first request: a request to it that
+/// is refused fails at once, so the Redlock's background requests to it (the release of a
+/// node that never got the acquire) end at once too, instead of after the node timeout. Such
+/// a node gets the holder's key at a renewal once it answers (see `Redlock`'s renewals). Any
+/// other failure within the grace (bad URL, refused password, not Redis) is reported at once.
 ///
 /// # Errors
-/// What connecting to a server said; for a Redlock with no majority reachable, the first
-/// unreachable server's error (exit 69).
+/// What connecting to a server said; for a Redlock with no majority reachable, the
+/// connection error of the first node (in the order given) that could not be reached (exit
+/// 69).
 pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
     if let [url] = urls {
         return Ok(vec![Client::connect(url).await?]);
@@ -50,13 +52,20 @@ pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
             None => connecting.join_next().await,
             Some(end) => match tokio::time::timeout_at(end, connecting.join_next()).await {
                 Ok(next) => next,
-                Err(_) => break,
+                // The grace is over: what finished meanwhile still counts; the rest is left.
+                Err(_) => connecting.try_join_next(),
             },
         };
         let Some(joined) = next else { break };
-        let (index, outcome) = joined.map_err(|err| {
-            CliError::Unavailable(format!("connecting to a Redlock node failed: {err}"))
-        })?;
+        let (index, outcome) = match joined {
+            Ok(joined) => joined,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(err) => {
+                return Err(CliError::Unavailable(format!(
+                    "connecting to a Redlock node failed: {err}"
+                )));
+            }
+        };
         match outcome {
             Ok(client) => {
                 clients[index] = Some(client);
@@ -68,6 +77,7 @@ pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
             Err(err) if err.is_connection() => {
                 down.push((index, err));
                 if urls.len() - down.len() < majority {
+                    down.sort_by_key(|(index, _)| *index);
                     return Err(down.swap_remove(0).1.into());
                 }
             }
@@ -75,23 +85,25 @@ pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
         }
     }
     // Whatever is still connecting now is a straggler; the JoinSet's drop aborts it.
-    connecting.abort_all();
-    for (_, err) in &down {
-        eprintln!("redis-locks: a node is down ({err}); going on with the others");
-    }
+    drop(connecting);
+    down.sort_by_key(|(index, _)| *index);
     let count = urls.len();
     let mut all = Vec::with_capacity(count);
     for (index, client) in clients.into_iter().enumerate() {
         match client {
             Some(client) => all.push(client),
             None => {
-                if !down.iter().any(|(down, _)| *down == index) {
-                    eprintln!(
+                match down.iter().find(|(down, _)| *down == index) {
+                    Some((_, err)) => eprintln!(
+                        "redis-locks: node {} of {count} is down ({err}); going on with the others",
+                        index + 1
+                    ),
+                    None => eprintln!(
                         "redis-locks: node {} of {count} did not connect within {} ms of a \
                          majority; going on with the others",
                         index + 1,
                         STRAGGLER_GRACE.as_millis()
-                    );
+                    ),
                 }
                 all.push(Client::connect_lazy(&urls[index], node_options())?);
             }

@@ -48,10 +48,13 @@ impl ClientOptions {
     }
 
     /// How many times a broken connection is re-opened (with exponential backoff) before
-    /// requests fail. With 0, a request on a broken connection (or the first request of a
-    /// [`Client::connect_lazy`](crate::Client::connect_lazy)) tries once to open it, and fails
-    /// at once when the server refuses the connection: what a [`Redlock`](crate::Redlock)'s
-    /// nodes want, where the majority decides rather than one node's back-off.
+    /// requests fail. With 0, there is one attempt and no back-off: the request that finds
+    /// the connection broken fails, and the attempt it starts serves the next requests (which
+    /// fail with its error if it failed, and then start another). A request to a server that
+    /// refuses connections so fails at once, where the default waits out its attempts (about
+    /// 1.1 s): what a [`Redlock`](crate::Redlock)'s nodes want, where the majority decides
+    /// rather than one node's back-off. A node back from a restart answers again from the
+    /// second request after it is back.
     pub fn reconnect_attempts(mut self, attempts: usize) -> Self {
         self.reconnect_attempts = attempts;
         self

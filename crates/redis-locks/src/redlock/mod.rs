@@ -177,8 +177,9 @@ impl Redlock {
     /// of their own. A process about to exit calls this after its last release, so that no
     /// node keeps the key until its lease ends (an exiting runtime drops those tasks, and a
     /// request not yet written is never sent). Each of those requests is bounded by the
-    /// per-node timeout, so this returns within about that long: a node that is down costs up
-    /// to the node timeout here (its release waits for a reconnect). It also waits for the
+    /// per-node timeout, so this returns within about that long (twice that for a guard
+    /// dropped while a renewal was under way: its release waits for the renewal): a node
+    /// that is down costs up to the node timeout here (its release waits for a reconnect). It also waits for the
     /// releases that run in a task of their own: a guard dropped without
     /// [`RedlockGuard::release`], and an acquisition cancelled after its requests went out.
     ///
