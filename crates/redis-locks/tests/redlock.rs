@@ -480,6 +480,72 @@ async fn the_watchdog_renews_on_a_majority_and_loss_is_signalled() {
     ));
 }
 
+/// The value of `key` on every node (None where it is absent).
+fn values(servers: &[RedisServer], key: &str) -> Vec<Option<String>> {
+    servers.iter().map(|server| get(server, key)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_the_key_gets_it_back_at_the_next_renewal() {
+    let (servers, clients) = nodes(3).await;
+    // Renewed every third of a second; a node has 300 ms to answer.
+    let options = options(1_000, 300).watchdog(true);
+    let lock = Redlock::with_options(&clients, "rl:restore", options).unwrap();
+    let guard = lock.lock().await.unwrap();
+    until_every_node(&servers, "the key", |server| {
+        common::exists(server, "rl:restore")
+    })
+    .await;
+    let owner = get(&servers[1], "rl:restore").expect("held");
+    // Node 0 loses the key (a restart without its data, simulated).
+    redis::cmd("DEL")
+        .arg("rl:restore")
+        .exec(&mut common::raw(&servers[0]))
+        .unwrap();
+    // A renewal later (a majority still proves the lock), node 0 holds it again, for this
+    // owner, with a lease.
+    until_every_node(&servers, "the holder's key", |server| {
+        get(server, "rl:restore").as_deref() == Some(owner.as_str())
+    })
+    .await;
+    assert!(common::pttl(&servers[0], "rl:restore") > 0);
+    assert_eq!(
+        guard.lost_reason(),
+        None,
+        "a renewal that restores is no loss"
+    );
+    guard.release().await.unwrap();
+    lock.settle().await;
+    assert_eq!(values(&servers, "rl:restore"), vec![None, None, None]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_finds_the_key_gone_on_a_majority_restores_nothing() {
+    let (servers, clients) = nodes(3).await;
+    let options = options(1_000, 300).watchdog(true);
+    let lock = Redlock::with_options(&clients, "rl:no-restore", options).unwrap();
+    let guard = lock.lock().await.unwrap();
+    until_every_node(&servers, "the key", |server| {
+        common::exists(server, "rl:no-restore")
+    })
+    .await;
+    // A majority loses the key: the next renewal proves nothing, and puts nothing back (a
+    // lost lock's key would block the others for a whole lease).
+    for server in &servers[..2] {
+        redis::cmd("DEL")
+            .arg("rl:no-restore")
+            .exec(&mut common::raw(server))
+            .unwrap();
+    }
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires at the next renewal");
+    assert_eq!(reason, LostReason::Expired);
+    lock.settle().await;
+    let left = values(&servers, "rl:no-restore");
+    assert_eq!(&left[..2], &[None, None], "nothing restored: {left:?}");
+}
+
 #[tokio::test]
 async fn a_release_after_the_lease_says_the_lock_is_gone() {
     let (_servers, clients) = nodes(3).await;

@@ -384,6 +384,55 @@ fn extend_sets_a_new_lease_only_for_the_owner() {
 }
 
 #[test]
+fn extend_with_restore_puts_a_gone_key_back_and_nothing_else() {
+    let server = server();
+    let mut con = raw(&server);
+    let restore = |con: &mut Connection, owner: &str, ms: u64| -> i64 {
+        extend()
+            .key("L")
+            .arg(owner)
+            .arg(ms)
+            .arg("1")
+            .invoke(con)
+            .unwrap()
+    };
+    // Gone: restored to the owner, with the lease, and the reply says so (2, not 1).
+    assert_eq!(restore(&mut con, "a", 60_000), 2);
+    let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();
+    assert_eq!(value, "a");
+    assert!((59_000..=60_000).contains(&pttl(&server, "L")));
+    // The owner's own key: extended as without the flag.
+    assert_eq!(restore(&mut con, "a", 30_000), 1);
+    assert!(pttl(&server, "L") <= 30_000);
+    // Another owner's key: left alone.
+    assert_eq!(restore(&mut con, "b", 90_000), -1);
+    let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();
+    assert_eq!(value, "a");
+    assert!(pttl(&server, "L") <= 30_000);
+    // A key of another type: the script's error, nothing written.
+    redis::cmd("DEL").arg("L").exec(&mut con).unwrap();
+    redis::cmd("HSET")
+        .arg("L")
+        .arg("f")
+        .arg("v")
+        .exec(&mut con)
+        .unwrap();
+    let err = extend()
+        .key("L")
+        .arg("a")
+        .arg(60_000)
+        .arg("1")
+        .invoke::<i64>(&mut con)
+        .unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    assert_eq!(
+        pttl(&server, "L"),
+        -1,
+        "the foreign key keeps its (lack of) expiry"
+    );
+}
+
+#[test]
 fn inspect_counts_the_connections_listening_for_a_release() {
     let server = server();
     let mut con = raw(&server);

@@ -4,7 +4,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::error::Phase;
+use crate::error::{Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, lease_millis, owner_reply};
 use crate::node::{LockScript, Node};
@@ -22,7 +22,8 @@ pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     ])
 });
 
-/// Owner-checked `PEXPIRE`: `1` extended, `0` gone, `-1` another owner's.
+/// Owner-checked `PEXPIRE`: `1` extended, `0` gone (or `2` restored, when asked), `-1`
+/// another owner's.
 pub(super) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("extend.lua")]));
 
@@ -33,6 +34,40 @@ pub(crate) struct MutexHold {
     /// Whether a release hands the lock straight to the first waiter in line (a `Mutex`), or
     /// only wakes it (a Redlock's node: a majority of nodes must grant it).
     pub(crate) hands_over: bool,
+}
+
+impl MutexHold {
+    /// As [`Hold::extend`], and a key that is gone is restored to `owner` with the lease
+    /// (`extend.lua`, `ARGV[3]`): a Redlock's renewal. `Ok(true)` extended, `Ok(false)`
+    /// restored (no proof that `owner` held the lock on this node meanwhile).
+    ///
+    /// # Errors
+    /// As [`Hold::extend`]: [`Error::NotHeld`](crate::Error::NotHeld) (`Taken`) when another
+    /// owner's token is there.
+    pub(crate) async fn extend_or_restore(
+        &self,
+        owner: &OwnerToken,
+        lease: Duration,
+    ) -> Result<bool> {
+        match self.run_extend(owner, lease, true).await? {
+            2 => Ok(false),
+            reply => owner_reply(self.name(), Phase::Extend, reply).map(|()| true),
+        }
+    }
+
+    /// `extend.lua`'s reply for `owner` and `lease`, restoring a gone key with `restore`.
+    async fn run_extend(&self, owner: &OwnerToken, lease: Duration, restore: bool) -> Result<i64> {
+        let millis = lease_millis(lease)?.to_string();
+        let restore = if restore { "1" } else { "" };
+        self.node
+            .run_script(
+                Phase::Extend,
+                &EXTEND,
+                &[self.keys.lock()],
+                &[owner.as_str(), &millis, restore],
+            )
+            .await
+    }
 }
 
 impl Hold for MutexHold {
@@ -54,16 +89,7 @@ impl Hold for MutexHold {
 
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
         Box::pin(async move {
-            let millis = lease_millis(lease)?.to_string();
-            let reply = self
-                .node
-                .run_script(
-                    Phase::Extend,
-                    &EXTEND,
-                    &[self.keys.lock()],
-                    &[owner.as_str(), &millis],
-                )
-                .await?;
+            let reply = self.run_extend(owner, lease, false).await?;
             owner_reply(self.name(), Phase::Extend, reply)
         })
     }

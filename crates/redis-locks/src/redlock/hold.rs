@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::quorum::{Answers, Quorum, count, unreachable};
+use super::quorum::{Answer, Answers, Quorum, count, unreachable};
 use crate::error::{Error, LostReason, Phase, Result, Vote};
 use crate::lease::{Hold, HoldFuture, Released};
 use crate::mutex::MutexHold;
@@ -28,8 +28,9 @@ impl RedlockHold {
     }
 
     /// Sends an owner-checked request (release or extend) to every node at once; done when a
-    /// majority did it, not held when a majority no longer can have it.
-    async fn on_all<F>(&self, phase: Phase, request: F) -> Result<()>
+    /// majority did it, not held when a majority no longer can have it. Also says which nodes
+    /// answered that the key was gone.
+    async fn on_all<F>(&self, phase: Phase, request: F) -> (Result<()>, Vec<usize>)
     where
         F: Fn(Arc<MutexHold>) -> HoldFuture<'static, ()>,
     {
@@ -67,6 +68,20 @@ impl RedlockHold {
             // `NOSCRIPT`), that node only refuses for a moment: availability, not safety.
             late.finish_in_background();
         }
+        let gone = (0..total)
+            .filter(|&index| {
+                matches!(
+                    answers[index],
+                    Some(Answer::Replied(Err(LostReason::Expired)))
+                )
+            })
+            .collect();
+        (self.outcome(phase, answers), gone)
+    }
+
+    /// What the answers of [`on_all`](Self::on_all) make of the request.
+    fn outcome(&self, phase: Phase, answers: Answers<Owned>) -> Result<()> {
+        let (needed, total) = (self.quorum.needed(), self.nodes.len());
         let done = count(&answers, Result::is_ok);
         let refused = count(&answers, Result::is_err);
         if done >= needed {
@@ -108,6 +123,7 @@ impl Hold for RedlockHold {
                 Box::pin(async move { node.release(&owner).await.map(drop) })
             })
             .await
+            .0
             .map(|()| Released::Freed)
         })
     }
@@ -116,14 +132,31 @@ impl Hold for RedlockHold {
         Some(self.quorum.running())
     }
 
+    /// Extends on every node, done when a majority extended. Then a node that said the key
+    /// was gone gets it back, restored to this owner with the lease, in the background (a
+    /// majority has just proven the lock held, so no other owner can hold it: at most one
+    /// in the middle of an attempt it will lose, whose key the restore leaves alone). So a
+    /// node that lost the key (a restart without its data) or never got it (down, or too
+    /// slow, when the lock was taken) holds it again from the next renewal on, and the lock
+    /// stands on every node that answers. A renewal that fails restores nothing.
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
         Box::pin(async move {
-            let owner = owner.clone();
-            self.on_all(Phase::Extend, |node| {
+            let extend_owner = owner.clone();
+            let (outcome, gone) = self
+                .on_all(Phase::Extend, |node| {
+                    let owner = extend_owner.clone();
+                    Box::pin(async move { node.extend(&owner, lease).await })
+                })
+                .await;
+            if outcome.is_ok() && !gone.is_empty() {
+                let nodes = self.nodes.clone();
                 let owner = owner.clone();
-                Box::pin(async move { node.extend(&owner, lease).await })
-            })
-            .await
+                self.quorum.send(gone, move |index, _node| {
+                    let (node, owner) = (nodes[index].clone(), owner.clone());
+                    async move { node.extend_or_restore(&owner, lease).await }
+                });
+            }
+            outcome
         })
     }
 }
