@@ -211,6 +211,15 @@ pub enum Event {
         /// When the renewed lease ends.
         lease_end: u64,
     },
+    /// A holder is done with the resource and about to release (sent before the release
+    /// goes out: a process killed before its [`Event::Held`] line, once the release let the
+    /// next holder in, is known to have held only until `at`).
+    Releasing {
+        /// `p<process>t<task>`.
+        worker: String,
+        /// When its use of the resource ended (monotonic ns).
+        at: u64,
+    },
     /// A holding finished.
     Held(Holding),
     /// The worker is about to stop itself (SIGSTOP); `check` resumes it after the lease.

@@ -90,6 +90,9 @@ pub struct Crashed {
     pub acquired_at: u64,
     /// When its lease ends (monotonic ns, see `clock`).
     pub lease_end: u64,
+    /// When it was done with the resource and began its release, if it got that far (its
+    /// process was killed before it wrote its `Held` line): its holding ended then.
+    pub released_at: Option<u64>,
 }
 
 /// One injected fault, from its start to its end (monotonic ns, see `clock`).
@@ -385,11 +388,16 @@ pub async fn run(scenario: &Scenario, urls: &[String], lock: &str) -> Result<Rec
                 Some(Message::Event(event)) => match event {
                     Event::Acquired { worker, token, at, lease_end, .. } => {
                         progress = tokio::time::Instant::now();
-                        open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end });
+                        open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end, released_at: None });
                     }
                     Event::Renewed { worker, lease_end } => {
                         if let Some(hold) = open.get_mut(&worker) {
                             hold.lease_end = hold.lease_end.max(lease_end);
+                        }
+                    }
+                    Event::Releasing { worker, at } => {
+                        if let Some(hold) = open.get_mut(&worker) {
+                            hold.released_at = Some(at);
                         }
                     }
                     Event::Held(holding) => {

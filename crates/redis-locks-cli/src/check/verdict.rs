@@ -104,11 +104,15 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         }
     }
     for crashed in &record.crashed {
+        let (label, end) = match crashed.released_at {
+            Some(at) => ("killed while releasing", at),
+            None => ("killed", crashed.lease_end),
+        };
         history.record(Interval {
-            worker: format!("{} (killed)", crashed.worker),
+            worker: format!("{} ({label})", crashed.worker),
             token: crashed.token.unwrap_or(0),
             start: crashed.acquired_at,
-            end: crashed.lease_end.max(crashed.acquired_at),
+            end: end.max(crashed.acquired_at),
         });
     }
     let report = history.check();
@@ -467,6 +471,25 @@ mod tests {
     }
 
     #[test]
+    fn a_holder_killed_while_releasing_held_until_it_began_to_release() {
+        // "a" was done at 40 ms and released; the next holder, "b", took the lock at 50 ms and
+        // killed their process before "a" wrote its record: no overlap.
+        let mut run = record(vec![holding("b", 2, 50, 60, 150)]);
+        run.crashed.push(Crashed {
+            worker: "a".into(),
+            token: Some(1),
+            acquired_at: 0,
+            lease_end: 100 * MS,
+            released_at: Some(40 * MS),
+        });
+        let verdict = judge(&scenario(Algorithm::Ours), &run);
+        assert_eq!(verdict.overlaps, 0);
+        // Began to release after "b" took the lock: an overlap all the same.
+        run.crashed[0].released_at = Some(55 * MS);
+        assert_eq!(judge(&scenario(Algorithm::Ours), &run).overlaps, 1);
+    }
+
+    #[test]
     fn a_killed_holder_holds_until_its_lease_ends() {
         let mut run = record(vec![holding("b", 2, 50, 60, 150)]);
         run.crashed.push(Crashed {
@@ -474,6 +497,7 @@ mod tests {
             token: Some(1),
             acquired_at: 0,
             lease_end: 100 * MS,
+            released_at: None,
         });
         let verdict = judge(&scenario(Algorithm::Ours), &run);
         assert_eq!(

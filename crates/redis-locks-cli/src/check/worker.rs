@@ -263,6 +263,13 @@ impl Task {
             Hold::Ours(guard) => Some(check_time(guard.lease_deadline())),
             Hold::Legacy => None,
         };
+        // Said before the release goes out: the next holder may be a task of this process
+        // that is to kill it (holder-kill), before this task's `Held` line is written.
+        self.emit(&Event::Releasing {
+            worker: self.worker.clone(),
+            at: end,
+        })
+        .await;
         let release = match (hold, &self.lock) {
             (Hold::Ours(guard), _) => match guard.release().await {
                 Ok(()) => Release::Released,
