@@ -243,14 +243,16 @@ fn a_lost_redlock_is_released_where_it_still_stands_before_run_exits() {
         std::thread::sleep(Duration::from_millis(10));
     }
     // A majority loses the key (as nodes restarted without their data would): the next
-    // renewal, within a third of the lease, finds it gone there, and the lock is lost.
-    for server in &servers[..2] {
-        redis::cmd("DEL")
-            .arg("rl-lost")
-            .exec(&mut server.connection().unwrap())
-            .unwrap();
-    }
+    // renewal, within a third of the lease, finds it gone there, and the lock is lost. A
+    // renewal between the two deletions would prove the lock on the other two nodes and put
+    // the first key back, so the deletions are repeated until run notices.
     let status = loop {
+        for server in &servers[..2] {
+            redis::cmd("DEL")
+                .arg("rl-lost")
+                .exec(&mut server.connection().unwrap())
+                .unwrap();
+        }
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
