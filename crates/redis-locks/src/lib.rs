@@ -34,7 +34,10 @@ pub use mutex::{Mutex, MutexGuard, MutexOptions};
 pub use node::ClientOptions;
 pub use options::LockOptions;
 pub use owner::OwnerId;
-pub use redlock::{NodeState, Redlock, RedlockGuard, RedlockOptions, RedlockState};
+pub use redlock::{
+    NODE_GRACE, NodeStart, NodeState, Redlock, RedlockGuard, RedlockNodes, RedlockOptions,
+    RedlockState,
+};
 pub use reentrant::{ReentrantGuard, ReentrantMutex, ReentrantMutexOptions};
 pub use rwlock::{RwLock, RwLockOptions, RwLockReadGuard, RwLockWriteGuard};
 pub use state::{HoldInfo, HoldMode, Holder, HoldsState, LockState};

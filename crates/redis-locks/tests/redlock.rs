@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::history::{History, Interval, now_nanos};
-use redis_locks::{Client, Error, LostReason, Redlock, RedlockOptions, Vote};
+use redis_locks::{
+    Client, Error, LostReason, NODE_GRACE, NodeStart, Redlock, RedlockOptions, Vote,
+};
 use test_support::RedisServer;
 use tokio::time::Instant;
 
@@ -556,6 +558,77 @@ async fn a_renewal_that_finds_the_key_gone_on_a_majority_restores_nothing() {
     lock.settle().await;
     let left = values(&servers, "rl:no-restore");
     assert_eq!(&left[..2], &[None, None], "nothing restored: {left:?}");
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+#[tokio::test]
+async fn connect_nodes_goes_on_at_once_without_a_node_that_refuses() {
+    let mut servers = test_support::start_many(3).unwrap();
+    servers[2].kill();
+    let started = std::time::Instant::now();
+    let nodes = Redlock::connect_nodes(&urls(&servers)).await.unwrap();
+    // Refused is down at once: no reconnect attempts, no grace.
+    assert!(
+        started.elapsed() < NODE_GRACE,
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(nodes.starts[0], NodeStart::Connected));
+    assert!(matches!(nodes.starts[1], NodeStart::Connected));
+    assert!(
+        matches!(&nodes.starts[2], NodeStart::Down(err) if err.is_connection()),
+        "{:?}",
+        nodes.starts[2]
+    );
+    let lock = Redlock::new(&nodes.clients, "rl:connect-down").unwrap();
+    lock.try_lock().await.unwrap().release().await.unwrap();
+    // The down node's release fails at once: settle does not wait for its node timeout.
+    tokio::time::timeout(Duration::from_millis(500), lock.settle())
+        .await
+        .expect("a refused request ends at once");
+}
+
+#[tokio::test]
+async fn connect_nodes_without_a_majority_is_the_first_unreachable_nodes_error() {
+    let mut servers = test_support::start_many(3).unwrap();
+    servers[0].kill();
+    servers[2].kill();
+    let err = Redlock::connect_nodes(&urls(&servers)).await.unwrap_err();
+    assert!(err.is_connection(), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_late_at_the_start_gets_the_key_at_a_renewal() {
+    let servers = test_support::start_many(3).unwrap();
+    servers[1].pause();
+    let started = std::time::Instant::now();
+    let nodes = Redlock::connect_nodes(&urls(&servers)).await.unwrap();
+    let took = started.elapsed();
+    // A paused server accepts the connection and answers nothing: late after the grace.
+    assert!(
+        matches!(nodes.starts[1], NodeStart::Late),
+        "{:?}",
+        nodes.starts[1]
+    );
+    assert!(took >= NODE_GRACE, "took {took:?}");
+    assert!(took < NODE_GRACE + Duration::from_secs(5), "took {took:?}");
+    // The lock is taken on the other two alone (the late node still answers nothing); once
+    // it answers, a renewal puts the key there too.
+    let options = options(1_000, 300).watchdog(true);
+    let lock = Redlock::with_options(&nodes.clients, "rl:late", options).unwrap();
+    let guard = lock.lock().await.unwrap();
+    servers[1].resume();
+    until_every_node(&servers, "the key", |server| {
+        common::exists(server, "rl:late")
+    })
+    .await;
+    assert_eq!(guard.lost_reason(), None);
+    guard.release().await.unwrap();
+    lock.settle().await;
+    assert!(holding(&servers, "rl:late").is_empty());
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@
 //! release and extend, the watchdog, `lost()`, the owed release) and the one acquire loop are
 //! the same as every primitive's.
 
+mod connect;
 mod guard;
 mod hold;
 mod options;
@@ -25,6 +26,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
+pub use connect::{NODE_GRACE, NodeStart, RedlockNodes};
 pub use guard::RedlockGuard;
 use hold::RedlockHold;
 pub use options::RedlockOptions;
@@ -102,6 +104,50 @@ impl std::fmt::Debug for Redlock {
 }
 
 impl Redlock {
+    /// Connects to the independent Redis masters of a Redlock, all at once, each client with
+    /// [`Redlock::node_options`]. Returns as soon as a majority has connected and every other node has
+    /// connected, failed, or had [`NODE_GRACE`] more; a node down or late gets a client that
+    /// connects on its first request (a Redlock renewal then puts the holder's key back on it
+    /// once it answers). A node that refuses the connection is down at once, so a minority down
+    /// costs the start nothing, and a paused one costs the grace.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let mut servers = test_support::start_many(3)?;
+    /// # servers[2].kill();
+    /// # let urls: Vec<String> = servers.iter().map(|server| server.url()).collect();
+    /// use redis_locks::{NodeStart, Redlock};
+    ///
+    /// let nodes = Redlock::connect_nodes(&urls).await?; // the third server is down
+    /// assert!(matches!(nodes.starts[2], NodeStart::Down(_)));
+    /// let lock = Redlock::new(&nodes.clients, "jobs:nightly")?;
+    /// lock.try_lock().await?.release().await?; // two of three grant: a majority
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] for a URL that cannot be used; what a node said when it answered
+    /// but refused the client within the grace ([`Error::Auth`], [`Error::NotRedis`], ...); with
+    /// no majority reachable, the connection error of the first node (in the URLs' order) that
+    /// could not be reached.
+    pub async fn connect_nodes(urls: &[impl AsRef<str>]) -> Result<RedlockNodes> {
+        connect::connect_nodes(urls).await
+    }
+
+    /// The client options for a Redlock's nodes: the defaults, with no reconnect attempts
+    /// (see [`ClientOptions::reconnect_attempts`](crate::ClientOptions::reconnect_attempts)):
+    /// a request to a node that refuses connections fails at once, and the majority decides
+    /// rather than one node's back-off. [`Redlock::connect_nodes`] uses them.
+    ///
+    /// ```
+    /// assert_eq!(redis_locks::Redlock::node_options().get_reconnect_attempts(), 0);
+    /// ```
+    pub fn node_options() -> crate::ClientOptions {
+        connect::node_options()
+    }
+
     /// A Redlock handle for the lock `name` over the servers of `clients`, with default
     /// options (a 30 s lease renewed by a watchdog, a 1 s per-node timeout).
     ///

@@ -1,0 +1,117 @@
+//! Connecting to the nodes of a [`Redlock`](crate::Redlock) the way a Redlock wants them: all
+//! at once, each client without reconnect attempts, going on as soon as a majority is there.
+
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::node::ClientOptions;
+
+/// How long [`Redlock::connect_nodes`](crate::Redlock::connect_nodes) waits for the nodes still connecting once a majority has
+/// connected: a node that has neither connected nor failed by then is taken as
+/// [`NodeStart::Late`].
+pub const NODE_GRACE: Duration = Duration::from_secs(1);
+
+/// How one node came up in [`Redlock::connect_nodes`](crate::Redlock::connect_nodes).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NodeStart {
+    /// Connected (and answered `PING`).
+    Connected,
+    /// Could not be reached (the connection was refused, say): its client connects on its
+    /// first request.
+    Down(Error),
+    /// Had neither connected nor failed within [`NODE_GRACE`] of the majority (a paused or
+    /// overloaded server, a host that does not answer): its client connects on its first
+    /// request.
+    Late,
+}
+
+/// The clients of a Redlock's nodes, in the order of the URLs, and how each came up.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RedlockNodes {
+    /// One client per URL, for [`Redlock::new`](crate::Redlock::new).
+    pub clients: Vec<Client>,
+    /// How each node came up, by the URLs' order.
+    pub starts: Vec<NodeStart>,
+}
+
+/// See [`Redlock::node_options`](crate::Redlock::node_options).
+pub(crate) fn node_options() -> ClientOptions {
+    ClientOptions::default().reconnect_attempts(0)
+}
+
+/// See [`Redlock::connect_nodes`](crate::Redlock::connect_nodes).
+pub(crate) async fn connect_nodes(urls: &[impl AsRef<str>]) -> Result<RedlockNodes> {
+    let majority = urls.len() / 2 + 1;
+    let mut connecting = JoinSet::new();
+    for (index, url) in urls.iter().enumerate() {
+        let url = url.as_ref().to_string();
+        connecting.spawn(async move { (index, Client::connect_with(&url, node_options()).await) });
+    }
+    let mut clients: Vec<Option<Client>> = urls.iter().map(|_| None).collect();
+    let mut down: Vec<Option<Error>> = urls.iter().map(|_| None).collect();
+    let (mut connected, mut failed) = (0, 0);
+    let mut grace_ends: Option<Instant> = None;
+    loop {
+        let next = match grace_ends {
+            None => connecting.join_next().await,
+            Some(end) => match tokio::time::timeout_at(end, connecting.join_next()).await {
+                Ok(next) => next,
+                // The grace is over: what finished meanwhile still counts; the rest is left.
+                Err(_) => connecting.try_join_next(),
+            },
+        };
+        let Some(joined) = next else { break };
+        let (index, outcome) = match joined {
+            Ok(joined) => joined,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            // Only aborted tasks end otherwise, and none is aborted before the loop ends.
+            Err(_) => continue,
+        };
+        match outcome {
+            Ok(client) => {
+                clients[index] = Some(client);
+                connected += 1;
+                if connected >= majority && grace_ends.is_none() {
+                    grace_ends = Some(Instant::now() + NODE_GRACE);
+                }
+            }
+            Err(err) if err.is_connection() => {
+                down[index] = Some(err);
+                failed += 1;
+                if urls.len() - failed < majority {
+                    let first = down.into_iter().flatten().next();
+                    return Err(first.expect("a node that failed to connect"));
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    // Whatever is still connecting is late; dropping the set aborts it.
+    drop(connecting);
+    let mut nodes = RedlockNodes {
+        clients: Vec::with_capacity(urls.len()),
+        starts: Vec::with_capacity(urls.len()),
+    };
+    for ((url, client), down) in urls.iter().zip(clients).zip(down) {
+        let (client, start) = match (client, down) {
+            (Some(client), _) => (client, NodeStart::Connected),
+            (None, Some(err)) => (
+                Client::connect_lazy(url.as_ref(), node_options())?,
+                NodeStart::Down(err),
+            ),
+            (None, None) => (
+                Client::connect_lazy(url.as_ref(), node_options())?,
+                NodeStart::Late,
+            ),
+        };
+        nodes.clients.push(client);
+        nodes.starts.push(start);
+    }
+    Ok(nodes)
+}
