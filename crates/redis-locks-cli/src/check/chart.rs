@@ -101,10 +101,11 @@ fn panel(
         bar(lanes[&h.worker], ms(h.acquired_at), ms(h.end), color)
     }))?;
     chart.draw_series(record.crashed.iter().map(|c| {
+        let end = c.releasing.map_or(c.lease_end, |releasing| releasing.at);
         bar(
             lanes[&c.worker],
             ms(c.acquired_at),
-            ms(c.lease_end),
+            ms(end),
             RGBColor(140, 140, 140).to_rgba(),
         )
     }))?;

@@ -219,6 +219,11 @@ pub enum Event {
         worker: String,
         /// When its use of the resource ended (monotonic ns).
         at: u64,
+        /// When its lease ended, as its guard said then (monotonic ns; none for an algorithm
+        /// without one), as in [`Holding::lease_end`].
+        lease_end: Option<u64>,
+        /// When `lost()` fired, if it did by `at` (monotonic ns), as in [`Holding::lost_at`].
+        lost_at: Option<u64>,
     },
     /// A holding finished.
     Held(Holding),

@@ -79,7 +79,8 @@ impl Scenario {
     }
 }
 
-/// A holder that died holding: it counts as holding until its lease ends.
+/// A holder that died holding: it counts as holding until its lease ends, or, if it had begun
+/// its release, as its own record would have (see [`Releasing`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Crashed {
     /// `p<process>t<task>`.
@@ -90,9 +91,20 @@ pub struct Crashed {
     pub acquired_at: u64,
     /// When its lease ends (monotonic ns, see `clock`).
     pub lease_end: u64,
-    /// When it was done with the resource and began its release, if it got that far (its
-    /// process was killed before it wrote its `Held` line): its holding ended then.
-    pub released_at: Option<u64>,
+    /// How far its holding went if it got as far as its release (its process was killed
+    /// before it wrote its `Held` line): judged as that line would have been.
+    pub releasing: Option<Releasing>,
+}
+
+/// What a holder said as it began its release ([`Event::Releasing`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Releasing {
+    /// When its use of the resource ended (monotonic ns).
+    pub at: u64,
+    /// When its lease ended, as its guard said then (monotonic ns).
+    pub lease_end: Option<u64>,
+    /// When `lost()` fired, if it did by `at` (monotonic ns).
+    pub lost_at: Option<u64>,
 }
 
 /// One injected fault, from its start to its end (monotonic ns, see `clock`).
@@ -388,16 +400,16 @@ pub async fn run(scenario: &Scenario, urls: &[String], lock: &str) -> Result<Rec
                 Some(Message::Event(event)) => match event {
                     Event::Acquired { worker, token, at, lease_end, .. } => {
                         progress = tokio::time::Instant::now();
-                        open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end, released_at: None });
+                        open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end, releasing: None });
                     }
                     Event::Renewed { worker, lease_end } => {
                         if let Some(hold) = open.get_mut(&worker) {
                             hold.lease_end = hold.lease_end.max(lease_end);
                         }
                     }
-                    Event::Releasing { worker, at } => {
+                    Event::Releasing { worker, at, lease_end, lost_at } => {
                         if let Some(hold) = open.get_mut(&worker) {
-                            hold.released_at = Some(at);
+                            hold.releasing = Some(Releasing { at, lease_end, lost_at });
                         }
                     }
                     Event::Held(holding) => {

@@ -4,7 +4,8 @@
 //!   was lost before the overlap. A holder of ours is told when its lease ends (the guard's
 //!   deadline; `lost()` fires) or `lost()` fires earlier, so its interval ends there; a legacy
 //!   holder is never told, so its interval runs to its release. A holder killed while holding
-//!   counts as holding until its lease ends (nobody may take the lock before). Readers may
+//!   counts as holding until its lease ends (nobody may take the lock before), or, if it had
+//!   begun its release (it says so first), as its own record would have. Readers may
 //!   overlap readers. The library's own checker ([`redis_locks::history`]) does the pairing.
 //! - **Tokens increase** between successive holders (for algorithms that have tokens).
 //! - **No lost update**: the resource's value equals the number of writes it accepted.
@@ -85,12 +86,18 @@ const EXAMPLES: usize = 5;
 pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
     let fenced = scenario.algorithm.fenced();
     let history = History::default();
-    for holding in &record.holdings {
-        let mut end = holding.end;
+    // A holder of ours is told when its lease ends or when `lost()` fires: its interval ends
+    // at the first of those and the end of its use.
+    let told = |end: u64, lease_end: Option<u64>, lost_at: Option<u64>| {
         if fenced {
-            end = end.min(holding.lease_end.unwrap_or(end));
-            end = end.min(holding.lost_at.unwrap_or(end));
+            end.min(lease_end.unwrap_or(end))
+                .min(lost_at.unwrap_or(end))
+        } else {
+            end
         }
+    };
+    for holding in &record.holdings {
+        let end = told(holding.end, holding.lease_end, holding.lost_at);
         let interval = Interval {
             worker: format!("{}#{}", holding.worker, holding.seq),
             token: holding.token.unwrap_or(0),
@@ -104,8 +111,12 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         }
     }
     for crashed in &record.crashed {
-        let (label, end) = match crashed.released_at {
-            Some(at) => ("killed while releasing", at),
+        // Killed while releasing: judged as its `Held` line would have been.
+        let (label, end) = match crashed.releasing {
+            Some(releasing) => (
+                "killed while releasing",
+                told(releasing.at, releasing.lease_end, releasing.lost_at),
+            ),
             None => ("killed", crashed.lease_end),
         };
         history.record(Interval {
@@ -299,7 +310,7 @@ mod tests {
     use super::super::fault::Fault;
     use super::super::plan::{Access, Algorithm, CheckPrimitive, Holding, Release};
     use super::super::resource::Tally;
-    use super::super::scenario::{Crashed, Injection, Record, Scenario};
+    use super::super::scenario::{Crashed, Injection, Record, Releasing, Scenario};
     use super::judge;
 
     const MS: u64 = 1_000_000;
@@ -480,13 +491,35 @@ mod tests {
             token: Some(1),
             acquired_at: 0,
             lease_end: 100 * MS,
-            released_at: Some(40 * MS),
+            releasing: Some(Releasing {
+                at: 40 * MS,
+                lease_end: Some(100 * MS),
+                lost_at: None,
+            }),
         });
         let verdict = judge(&scenario(Algorithm::Ours), &run);
         assert_eq!(verdict.overlaps, 0);
-        // Began to release after "b" took the lock: an overlap all the same.
-        run.crashed[0].released_at = Some(55 * MS);
+        // Began to release after "b" took the lock, still within its lease: an overlap.
+        run.crashed[0].releasing = Some(Releasing {
+            at: 55 * MS,
+            lease_end: Some(100 * MS),
+            lost_at: None,
+        });
         assert_eq!(judge(&scenario(Algorithm::Ours), &run).overlaps, 1);
+        // The same, but its lease had ended at 45 ms (or it was told at 45 ms that it lost
+        // the lock): judged as its `Held` line would have been, no overlap.
+        run.crashed[0].releasing = Some(Releasing {
+            at: 55 * MS,
+            lease_end: Some(45 * MS),
+            lost_at: None,
+        });
+        assert_eq!(judge(&scenario(Algorithm::Ours), &run).overlaps, 0);
+        run.crashed[0].releasing = Some(Releasing {
+            at: 55 * MS,
+            lease_end: Some(100 * MS),
+            lost_at: Some(45 * MS),
+        });
+        assert_eq!(judge(&scenario(Algorithm::Ours), &run).overlaps, 0);
     }
 
     #[test]
@@ -497,7 +530,7 @@ mod tests {
             token: Some(1),
             acquired_at: 0,
             lease_end: 100 * MS,
-            released_at: None,
+            releasing: None,
         });
         let verdict = judge(&scenario(Algorithm::Ours), &run);
         assert_eq!(

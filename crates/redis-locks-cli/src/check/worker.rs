@@ -265,9 +265,15 @@ impl Task {
         };
         // Said before the release goes out: the next holder may be a task of this process
         // that is to kill it (holder-kill), before this task's `Held` line is written.
+        let lost_by_end = match lost_at.load(Ordering::SeqCst) {
+            0 => None,
+            at => Some(at).filter(|&at| at <= end),
+        };
         self.emit(&Event::Releasing {
             worker: self.worker.clone(),
             at: end,
+            lease_end,
+            lost_at: lost_by_end,
         })
         .await;
         let release = match (hold, &self.lock) {
