@@ -522,6 +522,56 @@ async fn a_node_that_lost_the_key_gets_it_back_at_the_next_renewal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_empty_gets_the_key_back() {
+    let (mut servers, clients) = nodes(3).await;
+    let options = options(1_000, 300).watchdog(true);
+    let lock = Redlock::with_options(&clients, "rl:restart", options).unwrap();
+    let guard = lock.lock().await.unwrap();
+    until_every_node(&servers, "the key", |server| {
+        common::exists(server, "rl:restart")
+    })
+    .await;
+    let owner = get(&servers[1], "rl:restart").expect("held");
+    // A real restart without persistence: the node comes back empty, on a broken connection.
+    servers[0].restart().unwrap();
+    until_every_node(&servers, "the holder's key", |server| {
+        get(server, "rl:restart").as_deref() == Some(owner.as_str())
+    })
+    .await;
+    assert_eq!(guard.lost_reason(), None);
+    guard.release().await.unwrap();
+    lock.settle().await;
+    assert_eq!(values(&servers, "rl:restart"), vec![None, None, None]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_right_after_a_restoring_extend_leaves_nothing() {
+    let (servers, clients) = nodes(3).await;
+    let lock = Redlock::with_options(&clients, "rl:restore-order", options(5_000, 300)).unwrap();
+    // The restore an extend sends in the background is on the node's connection (or waited
+    // for) before the release: nothing may be left behind, round after round.
+    for round in 0..30 {
+        let guard = lock.lock().await.unwrap();
+        until_every_node(&servers, "the key", |server| {
+            common::exists(server, "rl:restore-order")
+        })
+        .await;
+        redis::cmd("DEL")
+            .arg("rl:restore-order")
+            .exec(&mut common::raw(&servers[0]))
+            .unwrap();
+        guard.extend(Duration::from_secs(5)).await.unwrap();
+        guard.release().await.unwrap();
+        lock.settle().await;
+        assert_eq!(
+            values(&servers, "rl:restore-order"),
+            vec![None, None, None],
+            "round {round}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_finds_the_key_gone_on_a_majority_restores_nothing() {
     let (servers, clients) = nodes(3).await;
     let options = options(1_000, 300).watchdog(true);

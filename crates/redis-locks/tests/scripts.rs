@@ -404,6 +404,18 @@ fn extend_with_restore_puts_a_gone_key_back_and_nothing_else() {
     // The owner's own key: extended as without the flag.
     assert_eq!(restore(&mut con, "a", 30_000), 1);
     assert!(pttl(&server, "L") <= 30_000);
+    // A waiter's mark on the owner's key: extended, the mark kept (no restore).
+    run_acquire(&mut con, "b", 1_000).unwrap();
+    assert_eq!(restore(&mut con, "a", 30_000), 1);
+    let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();
+    assert_eq!(value, "a+w");
+    redis::cmd("SET")
+        .arg("L")
+        .arg("a")
+        .arg("PX")
+        .arg(30_000)
+        .exec(&mut con)
+        .unwrap();
     // Another owner's key: left alone.
     assert_eq!(restore(&mut con, "b", 90_000), -1);
     let value: String = redis::cmd("GET").arg("L").query(&mut con).unwrap();

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::quorum::{Answer, Answers, Quorum, count, unreachable};
+use tokio::sync::watch;
+
+use super::quorum::{Answer, Answers, Quorum, Running, count, unreachable};
 use crate::error::{Error, LostReason, Phase, Result, Vote};
 use crate::lease::{Hold, HoldFuture, Released};
 use crate::mutex::MutexHold;
@@ -16,6 +18,9 @@ pub(crate) struct RedlockHold {
     pub(crate) quorum: Arc<Quorum>,
     /// The `Mutex` key of the lock on each node, in the nodes' order.
     pub(crate) nodes: Vec<Arc<MutexHold>>,
+    /// How many renewals' restores are still under way: a release waits for none, so that a
+    /// restore held up by a reconnect cannot land after the release.
+    pub(crate) restoring: watch::Sender<usize>,
 }
 
 /// One node's answer to an owner-checked request: done, or not this owner's any more (and
@@ -117,6 +122,12 @@ impl Hold for RedlockHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
+            // A restore still under way (each is bounded by the node timeout) goes first.
+            let _ = self
+                .restoring
+                .subscribe()
+                .wait_for(|restoring| *restoring == 0)
+                .await;
             let owner = owner.clone();
             self.on_all(Phase::Release, |node| {
                 let owner = owner.clone();
@@ -151,10 +162,15 @@ impl Hold for RedlockHold {
             if outcome.is_ok() && !gone.is_empty() {
                 let nodes = self.nodes.clone();
                 let owner = owner.clone();
-                self.quorum.send(gone, move |index, _node| {
-                    let (node, owner) = (nodes[index].clone(), owner.clone());
-                    async move { node.extend_or_restore(&owner, lease).await }
-                });
+                let restoring = Running::new(self.restoring.clone());
+                self.quorum.send(
+                    gone,
+                    move |index, _node| {
+                        let (node, owner) = (nodes[index].clone(), owner.clone());
+                        async move { node.extend_or_restore(&owner, lease).await }
+                    },
+                    Some(restoring),
+                );
             }
             outcome
         })

@@ -185,6 +185,7 @@ impl Redlock {
         let hold = RedlockHold {
             quorum: Arc::new(Quorum::new(nodes, options.get_node_timeout())),
             nodes: holds,
+            restoring: tokio::sync::watch::Sender::new(0),
         };
         Ok(Redlock {
             clients: clients.into(),
@@ -530,7 +531,7 @@ impl Redlock {
             // A majority has the token already, which is all its order needs. The nodes
             // behind are raised all the same, in the background, so that the next attempt's
             // counters agree again and it needs no raise of its own.
-            quorum.send(behind.iter().copied(), raise);
+            quorum.send(behind.iter().copied(), raise, None);
             return Asked::Granted(token);
         }
         let raised: Answers<i64> = quorum

@@ -139,10 +139,12 @@ impl Quorum {
     /// Each request is polled once here ([`Late::take_ready`]), so it is queued on its node's
     /// connection now, ahead of whatever this client sends that node next (the guard's
     /// release); the background task awaits it, so it is written.
+    /// `also` is counted (see [`Running`]) until the background task ends too.
     pub(crate) fn send<T, Fut>(
         &self,
         which: impl IntoIterator<Item = usize>,
         request: impl Fn(usize, &Node) -> Fut,
+        also: Option<Running>,
     ) where
         T: Send + 'static,
         Fut: Future<Output = Result<T>> + Send + 'static,
@@ -150,7 +152,7 @@ impl Quorum {
         let mut late = self.sent(which, request);
         let mut unread: Answers<T> = (0..self.nodes.len()).map(|_| None).collect();
         late.take_ready(&mut unread);
-        late.finish_in_background();
+        late.finish_in_background_with(also);
     }
 
     /// The requests `request` makes of the nodes in `which`, not yet polled, with their
@@ -225,10 +227,11 @@ pub(crate) struct Late<T: Send + 'static> {
 
 /// One background task of a Redlock, counted from its spawn until it ends or is dropped (a
 /// runtime shutting down drops it unfinished).
-struct Running(watch::Sender<usize>);
+pub(crate) struct Running(watch::Sender<usize>);
 
 impl Running {
-    fn new(background: watch::Sender<usize>) -> Running {
+    /// Counts one more in `background` until dropped.
+    pub(crate) fn new(background: watch::Sender<usize>) -> Running {
         background.send_modify(|running| *running += 1);
         Running(background)
     }
@@ -266,13 +269,20 @@ impl<T: Send + 'static> Late<T> {
     /// Awaits the requests still under way (each within the node timeout) in a background
     /// task: for requests that must be seen through even if a node's connection is being
     /// re-opened (a release).
-    pub(crate) fn finish_in_background(mut self) {
+    pub(crate) fn finish_in_background(self) {
+        self.finish_in_background_with(None);
+    }
+
+    /// As [`finish_in_background`](Self::finish_in_background), with `also` counted until
+    /// the task ends too.
+    fn finish_in_background_with(mut self, also: Option<Running>) {
         if self.pending.is_empty() {
             return;
         }
         let mut pending = std::mem::take(&mut self.pending);
         let (running, deadline) = (Running::new(self.background.clone()), self.deadline);
         tokio::spawn(async move {
+            let _also = also;
             // Nobody reads these answers any more; a failure is only worth a debug line (the
             // node's lease ends what it keeps).
             let finish = async {
