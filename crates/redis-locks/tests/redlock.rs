@@ -175,11 +175,8 @@ async fn settle_waits_for_the_releases_left_to_the_background() {
     let (servers, clients) = nodes(5).await;
     let lock = Redlock::with_options(&clients, "rl:settle", options(20_000, 5_000)).unwrap();
     let guard = lock.try_lock().await.expect("every node grants");
-    // The attempt ends at the majority; the other nodes grant a moment later.
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:settle")
-    })
-    .await;
+    // The attempt ends at the majority (a late node's request may never be written).
+    assert!(holding(&servers, "rl:settle").len() >= 3);
     // Nothing is left running yet: settle returns at once (bounded by the test's timeout).
     tokio::time::timeout(Duration::from_secs(10), lock.settle())
         .await
@@ -206,10 +203,10 @@ async fn settle_waits_for_the_release_of_a_dropped_guard() {
     let (servers, clients) = nodes(3).await;
     let lock = Redlock::with_options(&clients, "rl:settle-drop", options(20_000, 5_000)).unwrap();
     let guard = lock.try_lock().await.expect("every node grants");
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:settle-drop")
-    })
-    .await;
+    assert!(
+        holding(&servers, "rl:settle-drop").len() >= 2,
+        "a majority holds"
+    );
     // Dropped without release(): the lease core releases in a task of its own, which on this
     // current-thread runtime has not even started when settle is called.
     drop(guard);
@@ -552,10 +549,10 @@ async fn a_release_right_after_a_restoring_extend_leaves_nothing() {
     // for) before the release: nothing may be left behind, round after round.
     for round in 0..30 {
         let guard = lock.lock().await.unwrap();
-        until_every_node(&servers, "the key", |server| {
-            common::exists(server, "rl:restore-order")
-        })
-        .await;
+        assert!(
+            holding(&servers, "rl:restore-order").len() >= 2,
+            "a majority holds"
+        );
         redis::cmd("DEL")
             .arg("rl:restore-order")
             .exec(&mut common::raw(&servers[0]))
