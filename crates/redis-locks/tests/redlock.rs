@@ -639,6 +639,70 @@ async fn connect_nodes_goes_on_at_once_without_a_node_that_refuses() {
 }
 
 #[tokio::test]
+async fn connect_nodes_refuses_a_node_list_that_cannot_be_a_quorum_before_connecting() {
+    let mut servers = test_support::start_many(3).unwrap();
+    servers[0].kill();
+    let urls = urls(&servers);
+    let none: [&str; 0] = [];
+    for bad in [
+        &none[..],
+        &[urls[1].as_str(), urls[2].as_str()][..],
+        // A node given twice, one of them down: still bad usage, not "unreachable".
+        &[urls[0].as_str(), urls[0].as_str(), urls[1].as_str()][..],
+    ] {
+        let err = Redlock::connect_nodes(bad).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidNodes { .. }),
+            "{bad:?}: {err:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_down_at_the_start_gets_the_key_once_it_is_back() {
+    let mut servers = test_support::start_many(3).unwrap();
+    servers[2].kill();
+    let nodes = Redlock::connect_nodes(&urls(&servers)).await.unwrap();
+    assert!(matches!(nodes.starts[2], NodeStart::Down(_)));
+    let options = options(1_000, 300).watchdog(true);
+    let lock = Redlock::with_options(&nodes.clients, "rl:down-back", options).unwrap();
+    let guard = lock.lock().await.unwrap();
+    servers[2].restart().unwrap();
+    until_every_node(&servers, "the key", |server| {
+        common::exists(server, "rl:down-back")
+    })
+    .await;
+    assert_eq!(guard.lost_reason(), None);
+    guard.release().await.unwrap();
+    lock.settle().await;
+    assert!(holding(&servers, "rl:down-back").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_under_node_options_gets_the_key_back() {
+    let mut servers = test_support::start_many(3).unwrap();
+    // Clients without reconnect attempts: the restarted node's first request finds the broken
+    // connection, and a later renewal restores the key.
+    let nodes = Redlock::connect_nodes(&urls(&servers)).await.unwrap();
+    let options = options(1_000, 300).watchdog(true);
+    let lock = Redlock::with_options(&nodes.clients, "rl:restart-0", options).unwrap();
+    let guard = lock.lock().await.unwrap();
+    until_every_node(&servers, "the key", |server| {
+        common::exists(server, "rl:restart-0")
+    })
+    .await;
+    servers[0].restart().unwrap();
+    until_every_node(&servers, "the key", |server| {
+        common::exists(server, "rl:restart-0")
+    })
+    .await;
+    assert_eq!(guard.lost_reason(), None);
+    guard.release().await.unwrap();
+    lock.settle().await;
+    assert!(holding(&servers, "rl:restart-0").is_empty());
+}
+
+#[tokio::test]
 async fn connect_nodes_without_a_majority_is_the_first_unreachable_nodes_error() {
     let mut servers = test_support::start_many(3).unwrap();
     servers[0].kill();

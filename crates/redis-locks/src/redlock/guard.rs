@@ -61,7 +61,9 @@ impl RedlockGuard {
     }
 
     /// Releases the lock on every node and says whether a majority still held it for this
-    /// guard. A renewal under way is let finish first. It returns once a majority has
+    /// guard. A renewal under way is let finish first, and so are the keys a renewal is
+    /// restoring on nodes that had lost them (each within the node timeout), so that none
+    /// lands after the release. It returns once a majority has
     /// released; the other nodes' releases go on in the background, which
     /// [`Redlock::settle`](crate::Redlock::settle) waits for (before a process exits).
     ///

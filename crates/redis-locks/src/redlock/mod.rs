@@ -128,11 +128,29 @@ impl Redlock {
     /// ```
     ///
     /// # Errors
+    /// [`Error::InvalidNodes`] for no URL, an even number of them, or one given twice (checked
+    /// before anything connects; [`Redlock::new`] also finds one server behind two URLs);
     /// [`Error::InvalidUrl`] for a URL that cannot be used; what a node said when it answered
-    /// but refused the client within the grace ([`Error::Auth`], [`Error::NotRedis`], ...); with
-    /// no majority reachable, the connection error of the first node (in the URLs' order) that
-    /// could not be reached.
+    /// but refused the client before the grace ended, a minority node too ([`Error::Auth`],
+    /// [`Error::NotRedis`], ...: a misconfigured node is reported, not taken as down; one that
+    /// answers only after the grace is [`NodeStart::Late`]); with no majority reachable, the
+    /// connection error of the first node (in the URLs' order) that could not be reached.
     pub async fn connect_nodes(urls: &[impl AsRef<str>]) -> Result<RedlockNodes> {
+        check_count(urls.len())?;
+        for (index, url) in urls.iter().enumerate() {
+            if urls[..index]
+                .iter()
+                .any(|other| other.as_ref() == url.as_ref())
+            {
+                return Err(Error::InvalidNodes {
+                    reason: format!(
+                        "the URL of node {} is given twice; a majority must be of independent \
+                         servers",
+                        index + 1
+                    ),
+                });
+            }
+        }
         connect::connect_nodes(urls).await
     }
 
@@ -220,13 +238,15 @@ impl Redlock {
 
     /// Waits until the requests this lock left running in the background are done: a
     /// [`RedlockGuard::release`] returns once a majority of nodes has released, and the other
-    /// nodes' releases (like the raise of a node behind on tokens) are seen through by a task
+    /// nodes' releases (like the raise of a node behind on tokens, and the keys a renewal
+    /// restores on nodes that lost them) are seen through by a task
     /// of their own. A process about to exit calls this after its last release, so that no
     /// node keeps the key until its lease ends (an exiting runtime drops those tasks, and a
     /// request not yet written is never sent). Each of those requests is bounded by the
-    /// per-node timeout, so this returns within about that long (twice that for a guard
-    /// dropped while a renewal was under way: its release waits for the renewal): a node
-    /// that is down costs up to the node timeout here (its release waits for a reconnect). It also waits for the
+    /// per-node timeout, so this returns within about that long (up to three times that for
+    /// a guard dropped while a renewal was under way: its release waits for the renewal, then
+    /// for the keys that renewal restores): a node that is down costs up to the node timeout
+    /// here (its release waits for a reconnect). It also waits for the
     /// releases that run in a task of their own: a guard dropped without
     /// [`RedlockGuard::release`], and an acquisition cancelled after its requests went out.
     ///
@@ -708,15 +728,7 @@ fn unasked_open<T>(answers: &Answers<T>, asked: &[usize]) -> usize {
 /// Refuses a set of nodes that cannot form a quorum.
 fn check_nodes(clients: &[Client]) -> Result<()> {
     let invalid = |reason: String| Err(Error::InvalidNodes { reason });
-    if clients.is_empty() {
-        return invalid("no nodes given; a Redlock needs 1, 3, 5... independent servers".into());
-    }
-    if clients.len().is_multiple_of(2) {
-        return invalid(format!(
-            "{} nodes given; use an odd number (an even number tolerates no more failures than one fewer)",
-            clients.len()
-        ));
-    }
+    check_count(clients.len())?;
     // The same server may be reached by two URLs (127.0.0.1 and localhost, a database
     // number): each server's run_id, read when its client connected, tells.
     let nodes: Vec<_> = clients.iter().map(Client::node).collect();
@@ -732,6 +744,20 @@ fn check_nodes(clients: &[Client]) -> Result<()> {
                 other.url()
             ));
         }
+    }
+    Ok(())
+}
+
+/// Refuses a number of nodes that cannot form a quorum: none, or an even number.
+fn check_count(count: usize) -> Result<()> {
+    let invalid = |reason: String| Err(Error::InvalidNodes { reason });
+    if count == 0 {
+        return invalid("no nodes given; a Redlock needs 1, 3, 5... independent servers".into());
+    }
+    if count.is_multiple_of(2) {
+        return invalid(format!(
+            "{count} nodes given; use an odd number (an even number tolerates no more failures than one fewer)"
+        ));
     }
     Ok(())
 }
