@@ -549,14 +549,16 @@ async fn a_release_right_after_a_restoring_extend_leaves_nothing() {
     // for) before the release: nothing may be left behind, round after round.
     for round in 0..30 {
         let guard = lock.lock().await.unwrap();
-        assert!(
-            holding(&servers, "rl:restore-order").len() >= 2,
-            "a majority holds"
-        );
-        redis::cmd("DEL")
-            .arg("rl:restore-order")
-            .exec(&mut common::raw(&servers[0]))
-            .unwrap();
+        let held = holding(&servers, "rl:restore-order");
+        assert!(held.len() >= 2, "a majority holds: {held:?}");
+        // One node without the key: delete it on node 0 when every node has it (a late node's
+        // acquire may never have been written, and then that node is the one).
+        if held.len() == 3 {
+            redis::cmd("DEL")
+                .arg("rl:restore-order")
+                .exec(&mut common::raw(&servers[0]))
+                .unwrap();
+        }
         guard.extend(Duration::from_secs(5)).await.unwrap();
         guard.release().await.unwrap();
         lock.settle().await;
