@@ -45,13 +45,16 @@ pub(crate) fn node_options() -> ClientOptions {
     ClientOptions::default().reconnect_attempts(0)
 }
 
-/// See [`Redlock::connect_nodes`](crate::Redlock::connect_nodes).
-pub(crate) async fn connect_nodes(urls: &[impl AsRef<str>]) -> Result<RedlockNodes> {
+/// See [`Redlock::connect_nodes_with`](crate::Redlock::connect_nodes_with).
+pub(crate) async fn connect_nodes(
+    urls: &[impl AsRef<str>],
+    options: ClientOptions,
+) -> Result<RedlockNodes> {
     let majority = urls.len() / 2 + 1;
     let mut connecting = JoinSet::new();
     for (index, url) in urls.iter().enumerate() {
-        let url = url.as_ref().to_string();
-        connecting.spawn(async move { (index, Client::connect_with(&url, node_options()).await) });
+        let (url, options) = (url.as_ref().to_string(), options.clone());
+        connecting.spawn(async move { (index, Client::connect_with(&url, options).await) });
     }
     let mut clients: Vec<Option<Client>> = urls.iter().map(|_| None).collect();
     let mut down: Vec<Option<Error>> = urls.iter().map(|_| None).collect();
@@ -102,11 +105,11 @@ pub(crate) async fn connect_nodes(urls: &[impl AsRef<str>]) -> Result<RedlockNod
         let (client, start) = match (client, down) {
             (Some(client), _) => (client, NodeStart::Connected),
             (None, Some(err)) => (
-                Client::connect_lazy(url.as_ref(), node_options())?,
+                Client::connect_lazy(url.as_ref(), options.clone())?,
                 NodeStart::Down(err),
             ),
             (None, None) => (
-                Client::connect_lazy(url.as_ref(), node_options())?,
+                Client::connect_lazy(url.as_ref(), options.clone())?,
                 NodeStart::Late,
             ),
         };

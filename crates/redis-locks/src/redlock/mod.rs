@@ -136,6 +136,35 @@ impl Redlock {
     /// answers only after the grace is [`NodeStart::Late`]); with no majority reachable, the
     /// connection error of the first node (in the URLs' order) that could not be reached.
     pub async fn connect_nodes(urls: &[impl AsRef<str>]) -> Result<RedlockNodes> {
+        Redlock::connect_nodes_with(urls, Redlock::node_options()).await
+    }
+
+    /// As [`Redlock::connect_nodes`], with `options` for every node's client instead of
+    /// [`Redlock::node_options`] (other timeouts, say). Keep
+    /// [`reconnect_attempts(0)`](crate::ClientOptions::reconnect_attempts) unless you have a
+    /// reason: with attempts, a node that refuses connections is only found down after them,
+    /// and each request to it waits them out.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let servers = test_support::start_many(3)?;
+    /// # let urls: Vec<String> = servers.iter().map(|server| server.url()).collect();
+    /// use std::time::Duration;
+    /// use redis_locks::Redlock;
+    ///
+    /// let options = Redlock::node_options().connect_timeout(Duration::from_millis(500));
+    /// let nodes = Redlock::connect_nodes_with(&urls, options).await?;
+    /// assert_eq!(nodes.clients[0].options().get_connect_timeout(), Duration::from_millis(500));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Redlock::connect_nodes`].
+    pub async fn connect_nodes_with(
+        urls: &[impl AsRef<str>],
+        options: crate::ClientOptions,
+    ) -> Result<RedlockNodes> {
         check_count(urls.len())?;
         for (index, url) in urls.iter().enumerate() {
             if urls[..index]
@@ -151,7 +180,7 @@ impl Redlock {
                 });
             }
         }
-        connect::connect_nodes(urls).await
+        connect::connect_nodes(urls, options).await
     }
 
     /// The client options for a Redlock's nodes: the defaults, with no reconnect attempts
