@@ -19,8 +19,15 @@ pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
     if let [url] = urls {
         return Ok(vec![Client::connect(url).await?]);
     }
-    let nodes = Redlock::connect_nodes(urls).await?;
     let count = urls.len();
+    let nodes = match Redlock::connect_nodes(urls).await {
+        Ok(nodes) => nodes,
+        Err(err) if err.is_connection() => {
+            eprintln!("redis-locks: no majority of the {count} nodes could be reached");
+            return Err(err.into());
+        }
+        Err(err) => return Err(err.into()),
+    };
     for (index, start) in nodes.starts.iter().enumerate() {
         let node = index + 1;
         match start {

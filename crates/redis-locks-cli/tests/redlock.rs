@@ -155,6 +155,8 @@ fn a_majority_down_is_exit_69_and_bad_node_lists_are_usage_errors() {
     servers[1].kill();
     let majority = output(run(&servers, &["rl-bad"], &["true"]));
     assert_eq!(majority.status.code(), Some(69), "{majority:?}");
+    let said = String::from_utf8_lossy(&majority.stderr);
+    assert!(said.contains("no majority of the 3 nodes"), "{said}");
 }
 
 #[test]
