@@ -14,7 +14,7 @@ use cli_support::exit::CliError;
 /// # Errors
 /// What connecting to a server said; for a Redlock with no majority reachable, the
 /// connection error of the first node (in the order given) that could not be reached (exit
-/// 69).
+/// 69), after a line on stderr that says no majority could be reached.
 pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
     if let [url] = urls {
         return Ok(vec![Client::connect(url).await?]);

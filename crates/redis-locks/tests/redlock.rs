@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{
-    Client, Error, LostReason, NODE_GRACE, NodeStart, Redlock, RedlockOptions, Vote,
+    Client, Error, LostReason, NODE_GRACE, NodeStart, Redlock, RedlockGuard, RedlockOptions, Vote,
 };
 use test_support::RedisServer;
 use tokio::time::Instant;
@@ -451,10 +451,7 @@ async fn cancelled_acquires_leave_no_key_behind() {
 #[tokio::test]
 async fn the_watchdog_renews_on_a_majority_and_loss_is_signalled() {
     let (mut servers, clients) = nodes(3).await;
-    // Renewed every third of a second; a node has 300 ms to answer (room for a loaded
-    // machine).
-    let options = options(1_000, 300).watchdog(true);
-    let lock = Redlock::with_options(&clients, "rl:watchdog", options).unwrap();
+    let lock = Redlock::with_options(&clients, "rl:watchdog", renewed()).unwrap();
     let guard = lock.lock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(guard.lost_reason(), None, "renewed past its first lease");
@@ -484,18 +481,46 @@ fn values(servers: &[RedisServer], key: &str) -> Vec<Option<String>> {
     servers.iter().map(|server| get(server, key)).collect()
 }
 
+/// A lease of 1 s renewed by the watchdog every third of a second; a node has 300 ms to
+/// answer (room for a loaded machine).
+fn renewed() -> RedlockOptions {
+    options(1_000, 300).watchdog(true)
+}
+
+/// Waits until every node holds `key` with one and the same owner token, and returns it.
+async fn until_every_node_holds(servers: &[RedisServer], key: &str) -> String {
+    until_every_node(servers, "one holder's key", |server| {
+        let value = get(server, key);
+        value.is_some() && value == get(&servers[0], key)
+    })
+    .await;
+    get(&servers[0], key).expect("held")
+}
+
+/// Releases `guard`, which must never have been lost, settles `lock`, and checks that no
+/// node keeps `key`.
+async fn release_everywhere(
+    lock: &Redlock,
+    guard: RedlockGuard,
+    servers: &[RedisServer],
+    key: &str,
+) {
+    assert_eq!(guard.lost_reason(), None, "renewed all along");
+    guard.release().await.unwrap();
+    lock.settle().await;
+    assert!(
+        holding(servers, key).is_empty(),
+        "{:?}",
+        values(servers, key)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_lost_the_key_gets_it_back_at_the_next_renewal() {
     let (servers, clients) = nodes(3).await;
-    // Renewed every third of a second; a node has 300 ms to answer.
-    let options = options(1_000, 300).watchdog(true);
-    let lock = Redlock::with_options(&clients, "rl:restore", options).unwrap();
+    let lock = Redlock::with_options(&clients, "rl:restore", renewed()).unwrap();
     let guard = lock.lock().await.unwrap();
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:restore")
-    })
-    .await;
-    let owner = get(&servers[1], "rl:restore").expect("held");
+    let owner = until_every_node_holds(&servers, "rl:restore").await;
     // Node 0 loses the key (a restart without its data, simulated).
     redis::cmd("DEL")
         .arg("rl:restore")
@@ -503,42 +528,40 @@ async fn a_node_that_lost_the_key_gets_it_back_at_the_next_renewal() {
         .unwrap();
     // A renewal later (a majority still proves the lock), node 0 holds it again, for this
     // owner, with a lease.
-    until_every_node(&servers, "the holder's key", |server| {
-        get(server, "rl:restore").as_deref() == Some(owner.as_str())
-    })
-    .await;
+    assert_eq!(until_every_node_holds(&servers, "rl:restore").await, owner);
     assert!(common::pttl(&servers[0], "rl:restore") > 0);
-    assert_eq!(
-        guard.lost_reason(),
-        None,
-        "a renewal that restores is no loss"
-    );
-    guard.release().await.unwrap();
-    lock.settle().await;
-    assert_eq!(values(&servers, "rl:restore"), vec![None, None, None]);
+    release_everywhere(&lock, guard, &servers, "rl:restore").await;
+}
+
+/// A real restart without persistence of node 0 while a renewed lock over `clients` holds
+/// `key`: the node comes back empty, on a broken connection, and gets the holder's key back.
+async fn a_restarted_node_gets_the_key_back(
+    servers: &mut [RedisServer],
+    clients: &[Client],
+    key: &str,
+) {
+    let lock = Redlock::with_options(clients, key, renewed()).unwrap();
+    let guard = lock.lock().await.unwrap();
+    let owner = until_every_node_holds(servers, key).await;
+    servers[0].restart().unwrap();
+    assert_eq!(until_every_node_holds(servers, key).await, owner);
+    release_everywhere(&lock, guard, servers, key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_empty_gets_the_key_back() {
+    // The test clients' default options: reconnect attempts.
     let (mut servers, clients) = nodes(3).await;
-    let options = options(1_000, 300).watchdog(true);
-    let lock = Redlock::with_options(&clients, "rl:restart", options).unwrap();
-    let guard = lock.lock().await.unwrap();
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:restart")
-    })
-    .await;
-    let owner = get(&servers[1], "rl:restart").expect("held");
-    // A real restart without persistence: the node comes back empty, on a broken connection.
-    servers[0].restart().unwrap();
-    until_every_node(&servers, "the holder's key", |server| {
-        get(server, "rl:restart").as_deref() == Some(owner.as_str())
-    })
-    .await;
-    assert_eq!(guard.lost_reason(), None);
-    guard.release().await.unwrap();
-    lock.settle().await;
-    assert_eq!(values(&servers, "rl:restart"), vec![None, None, None]);
+    a_restarted_node_gets_the_key_back(&mut servers, &clients, "rl:restart").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_under_node_options_gets_the_key_back() {
+    // No reconnect attempts: the restarted node's first request finds the broken connection,
+    // and a later renewal restores the key.
+    let mut servers = test_support::start_many(3).unwrap();
+    let nodes = Redlock::connect_nodes(&urls(&servers)).await.unwrap();
+    a_restarted_node_gets_the_key_back(&mut servers, &nodes.clients, "rl:restart-0").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -573,13 +596,9 @@ async fn a_release_right_after_a_restoring_extend_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_finds_the_key_gone_on_a_majority_restores_nothing() {
     let (servers, clients) = nodes(3).await;
-    let options = options(1_000, 300).watchdog(true);
-    let lock = Redlock::with_options(&clients, "rl:no-restore", options).unwrap();
+    let lock = Redlock::with_options(&clients, "rl:no-restore", renewed()).unwrap();
     let guard = lock.lock().await.unwrap();
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:no-restore")
-    })
-    .await;
+    until_every_node_holds(&servers, "rl:no-restore").await;
     // A majority loses the key: the next renewal proves nothing, and puts nothing back (a
     // lost lock's key would block the others for a whole lease). A renewal between the two
     // deletions would still prove the lock (and restore the first key), so they are repeated
@@ -666,42 +685,11 @@ async fn a_node_down_at_the_start_gets_the_key_once_it_is_back() {
     servers[2].kill();
     let nodes = Redlock::connect_nodes(&urls(&servers)).await.unwrap();
     assert!(matches!(nodes.starts[2], NodeStart::Down(_)));
-    let options = options(1_000, 300).watchdog(true);
-    let lock = Redlock::with_options(&nodes.clients, "rl:down-back", options).unwrap();
+    let lock = Redlock::with_options(&nodes.clients, "rl:down-back", renewed()).unwrap();
     let guard = lock.lock().await.unwrap();
     servers[2].restart().unwrap();
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:down-back")
-    })
-    .await;
-    assert_eq!(guard.lost_reason(), None);
-    guard.release().await.unwrap();
-    lock.settle().await;
-    assert!(holding(&servers, "rl:down-back").is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_restarted_under_node_options_gets_the_key_back() {
-    let mut servers = test_support::start_many(3).unwrap();
-    // Clients without reconnect attempts: the restarted node's first request finds the broken
-    // connection, and a later renewal restores the key.
-    let nodes = Redlock::connect_nodes(&urls(&servers)).await.unwrap();
-    let options = options(1_000, 300).watchdog(true);
-    let lock = Redlock::with_options(&nodes.clients, "rl:restart-0", options).unwrap();
-    let guard = lock.lock().await.unwrap();
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:restart-0")
-    })
-    .await;
-    servers[0].restart().unwrap();
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:restart-0")
-    })
-    .await;
-    assert_eq!(guard.lost_reason(), None);
-    guard.release().await.unwrap();
-    lock.settle().await;
-    assert!(holding(&servers, "rl:restart-0").is_empty());
+    until_every_node_holds(&servers, "rl:down-back").await;
+    release_everywhere(&lock, guard, &servers, "rl:down-back").await;
 }
 
 #[tokio::test]
@@ -730,18 +718,11 @@ async fn a_node_late_at_the_start_gets_the_key_at_a_renewal() {
     assert!(took < NODE_GRACE + Duration::from_secs(5), "took {took:?}");
     // The lock is taken on the other two alone (the late node still answers nothing); once
     // it answers, a renewal puts the key there too.
-    let options = options(1_000, 300).watchdog(true);
-    let lock = Redlock::with_options(&nodes.clients, "rl:late", options).unwrap();
+    let lock = Redlock::with_options(&nodes.clients, "rl:late", renewed()).unwrap();
     let guard = lock.lock().await.unwrap();
     servers[1].resume();
-    until_every_node(&servers, "the key", |server| {
-        common::exists(server, "rl:late")
-    })
-    .await;
-    assert_eq!(guard.lost_reason(), None);
-    guard.release().await.unwrap();
-    lock.settle().await;
-    assert!(holding(&servers, "rl:late").is_empty());
+    until_every_node_holds(&servers, "rl:late").await;
+    release_everywhere(&lock, guard, &servers, "rl:late").await;
 }
 
 #[tokio::test]

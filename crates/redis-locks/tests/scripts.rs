@@ -249,16 +249,21 @@ fn acquire_tokens_keep_growing_after_the_counter_is_lost() {
     assert!(second > first, "{second} > {first}");
 }
 
-#[test]
-fn acquire_refuses_wrong_types_and_writes_nothing() {
-    let server = server();
-    let mut con = raw(&server);
+/// Puts a hash with no expiry at the lock key "L": a key the library never wrote.
+fn foreign_hash(con: &mut Connection) {
     redis::cmd("HSET")
         .arg("L")
         .arg("f")
         .arg("v")
-        .exec(&mut con)
+        .exec(con)
         .unwrap();
+}
+
+#[test]
+fn acquire_refuses_wrong_types_and_writes_nothing() {
+    let server = server();
+    let mut con = raw(&server);
+    foreign_hash(&mut con);
     let err = run_acquire(&mut con, "a", 1_000).unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
 
@@ -423,12 +428,7 @@ fn extend_with_restore_puts_a_gone_key_back_and_nothing_else() {
     assert!(pttl(&server, "L") <= 30_000);
     // A key of another type: the script's error, nothing written.
     redis::cmd("DEL").arg("L").exec(&mut con).unwrap();
-    redis::cmd("HSET")
-        .arg("L")
-        .arg("f")
-        .arg("v")
-        .exec(&mut con)
-        .unwrap();
+    foreign_hash(&mut con);
     let err = extend()
         .key("L")
         .arg("a")

@@ -481,63 +481,47 @@ mod tests {
         assert!(!judge(&latency, &run).passed);
     }
 
-    #[test]
-    fn a_holder_killed_while_releasing_held_until_it_began_to_release() {
-        // "a" was done at 40 ms and released; the next holder, "b", took the lock at 50 ms and
-        // killed their process before "a" wrote its record: no overlap.
+    /// The overlaps `check` counts when "b" holds from 50 to 60 ms and "a", which took the
+    /// lock at 0 with a lease to 100 ms, was killed (having begun its release as `releasing`
+    /// says, in ms: the end of its use, its lease end, when `lost()` fired).
+    fn overlaps_beside_killed(releasing: Option<(u64, u64, Option<u64>)>) -> usize {
         let mut run = record(vec![holding("b", 2, 50, 60, 150)]);
         run.crashed.push(Crashed {
             worker: "a".into(),
             token: Some(1),
             acquired_at: 0,
             lease_end: 100 * MS,
-            releasing: Some(Releasing {
-                at: 40 * MS,
-                lease_end: Some(100 * MS),
-                lost_at: None,
+            releasing: releasing.map(|(at, lease_end, lost_at)| Releasing {
+                at: at * MS,
+                lease_end: Some(lease_end * MS),
+                lost_at: lost_at.map(|at| at * MS),
             }),
         });
         let verdict = judge(&scenario(Algorithm::Ours), &run);
-        assert_eq!(verdict.overlaps, 0);
+        assert_eq!(verdict.crashed, 1);
+        verdict.overlaps
+    }
+
+    #[test]
+    fn a_holder_killed_while_releasing_held_until_it_began_to_release() {
+        // Done at 40 ms and released; "b" took the lock at 50 ms and killed their process
+        // before "a" wrote its record: no overlap.
+        assert_eq!(overlaps_beside_killed(Some((40, 100, None))), 0);
         // Began to release after "b" took the lock, still within its lease: an overlap.
-        run.crashed[0].releasing = Some(Releasing {
-            at: 55 * MS,
-            lease_end: Some(100 * MS),
-            lost_at: None,
-        });
-        assert_eq!(judge(&scenario(Algorithm::Ours), &run).overlaps, 1);
-        // The same, but its lease had ended at 45 ms (or it was told at 45 ms that it lost
-        // the lock): judged as its `Held` line would have been, no overlap.
-        run.crashed[0].releasing = Some(Releasing {
-            at: 55 * MS,
-            lease_end: Some(45 * MS),
-            lost_at: None,
-        });
-        assert_eq!(judge(&scenario(Algorithm::Ours), &run).overlaps, 0);
-        run.crashed[0].releasing = Some(Releasing {
-            at: 55 * MS,
-            lease_end: Some(100 * MS),
-            lost_at: Some(45 * MS),
-        });
-        assert_eq!(judge(&scenario(Algorithm::Ours), &run).overlaps, 0);
+        assert_eq!(overlaps_beside_killed(Some((55, 100, None))), 1);
+        // The same, but its lease had ended at 45 ms, or it was told at 45 ms that it lost
+        // the lock: judged as its `Held` line would have been, no overlap.
+        assert_eq!(overlaps_beside_killed(Some((55, 45, None))), 0);
+        assert_eq!(overlaps_beside_killed(Some((55, 100, Some(45)))), 0);
     }
 
     #[test]
     fn a_killed_holder_holds_until_its_lease_ends() {
-        let mut run = record(vec![holding("b", 2, 50, 60, 150)]);
-        run.crashed.push(Crashed {
-            worker: "a".into(),
-            token: Some(1),
-            acquired_at: 0,
-            lease_end: 100 * MS,
-            releasing: None,
-        });
-        let verdict = judge(&scenario(Algorithm::Ours), &run);
         assert_eq!(
-            verdict.overlaps, 1,
+            overlaps_beside_killed(None),
+            1,
             "taken before the dead holder's lease ended"
         );
-        assert_eq!(verdict.crashed, 1);
     }
 
     #[test]

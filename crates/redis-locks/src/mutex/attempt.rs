@@ -219,47 +219,21 @@ impl Mutex {
         deadline: Option<Instant>,
     ) -> Result<Try> {
         let (lock, fence) = (self.keys.lock(), self.keys.fence());
-        // The name this client believes its connection has; `CLIENT GETNAME` checks it.
-        let believed = self.client.node().connection_name();
-        // The vouching is read first, so it is settled before the INCR whatever happens to
-        // the lease in between.
-        let mut pipe = redis::pipe();
-        vouching(pipe.ignore_errors(), &self.keys, believed.as_deref())
-            .cmd("SET")
-            .arg(lock)
-            .arg(owed.owner().as_str())
-            .arg("NX")
-            .arg("PX")
-            .arg(&*self.lease_ms)
-            .cmd("INCR")
-            .arg(fence);
-        if with_pttl {
-            pipe.cmd("PTTL").arg(lock).cmd("TYPE").arg(lock);
-        }
+        let node = self.client.node();
         let sent_at = Instant::now();
-        // A connection error leaves the outcome open: `owed` drops armed and releases by
-        // owner token in the background.
-        let keys = [lock, fence, self.keys.epoch()];
-        let replies = self
-            .client
-            .node()
-            .run_pipeline(Phase::Acquire, &pipe, &keys)
-            .await?;
-        let unexpected = |replies: &[Value]| Error::UnexpectedReply {
-            phase: Phase::Acquire,
-            detail: format!("{replies:?}"),
-        };
-        let (epoch, name, set, counter, pttl, kind) = match replies.as_slice() {
-            [epoch, name, set, counter] => (epoch, name, set, counter, None, None),
-            [epoch, name, set, counter, pttl, kind] => {
-                (epoch, name, set, counter, Some(pttl), Some(kind))
-            }
-            // Keep `owed` armed: whatever happened is released by owner token.
-            _ => return Err(unexpected(&replies)),
-        };
-        match (set, counter) {
+        // A connection error, or replies of another shape, leave the outcome open: `owed`
+        // drops armed and releases by owner token in the background.
+        let first = ask_first(
+            node,
+            &self.keys,
+            owed.owner().as_str(),
+            &self.lease_ms,
+            with_pttl,
+        )
+        .await?;
+        match (&first.set, &first.counter) {
             (Value::Okay, Value::Int(token)) => {
-                let vouch = vouch(self.client.node(), epoch, name, believed.as_deref());
+                let vouch = first.vouch(node);
                 let late = self.options.get_lease_options().is_late(sent_at);
                 if late || !matches!(vouch, Vouch::Vouched) || *token < SEEDED {
                     let script = Script {
@@ -280,12 +254,7 @@ impl Mutex {
             // A key without expiry was not written by this library (perhaps not even a
             // string), and a key of another type is another primitive's (an `RwLock`'s
             // hash): the script says what it is, as the waiting path would.
-            (Value::Nil, _)
-                if matches!(pttl, Some(Value::Int(-1)))
-                    || kind.is_some_and(|kind| {
-                        !matches!(kind, Value::SimpleString(kind) if kind == "string" || kind == "none")
-                    }) =>
-            {
+            (Value::Nil, _) if matches!(first.pttl, Some(Value::Int(-1))) || first.other_type() => {
                 self.ask_script(owed, Script::new(false), deadline).await
             }
             (Value::Nil, Value::ServerError(err)) => {
@@ -296,11 +265,7 @@ impl Mutex {
             }
             (Value::Nil, _) => {
                 owed.disarm();
-                let retry_after = match pttl {
-                    Some(Value::Int(ms)) => u64::try_from(*ms).ok().map(Duration::from_millis),
-                    _ => None,
-                };
-                Ok(Try::Held(retry_after))
+                Ok(Try::Held(first.lease_left()))
             }
             (Value::ServerError(err), _) => {
                 // The SET was refused (a read-only replica, no permission, a key of another
@@ -312,7 +277,7 @@ impl Mutex {
                     err.clone().into(),
                 ))
             }
-            _ => Err(unexpected(&replies)),
+            _ => Err(first.unexpected()),
         }
     }
 
@@ -576,6 +541,110 @@ pub(crate) async fn acquire_first_on(
     with_pttl: bool,
 ) -> Result<NodeGrant> {
     let (lock, fence) = (keys.lock(), keys.fence());
+    let first = ask_first(node, keys, owner, lease_ms, with_pttl).await?;
+    match (&first.set, &first.counter) {
+        (Value::Okay, Value::Int(token)) => match first.vouch(node) {
+            Vouch::Vouched if *token >= SEEDED => Ok(NodeGrant::Granted(*token as u64)),
+            vouch => {
+                let epoch = vouch.epoch();
+                acquire_on_as(node, keys, owner, lease_ms, proposal, None, epoch).await
+            }
+        },
+        (Value::ServerError(err), _) => {
+            // Refused by the server (a read-only replica, no permission): the lock key is not
+            // written (the counter's `INCR` may have run: it only advances).
+            Err(Error::from_redis(
+                Phase::Acquire,
+                &[lock],
+                err.clone().into(),
+            ))
+        }
+        (_, Value::ServerError(err)) => Err(counter_error(fence, err)),
+        (Value::Nil, _) if first.other_type() => {
+            // Another primitive's key (an `RwLock`'s hash): the script names it.
+            acquire_on(node, keys, owner, lease_ms, proposal, None).await
+        }
+        // Held; a key without expiry (`PTTL` -1) was not written by this library and has no
+        // lease to report, as the script would say.
+        (Value::Nil, _) => Ok(NodeGrant::Held(first.lease_left())),
+        _ => Err(first.unexpected()),
+    }
+}
+
+/// The replies of a first attempt's pipeline ([`ask_first`]), in order.
+struct FirstReplies {
+    /// The `ZSCORE` of the believed connection name in the counter's epochs.
+    epoch: Value,
+    /// `CLIENT GETNAME`.
+    name: Value,
+    /// The name this client believed its connection had when it sent the pipeline.
+    believed: Option<Arc<str>>,
+    /// `SET NX PX`: `Okay` taken, `Nil` held.
+    set: Value,
+    /// The counter's `INCR`: the token.
+    counter: Value,
+    /// The key's `PTTL` and `TYPE`, when asked for.
+    pttl: Option<Value>,
+    kind: Option<Value>,
+}
+
+impl FirstReplies {
+    /// What the vouching replies say of the counter on `node` (see [`vouch`]).
+    fn vouch(&self, node: &crate::node::Node) -> Vouch {
+        vouch(node, &self.epoch, &self.name, self.believed.as_deref())
+    }
+
+    /// The key is of another type than a `Mutex`'s (as `TYPE` said, when asked for).
+    fn other_type(&self) -> bool {
+        self.kind.as_ref().is_some_and(
+            |kind| !matches!(kind, Value::SimpleString(kind) if kind == "string" || kind == "none"),
+        )
+    }
+
+    /// How long the holder's lease still runs, as `PTTL` said (none without one).
+    fn lease_left(&self) -> Option<Duration> {
+        match self.pttl {
+            Some(Value::Int(ms)) => u64::try_from(ms).ok().map(Duration::from_millis),
+            _ => None,
+        }
+    }
+
+    /// The error for replies no branch expected.
+    fn unexpected(&self) -> Error {
+        let Self {
+            epoch,
+            name,
+            set,
+            counter,
+            pttl,
+            kind,
+            ..
+        } = self;
+        Error::UnexpectedReply {
+            phase: Phase::Acquire,
+            detail: format!("{:?}", (epoch, name, set, counter, pttl, kind)),
+        }
+    }
+}
+
+/// A first attempt's pipeline on `node` for `owner`, with a lease of `lease_ms` ms: the
+/// commands that vouch for the counter on this connection ([`vouching`], read first, so
+/// they are settled before the `INCR` whatever happens to the lease in between), `SET NX
+/// PX`, the counter's `INCR`, and with `with_pttl` the key's `PTTL` and `TYPE`. The fast
+/// attempt of a `Mutex` and of each Redlock node.
+///
+/// # Errors
+/// A broken connection; [`Error::UnexpectedReply`] for replies of another shape (the outcome
+/// is then open: the caller releases by owner token).
+async fn ask_first(
+    node: &crate::node::Node,
+    keys: &crate::key::LockKeys,
+    owner: &str,
+    lease_ms: &str,
+    with_pttl: bool,
+) -> Result<FirstReplies> {
+    let (lock, fence) = (keys.lock(), keys.fence());
+    // The name this client believes its connection has; `CLIENT GETNAME` checks it.
     let believed = node.connection_name();
     let mut pipe = redis::pipe();
     vouching(pipe.ignore_errors(), keys, believed.as_deref())
@@ -593,55 +662,29 @@ pub(crate) async fn acquire_first_on(
     let replies = node
         .run_pipeline(Phase::Acquire, &pipe, &[lock, fence, keys.epoch()])
         .await?;
-    let (epoch, name, set, counter, pttl, kind) = match replies.as_slice() {
-        [epoch, name, set, counter] if !with_pttl => (epoch, name, set, counter, None, None),
-        [epoch, name, set, counter, pttl, kind] if with_pttl => {
-            (epoch, name, set, counter, Some(pttl), Some(kind))
-        }
-        _ => {
-            return Err(Error::UnexpectedReply {
-                phase: Phase::Acquire,
-                detail: format!("{replies:?}"),
-            });
-        }
-    };
-    match (set, counter) {
-        (Value::Okay, Value::Int(token)) => match vouch(node, epoch, name, believed.as_deref()) {
-            Vouch::Vouched if *token >= SEEDED => Ok(NodeGrant::Granted(*token as u64)),
-            vouch => {
-                let epoch = vouch.epoch();
-                acquire_on_as(node, keys, owner, lease_ms, proposal, None, epoch).await
-            }
-        },
-        (Value::ServerError(err), _) => {
-            // Refused by the server (a read-only replica, no permission): the lock key is not
-            // written (the counter's `INCR` may have run: it only advances).
-            Err(Error::from_redis(
-                Phase::Acquire,
-                &[lock],
-                err.clone().into(),
-            ))
-        }
-        (_, Value::ServerError(err)) => Err(counter_error(fence, err)),
-        (Value::Nil, _)
-            if kind.is_some_and(|kind| {
-                !matches!(kind, Value::SimpleString(kind) if kind == "string" || kind == "none")
-            }) =>
-        {
-            // Another primitive's key (an `RwLock`'s hash): the script names it.
-            acquire_on(node, keys, owner, lease_ms, proposal, None).await
-        }
-        // Held; a key without expiry (`PTTL` -1) was not written by this library and has no
-        // lease to report, as the script would say.
-        (Value::Nil, _) => Ok(NodeGrant::Held(match pttl {
-            Some(Value::Int(ms)) => u64::try_from(*ms).ok().map(Duration::from_millis),
-            _ => None,
-        })),
-        _ => Err(Error::UnexpectedReply {
+    if replies.len() != if with_pttl { 6 } else { 4 } {
+        return Err(Error::UnexpectedReply {
             phase: Phase::Acquire,
             detail: format!("{replies:?}"),
-        }),
+        });
     }
+    let mut replies = replies.into_iter();
+    let mut next = || replies.next().unwrap_or(Value::Nil);
+    let (epoch, name, set, counter) = (next(), next(), next(), next());
+    let (pttl, kind) = if with_pttl {
+        (Some(next()), Some(next()))
+    } else {
+        (None, None)
+    };
+    Ok(FirstReplies {
+        epoch,
+        name,
+        believed,
+        set,
+        counter,
+        pttl,
+        kind,
+    })
 }
 
 /// One call of the acquire script, and what came before it.

@@ -10,12 +10,13 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::node::ClientOptions;
 
-/// How long [`Redlock::connect_nodes`](crate::Redlock::connect_nodes) waits for the nodes still connecting once a majority has
-/// connected: a node that has neither connected nor failed by then is taken as
-/// [`NodeStart::Late`].
+/// How long [`Redlock::connect_nodes`](crate::Redlock::connect_nodes) waits for the nodes
+/// still connecting once a majority has connected: a node that has neither connected nor
+/// failed by then is taken as [`NodeStart::Late`].
 pub const NODE_GRACE: Duration = Duration::from_secs(1);
 
-/// How one node came up in [`Redlock::connect_nodes`](crate::Redlock::connect_nodes).
+/// How one node came up in [`Redlock::connect_nodes`](crate::Redlock::connect_nodes) (its
+/// example matches on it).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum NodeStart {
@@ -30,7 +31,8 @@ pub enum NodeStart {
     Late,
 }
 
-/// The clients of a Redlock's nodes, in the order of the URLs, and how each came up.
+/// The clients of a Redlock's nodes, in the order of the URLs, and how each came up: what
+/// [`Redlock::connect_nodes`](crate::Redlock::connect_nodes) returns (see its example).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct RedlockNodes {
@@ -38,6 +40,27 @@ pub struct RedlockNodes {
     pub clients: Vec<Client>,
     /// How each node came up, by the URLs' order.
     pub starts: Vec<NodeStart>,
+}
+
+/// Refuses, before anything connects, a list of URLs that cannot be a Redlock's nodes: none,
+/// an even number, or one given twice ([`Redlock::new`](crate::Redlock::new) also finds one
+/// server behind two URLs, by its `run_id`).
+fn check_urls(urls: &[impl AsRef<str>]) -> Result<()> {
+    super::check_count(urls.len())?;
+    for (index, url) in urls.iter().enumerate() {
+        if urls[..index]
+            .iter()
+            .any(|other| other.as_ref() == url.as_ref())
+        {
+            return Err(Error::InvalidNodes {
+                reason: format!(
+                    "the URL of node {} is given twice; a majority must be of independent servers",
+                    index + 1
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// See [`Redlock::node_options`](crate::Redlock::node_options).
@@ -50,6 +73,7 @@ pub(crate) async fn connect_nodes(
     urls: &[impl AsRef<str>],
     options: ClientOptions,
 ) -> Result<RedlockNodes> {
+    check_urls(urls)?;
     let majority = urls.len() / 2 + 1;
     let mut connecting = JoinSet::new();
     for (index, url) in urls.iter().enumerate() {

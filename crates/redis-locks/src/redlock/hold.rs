@@ -143,13 +143,14 @@ impl Hold for RedlockHold {
         Some(self.quorum.running())
     }
 
-    /// Extends on every node, done when a majority extended. Then a node that said the key
-    /// was gone gets it back, restored to this owner with the lease, in the background (a
-    /// majority has just proven the lock held, so no other owner can hold it: at most one
-    /// in the middle of an attempt it will lose, whose key the restore leaves alone). So a
-    /// node that lost the key (a restart without its data) or never got it (down, or too
-    /// slow, when the lock was taken) holds it again from the next renewal on, and the lock
-    /// stands on every node that answers. A renewal that fails restores nothing.
+    /// Extends on every node, done when a majority extended (only nodes where the key was
+    /// still there count). Then each node that said the key was gone gets it back, restored
+    /// to this owner with the lease, in the background: the restore only writes a key that
+    /// is absent, so it never displaces another owner's, and no other owner's majority can
+    /// contain a restored key (the argument is in the crate README, "Renewals put the key
+    /// back where it is gone"). So a node that lost the key (a restart without its data) or
+    /// never got it (down, or too slow, when the lock was taken) holds it again from a later
+    /// renewal on. A renewal that fails restores nothing.
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
         Box::pin(async move {
             let extend_owner = owner.clone();

@@ -165,21 +165,6 @@ impl Redlock {
         urls: &[impl AsRef<str>],
         options: crate::ClientOptions,
     ) -> Result<RedlockNodes> {
-        check_count(urls.len())?;
-        for (index, url) in urls.iter().enumerate() {
-            if urls[..index]
-                .iter()
-                .any(|other| other.as_ref() == url.as_ref())
-            {
-                return Err(Error::InvalidNodes {
-                    reason: format!(
-                        "the URL of node {} is given twice; a majority must be of independent \
-                         servers",
-                        index + 1
-                    ),
-                });
-            }
-        }
         connect::connect_nodes(urls, options).await
     }
 
@@ -265,19 +250,21 @@ impl Redlock {
         self.hold.quorum.needed()
     }
 
-    /// Waits until the requests this lock left running in the background are done: a
-    /// [`RedlockGuard::release`] returns once a majority of nodes has released, and the other
-    /// nodes' releases (like the raise of a node behind on tokens, and the keys a renewal
-    /// restores on nodes that lost them) are seen through by a task
-    /// of their own. A process about to exit calls this after its last release, so that no
-    /// node keeps the key until its lease ends (an exiting runtime drops those tasks, and a
-    /// request not yet written is never sent). Each of those requests is bounded by the
-    /// per-node timeout, so this returns within about that long (up to three times that for
-    /// a guard dropped while a renewal was under way: its release waits for the renewal, then
-    /// for the keys that renewal restores): a node that is down costs up to the node timeout
-    /// here (its release waits for a reconnect). It also waits for the
-    /// releases that run in a task of their own: a guard dropped without
-    /// [`RedlockGuard::release`], and an acquisition cancelled after its requests went out.
+    /// Waits until the requests this lock left running in the background are done, so that
+    /// a process about to exit leaves no node keeping the key until its lease ends (an
+    /// exiting runtime drops those tasks, and a request not yet written is never sent). They
+    /// are:
+    /// - the releases of the nodes after the majority ([`RedlockGuard::release`] returns
+    ///   once a majority has released);
+    /// - the raise of a node behind on tokens, and the keys a renewal restores on nodes that
+    ///   lost them;
+    /// - the release of a guard dropped without [`RedlockGuard::release`], and the one an
+    ///   acquisition cancelled after its requests went out owes.
+    ///
+    /// Each request is bounded by the per-node timeout, so this returns within about that
+    /// long after the last one began (a node that is down costs up to that), and up to three
+    /// times that for a guard dropped during a renewal: its release waits for the renewal,
+    /// then for the keys that renewal restores.
     ///
     /// # Examples
     /// ```
@@ -778,7 +765,7 @@ fn check_nodes(clients: &[Client]) -> Result<()> {
 }
 
 /// Refuses a number of nodes that cannot form a quorum: none, or an even number.
-fn check_count(count: usize) -> Result<()> {
+pub(super) fn check_count(count: usize) -> Result<()> {
     let invalid = |reason: String| Err(Error::InvalidNodes { reason });
     if count == 0 {
         return invalid("no nodes given; a Redlock needs 1, 3, 5... independent servers".into());

@@ -20,8 +20,9 @@ use crate::node::Node;
 pub(crate) struct Quorum {
     nodes: Vec<Node>,
     node_timeout: Duration,
-    /// How many background tasks of this Redlock ([`Late::finish_in_background`]) still run:
-    /// [`Quorum::settled`] waits for none.
+    /// How many background tasks of this Redlock still run ([`Late::finish_in_background`],
+    /// and the releases the lease core spawns, [`Quorum::running`]): [`Quorum::settled`]
+    /// waits for none.
     background: watch::Sender<usize>,
 }
 
@@ -48,9 +49,8 @@ impl Quorum {
         }
     }
 
-    /// Waits until every request this Redlock sees through in the background (a release's
-    /// nodes after the majority, the raise of a node behind) has finished: each is bounded by
-    /// the per-node timeout, so this returns within about that long after the last one began.
+    /// Waits until every background task counted in `background` has finished (see
+    /// [`Redlock::settle`](crate::Redlock::settle) for what they are and how long that takes).
     pub(crate) async fn settled(&self) {
         let mut running = self.background.subscribe();
         // The sender lives in `self`, so the channel cannot close while this waits.
