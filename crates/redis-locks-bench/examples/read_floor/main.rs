@@ -1,0 +1,298 @@
+//! The floor under an uncontended read lock on this machine and server: how fast the least
+//! that any read lock meeting issue 12's requirements must send to Redis runs, against the
+//! bare `SET NX PX` + compare-and-delete that `bench throughput` compares with.
+//!
+//! ```sh
+//! cargo run --release -p redis-locks-bench --example read_floor            # a private server
+//! cargo run --release -p redis-locks-bench --example read_floor -- --redis redis://127.0.0.1:7000
+//! ```
+//!
+//! W workers (16, as in `bench throughput --kind read`) each acquire and release a lock of
+//! their own on one connection (a `ConnectionManager`, as the bench's bare variants use),
+//! every variant in 10 alternating slices. No variant is a lock; each sends only commands a
+//! real read lock cannot do without, so its rate is an upper bound for every design of its
+//! shape, before any library code runs:
+//!
+//! - *hash, two scripts*: a read hold as a field of the lock's hash (seed 004's layout, and
+//!   today's `RwLock`): a conditional write of several things at once, which Redis 7.0 does
+//!   atomically only in a script (`acquire.lua`, `release.lua` beside this file);
+//! - *hash, script + pipeline*: the same, with the release as plain commands (`HDEL` and a
+//!   look at the queue, which a release must wake);
+//! - *key per reader*: no script at all — each read hold a key of its own with `PX` (its own
+//!   lease), in an index a writer's script reads, with the index's TTL kept (`PEXPIRE NX`,
+//!   then `PEXPIRE GT`: no key without a TTL), the fencing counter and the two commands that
+//!   vouch for it as a `Mutex`'s fast attempt does (`ZSCORE` of the connection's name in the
+//!   counter's epochs, `CLIENT GETNAME`), and a look at the writer's key and the queue after
+//!   the write (a writer's script looks at the index after its own); the release deletes the
+//!   key, leaves the index and looks at the queue;
+//! - *key per reader, unsafe*: the same without the index's TTL and the vouching, for scale:
+//!   a lock that sends only this leaves an index without expiry and trusts a counter that
+//!   may have come back old from a snapshot.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use cli_support::redis_target::RedisTarget;
+use redis::Script;
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+
+/// Options.
+#[derive(Parser)]
+struct Args {
+    /// The Redis to use; without it a private redis-server is started.
+    #[arg(long)]
+    redis: Option<String>,
+    /// Concurrent workers, each with a lock of its own.
+    #[arg(long, default_value_t = 16)]
+    workers: u16,
+    /// How long each variant runs in all, in 10 alternating slices.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+}
+
+/// What one slice measures.
+#[derive(Clone, Copy)]
+enum Variant {
+    Bare,
+    HashScripts,
+    HashScriptThenPipeline,
+    KeyPerReader,
+    KeyPerReaderUnsafe,
+}
+
+const VARIANTS: [(Variant, &str); 5] = [
+    (Variant::Bare, "bare SET NX PX + compare-and-delete"),
+    (Variant::HashScripts, "hash, two scripts"),
+    (Variant::HashScriptThenPipeline, "hash, script + pipeline"),
+    (Variant::KeyPerReader, "key per reader (8 commands / 3)"),
+    (
+        Variant::KeyPerReaderUnsafe,
+        "key per reader, unsafe (4 / 2: no index TTL, no vouching)",
+    ),
+];
+
+/// The scripts, loaded once.
+struct Scripts {
+    bare_release: Script,
+    acquire: Script,
+    release: Script,
+}
+
+/// One acquire and release of worker `worker`'s lock (its `n`th), by `variant`.
+async fn cycle(
+    variant: Variant,
+    scripts: &Scripts,
+    conn: &mut ConnectionManager,
+    worker: u16,
+    n: u64,
+) -> redis::RedisResult<()> {
+    let token = format!("{:016x}{n:016x}", u64::from(worker));
+    let lock = format!("floor:{{{worker}}}");
+    let (counter, queue) = (format!("{lock}:fence"), format!("{lock}:queue"));
+    let granted = match variant {
+        Variant::Bare => {
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&lock)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query_async(conn)
+                .await?;
+            let deleted: i64 = scripts
+                .bare_release
+                .key(&lock)
+                .arg(&token)
+                .invoke_async(conn)
+                .await?;
+            set.is_some() && deleted == 1
+        }
+        Variant::HashScripts | Variant::HashScriptThenPipeline => {
+            let fence: i64 = scripts
+                .acquire
+                .key(&lock)
+                .key(&counter)
+                .key(&queue)
+                .arg(&token)
+                .arg("owner")
+                .arg(30_000)
+                .invoke_async(conn)
+                .await?;
+            let deleted: i64 = if matches!(variant, Variant::HashScripts) {
+                scripts
+                    .release
+                    .key(&lock)
+                    .arg(&token)
+                    .invoke_async(conn)
+                    .await?
+            } else {
+                let (deleted, _waiting): (i64, i64) = redis::pipe()
+                    .cmd("HDEL")
+                    .arg(&lock)
+                    .arg(&token)
+                    .cmd("EXISTS")
+                    .arg(&queue)
+                    .query_async(conn)
+                    .await?;
+                deleted
+            };
+            fence > 0 && deleted == 1
+        }
+        Variant::KeyPerReader | Variant::KeyPerReaderUnsafe => {
+            let (hold, index) = (format!("{lock}:r:{token}"), format!("{lock}:readers"));
+            let mut acquire = redis::pipe();
+            acquire
+                .cmd("SET")
+                .arg(&hold)
+                .arg("owner")
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .cmd("SADD")
+                .arg(&index)
+                .arg(&token)
+                .ignore();
+            if matches!(variant, Variant::KeyPerReader) {
+                acquire
+                    .cmd("PEXPIRE")
+                    .arg(&index)
+                    .arg(30_000)
+                    .arg("NX")
+                    .ignore()
+                    .cmd("PEXPIRE")
+                    .arg(&index)
+                    .arg(30_000)
+                    .arg("GT")
+                    .ignore()
+                    .cmd("ZSCORE")
+                    .arg(format!("{lock}:epochs"))
+                    .arg("name")
+                    .ignore()
+                    .cmd("CLIENT")
+                    .arg("GETNAME")
+                    .ignore();
+            }
+            acquire
+                .cmd("INCR")
+                .arg(&counter)
+                .cmd("EXISTS")
+                .arg(format!("{lock}:writer"))
+                .arg(&queue);
+            let (set, fence, kept_out): (Option<String>, i64, i64) =
+                acquire.query_async(conn).await?;
+            let mut release = redis::pipe();
+            release
+                .cmd("DEL")
+                .arg(&hold)
+                .cmd("SREM")
+                .arg(&index)
+                .arg(&token);
+            let deleted = if matches!(variant, Variant::KeyPerReader) {
+                let (deleted, _left, _waiting): (i64, i64, i64) =
+                    release.cmd("EXISTS").arg(&queue).query_async(conn).await?;
+                deleted
+            } else {
+                let (deleted, _left): (i64, i64) = release.query_async(conn).await?;
+                deleted
+            };
+            set.is_some() && fence > 0 && kept_out == 0 && deleted == 1
+        }
+    };
+    if !granted {
+        return Err(redis::RedisError::from(std::io::Error::other(
+            "a cycle was refused: is another client using these keys?",
+        )));
+    }
+    Ok(())
+}
+
+/// Runs every worker through `variant` until `deadline`; returns the cycles done.
+async fn slice(
+    variant: Variant,
+    scripts: &Arc<Scripts>,
+    conn: &ConnectionManager,
+    workers: u16,
+    deadline: Instant,
+) -> redis::RedisResult<u64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let (scripts, mut conn, done) = (scripts.clone(), conn.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0;
+            while Instant::now() < deadline {
+                cycle(variant, &scripts, &mut conn, worker, n).await?;
+                n += 1;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), redis::RedisError>(())
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a worker panicked")?;
+    }
+    Ok(done.load(Ordering::Relaxed))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let target = RedisTarget::resolve(args.redis.clone()).map_err(|err| err.to_string())?;
+    let conn = ConnectionManager::new(redis::Client::open(target.url.as_str())?).await?;
+    let scripts = Arc::new(Scripts {
+        bare_release: Script::new(include_str!("../../src/bare_release.lua")),
+        acquire: Script::new(include_str!("acquire.lua")),
+        release: Script::new(include_str!("release.lua")),
+    });
+    println!(
+        "read_floor: {} workers on one connection, {:?} per variant in 10 alternating slices, on {}",
+        args.workers,
+        args.duration,
+        target.describe()
+    );
+    // Warm up: the scripts loaded, the connection busy.
+    for (variant, _) in VARIANTS {
+        slice(
+            variant,
+            &scripts,
+            &conn,
+            args.workers,
+            Instant::now() + Duration::from_millis(100),
+        )
+        .await?;
+    }
+    let per_slice = args.duration / 10;
+    let mut totals = [(0u64, Duration::ZERO); VARIANTS.len()];
+    for _ in 0..10 {
+        for (i, (variant, _)) in VARIANTS.iter().enumerate() {
+            let start = Instant::now();
+            totals[i].0 +=
+                slice(*variant, &scripts, &conn, args.workers, start + per_slice).await?;
+            totals[i].1 += start.elapsed();
+        }
+    }
+    let rate = |(cycles, took): (u64, Duration)| cycles as f64 / took.as_secs_f64();
+    let bare = rate(totals[0]);
+    println!("  {:60} {:>12} {:>8}", "variant", "acq+rel/s", "/ bare");
+    for (i, (_, name)) in VARIANTS.iter().enumerate() {
+        println!(
+            "  {name:60} {:>12.0} {:>8.2}",
+            rate(totals[i]),
+            rate(totals[i]) / bare
+        );
+    }
+    // Nothing is left behind but the counters; they go too.
+    let mut conn = conn;
+    for worker in 0..args.workers {
+        let lock = format!("floor:{{{worker}}}");
+        let _: i64 = redis::cmd("DEL")
+            .arg(format!("{lock}:fence"))
+            .arg(format!("{lock}:readers"))
+            .query_async(&mut conn)
+            .await?;
+    }
+    Ok(())
+}
