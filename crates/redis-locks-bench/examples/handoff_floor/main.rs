@@ -1,6 +1,6 @@
 //! The floor under issue 11's last target: how much of the hold-0 throughput a lock loses on
 //! this machine when its contenders each have a connection of their own instead of sharing
-//! one, with the least protocol that hands the lock from one process to the next (so the
+//! one, with the least protocol that hands the lock from one contender to the next (so the
 //! loss belongs to the layout of connections, not to a lock's bookkeeping).
 //!
 //! ```sh
@@ -11,23 +11,30 @@
 //! W workers (8, as in `bench handoff`) contend for one lock with no hold and no think time:
 //! take it or get in line (`acquire.lua`), and when it is theirs release it, which hands it to
 //! the first in line and publishes on that waiter's own channel (`release.lua`): two script
-//! calls and one message per acquisition, as the library's contended `Mutex` sends. The two
-//! layouts send exactly the same commands and messages and differ only in the connections:
+//! calls per acquisition and one message per acquisition handed over, as the library's
+//! contended `Mutex` sends with a client each. The two layouts run the same protocol with the
+//! same scripts and differ only in the connections:
 //!
 //! - *shared*: every worker's requests on one multiplexed connection, and one subscriber
-//!   connection for all their channels, its messages passed to the worker they name (what
-//!   the library does for the waiters of one `Client`);
+//!   connection for all their channels, its messages passed to the worker they name. (The
+//!   library does less for the waiters of one `Client`: they take turns in the process and
+//!   keep one place in the queue on the server. This is the other layout's protocol over one
+//!   pair of connections.)
 //! - *a client each*: each worker a request connection and a subscriber connection of its
 //!   own, as contenders in separate processes have (here in one process, the case most
 //!   favourable to them: no process switches).
 //!
-//! The two run in 10 alternating slices each, and the report gives acquisitions per second
-//! and their ratio.
+//! The two run in 10 alternating slices each (which goes first alternates too), and the
+//! report gives acquisitions per second, the share of them handed over by a release (the
+//! rest found the lock free), and the ratio. Every key and channel carries a random run id;
+//! the run's keys are deleted at the end, whether or not the run got through.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use cli_support::connection;
 use cli_support::redis_target::RedisTarget;
 use futures_util::StreamExt;
 use redis::Script;
@@ -83,8 +90,7 @@ struct Worker {
     wake: Wake,
 }
 
-/// The keys of one layout's lock.
-#[derive(Clone)]
+/// The keys and channels of one layout's lock.
 struct Lock {
     key: String,
     queue: String,
@@ -92,22 +98,33 @@ struct Lock {
 }
 
 impl Lock {
-    fn new(layout: &str) -> Lock {
+    fn new(run: &str, layout: &str) -> Lock {
         Lock {
-            key: format!("handoff-floor:{{{layout}}}"),
-            queue: format!("handoff-floor:{{{layout}}}:queue"),
-            channels: format!("handoff-floor:{layout}:wake:"),
+            key: format!("handoff-floor:{run}:{{{layout}}}"),
+            queue: format!("handoff-floor:{run}:{{{layout}}}:queue"),
+            channels: format!("handoff-floor:{run}:{layout}:wake:"),
         }
     }
+}
+
+/// What the workers of one layout did.
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    /// Times a worker held the lock.
+    held: u64,
+    /// Of those, times a release had handed it over (the rest found it free).
+    handed: u64,
+    took: Duration,
 }
 
 /// The workers of the shared layout: one request connection, one subscriber connection.
 async fn shared(
     client: &redis::Client,
+    url: &str,
     lock: &Lock,
     workers: u16,
-) -> redis::RedisResult<Vec<Worker>> {
-    let conn = ConnectionManager::new(client.clone()).await?;
+) -> Result<Vec<Worker>, Box<dyn std::error::Error>> {
+    let conn = connection(url).await.map_err(|err| err.to_string())?;
     let (mut sink, mut stream) = client.get_async_pubsub().await?.split();
     let mut routes = HashMap::new();
     let mut out = Vec::new();
@@ -136,13 +153,14 @@ async fn shared(
 /// The workers of the layout with a client each.
 async fn each(
     client: &redis::Client,
+    url: &str,
     lock: &Lock,
     workers: u16,
-) -> redis::RedisResult<Vec<Worker>> {
+) -> Result<Vec<Worker>, Box<dyn std::error::Error>> {
     let mut out = Vec::new();
     for worker in 0..workers {
         let id = format!("w{worker}");
-        let conn = ConnectionManager::new(client.clone()).await?;
+        let conn = connection(url).await.map_err(|err| err.to_string())?;
         let (mut sink, stream) = client.get_async_pubsub().await?.split();
         sink.subscribe(format!("{}{id}", lock.channels)).await?;
         out.push(Worker {
@@ -163,16 +181,16 @@ struct Scripts {
     release: Script,
 }
 
-/// Takes and releases the lock until `deadline`; returns the worker and how many times it
-/// held the lock. A worker in line when the deadline passes still gets the lock (every
-/// release hands it on) and releases it.
+/// Takes and releases the lock until `deadline`; returns the worker, how many times it held
+/// the lock and how many of those it was handed. A worker in line when the deadline passes
+/// still gets the lock (every release hands it on) and releases it.
 async fn contend(
     mut worker: Worker,
-    lock: Lock,
-    scripts: std::sync::Arc<Scripts>,
+    lock: Arc<Lock>,
+    scripts: Arc<Scripts>,
     deadline: Instant,
-) -> Result<(Worker, u64), String> {
-    let mut held = 0;
+) -> Result<(Worker, u64, u64), String> {
+    let (mut held, mut handed) = (0, 0);
     while Instant::now() < deadline {
         let taken: i64 = scripts
             .acquire
@@ -185,7 +203,7 @@ async fn contend(
             .map_err(|err| err.to_string())?;
         if taken == 0 {
             match tokio::time::timeout(WAKE_BOUND, worker.wake.next()).await {
-                Ok(true) => {}
+                Ok(true) => handed += 1,
                 _ => return Err(format!("{} was never handed the lock", worker.id)),
             }
         }
@@ -207,16 +225,16 @@ async fn contend(
             ));
         }
     }
-    Ok((worker, held))
+    Ok((worker, held, handed))
 }
 
 /// One slice of one layout: every worker contends until `length` has passed.
 async fn slice(
     workers: Vec<Worker>,
-    lock: &Lock,
-    scripts: &std::sync::Arc<Scripts>,
+    lock: &Arc<Lock>,
+    scripts: &Arc<Scripts>,
     length: Duration,
-) -> Result<(Vec<Worker>, u64, Duration), String> {
+) -> Result<(Vec<Worker>, Tally), String> {
     let start = Instant::now();
     let tasks: Vec<_> = workers
         .into_iter()
@@ -229,13 +247,45 @@ async fn slice(
             ))
         })
         .collect();
-    let (mut back, mut held) = (Vec::new(), 0);
+    let (mut back, mut tally) = (Vec::new(), Tally::default());
     for task in tasks {
-        let (worker, count) = task.await.map_err(|err| err.to_string())??;
+        let (worker, held, handed) = task.await.map_err(|err| err.to_string())??;
         back.push(worker);
-        held += count;
+        tally.held += held;
+        tally.handed += handed;
     }
-    Ok((back, held, start.elapsed()))
+    tally.took = start.elapsed();
+    Ok((back, tally))
+}
+
+/// Runs the two layouts in alternating slices (a short first round, not counted, warms up);
+/// returns each one's tally.
+async fn measure(
+    layouts: &mut [Option<Vec<Worker>>; 2],
+    locks: &[Arc<Lock>; 2],
+    scripts: &Arc<Scripts>,
+    duration: Duration,
+) -> Result<[Tally; 2], String> {
+    let mut totals = [Tally::default(); 2];
+    for round in 0..11 {
+        let length = if round == 0 {
+            Duration::from_millis(200)
+        } else {
+            duration / 10
+        };
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let workers = layouts[i].take().expect("the workers are back");
+            let (back, tally) = slice(workers, &locks[i], scripts, length).await?;
+            layouts[i] = Some(back);
+            if round > 0 {
+                totals[i].held += tally.held;
+                totals[i].handed += tally.handed;
+                totals[i].took += tally.took;
+            }
+        }
+    }
+    Ok(totals)
 }
 
 #[tokio::main]
@@ -243,14 +293,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let target = RedisTarget::resolve(args.redis.clone()).map_err(|err| err.to_string())?;
     let client = redis::Client::open(target.url.as_str())?;
-    let scripts = std::sync::Arc::new(Scripts {
+    let scripts = Arc::new(Scripts {
         acquire: Script::new(include_str!("acquire.lua")),
         release: Script::new(include_str!("release.lua")),
     });
-    let locks = [Lock::new("shared"), Lock::new("each")];
+    let run = format!("{:08x}", rand::random::<u32>());
+    let locks = [
+        Arc::new(Lock::new(&run, "shared")),
+        Arc::new(Lock::new(&run, "each")),
+    ];
     let mut layouts = [
-        Some(shared(&client, &locks[0], args.workers).await?),
-        Some(each(&client, &locks[1], args.workers).await?),
+        Some(shared(&client, &target.url, &locks[0], args.workers).await?),
+        Some(each(&client, &target.url, &locks[1], args.workers).await?),
     ];
     println!(
         "handoff_floor: {} workers, hold 0, think 0, {:?} per layout in 10 alternating slices, on {}",
@@ -258,44 +312,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.duration,
         target.describe()
     );
-    let mut totals = [(0u64, Duration::ZERO); 2];
-    // The first round warms up (scripts loaded, connections busy) and is not counted.
-    for round in 0..11 {
-        let length = if round == 0 {
-            Duration::from_millis(200)
-        } else {
-            args.duration / 10
-        };
-        for (i, workers) in layouts.iter_mut().enumerate() {
-            let (back, held, took) = slice(
-                workers.take().expect("workers are back"),
-                &locks[i],
-                &scripts,
-                length,
-            )
+    let measured = measure(&mut layouts, &locks, &scripts, args.duration).await;
+    // The run's keys go, whether or not it got through.
+    let mut conn = connection(&target.url)
+        .await
+        .map_err(|err| err.to_string())?;
+    for lock in &locks {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&lock.key)
+            .arg(&lock.queue)
+            .query_async(&mut conn)
             .await?;
-            *workers = Some(back);
-            if round > 0 {
-                totals[i].0 += held;
-                totals[i].1 += took;
-            }
-        }
     }
-    let rate = |(held, took): (u64, Duration)| held as f64 / took.as_secs_f64();
-    println!("  {:44} {:>14}", "layout", "acquisitions/s");
+    let totals = measured?;
+    let rate = |tally: &Tally| tally.held as f64 / tally.took.as_secs_f64();
+    let names = [
+        "shared: one connection + one subscriber".to_string(),
+        format!("a client each: {0} + {0} connections", args.workers),
+    ];
     println!(
-        "  {:44} {:>14.0}",
-        "shared: one connection + one subscriber",
-        rate(totals[0])
+        "  {:44} {:>14} {:>12}",
+        "layout", "acquisitions/s", "handed over"
     );
-    println!(
-        "  {:44} {:>14.0}",
-        "a client each: 8 + 8 connections",
-        rate(totals[1])
-    );
+    for (name, tally) in names.iter().zip(&totals) {
+        println!(
+            "  {name:44} {:>14.0} {:>11.1}%",
+            rate(tally),
+            100.0 * tally.handed as f64 / tally.held.max(1) as f64
+        );
+    }
     println!(
         "  a client each / shared: {:.2}",
-        rate(totals[1]) / rate(totals[0])
+        rate(&totals[1]) / rate(&totals[0])
     );
     Ok(())
 }

@@ -16,10 +16,10 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local next = redis.call('LPOP', KEYS[2])
-if next then
-  redis.call('SET', KEYS[1], next, 'PX', ARGV[2])
-  redis.call('PUBLISH', ARGV[3] .. next, '1')
+local waiter = redis.call('LPOP', KEYS[2])
+if waiter then
+  redis.call('SET', KEYS[1], waiter, 'PX', ARGV[2])
+  redis.call('PUBLISH', ARGV[3] .. waiter, '1')
   return 2
 end
 redis.call('DEL', KEYS[1])

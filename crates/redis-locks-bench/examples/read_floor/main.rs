@@ -1,6 +1,6 @@
 //! The floor under an uncontended read lock on this machine and server: how fast the least
-//! that any read lock meeting issue 12's requirements must send to Redis runs, against the
-//! bare `SET NX PX` + compare-and-delete that `bench throughput` compares with.
+//! that a read lock of each design measured here must send to Redis runs, against the bare
+//! `SET NX PX` + compare-and-delete that `bench throughput` compares with.
 //!
 //! ```sh
 //! cargo run --release -p redis-locks-bench --example read_floor            # a private server
@@ -8,32 +8,38 @@
 //! ```
 //!
 //! W workers (16, as in `bench throughput --kind read`) each acquire and release a lock of
-//! their own on one connection (a `ConnectionManager`, as the bench's bare variants use),
-//! every variant in 10 alternating slices. No variant is a lock; each sends only commands a
-//! real read lock cannot do without, so its rate is an upper bound for every design of its
-//! shape, before any library code runs:
+//! their own on one connection (made as the bench's bare variants make theirs,
+//! `cli_support::connection`), every variant in 10 alternating slices. No variant is a lock;
+//! each sends only commands a read lock of its design cannot do without, given the project's
+//! choices (each reader a lease of its own, given per call; each reader a fencing token of its
+//! own from a counter that must be vouched for), so its rate is an upper bound for locks of
+//! that design, before any library code runs:
 //!
 //! - *hash, two scripts*: a read hold as a field of the lock's hash (seed 004's layout, and
 //!   today's `RwLock`): a conditional write of several things at once, which Redis 7.0 does
-//!   atomically only in a script (`acquire.lua`, `release.lua` beside this file);
+//!   in one round trip only in a script (`acquire.lua`, `release.lua` beside this file);
 //! - *hash, script + pipeline*: the same, with the release as plain commands (`HDEL` and a
 //!   look at the queue, which a release must wake);
 //! - *key per reader*: no script at all — each read hold a key of its own with `PX` (its own
 //!   lease), in an index a writer's script reads, with the index's TTL kept (`PEXPIRE NX`,
-//!   then `PEXPIRE GT`: no key without a TTL), the fencing counter and the two commands that
-//!   vouch for it as a `Mutex`'s fast attempt does (`ZSCORE` of the connection's name in the
-//!   counter's epochs, `CLIENT GETNAME`), and a look at the writer's key and the queue after
-//!   the write (a writer's script looks at the index after its own); the release deletes the
-//!   key, leaves the index and looks at the queue;
-//! - *key per reader, unsafe*: the same without the index's TTL and the vouching, for scale:
-//!   a lock that sends only this leaves an index without expiry and trusts a counter that
-//!   may have come back old from a snapshot.
+//!   then `PEXPIRE GT`: no key without a TTL, none shortened), the fencing counter and the two
+//!   commands that vouch for it as a `Mutex`'s fast attempt does (`ZSCORE` of the
+//!   connection's name in the counter's epochs, `CLIENT GETNAME`), and a look at the writer's
+//!   key and the queue after the write (a writer's script looks at the index after its own);
+//!   the release deletes the key, leaves the index and looks at the queue (8 commands / 3);
+//! - *key per reader, unsafe*: the same without the index's TTL and the vouching (4 commands
+//!   / 3), for scale: a lock that sends only this leaves an index without expiry and trusts a
+//!   counter that may have come back old from a snapshot.
+//!
+//! Every key of a run carries a random run id, and the run's keys are deleted at the end,
+//! whether or not the run got through.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
+use cli_support::connection;
 use cli_support::redis_target::RedisTarget;
 use redis::Script;
 use redis::aio::ConnectionManager;
@@ -70,7 +76,7 @@ const VARIANTS: [(Variant, &str); 5] = [
     (Variant::KeyPerReader, "key per reader (8 commands / 3)"),
     (
         Variant::KeyPerReaderUnsafe,
-        "key per reader, unsafe (4 / 2: no index TTL, no vouching)",
+        "key per reader, unsafe (4 / 3: no index TTL, no vouching)",
     ),
 ];
 
@@ -81,21 +87,51 @@ struct Scripts {
     release: Script,
 }
 
-/// One acquire and release of worker `worker`'s lock (its `n`th), by `variant`.
+/// The keys of one worker's lock in one run: the lock key and its companions.
+struct Keys {
+    lock: String,
+    counter: String,
+    writer: String,
+    queue: String,
+    index: String,
+    epochs: String,
+}
+
+impl Keys {
+    fn new(run: &str, worker: u16) -> Keys {
+        let lock = format!("read-floor:{run}:{{{worker}}}");
+        Keys {
+            counter: format!("{lock}:fence"),
+            writer: format!("{lock}:writer"),
+            queue: format!("{lock}:queue"),
+            index: format!("{lock}:readers"),
+            epochs: format!("{lock}:epochs"),
+            lock,
+        }
+    }
+}
+
+/// One acquire and release of a worker's lock (its `n`th), by `variant`.
 async fn cycle(
     variant: Variant,
     scripts: &Scripts,
     conn: &mut ConnectionManager,
-    worker: u16,
+    keys: &Keys,
     n: u64,
 ) -> redis::RedisResult<()> {
-    let token = format!("{:016x}{n:016x}", u64::from(worker));
-    let lock = format!("floor:{{{worker}}}");
-    let (counter, queue) = (format!("{lock}:fence"), format!("{lock}:queue"));
+    let token = format!("{n:032x}");
+    let Keys {
+        lock,
+        counter,
+        writer,
+        queue,
+        index,
+        epochs,
+    } = keys;
     let granted = match variant {
         Variant::Bare => {
             let set: Option<String> = redis::cmd("SET")
-                .arg(&lock)
+                .arg(lock)
                 .arg(&token)
                 .arg("NX")
                 .arg("PX")
@@ -104,7 +140,7 @@ async fn cycle(
                 .await?;
             let deleted: i64 = scripts
                 .bare_release
-                .key(&lock)
+                .key(lock)
                 .arg(&token)
                 .invoke_async(conn)
                 .await?;
@@ -113,36 +149,37 @@ async fn cycle(
         Variant::HashScripts | Variant::HashScriptThenPipeline => {
             let fence: i64 = scripts
                 .acquire
-                .key(&lock)
-                .key(&counter)
-                .key(&queue)
+                .key(lock)
+                .key(counter)
+                .key(writer)
+                .key(queue)
                 .arg(&token)
                 .arg("owner")
                 .arg(30_000)
                 .invoke_async(conn)
                 .await?;
-            let deleted: i64 = if matches!(variant, Variant::HashScripts) {
+            let (deleted, _waiting): (i64, i64) = if matches!(variant, Variant::HashScripts) {
                 scripts
                     .release
-                    .key(&lock)
+                    .key(lock)
+                    .key(queue)
                     .arg(&token)
                     .invoke_async(conn)
                     .await?
             } else {
-                let (deleted, _waiting): (i64, i64) = redis::pipe()
+                redis::pipe()
                     .cmd("HDEL")
-                    .arg(&lock)
+                    .arg(lock)
                     .arg(&token)
                     .cmd("EXISTS")
-                    .arg(&queue)
+                    .arg(queue)
                     .query_async(conn)
-                    .await?;
-                deleted
+                    .await?
             };
             fence > 0 && deleted == 1
         }
         Variant::KeyPerReader | Variant::KeyPerReaderUnsafe => {
-            let (hold, index) = (format!("{lock}:r:{token}"), format!("{lock}:readers"));
+            let hold = format!("{lock}:r:{token}");
             let mut acquire = redis::pipe();
             acquire
                 .cmd("SET")
@@ -152,23 +189,23 @@ async fn cycle(
                 .arg("PX")
                 .arg(30_000)
                 .cmd("SADD")
-                .arg(&index)
+                .arg(index)
                 .arg(&token)
                 .ignore();
             if matches!(variant, Variant::KeyPerReader) {
                 acquire
                     .cmd("PEXPIRE")
-                    .arg(&index)
+                    .arg(index)
                     .arg(30_000)
                     .arg("NX")
                     .ignore()
                     .cmd("PEXPIRE")
-                    .arg(&index)
+                    .arg(index)
                     .arg(30_000)
                     .arg("GT")
                     .ignore()
                     .cmd("ZSCORE")
-                    .arg(format!("{lock}:epochs"))
+                    .arg(epochs)
                     .arg("name")
                     .ignore()
                     .cmd("CLIENT")
@@ -177,27 +214,22 @@ async fn cycle(
             }
             acquire
                 .cmd("INCR")
-                .arg(&counter)
+                .arg(counter)
                 .cmd("EXISTS")
-                .arg(format!("{lock}:writer"))
-                .arg(&queue);
+                .arg(writer)
+                .arg(queue);
             let (set, fence, kept_out): (Option<String>, i64, i64) =
                 acquire.query_async(conn).await?;
-            let mut release = redis::pipe();
-            release
+            let (deleted, _left, _waiting): (i64, i64, i64) = redis::pipe()
                 .cmd("DEL")
                 .arg(&hold)
                 .cmd("SREM")
-                .arg(&index)
-                .arg(&token);
-            let deleted = if matches!(variant, Variant::KeyPerReader) {
-                let (deleted, _left, _waiting): (i64, i64, i64) =
-                    release.cmd("EXISTS").arg(&queue).query_async(conn).await?;
-                deleted
-            } else {
-                let (deleted, _left): (i64, i64) = release.query_async(conn).await?;
-                deleted
-            };
+                .arg(index)
+                .arg(&token)
+                .cmd("EXISTS")
+                .arg(queue)
+                .query_async(conn)
+                .await?;
             set.is_some() && fence > 0 && kept_out == 0 && deleted == 1
         }
     };
@@ -209,22 +241,24 @@ async fn cycle(
     Ok(())
 }
 
-/// Runs every worker through `variant` until `deadline`; returns the cycles done.
+/// Runs every worker (one lock's `keys` each) through `variant` until `deadline`; returns
+/// the cycles done.
 async fn slice(
     variant: Variant,
     scripts: &Arc<Scripts>,
     conn: &ConnectionManager,
-    workers: u16,
+    keys: &[Arc<Keys>],
     deadline: Instant,
 ) -> redis::RedisResult<u64> {
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for worker in 0..workers {
-        let (scripts, mut conn, done) = (scripts.clone(), conn.clone(), done.clone());
+    for keys in keys {
+        let (scripts, mut conn, keys, done) =
+            (scripts.clone(), conn.clone(), keys.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut n = 0;
             while Instant::now() < deadline {
-                cycle(variant, &scripts, &mut conn, worker, n).await?;
+                cycle(variant, &scripts, &mut conn, &keys, n).await?;
                 n += 1;
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -237,62 +271,73 @@ async fn slice(
     Ok(done.load(Ordering::Relaxed))
 }
 
+/// Warms up, then runs the variants in alternating slices; returns each one's cycles per
+/// second, in the order of [`VARIANTS`].
+async fn measure(
+    scripts: &Arc<Scripts>,
+    conn: &ConnectionManager,
+    keys: &[Arc<Keys>],
+    duration: Duration,
+) -> redis::RedisResult<Vec<f64>> {
+    // The scripts loaded, the connection busy.
+    for (variant, _) in VARIANTS {
+        let deadline = Instant::now() + Duration::from_millis(100);
+        slice(variant, scripts, conn, keys, deadline).await?;
+    }
+    let mut totals = [(0u64, Duration::ZERO); VARIANTS.len()];
+    for _ in 0..10 {
+        for (i, (variant, _)) in VARIANTS.iter().enumerate() {
+            let start = Instant::now();
+            totals[i].0 += slice(*variant, scripts, conn, keys, start + duration / 10).await?;
+            totals[i].1 += start.elapsed();
+        }
+    }
+    Ok(totals
+        .iter()
+        .map(|(cycles, took)| *cycles as f64 / took.as_secs_f64())
+        .collect())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let target = RedisTarget::resolve(args.redis.clone()).map_err(|err| err.to_string())?;
-    let conn = ConnectionManager::new(redis::Client::open(target.url.as_str())?).await?;
+    let mut conn = connection(&target.url)
+        .await
+        .map_err(|err| err.to_string())?;
     let scripts = Arc::new(Scripts {
         bare_release: Script::new(include_str!("../../src/bare_release.lua")),
         acquire: Script::new(include_str!("acquire.lua")),
         release: Script::new(include_str!("release.lua")),
     });
+    let run = format!("{:08x}", rand::random::<u32>());
+    let keys: Vec<Arc<Keys>> = (0..args.workers)
+        .map(|worker| Arc::new(Keys::new(&run, worker)))
+        .collect();
     println!(
         "read_floor: {} workers on one connection, {:?} per variant in 10 alternating slices, on {}",
         args.workers,
         args.duration,
         target.describe()
     );
-    // Warm up: the scripts loaded, the connection busy.
-    for (variant, _) in VARIANTS {
-        slice(
-            variant,
-            &scripts,
-            &conn,
-            args.workers,
-            Instant::now() + Duration::from_millis(100),
-        )
-        .await?;
-    }
-    let per_slice = args.duration / 10;
-    let mut totals = [(0u64, Duration::ZERO); VARIANTS.len()];
-    for _ in 0..10 {
-        for (i, (variant, _)) in VARIANTS.iter().enumerate() {
-            let start = Instant::now();
-            totals[i].0 +=
-                slice(*variant, &scripts, &conn, args.workers, start + per_slice).await?;
-            totals[i].1 += start.elapsed();
-        }
-    }
-    let rate = |(cycles, took): (u64, Duration)| cycles as f64 / took.as_secs_f64();
-    let bare = rate(totals[0]);
-    println!("  {:60} {:>12} {:>8}", "variant", "acq+rel/s", "/ bare");
-    for (i, (_, name)) in VARIANTS.iter().enumerate() {
-        println!(
-            "  {name:60} {:>12.0} {:>8.2}",
-            rate(totals[i]),
-            rate(totals[i]) / bare
-        );
-    }
-    // Nothing is left behind but the counters; they go too.
-    let mut conn = conn;
-    for worker in 0..args.workers {
-        let lock = format!("floor:{{{worker}}}");
+    let measured = measure(&scripts, &conn, &keys, args.duration).await;
+    // The run's keys go, whether or not it got through (a reader's own key is deleted by its
+    // release, or ends with its lease).
+    for keys in &keys {
         let _: i64 = redis::cmd("DEL")
-            .arg(format!("{lock}:fence"))
-            .arg(format!("{lock}:readers"))
+            .arg(&keys.lock)
+            .arg(&keys.counter)
+            .arg(&keys.writer)
+            .arg(&keys.queue)
+            .arg(&keys.index)
+            .arg(&keys.epochs)
             .query_async(&mut conn)
             .await?;
+    }
+    let rates = measured?;
+    println!("  {:60} {:>12} {:>8}", "variant", "acq+rel/s", "/ bare");
+    for ((_, name), rate) in VARIANTS.iter().zip(&rates) {
+        println!("  {name:60} {rate:>12.0} {:>8.2}", rate / rates[0]);
     }
     Ok(())
 }
