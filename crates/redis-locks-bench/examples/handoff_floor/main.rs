@@ -44,16 +44,16 @@ use tokio::time::Instant;
 
 /// Options.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// The Redis to use; without it a private redis-server is started.
     #[arg(long)]
-    redis: Option<String>,
+    pub redis: Option<String>,
     /// Workers contending for the lock.
     #[arg(long, default_value_t = 8)]
-    workers: u16,
+    pub workers: u16,
     /// How long each layout runs in all, in 10 alternating slices.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    duration: Duration,
+    pub duration: Duration,
 }
 
 /// The lease of the lock and of its queue: far longer than a run, so that only releases end
@@ -109,12 +109,13 @@ impl Lock {
 
 /// What the workers of one layout did.
 #[derive(Default, Clone, Copy)]
-struct Tally {
+pub struct Tally {
     /// Times a worker held the lock.
-    held: u64,
+    pub held: u64,
     /// Of those, times a release had handed it over (the rest found it free).
-    handed: u64,
-    took: Duration,
+    pub handed: u64,
+    /// How long the layout's slices took, from their start until every worker was done.
+    pub took: Duration,
 }
 
 /// The workers of the shared layout: one request connection, one subscriber connection.
@@ -290,7 +291,11 @@ async fn measure(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+    run(&Args::parse()).await.map(|_| ())
+}
+
+/// Measures, prints the table, and returns the two layouts' tallies (shared first).
+pub async fn run(args: &Args) -> Result<[Tally; 2], Box<dyn std::error::Error>> {
     let target = RedisTarget::resolve(args.redis.clone()).map_err(|err| err.to_string())?;
     let client = redis::Client::open(target.url.as_str())?;
     let scripts = Arc::new(Scripts {
@@ -345,5 +350,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "  a client each / shared: {:.2}",
         rate(&totals[1]) / rate(&totals[0])
     );
-    Ok(())
+    Ok(totals)
 }

@@ -47,16 +47,16 @@ use tokio::time::Instant;
 
 /// Options.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// The Redis to use; without it a private redis-server is started.
     #[arg(long)]
-    redis: Option<String>,
+    pub redis: Option<String>,
     /// Concurrent workers, each with a lock of its own.
     #[arg(long, default_value_t = 16)]
-    workers: u16,
+    pub workers: u16,
     /// How long each variant runs in all, in 10 alternating slices.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-    duration: Duration,
+    pub duration: Duration,
 }
 
 /// What one slice measures.
@@ -300,7 +300,12 @@ async fn measure(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+    run(&Args::parse()).await.map(|_| ())
+}
+
+/// Measures, prints the table, and returns each variant's name and acquire + release cycles
+/// per second, in the order of the table (the bare one first).
+pub async fn run(args: &Args) -> Result<Vec<(&'static str, f64)>, Box<dyn std::error::Error>> {
     let target = RedisTarget::resolve(args.redis.clone()).map_err(|err| err.to_string())?;
     let mut conn = connection(&target.url)
         .await
@@ -339,5 +344,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for ((_, name), rate) in VARIANTS.iter().zip(&rates) {
         println!("  {name:60} {rate:>12.0} {:>8.2}", rate / rates[0]);
     }
-    Ok(())
+    Ok(VARIANTS.iter().map(|(_, name)| *name).zip(rates).collect())
 }
