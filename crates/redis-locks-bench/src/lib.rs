@@ -18,6 +18,7 @@ use cli_support::exit::CliError;
 use cli_support::parse_duration;
 use cli_support::redis_target::RedisTarget;
 
+pub use baseline::BareLock;
 pub use handoff::{HandoffArgs, HandoffWorkerArgs};
 pub use market::MarketArgs;
 pub use throughput::ThroughputArgs;

@@ -105,6 +105,11 @@ impl Lock {
             channels: format!("handoff-floor:{run}:{layout}:wake:"),
         }
     }
+
+    /// The channel on which the waiter `id` is handed the lock (as `release.lua` names it).
+    fn channel(&self, id: &str) -> String {
+        format!("{}{id}", self.channels)
+    }
 }
 
 /// What the workers of one layout did.
@@ -120,20 +125,19 @@ pub struct Tally {
 
 /// The workers of the shared layout: one request connection, one subscriber connection.
 async fn shared(
-    client: &redis::Client,
     url: &str,
     lock: &Lock,
     workers: u16,
 ) -> Result<Vec<Worker>, Box<dyn std::error::Error>> {
     let conn = connection(url).await.map_err(|err| err.to_string())?;
-    let (mut sink, mut stream) = client.get_async_pubsub().await?.split();
+    let (mut sink, mut stream) = redis::Client::open(url)?.get_async_pubsub().await?.split();
     let mut routes = HashMap::new();
     let mut out = Vec::new();
     for worker in 0..workers {
         let id = format!("w{worker}");
-        sink.subscribe(format!("{}{id}", lock.channels)).await?;
+        sink.subscribe(lock.channel(&id)).await?;
         let (send, receive) = mpsc::unbounded_channel();
-        routes.insert(format!("{}{id}", lock.channels), send);
+        routes.insert(lock.channel(&id), send);
         out.push(Worker {
             id,
             conn: conn.clone(),
@@ -153,17 +157,17 @@ async fn shared(
 
 /// The workers of the layout with a client each.
 async fn each(
-    client: &redis::Client,
     url: &str,
     lock: &Lock,
     workers: u16,
 ) -> Result<Vec<Worker>, Box<dyn std::error::Error>> {
+    let client = redis::Client::open(url)?;
     let mut out = Vec::new();
     for worker in 0..workers {
         let id = format!("w{worker}");
         let conn = connection(url).await.map_err(|err| err.to_string())?;
         let (mut sink, stream) = client.get_async_pubsub().await?.split();
-        sink.subscribe(format!("{}{id}", lock.channels)).await?;
+        sink.subscribe(lock.channel(&id)).await?;
         out.push(Worker {
             id,
             conn,
@@ -297,7 +301,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Measures, prints the table, and returns the two layouts' tallies (shared first).
 pub async fn run(args: &Args) -> Result<[Tally; 2], Box<dyn std::error::Error>> {
     let target = RedisTarget::resolve(args.redis.clone()).map_err(|err| err.to_string())?;
-    let client = redis::Client::open(target.url.as_str())?;
     let scripts = Arc::new(Scripts {
         acquire: Script::new(include_str!("acquire.lua")),
         release: Script::new(include_str!("release.lua")),
@@ -308,8 +311,8 @@ pub async fn run(args: &Args) -> Result<[Tally; 2], Box<dyn std::error::Error>> 
         Arc::new(Lock::new(&run, "each")),
     ];
     let mut layouts = [
-        Some(shared(&client, &target.url, &locks[0], args.workers).await?),
-        Some(each(&client, &target.url, &locks[1], args.workers).await?),
+        Some(shared(&target.url, &locks[0], args.workers).await?),
+        Some(each(&target.url, &locks[1], args.workers).await?),
     ];
     println!(
         "handoff_floor: {} workers, hold 0, think 0, {:?} per layout in 10 alternating slices, on {}",
@@ -318,18 +321,21 @@ pub async fn run(args: &Args) -> Result<[Tally; 2], Box<dyn std::error::Error>> 
         target.describe()
     );
     let measured = measure(&mut layouts, &locks, &scripts, args.duration).await;
-    // The run's keys go, whether or not it got through.
+    // The run's keys go, whether or not it got through; the run's own error comes first.
     let mut conn = connection(&target.url)
         .await
         .map_err(|err| err.to_string())?;
+    let mut cleaned = Ok(());
     for lock in &locks {
-        let _: i64 = redis::cmd("DEL")
+        let deleted: redis::RedisResult<i64> = redis::cmd("DEL")
             .arg(&lock.key)
             .arg(&lock.queue)
             .query_async(&mut conn)
-            .await?;
+            .await;
+        cleaned = cleaned.and(deleted.map(drop));
     }
     let totals = measured?;
+    cleaned?;
     let rate = |tally: &Tally| tally.held as f64 / tally.took.as_secs_f64();
     let names = [
         "shared: one connection + one subscriber".to_string(),

@@ -9,7 +9,8 @@
 //!
 //! W workers (16, as in `bench throughput --kind read`) each acquire and release a lock of
 //! their own on one connection (made as the bench's bare variants make theirs,
-//! `cli_support::connection`), every variant in 10 alternating slices. No variant is a lock;
+//! `cli_support::connection`; the bare variant is the bench's own `BareLock`), every variant
+//! in 10 alternating slices, each lock's keys laid out by the library's `LockKeys`. No variant is a lock;
 //! each sends only commands a read lock of its design cannot do without, given the project's
 //! choices (each reader a lease of its own, given per call; each reader a fencing token of its
 //! own from a counter that must be vouched for), so its rate is an upper bound for locks of
@@ -43,6 +44,8 @@ use cli_support::connection;
 use cli_support::redis_target::RedisTarget;
 use redis::Script;
 use redis::aio::ConnectionManager;
+use redis_locks::LockKeys;
+use redis_locks_bench::BareLock;
 use tokio::time::Instant;
 
 /// Options.
@@ -80,74 +83,70 @@ const VARIANTS: [(Variant, &str); 5] = [
     ),
 ];
 
-/// The scripts, loaded once.
-struct Scripts {
-    bare_release: Script,
+/// What the variants send with: the bench's bare lock, and the hash design's scripts,
+/// loaded once.
+struct Senders {
+    bare: BareLock,
     acquire: Script,
     release: Script,
 }
 
-/// The keys of one worker's lock in one run: the lock key and its companions.
+/// The keys of one worker's lock in one run: the library's layout of a lock's keys (the
+/// lock key, its fencing counter, the counter's epochs, the queue), and two more in its slot
+/// for the designs here (a writer's key, the readers' index).
 struct Keys {
-    lock: String,
-    counter: String,
+    lock: LockKeys,
     writer: String,
-    queue: String,
     index: String,
-    epochs: String,
 }
 
 impl Keys {
     fn new(run: &str, worker: u16) -> Keys {
-        let lock = format!("read-floor:{run}:{{{worker}}}");
+        let lock = LockKeys::new(&format!("read-floor:{run}:{worker}")).expect("a valid name");
         Keys {
-            counter: format!("{lock}:fence"),
-            writer: format!("{lock}:writer"),
-            queue: format!("{lock}:queue"),
-            index: format!("{lock}:readers"),
-            epochs: format!("{lock}:epochs"),
+            writer: lock.companion("writer"),
+            index: lock.companion("readers"),
             lock,
         }
+    }
+
+    /// Every key of the lock but the readers' own (each deleted by its release).
+    fn all(&self) -> [&str; 6] {
+        let lock = &self.lock;
+        [
+            lock.lock(),
+            lock.fence(),
+            lock.epoch(),
+            lock.queue(),
+            &self.writer,
+            &self.index,
+        ]
     }
 }
 
 /// One acquire and release of a worker's lock (its `n`th), by `variant`.
 async fn cycle(
     variant: Variant,
-    scripts: &Scripts,
+    senders: &Senders,
     conn: &mut ConnectionManager,
     keys: &Keys,
     n: u64,
 ) -> redis::RedisResult<()> {
     let token = format!("{n:032x}");
-    let Keys {
-        lock,
-        counter,
-        writer,
-        queue,
-        index,
-        epochs,
-    } = keys;
+    let (lock, counter, epochs, queue) = (
+        keys.lock.lock(),
+        keys.lock.fence(),
+        keys.lock.epoch(),
+        keys.lock.queue(),
+    );
+    let (writer, index) = (&keys.writer, &keys.index);
     let granted = match variant {
         Variant::Bare => {
-            let set: Option<String> = redis::cmd("SET")
-                .arg(lock)
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query_async(conn)
-                .await?;
-            let deleted: i64 = scripts
-                .bare_release
-                .key(lock)
-                .arg(&token)
-                .invoke_async(conn)
-                .await?;
-            set.is_some() && deleted == 1
+            senders.bare.try_acquire(lock, &token).await?
+                && senders.bare.release(lock, &token).await?
         }
         Variant::HashScripts | Variant::HashScriptThenPipeline => {
-            let fence: i64 = scripts
+            let fence: i64 = senders
                 .acquire
                 .key(lock)
                 .key(counter)
@@ -159,7 +158,7 @@ async fn cycle(
                 .invoke_async(conn)
                 .await?;
             let (deleted, _waiting): (i64, i64) = if matches!(variant, Variant::HashScripts) {
-                scripts
+                senders
                     .release
                     .key(lock)
                     .key(queue)
@@ -245,7 +244,7 @@ async fn cycle(
 /// the cycles done.
 async fn slice(
     variant: Variant,
-    scripts: &Arc<Scripts>,
+    senders: &Arc<Senders>,
     conn: &ConnectionManager,
     keys: &[Arc<Keys>],
     deadline: Instant,
@@ -253,12 +252,12 @@ async fn slice(
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for keys in keys {
-        let (scripts, mut conn, keys, done) =
-            (scripts.clone(), conn.clone(), keys.clone(), done.clone());
+        let (senders, mut conn, keys, done) =
+            (senders.clone(), conn.clone(), keys.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut n = 0;
             while Instant::now() < deadline {
-                cycle(variant, &scripts, &mut conn, &keys, n).await?;
+                cycle(variant, &senders, &mut conn, &keys, n).await?;
                 n += 1;
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -274,7 +273,7 @@ async fn slice(
 /// Warms up, then runs the variants in alternating slices; returns each one's cycles per
 /// second, in the order of [`VARIANTS`].
 async fn measure(
-    scripts: &Arc<Scripts>,
+    senders: &Arc<Senders>,
     conn: &ConnectionManager,
     keys: &[Arc<Keys>],
     duration: Duration,
@@ -282,13 +281,13 @@ async fn measure(
     // The scripts loaded, the connection busy.
     for (variant, _) in VARIANTS {
         let deadline = Instant::now() + Duration::from_millis(100);
-        slice(variant, scripts, conn, keys, deadline).await?;
+        slice(variant, senders, conn, keys, deadline).await?;
     }
     let mut totals = [(0u64, Duration::ZERO); VARIANTS.len()];
     for _ in 0..10 {
         for (i, (variant, _)) in VARIANTS.iter().enumerate() {
             let start = Instant::now();
-            totals[i].0 += slice(*variant, scripts, conn, keys, start + duration / 10).await?;
+            totals[i].0 += slice(*variant, senders, conn, keys, start + duration / 10).await?;
             totals[i].1 += start.elapsed();
         }
     }
@@ -310,8 +309,8 @@ pub async fn run(args: &Args) -> Result<Vec<(&'static str, f64)>, Box<dyn std::e
     let mut conn = connection(&target.url)
         .await
         .map_err(|err| err.to_string())?;
-    let scripts = Arc::new(Scripts {
-        bare_release: Script::new(include_str!("../../src/bare_release.lua")),
+    let senders = Arc::new(Senders {
+        bare: BareLock::new(conn.clone(), Duration::from_secs(30)),
         acquire: Script::new(include_str!("acquire.lua")),
         release: Script::new(include_str!("release.lua")),
     });
@@ -325,21 +324,19 @@ pub async fn run(args: &Args) -> Result<Vec<(&'static str, f64)>, Box<dyn std::e
         args.duration,
         target.describe()
     );
-    let measured = measure(&scripts, &conn, &keys, args.duration).await;
+    let measured = measure(&senders, &conn, &keys, args.duration).await;
     // The run's keys go, whether or not it got through (a reader's own key is deleted by its
-    // release, or ends with its lease).
+    // release, or ends with its lease); the run's own error comes first.
+    let mut cleaned = Ok(());
     for keys in &keys {
-        let _: i64 = redis::cmd("DEL")
-            .arg(&keys.lock)
-            .arg(&keys.counter)
-            .arg(&keys.writer)
-            .arg(&keys.queue)
-            .arg(&keys.index)
-            .arg(&keys.epochs)
+        let deleted: redis::RedisResult<i64> = redis::cmd("DEL")
+            .arg(&keys.all()[..])
             .query_async(&mut conn)
-            .await?;
+            .await;
+        cleaned = cleaned.and(deleted.map(drop));
     }
     let rates = measured?;
+    cleaned?;
     println!("  {:60} {:>12} {:>8}", "variant", "acq+rel/s", "/ bare");
     for ((_, name), rate) in VARIANTS.iter().zip(&rates) {
         println!("  {name:60} {rate:>12.0} {:>8.2}", rate / rates[0]);
