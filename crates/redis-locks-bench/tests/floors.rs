@@ -39,16 +39,34 @@ async fn read_floor_runs_every_variant_and_leaves_no_key() {
     assert_eq!(keys_in(&server), 0, "the run left keys behind");
 }
 
+/// The built example `name` (cargo builds the examples beside the tests: `target/<profile>/
+/// examples`, next to this test's `deps`).
+fn example(name: &str) -> std::path::PathBuf {
+    let test = std::env::current_exe().unwrap();
+    let profile = test.parent().and_then(|deps| deps.parent()).unwrap();
+    let example = profile.join("examples").join(name);
+    assert!(
+        example.exists(),
+        "{} is not built (cargo build --examples)",
+        example.display()
+    );
+    example
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handoff_floor_hands_the_lock_over_in_both_layouts_and_leaves_no_key() {
+async fn handoff_floor_hands_the_lock_over_in_every_layout_and_leaves_no_key() {
     let server = RedisServer::start().unwrap();
     let tallies = handoff_floor::run(&handoff_floor::Args {
         redis: Some(server.url()),
         workers: 4,
         duration: Duration::from_millis(500),
+        processes: 2,
+        program: Some(example("handoff_floor")),
+        child: Default::default(),
     })
     .await
     .unwrap();
+    assert_eq!(tallies.len(), 3, "shared, a client each, a process each");
     for tally in &tallies {
         assert!(tally.held > 0, "no acquisition");
         assert!(

@@ -23,15 +23,22 @@
 //! - *a client each*: each worker a request connection and a subscriber connection of its
 //!   own, as contenders in separate processes have (here in one process, the case most
 //!   favourable to them: no process switches).
+//! - *a process each* (with `--processes N`, 8 by default; 0 leaves it out): the same, with
+//!   the workers spread over N processes (this program started again for each slice, the
+//!   processes starting the slice at one agreed moment), as `bench handoff --processes N`
+//!   spreads the library's: every handover is then a switch to another process.
 //!
-//! The two run in 10 alternating slices each (which goes first alternates too), and the
+//! The layouts run in 10 alternating slices each (which goes first turns round too), and the
 //! report gives acquisitions per second, the share of them handed over by a release (the
-//! rest found the lock free), and the ratio. Every key and channel carries a random run id;
-//! the run's keys are deleted at the end, whether or not the run got through.
+//! rest found the lock free), and each layout's ratio to the shared one. Every key and
+//! channel carries a random run id; the run's keys are deleted at the end, whether or not the
+//! run got through.
 
 use std::collections::HashMap;
+use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use cli_support::connection;
@@ -54,6 +61,36 @@ pub struct Args {
     /// How long each layout runs in all, in 10 alternating slices.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
+    /// Also run the workers spread over this many processes (0: leave that layout out).
+    #[arg(long, default_value_t = 8)]
+    pub processes: u16,
+    /// The program the processes run (this one by default; a test names the built example).
+    #[arg(skip)]
+    pub program: Option<PathBuf>,
+    /// Run as one process of a slice (started by this program, not for direct use).
+    #[command(flatten)]
+    pub child: Child,
+}
+
+/// One process's share of a slice of the processes layout: its workers, the run, and the
+/// slice's agreed start (ns since the Unix epoch) and length.
+#[derive(clap::Args, Default, Clone)]
+pub struct Child {
+    /// The run id (its lock is the run's `procs` lock): given, this process is a share.
+    #[arg(long, hide = true)]
+    pub child_run: Option<String>,
+    /// The first of this share's worker ids.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub child_first: u16,
+    /// How many workers this share runs.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub child_count: u16,
+    /// When the slice starts, in ns since the Unix epoch.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub child_start_ns: u128,
+    /// How long the slice lasts, in ns.
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub child_length_ns: u64,
 }
 
 /// The lease of the lock and of its queue: far longer than a run, so that only releases end
@@ -155,15 +192,16 @@ async fn shared(
     Ok(out)
 }
 
-/// The workers of the layout with a client each.
+/// The workers `ids` of the layout with a client each (of all of them, or of one process's
+/// share of the processes layout).
 async fn each(
     url: &str,
     lock: &Lock,
-    workers: u16,
+    ids: Range<u16>,
 ) -> Result<Vec<Worker>, Box<dyn std::error::Error>> {
     let client = redis::Client::open(url)?;
     let mut out = Vec::new();
-    for worker in 0..workers {
+    for worker in ids {
         let id = format!("w{worker}");
         let conn = connection(url).await.map_err(|err| err.to_string())?;
         let (mut sink, stream) = client.get_async_pubsub().await?.split();
@@ -180,7 +218,7 @@ async fn each(
     Ok(out)
 }
 
-/// The two scripts, loaded once.
+/// The two scripts, loaded once (per process).
 struct Scripts {
     acquire: Script,
     release: Script,
@@ -263,26 +301,121 @@ async fn slice(
     Ok((back, tally))
 }
 
-/// Runs the two layouts in alternating slices (a short first round, not counted, warms up);
-/// returns each one's tally.
+/// A layout's workers: in this process (taken out for a slice and put back), or spread
+/// over processes started for each slice.
+enum Layout {
+    Here(Option<Vec<Worker>>),
+    Processes,
+}
+
+/// How long before a slice's agreed start its processes are started: time to start and
+/// connect.
+const START_LEAD: Duration = Duration::from_millis(500);
+
+/// Nanoseconds since the Unix epoch: the clock the processes of a slice agree on.
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+}
+
+/// One slice of the processes layout: `args.workers` workers spread over `args.processes`
+/// processes (this program again, or `args.program`), all starting at one agreed moment
+/// and contending until `length` has passed.
+async fn processes_slice(
+    args: &Args,
+    url: &str,
+    run: &str,
+    length: Duration,
+) -> Result<Tally, String> {
+    let program = match &args.program {
+        Some(program) => program.clone(),
+        None => std::env::current_exe().map_err(|err| err.to_string())?,
+    };
+    let start_ns = now_ns() + START_LEAD.as_nanos();
+    let (shares, mut first) = (args.processes.min(args.workers), 0);
+    let mut children = Vec::new();
+    for share in 0..shares {
+        let count = args.workers / shares + u16::from(share < args.workers % shares);
+        let mut command = tokio::process::Command::new(&program);
+        command
+            .args(["--redis", url, "--child-run", run])
+            .args(["--child-first", &first.to_string()])
+            .args(["--child-count", &count.to_string()])
+            .args(["--child-start-ns", &start_ns.to_string()])
+            .args(["--child-length-ns", &length.as_nanos().to_string()])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        children.push(command.output());
+        first += count;
+    }
+    let mut tally = Tally::default();
+    for output in futures_util::future::join_all(children).await {
+        let output = output.map_err(|err| format!("starting a process: {err}"))?;
+        let printed = String::from_utf8_lossy(&output.stdout);
+        let numbers: Vec<u64> = printed
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let (true, &[held, handed, took_ns]) = (output.status.success(), &numbers[..]) else {
+            return Err(format!(
+                "a process failed ({}): {} {}",
+                output.status,
+                printed.trim(),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        };
+        tally.held += held;
+        tally.handed += handed;
+        tally.took = tally.took.max(Duration::from_nanos(took_ns));
+    }
+    Ok(tally)
+}
+
+/// One process's share of a slice of the processes layout: connects its workers, waits for
+/// the agreed start, contends, and prints `<held> <handed> <took ns>`.
+async fn child(url: &str, run: &str, child: &Child) -> Result<(), Box<dyn std::error::Error>> {
+    let lock = Arc::new(Lock::new(run, "procs"));
+    let ids = child.child_first..child.child_first + child.child_count;
+    let workers = each(url, &lock, ids).await?;
+    let wait = child.child_start_ns.saturating_sub(now_ns());
+    tokio::time::sleep(Duration::from_nanos(u64::try_from(wait)?)).await;
+    let length = Duration::from_nanos(child.child_length_ns);
+    let (_, tally) = slice(workers, &lock, &Arc::new(Scripts::new()), length).await?;
+    println!("{} {} {}", tally.held, tally.handed, tally.took.as_nanos());
+    Ok(())
+}
+
+/// Runs the layouts in alternating slices (a short first round, not counted, warms up; the
+/// order turns round every round); returns each one's tally.
 async fn measure(
-    layouts: &mut [Option<Vec<Worker>>; 2],
-    locks: &[Arc<Lock>; 2],
+    args: &Args,
+    url: &str,
+    run: &str,
+    layouts: &mut [Layout],
+    locks: &[Arc<Lock>],
     scripts: &Arc<Scripts>,
-    duration: Duration,
-) -> Result<[Tally; 2], String> {
-    let mut totals = [Tally::default(); 2];
+) -> Result<Vec<Tally>, String> {
+    let mut totals = vec![Tally::default(); layouts.len()];
     for round in 0..11 {
         let length = if round == 0 {
             Duration::from_millis(200)
         } else {
-            duration / 10
+            args.duration / 10
         };
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let mut order: Vec<usize> = (0..layouts.len()).collect();
+        order.rotate_left(round % layouts.len());
         for i in order {
-            let workers = layouts[i].take().expect("the workers are back");
-            let (back, tally) = slice(workers, &locks[i], scripts, length).await?;
-            layouts[i] = Some(back);
+            let tally = match &mut layouts[i] {
+                Layout::Here(workers) => {
+                    let taken = workers.take().expect("the workers are back");
+                    let (back, tally) = slice(taken, &locks[i], scripts, length).await?;
+                    *workers = Some(back);
+                    tally
+                }
+                Layout::Processes => processes_slice(args, url, run, length).await?,
+            };
             if round > 0 {
                 totals[i].held += tally.held;
                 totals[i].handed += tally.handed;
@@ -293,34 +426,59 @@ async fn measure(
     Ok(totals)
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    run(&Args::parse()).await.map(|_| ())
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            acquire: Script::new(include_str!("acquire.lua")),
+            release: Script::new(include_str!("release.lua")),
+        }
+    }
 }
 
-/// Measures, prints the table, and returns the two layouts' tallies (shared first).
-pub async fn run(args: &Args) -> Result<[Tally; 2], Box<dyn std::error::Error>> {
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    if let Some(run) = &args.child.child_run {
+        let url = args.redis.as_deref().ok_or("a process is given --redis")?;
+        return child(url, run, &args.child).await;
+    }
+    run(&args).await.map(|_| ())
+}
+
+/// Measures, prints the table, and returns the layouts' tallies: shared, a client each, and
+/// (with `args.processes` > 0) a process each.
+pub async fn run(args: &Args) -> Result<Vec<Tally>, Box<dyn std::error::Error>> {
     let target = RedisTarget::resolve(args.redis.clone()).map_err(|err| err.to_string())?;
-    let scripts = Arc::new(Scripts {
-        acquire: Script::new(include_str!("acquire.lua")),
-        release: Script::new(include_str!("release.lua")),
-    });
+    let scripts = Arc::new(Scripts::new());
     let run = format!("{:08x}", rand::random::<u32>());
-    let locks = [
+    let mut locks = vec![
         Arc::new(Lock::new(&run, "shared")),
         Arc::new(Lock::new(&run, "each")),
     ];
-    let mut layouts = [
-        Some(shared(&target.url, &locks[0], args.workers).await?),
-        Some(each(&target.url, &locks[1], args.workers).await?),
+    let mut layouts = vec![
+        Layout::Here(Some(shared(&target.url, &locks[0], args.workers).await?)),
+        Layout::Here(Some(each(&target.url, &locks[1], 0..args.workers).await?)),
     ];
+    let mut names = vec![
+        "shared: one connection + one subscriber".to_string(),
+        format!("a client each: {0} + {0} connections", args.workers),
+    ];
+    if args.processes > 0 {
+        // The processes name their lock after the run (see `child`).
+        locks.push(Arc::new(Lock::new(&run, "procs")));
+        layouts.push(Layout::Processes);
+        names.push(format!(
+            "a client each in {} processes",
+            args.processes.min(args.workers)
+        ));
+    }
     println!(
         "handoff_floor: {} workers, hold 0, think 0, {:?} per layout in 10 alternating slices, on {}",
         args.workers,
         args.duration,
         target.describe()
     );
-    let measured = measure(&mut layouts, &locks, &scripts, args.duration).await;
+    let measured = measure(args, &target.url, &run, &mut layouts, &locks, &scripts).await;
     // The run's keys go, whether or not it got through; the run's own error comes first.
     let mut conn = connection(&target.url)
         .await
@@ -337,24 +495,17 @@ pub async fn run(args: &Args) -> Result<[Tally; 2], Box<dyn std::error::Error>> 
     let totals = measured?;
     cleaned?;
     let rate = |tally: &Tally| tally.held as f64 / tally.took.as_secs_f64();
-    let names = [
-        "shared: one connection + one subscriber".to_string(),
-        format!("a client each: {0} + {0} connections", args.workers),
-    ];
     println!(
-        "  {:44} {:>14} {:>12}",
-        "layout", "acquisitions/s", "handed over"
+        "  {:44} {:>14} {:>12} {:>10}",
+        "layout", "acquisitions/s", "handed over", "/ shared"
     );
     for (name, tally) in names.iter().zip(&totals) {
         println!(
-            "  {name:44} {:>14.0} {:>11.1}%",
+            "  {name:44} {:>14.0} {:>11.1}% {:>10.2}",
             rate(tally),
-            100.0 * tally.handed as f64 / tally.held.max(1) as f64
+            100.0 * tally.handed as f64 / tally.held.max(1) as f64,
+            rate(tally) / rate(&totals[0])
         );
     }
-    println!(
-        "  a client each / shared: {:.2}",
-        rate(&totals[1]) / rate(&totals[0])
-    );
     Ok(totals)
 }
