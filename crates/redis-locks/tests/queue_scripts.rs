@@ -544,3 +544,142 @@ fn a_waiter_id_with_an_address_is_woken_and_handed_the_lock_on_its_clients_own_c
     }
     assert!(nothing_more(&server, &mut addressed, &own));
 }
+
+/// Every key a `Mutex`'s waiting attempt or release may write, as `(name, value)` snapshots:
+/// `DUMP` (the value and its type) and whether it has a TTL.
+fn snapshot(con: &mut Connection) -> Vec<(String, Option<Vec<u8>>, bool)> {
+    [LOCK, QUEUE[0], QUEUE[1], QUEUE[2], HANDOVER, FENCE]
+        .into_iter()
+        .map(|key| {
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(key).query(con).unwrap();
+            let ttl: i64 = con.pttl(key).unwrap();
+            (key.to_string(), dump, ttl > 0)
+        })
+        .collect()
+}
+
+/// Puts a value of another type under `key` (a string for the sorted sets and the hash, a
+/// hash for the ticket counter), with no TTL.
+fn foreign(con: &mut Connection, key: &str) {
+    let _: () = con.del(key).unwrap();
+    if key == QUEUE[2] {
+        let _: () = con.hset(key, "not", "a counter").unwrap();
+    } else {
+        let _: () = con.set(key, "not a queue").unwrap();
+    }
+}
+
+/// What an attempt or a release did with a foreign `key`: an error naming it with nothing
+/// written (`Ok(false)`), or success with the foreign key as it was (`Ok(true)`); anything
+/// else (a foreign key written, or an error after a write) fails the test.
+fn left_alone(
+    con: &mut Connection,
+    key: &str,
+    case: &str,
+    call: impl FnOnce(&mut Connection) -> redis::RedisResult<()>,
+) -> bool {
+    let before = snapshot(con);
+    let foreign_before = before.iter().find(|(name, ..)| name == key).cloned();
+    // A foreign TTL is none (-1) or a minute: one set by a queue script is two place leases.
+    let foreign_ttl = |con: &mut Connection| {
+        let ttl: i64 = con.pttl(key).unwrap();
+        ttl.min(50_000)
+    };
+    let ttl_before = foreign_ttl(con);
+    match call(con) {
+        Err(err) => {
+            assert_eq!(err.code(), Some("WRONGTYPE"), "{case}: {err}");
+            assert!(err.to_string().contains(key), "{case}: {err}");
+            assert_eq!(snapshot(con), before, "{case}: nothing written");
+            false
+        }
+        Ok(()) => {
+            let after = snapshot(con);
+            let foreign_after = after.iter().find(|(name, ..)| name == key).cloned();
+            assert_eq!(
+                foreign_after, foreign_before,
+                "{case}: the foreign key as it was"
+            );
+            assert_eq!(
+                foreign_ttl(con),
+                ttl_before,
+                "{case}: the foreign key's TTL as it was"
+            );
+            true
+        }
+    }
+}
+
+#[test]
+fn a_queue_key_of_another_type_is_never_written_and_an_error_leaves_everything_as_it_was() {
+    let server = server();
+    let mut con = raw(&server);
+    let fresh = |con: &mut Connection| {
+        let _: () = redis::cmd("FLUSHALL").query(con).unwrap();
+    };
+    let keys = [QUEUE[0], QUEUE[1], QUEUE[2], HANDOVER];
+    for key in keys {
+        // A new waiter joins a held line: it writes every queue key, so each must be refused.
+        fresh(&mut con);
+        wait_handing(&mut con, "holder", "client-a", 2_000);
+        wait_handing(&mut con, "line-b", "client-b", 2_000);
+        foreign(&mut con, key);
+        let joined = left_alone(&mut con, key, &format!("{key}, a new waiter"), |con| {
+            try_wait_handing(con, "line-c", "client-c", 2_000).map(drop)
+        });
+        assert!(!joined, "{key}: a new waiter writes every queue key");
+
+        // A waiter renews its place in a held line, with the line's TTLs due and not due.
+        for due in [false, true] {
+            fresh(&mut con);
+            wait_handing(&mut con, "holder", "client-a", 2_000);
+            wait_handing(&mut con, "line-b", "client-b", 2_000);
+            foreign(&mut con, key);
+            if due {
+                for other in keys.iter().filter(|other| **other != key) {
+                    let _: () = con.pexpire(*other, 500).unwrap();
+                }
+            } else {
+                // A foreign key with no TTL would be due itself.
+                let _: () = con.pexpire(key, 60_000).unwrap();
+            }
+            let case = format!("{key}, a renewal, TTLs due: {due}");
+            let renewed = left_alone(&mut con, key, &case, |con| {
+                try_wait_handing(con, "line-b", "client-b", 2_000).map(drop)
+            });
+            // Only the ticket counter is not written by a renewal whose TTLs are not due.
+            assert_eq!(renewed, key == QUEUE[2] && !due, "{case}");
+        }
+
+        // A release with a waiter in line, which it hands the lock to (the line then empty,
+        // or with one more behind).
+        for behind in [false, true] {
+            fresh(&mut con);
+            wait_handing(&mut con, "holder", "client-a", 2_000);
+            wait_handing(&mut con, "line-b", "client-b", 2_000);
+            if behind {
+                wait_handing(&mut con, "line-c", "client-c", 2_000);
+            }
+            foreign(&mut con, key);
+            let case = format!("{key}, a release handing over, one behind: {behind}");
+            let released = left_alone(&mut con, key, &case, |con| {
+                try_release_handing(con, "holder").map(drop)
+            });
+            // The ticket counter is written (deleted) only when the line empties.
+            assert_eq!(released, key == QUEUE[2] && behind, "{case}");
+        }
+
+        // A waiter takes a free lock (its place and registration go): every key may be
+        // written, so each is refused.
+        fresh(&mut con);
+        wait_handing(&mut con, "holder", "client-a", 2_000);
+        wait_handing(&mut con, "line-b", "client-b", 2_000);
+        let _: () = con.del(LOCK).unwrap();
+        foreign(&mut con, key);
+        let case = format!("{key}, a grant to the first in line");
+        let granted = left_alone(&mut con, key, &case, |con| {
+            try_wait_handing(con, "line-b", "client-b", 2_000).map(drop)
+        });
+        assert!(!granted, "{case}");
+    }
+}

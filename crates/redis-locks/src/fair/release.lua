@@ -52,7 +52,8 @@ end
 
 local head = queue_head(KEYS[2])
 if head and result == 1 and KEYS[5] and
-    hand_over(KEYS[1], KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], channel, head, now) then
+    hand_over(KEYS[1], KEYS[5], redis.call('HGET', KEYS[5], head), KEYS[6], KEYS[2], KEYS[3],
+      KEYS[4], channel, head, now) then
   return result
 end
 if head then

@@ -73,7 +73,13 @@
 -- Errors (a grant is taken back, so no lock is left held; the message names the key):
 --   WRONGTYPE <key> ...  KEYS[1] is not a string, or KEYS[2] is not a string or not an
 --                        integer (in the re-grant branch the caller's own key keeps its old
---                        lease, and the caller releases it).
+--                        lease, and the caller releases it), or KEYS[3] (with ARGV[4]) is
+--                        not a sorted set; with ARGV[5], a queue key (KEYS[4] to KEYS[6]) or
+--                        the handover hash (KEYS[7]) that this call writes holds another
+--                        type: then nothing is written. A waiter that only renews its place
+--                        in a held lock's line writes the ticket counter only when its TTL
+--                        is due (queue_enter in waiters.lua); every other waiting call looks
+--                        at all of them.
 --   others               as the server raised them (NOPERM, OOM, READONLY); the caller
 --                        releases by owner token, in case anything was written.
 
@@ -106,7 +112,11 @@ if waiter == '' then
   waiter = nil
 end
 local handover = waiter and KEYS[7] and ARGV[10] and ARGV[10] ~= '' and KEYS[7]
-if waiter then
+local holder, marked = holder_in(current)
+-- Held by another owner: a waiter only joins the line, and queue_enter looks at each queue
+-- key before it writes it. Every other case may write any queue key: look at them all first.
+local refused = current and holder ~= ARGV[1]
+if waiter and not refused then
   local wrong = queue_wrong_type(KEYS[4], KEYS[5], KEYS[6]) or
     (handover and handover_wrong_type(handover))
   if wrong then
@@ -115,12 +125,10 @@ if waiter then
 end
 
 -- A refused waiter keeps its place, and registers the owner token a release may hand the
--- lock to.
+-- lock to; nil, or a WRONGTYPE reply with nothing written.
 local function stay_in_line(now)
-  queue_join(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]))
-  if handover then
-    handover_register(handover, waiter, ARGV[1], ARGV[10], tonumber(ARGV[6]))
-  end
+  return queue_enter(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]),
+    handover, ARGV[1], ARGV[10])
 end
 
 local micros = server_micros()
@@ -157,12 +165,15 @@ end
 -- A waiter takes a free lock only in its turn: if others wait ahead of it (woken, or about to
 -- be), it keeps its place, and the first of them is prodded (its wake-up may be lost, or it
 -- may be dead: then its place lease ends its turn).
-if waiter then
+if waiter and not current then
   local now = math.floor(micros / 1000)
   queue_purge(KEYS[4], KEYS[5], now)
   local head = queue_head(KEYS[4])
-  if head and head ~= waiter and ARGV[9] ~= '1' and not current then
-    stay_in_line(now)
+  if head and head ~= waiter and ARGV[9] ~= '1' then
+    local wrong = stay_in_line(now)
+    if wrong then
+      return wrong
+    end
     wake(ARGV[7], head)
     return {0, -2}
   end
@@ -179,7 +190,6 @@ if not current then
   return {1, token}
 end
 
-local holder, marked = holder_in(current)
 if holder == ARGV[1] then
   local token, err = grant_token()
   if not token then
@@ -190,12 +200,14 @@ if holder == ARGV[1] then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl >= 0 then
+  if waiter then
+    local wrong = stay_in_line(math.floor(micros / 1000))
+    if wrong then
+      return wrong
+    end
+  end
   if not marked then
     redis.call('APPEND', KEYS[1], WAITED)
-  end
-  if waiter then
-    -- (Purged above.)
-    stay_in_line(math.floor(micros / 1000))
   end
 end
 return {0, pttl}

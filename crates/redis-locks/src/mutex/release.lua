@@ -1,7 +1,7 @@
 -- release.lua: release a Mutex, but only for its owner, and hand the lock to the next waiter
 -- or wake it (after the preludes fence.lua (next_token, which the handover calls: only a
 -- release with KEYS[5] needs it) and waiters.lua (owner_refusal, server_ms, wake, wake_all,
--- the queue, the handover)).
+-- the queue (queue_look, queue_drop, checked), the handover)).
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the lock's queue of waiters, its place
@@ -28,8 +28,11 @@
 --   -1  not released: the key holds another owner's token (the lease ran out and
 --       somebody else took the lock); that owner's lock is left untouched.
 -- Errors (nothing written):
---   WRONGTYPE  KEYS[1] is not a string, or (for a marked key) a queue key or the handover
---              hash holds another type.
+--   WRONGTYPE  KEYS[1] is not a string, or (for a marked key, with KEYS[2]) a queue key
+--              or the handover hash that the release reads or writes holds another type:
+--              the queue and the places always, the ticket counter when the release
+--              empties the line, the handover hash when somebody is in line (queue_look,
+--              checked in waiters.lua).
 
 local refused, marked = owner_refusal(KEYS[1], ARGV[1])
 if refused then
@@ -37,22 +40,30 @@ if refused then
 end
 -- Somebody waits only if the key was marked: a waiter's refusal marks it, and so does a
 -- waiter's grant while others are still in line (see acquire.lua), and every handover. The
--- queue is read (and TIME, and the queues' types checked) before anything is written, so
--- that an error leaves the lock as it was.
+-- line is read (and TIME, and with KEYS[5] the first waiter's registration) before anything
+-- is written, each queue key's type checked by the read itself (queue_look, checked), so that
+-- an error leaves the lock as it was.
 local head = nil
 local now = nil
+local registered = false
 if KEYS[2] and marked then
   now = server_ms()
-  local wrong = queue_wrong_type(KEYS[2], KEYS[3], KEYS[4]) or
-    (KEYS[5] and handover_wrong_type(KEYS[5]))
-  if wrong then
-    return wrong
+  local expired, first = queue_look(KEYS[2], KEYS[3], KEYS[4], now)
+  if not expired then
+    return first
   end
-  queue_purge(KEYS[2], KEYS[3], now)
-  head = queue_head(KEYS[2])
+  head = first
+  if head and KEYS[5] then
+    local err
+    registered, err = checked(KEYS[5], 'a handover hash', 'HGET', KEYS[5], head)
+    if err then
+      return err
+    end
+  end
+  queue_drop(KEYS[2], KEYS[3], expired)
 end
 if head and KEYS[5] and
-    hand_over(KEYS[1], KEYS[5], KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now) then
+    hand_over(KEYS[1], KEYS[5], registered, KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now) then
   return 1
 end
 redis.call('DEL', KEYS[1])

@@ -52,12 +52,41 @@
 --   Returns a 'WRONGTYPE <key> ...' error reply when one of the queue's keys holds another
 --   type, else nil. Call it before writing anything.
 --
+-- checked(key, what, command, ...)
+--   Runs a command that reads key (redis.pcall) and returns its reply; when the server
+--   refuses it because key holds another type, returns nil and the reply
+--   'WRONGTYPE <key> holds a <type>, not <what>' (another error: as the server raised it).
+--   A read a script needs anyway checks the key's type this way, instead of a TYPE first.
+--
 -- queue_purge(queue, places, now)
 --   Removes the waiters whose place lease ran out by now (server ms).
 --
+-- queue_drop(queue, places, ids)
+--   Removes the waiters ids (a list, as queue_look returns the ones whose lease ran out).
+--
+-- queue_look(queue, places, tickets, now)
+--   Reads the line as it is at now (server ms), writing nothing: returns the waiters whose
+--   place lease ran out (a list, for queue_drop), the first waiter after them (nil when none
+--   is left) and whether another live waiter stands behind that one. The queue and the places
+--   are read with checked; the ticket counter, which a caller writes only when it empties
+--   the line (queue_leave), is looked at only when nobody stands behind the first. A queue
+--   key of another type returns nil and its 'WRONGTYPE <key> ...' reply instead.
+--
 -- queue_join(queue, places, tickets, id, now, place_lease)
---   Gives id a place at the back (its old place if it has one) leased until now + place_lease;
---   the queue's keys outlive their last live waiter by at most two place leases.
+--   Gives id a place at the back (its old place if it has one) leased until now + place_lease.
+--   A key's TTL is raised to two place leases when less than one is left (or it has none):
+--   so the queue's keys last at least as long as every live waiter's place (no place lease
+--   runs longer than one place lease from its last renewal), and outlive their last live
+--   waiter by at most two place leases.
+--
+-- queue_enter(queue, places, tickets, id, now, place_lease, handover, owner, nonce)
+--   queue_purge at now, queue_join, then (with handover) handover_register(handover, id,
+--   owner, nonce, place_lease), for a script that has not looked at the queue's types: every
+--   key it writes is read, or its type looked at, before its first write (the queue with
+--   ZSCORE and the places with ZRANGEBYSCORE, both checked; the handover hash with TYPE; the
+--   ticket counter, when it is written, by its INCR, which fails on another type before
+--   anything is written, or with TYPE when only its TTL is due). Returns nil when id joined,
+--   or a 'WRONGTYPE <key> ...' error reply with nothing written.
 --
 -- queue_leave(queue, places, tickets, id)
 --   Removes id from the queue (nothing if it has no place).
@@ -80,16 +109,17 @@
 --
 -- handover_register(handover, id, owner, nonce, place_lease)
 --   Registers owner as the token the lock is handed to when id is at the head of the queue,
---   with the nonce of the attempt that renews id's place now; the hash outlives its last
---   registration by at most two place leases.
+--   with the nonce of the attempt that renews id's place now; the hash's TTL is kept as the
+--   queue's keys' are (queue_join).
 --
 -- handover_owner(handover, id)
 --   The owner token id registered, or nil.
 --
--- hand_over(key, handover, fence, queue, places, tickets, channel, id, now)
+-- hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now)
 --   key is held by the caller (a release) and id is the first waiter in the queue, purged at
 --   now (server ms, read before anything was written; the fencing token is at least now in
---   µs, as next_token's clock seed). Needs fence.lua's next_token (only the scripts that call
+--   µs, as next_token's clock seed); registered is id's field of the handover hash (HGET,
+--   read before anything was written; false when absent). Needs fence.lua's next_token (only the scripts that call
 --   hand_over put fence.lua first; in the others the name is unresolved and never called).
 --   If id registered an owner token: takes id out of the queue, writes key with that token
 --   (marked, so its release hands on or wakes in turn) and a lease until id's place lease
@@ -168,20 +198,80 @@ local function queue_wrong_type(queue, places, tickets)
   return nil
 end
 
-local function queue_purge(queue, places, now)
-  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', places, '-inf', now)) do
+local function checked(key, what, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    if string.sub(reply.err, 1, 10) == 'WRONGTYPE ' then
+      local kind = redis.call('TYPE', key).ok
+      return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not ' .. what)
+    end
+    return nil, redis.error_reply(reply.err)
+  end
+  return reply
+end
+
+local function queue_drop(queue, places, ids)
+  for _, gone in ipairs(ids) do
     redis.call('ZREM', queue, gone)
     redis.call('ZREM', places, gone)
   end
 end
 
+local function queue_purge(queue, places, now)
+  queue_drop(queue, places, redis.call('ZRANGEBYSCORE', places, '-inf', now))
+end
+
+local function queue_look(queue, places, tickets, now)
+  local expired, err = checked(places, 'a queue', 'ZRANGEBYSCORE', places, '-inf', now)
+  if not expired then
+    return nil, err
+  end
+  -- The first live waiter and the one behind it are among the first #expired + 2.
+  local firsts
+  firsts, err = checked(queue, 'a queue', 'ZRANGE', queue, 0, #expired + 1)
+  if not firsts then
+    return nil, err
+  end
+  local gone = {}
+  for _, id in ipairs(expired) do
+    gone[id] = true
+  end
+  local head, behind = nil, false
+  for _, id in ipairs(firsts) do
+    if not gone[id] then
+      if head then
+        behind = true
+        break
+      end
+      head = id
+    end
+  end
+  if not behind then
+    local kind = redis.call('TYPE', tickets).ok
+    if kind ~= 'none' and kind ~= 'string' then
+      return nil, redis.error_reply('WRONGTYPE ' .. tickets .. ' holds a ' .. kind .. ', not a queue')
+    end
+  end
+  return expired, head, behind
+end
+
+-- Whether a queue key's TTL is to be raised (see queue_join): less than one place lease left,
+-- or none (-1), or no key yet (-2).
+local function ttl_due(key, place_lease)
+  return redis.call('PTTL', key) < place_lease
+end
+
 local function queue_join(queue, places, tickets, id, now, place_lease)
+  local due = {}
+  for _, key in ipairs({queue, places, tickets}) do
+    due[key] = ttl_due(key, place_lease)
+  end
   if not redis.call('ZSCORE', queue, id) then
     redis.call('ZADD', queue, redis.call('INCR', tickets), id)
   end
   redis.call('ZADD', places, now + place_lease, id)
   for _, key in ipairs({queue, places, tickets}) do
-    if redis.call('PTTL', key) < 2 * place_lease then
+    if due[key] then
       redis.call('PEXPIRE', key, 2 * place_lease)
     end
   end
@@ -208,10 +298,68 @@ local function handover_wrong_type(handover)
 end
 
 local function handover_register(handover, id, owner, nonce, place_lease)
+  local due = ttl_due(handover, place_lease)
   redis.call('HSET', handover, id, owner .. ' ' .. nonce)
-  if redis.call('PTTL', handover) < 2 * place_lease then
+  if due then
     redis.call('PEXPIRE', handover, 2 * place_lease)
   end
+end
+
+-- (Defined after handover_register, which it calls.)
+local function queue_enter(queue, places, tickets, id, now, place_lease, handover, owner, nonce)
+  local placed, err = checked(queue, 'a queue', 'ZSCORE', queue, id)
+  if err then
+    return err
+  end
+  local expired
+  expired, err = checked(places, 'a queue', 'ZRANGEBYSCORE', places, '-inf', now)
+  if not expired then
+    return err
+  end
+  for _, gone in ipairs(expired) do
+    if gone == id then
+      placed = false
+    end
+  end
+  local due = {}
+  for _, key in ipairs({queue, places, tickets}) do
+    due[key] = ttl_due(key, place_lease)
+  end
+  local kinds = {}
+  if handover then
+    kinds[1] = {handover, 'hash', 'a handover hash'}
+  end
+  if placed and due[tickets] then
+    kinds[#kinds + 1] = {tickets, 'string', 'a queue'}
+  end
+  for _, wanted in ipairs(kinds) do
+    local kind = redis.call('TYPE', wanted[1]).ok
+    if kind ~= 'none' and kind ~= wanted[2] then
+      return redis.error_reply('WRONGTYPE ' .. wanted[1] .. ' holds a ' .. kind .. ', not ' .. wanted[3])
+    end
+  end
+  if not placed then
+    -- The first write: another type fails it before anything is written.
+    local ticket
+    ticket, err = checked(tickets, 'a queue', 'INCR', tickets)
+    if err then
+      return err
+    end
+    queue_drop(queue, places, expired)
+    redis.call('ZADD', queue, ticket, id)
+  else
+    queue_drop(queue, places, expired)
+  end
+  redis.call('ZADD', places, now + place_lease, id)
+  for _, key in ipairs({queue, places, tickets}) do
+    if due[key] then
+      redis.call('PEXPIRE', key, 2 * place_lease)
+    end
+  end
+  if handover then
+    handover_register(handover, id, owner, nonce, place_lease)
+  end
+  return nil
 end
 
 local function handover_owner(handover, id)
@@ -219,8 +367,7 @@ local function handover_owner(handover, id)
   return registered and string.match(registered, '^(%S+) ')
 end
 
-local function hand_over(key, handover, fence, queue, places, tickets, channel, id, now)
-  local registered = redis.call('HGET', handover, id)
+local function hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now)
   local owner, nonce = string.match(registered or '', '^(%S+) (%S+)$')
   if not owner then
     return false
