@@ -61,6 +61,13 @@ pub struct HandoffArgs {
     /// share), each with its own clients; requests are counted over all of them.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub processes: u16,
+    /// Run the variant (mutex or fair-mutex; mutex by default) in three layouts of its
+    /// workers: one shared `Client`, a `Client` per worker, and a `Client` per worker spread
+    /// over --processes processes (8 if not given), in 10 alternating slices of a tenth of
+    /// --duration each; report each layout beside the shared one. The ratios then come from
+    /// one run: the machine's drift between runs minutes apart does not enter them.
+    #[arg(long, conflicts_with = "client_per_worker")]
+    pub compare_layouts: bool,
 }
 
 /// One process's share of a `--processes` run (started by `handoff`; not for direct use).
@@ -120,6 +127,12 @@ impl Kind {
 impl HandoffArgs {
     /// Refuses the options that do not go with the variant asked for.
     pub(crate) fn check(&self) -> Result<(), CliError> {
+        if self.compare_layouts && !matches!(self.kind, None | Some(Kind::Mutex | Kind::FairMutex))
+        {
+            return Err(CliError::Usage(
+                "--compare-layouts compares a mutex or a fair-mutex".into(),
+            ));
+        }
         let rwlock = self.kind == Some(Kind::Rwlock);
         if rwlock && self.workers.is_some() {
             return Err(CliError::Usage(
@@ -334,6 +347,9 @@ enum Report {
 /// out.
 pub async fn run(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), CliError> {
     args.check()?;
+    if args.compare_layouts {
+        return compare_layouts(&urls[..1], args, json).await;
+    }
     let run_id = format!("{:08x}", rand::random::<u32>());
     let mut reports = Vec::new();
     for kind in args.kinds(urls.len()) {
@@ -346,7 +362,7 @@ pub async fn run(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), 
         let bar = progress(kind.label(), args.duration, json);
         let ticker = Ticker::start(bar);
         let measured = if args.processes > 1 {
-            processes(urls, kind, &lock, args).await
+            processes(urls, kind, &lock, args, Duration::from_millis(1500)).await
         } else {
             let start_ns = now_nanos();
             workers(
@@ -387,6 +403,201 @@ pub async fn run(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), 
                 setup.variant.label()
             )));
         }
+    }
+    Ok(())
+}
+
+/// One layout of `--compare-layouts`: how its workers are spread and what it did in all
+/// its slices.
+#[derive(Debug, Clone, Serialize)]
+struct Layout {
+    layout: &'static str,
+    client_per_worker: bool,
+    processes: u16,
+    acquisitions: usize,
+    per_second: f64,
+    requests_per_acquisition: f64,
+    /// The longest wait of any slice.
+    max_wait_ms: f64,
+    /// This layout's acquisitions per second over the shared client's.
+    ratio_to_shared: f64,
+    #[serde(skip)]
+    requests: f64,
+    #[serde(skip)]
+    seconds: f64,
+    overlaps: usize,
+    token_regressions: usize,
+}
+
+/// What `--compare-layouts --json` prints: one object.
+#[derive(Debug, Serialize)]
+struct LayoutsReport {
+    bench: &'static str,
+    variant: Kind,
+    workers: u16,
+    hold_ms: f64,
+    think_ms: f64,
+    slices: u32,
+    slice_seconds: f64,
+    layouts: Vec<Layout>,
+}
+
+/// `--compare-layouts`: the variant in three layouts, in 10 alternating slices (which layout
+/// goes first turns round), on the first node.
+async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), CliError> {
+    const SLICES: u32 = 10;
+    // Time for a slice's processes to start and connect (they start again for every slice).
+    const SLICE_LEAD: Duration = Duration::from_millis(500);
+    let kind = args.kind.unwrap_or(Kind::Mutex);
+    let processes = if args.processes > 1 {
+        args.processes
+    } else {
+        8
+    };
+    let mut layouts: Vec<Layout> = [
+        ("one shared Client", false, 1),
+        ("a Client per worker, one process", true, 1),
+        ("a Client per worker, in processes", true, processes),
+    ]
+    .into_iter()
+    .map(|(layout, client_per_worker, processes)| Layout {
+        layout,
+        client_per_worker,
+        processes,
+        acquisitions: 0,
+        per_second: 0.0,
+        requests_per_acquisition: 0.0,
+        max_wait_ms: 0.0,
+        ratio_to_shared: 0.0,
+        requests: 0.0,
+        seconds: 0.0,
+        overlaps: 0,
+        token_regressions: 0,
+    })
+    .collect();
+    let run_id = format!("{:08x}", rand::random::<u32>());
+    let locks: Vec<String> = (0..layouts.len())
+        .map(|i| format!("bench:handoff:{run_id}:{}:layout{i}", kind.label()))
+        .collect();
+    let bar = progress(kind.label(), args.duration * layouts.len() as u32, json);
+    let ticker = Ticker::start(bar);
+    let mut measured = Ok(());
+    'slices: for slice in 0..SLICES {
+        let mut order: Vec<usize> = (0..layouts.len()).collect();
+        order.rotate_left(slice as usize % layouts.len());
+        for i in order {
+            let layout = &mut layouts[i];
+            let slice_args = HandoffArgs {
+                kind: Some(kind),
+                client_per_worker: layout.client_per_worker,
+                processes: layout.processes,
+                duration: args.duration / SLICES,
+                compare_layouts: false,
+                ..args.clone()
+            };
+            let ran = if layout.processes > 1 {
+                self::processes(urls, kind, &locks[i], &slice_args, SLICE_LEAD).await
+            } else {
+                let ids = 0..slice_args.workers(kind) as usize;
+                workers(urls, kind, &locks[i], ids, &slice_args, now_nanos()).await
+            };
+            let (records, requests) = match ran {
+                Ok(ran) => ran,
+                Err(err) => {
+                    measured = Err(err);
+                    break 'slices;
+                }
+            };
+            let Report::Mutex(report) = analyse(kind, &slice_args, &records, requests) else {
+                unreachable!("a mutex variant");
+            };
+            layout.acquisitions += report.all.acquisitions;
+            layout.requests += requests as f64;
+            layout.seconds += slice_args.duration.as_secs_f64();
+            layout.max_wait_ms = layout.max_wait_ms.max(report.all.wait.max_ms);
+            layout.overlaps += report.overlaps;
+            layout.token_regressions += report.token_regressions;
+        }
+    }
+    drop(ticker);
+    // The locks' fencing counters go, whether or not the run got through.
+    let names: Vec<&str> = locks.iter().map(String::as_str).collect();
+    let cleaned = delete_counters(&urls[0], &names).await;
+    measured?;
+    cleaned?;
+    for layout in &mut layouts {
+        layout.per_second = layout.acquisitions as f64 / layout.seconds.max(f64::MIN_POSITIVE);
+        layout.requests_per_acquisition = layout.requests / layout.acquisitions.max(1) as f64;
+    }
+    let shared = layouts[0].per_second.max(f64::MIN_POSITIVE);
+    for layout in &mut layouts {
+        layout.ratio_to_shared = layout.per_second / shared;
+    }
+    let report = LayoutsReport {
+        bench: "handoff-layouts",
+        variant: kind,
+        workers: args.workers(kind),
+        hold_ms: args.hold.as_secs_f64() * 1000.0,
+        think_ms: args.think.as_secs_f64() * 1000.0,
+        slices: SLICES,
+        slice_seconds: (args.duration / SLICES).as_secs_f64(),
+        layouts,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report).expect("plain data"));
+    } else {
+        println!(
+            "bench handoff --compare-layouts: {}, {} workers, one lock; each loop: acquire, hold {:?}, release, think {:?}; {} alternating slices of {:.2} s per layout\n",
+            kind.label(),
+            report.workers,
+            args.hold,
+            args.think,
+            SLICES,
+            report.slice_seconds
+        );
+        let mut rows = vec![
+            [
+                "layout",
+                "acquisitions/s",
+                "requests/acq",
+                "max wait",
+                "/ shared",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for layout in &report.layouts {
+            let name = match layout.processes {
+                1 => layout.layout.to_string(),
+                n => format!("a Client per worker, {n} processes"),
+            };
+            rows.push(vec![
+                name,
+                format!("{:.0}", layout.per_second),
+                format!("{:.2}", layout.requests_per_acquisition),
+                format!("{:.1} ms", layout.max_wait_ms),
+                format!("{:.2}", layout.ratio_to_shared),
+            ]);
+        }
+        print_table(&rows);
+    }
+    let broken: Vec<String> = report
+        .layouts
+        .iter()
+        .filter(|l| l.overlaps + l.token_regressions > 0)
+        .map(|l| {
+            format!(
+                "{}: {} overlaps and {} token regressions",
+                l.layout, l.overlaps, l.token_regressions
+            )
+        })
+        .collect();
+    if !broken.is_empty() {
+        return Err(CliError::CheckFailed(format!(
+            "{}: {}",
+            kind.label(),
+            broken.join("; ")
+        )));
     }
     Ok(())
 }
@@ -507,12 +718,14 @@ enum ShareLine {
 }
 
 /// Runs the workers of one variant spread over `args.processes` processes (this program,
-/// started again with the hidden `handoff-worker`), and gathers their records and requests.
+/// started again with the hidden `handoff-worker`), all starting `lead` from now, and gathers
+/// their records and requests.
 async fn processes(
     urls: &[String],
     kind: Kind,
     lock: &str,
     args: &HandoffArgs,
+    lead: Duration,
 ) -> Result<(Vec<Record>, u64), CliError> {
     let program = std::env::current_exe().map_err(|err| {
         CliError::CannotRun(format!("finding this program to start again: {err}"))
@@ -520,7 +733,7 @@ async fn processes(
     let shares = args.processes as usize;
     let total = args.workers(kind) as usize;
     // Time for every process to start and connect before the common start.
-    let start_ns = now_nanos() + 1_500_000_000;
+    let start_ns = now_nanos() + lead.as_nanos() as u64;
     let mut children = Vec::new();
     let mut first = 0;
     for share in 0..shares {

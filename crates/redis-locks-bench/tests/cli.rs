@@ -65,6 +65,8 @@ fn help_lists_the_benchmarks_and_bad_usage_exits_64() {
         &["handoff", "--kind", "rwlock", "--writers", "0"],
         &["throughput", "--kind", "upgradable"],
         &["--runtime", "single", "throughput"],
+        &["handoff", "--compare-layouts", "--kind", "rwlock"],
+        &["handoff", "--compare-layouts", "--client-per-worker"],
     ] {
         let out = bench(args);
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -104,6 +106,43 @@ fn handoff_across_processes_with_a_client_each_reports_every_variant_without_ove
         assert!(report["requests_per_acquisition"].as_f64().unwrap() >= 2.0);
     }
     // The run left no fencing counter behind.
+    assert_no_counters_left(&server);
+}
+
+#[test]
+fn handoff_compares_the_three_layouts_in_one_run_without_overlaps() {
+    let server = RedisServer::start().unwrap();
+    let reports = json_runs(
+        &server,
+        "handoff --kind mutex --workers 4 --processes 2 --compare-layouts --duration 1s",
+    );
+    assert_eq!(reports.len(), 1, "one object: {reports:?}");
+    let report = &reports[0];
+    assert_eq!(report["bench"], "handoff-layouts", "{report}");
+    assert_eq!(report["slices"], 10, "{report}");
+    let layouts = report["layouts"].as_array().unwrap();
+    let spread: Vec<(bool, u64)> = layouts
+        .iter()
+        .map(|l| {
+            (
+                l["client_per_worker"].as_bool().unwrap(),
+                l["processes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(spread, [(false, 1), (true, 1), (true, 2)], "{report}");
+    assert_eq!(layouts[0]["ratio_to_shared"], 1.0, "{report}");
+    for layout in layouts {
+        assert!(layout["acquisitions"].as_u64().unwrap() > 0, "{layout}");
+        assert_eq!(layout["overlaps"], 0, "{layout}");
+        assert_eq!(layout["token_regressions"], 0, "{layout}");
+        // Contended: every acquisition asks and releases at least once.
+        assert!(layout["requests_per_acquisition"].as_f64().unwrap() >= 2.0);
+        let ratio = layout["ratio_to_shared"].as_f64().unwrap();
+        let rate = layout["per_second"].as_f64().unwrap();
+        let shared = layouts[0]["per_second"].as_f64().unwrap();
+        assert!((ratio - rate / shared).abs() < 1e-9, "{layout}");
+    }
     assert_no_counters_left(&server);
 }
 
