@@ -683,3 +683,23 @@ fn a_queue_key_of_another_type_is_never_written_and_an_error_leaves_everything_a
         assert!(!granted, "{case}");
     }
 }
+
+#[test]
+fn handing_the_lock_to_the_last_waiter_takes_the_ticket_counter_with_the_line() {
+    let server = server();
+    let mut con = raw(&server);
+    wait_handing(&mut con, "holder", "client-a", 2_000);
+    wait_handing(&mut con, "line-b", "client-b", 2_000);
+    wait_handing(&mut con, "line-c", "client-c", 2_000);
+    // One stays behind: the line and its counter stay, and the next ticket follows on.
+    release_handing(&mut con, "holder");
+    assert_eq!(line(&mut con), ["client-c"]);
+    assert!(con.exists::<_, bool>(QUEUE[2]).unwrap());
+    // The last one is handed the lock: nothing of the line is left.
+    release_handing(&mut con, "line-b");
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "line-c+w");
+    for key in QUEUE {
+        assert!(!con.exists::<_, bool>(key).unwrap(), "{key} is gone");
+    }
+}

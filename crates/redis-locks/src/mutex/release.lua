@@ -46,9 +46,11 @@ end
 local head = nil
 local now = nil
 local registered = false
+local behind = false
 if KEYS[2] and marked then
   now = server_ms()
-  local expired, first = queue_look(KEYS[2], KEYS[3], KEYS[4], now)
+  local expired, first
+  expired, first, behind = queue_look(KEYS[2], KEYS[3], KEYS[4], now)
   if not expired then
     return first
   end
@@ -63,7 +65,8 @@ if KEYS[2] and marked then
   queue_drop(KEYS[2], KEYS[3], expired)
 end
 if head and KEYS[5] and
-    hand_over(KEYS[1], KEYS[5], registered, KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now) then
+    hand_over(KEYS[1], KEYS[5], registered, KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now,
+      not behind) then
   return 1
 end
 redis.call('DEL', KEYS[1])

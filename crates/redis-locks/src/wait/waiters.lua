@@ -88,8 +88,10 @@
 --   anything is written, or with TYPE when only its TTL is due). Returns nil when id joined,
 --   or a 'WRONGTYPE <key> ...' error reply with nothing written.
 --
--- queue_leave(queue, places, tickets, id)
---   Removes id from the queue (nothing if it has no place).
+-- queue_leave(queue, places, tickets, id, last)
+--   Removes id from the queue (nothing if it has no place), and the ticket counter with the
+--   queue's last waiter: last says whether id is the last one (as queue_look told), or, when
+--   nil, the queue is looked at.
 --
 -- queue_head(queue)
 --   Returns the id of the first waiter, or nil.
@@ -115,11 +117,11 @@
 -- handover_owner(handover, id)
 --   The owner token id registered, or nil.
 --
--- hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now)
+-- hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now, last)
 --   key is held by the caller (a release) and id is the first waiter in the queue, purged at
 --   now (server ms, read before anything was written; the fencing token is at least now in
 --   µs, as next_token's clock seed); registered is id's field of the handover hash (HGET,
---   read before anything was written; false when absent). Needs fence.lua's next_token (only the scripts that call
+--   read before anything was written; false when absent); last, as queue_leave's. Needs fence.lua's next_token (only the scripts that call
 --   hand_over put fence.lua first; in the others the name is unresolved and never called).
 --   If id registered an owner token: takes id out of the queue, writes key with that token
 --   (marked, so its release hands on or wakes in turn) and a lease until id's place lease
@@ -277,10 +279,13 @@ local function queue_join(queue, places, tickets, id, now, place_lease)
   end
 end
 
-local function queue_leave(queue, places, tickets, id)
+local function queue_leave(queue, places, tickets, id, last)
   redis.call('ZREM', queue, id)
   redis.call('ZREM', places, id)
-  if redis.call('EXISTS', queue) == 0 then
+  if last == nil then
+    last = redis.call('EXISTS', queue) == 0
+  end
+  if last then
     redis.call('DEL', tickets)
   end
 end
@@ -367,7 +372,8 @@ local function handover_owner(handover, id)
   return registered and string.match(registered, '^(%S+) ')
 end
 
-local function hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now)
+local function hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now,
+    last)
   local owner, nonce = string.match(registered or '', '^(%S+) (%S+)$')
   if not owner then
     return false
@@ -380,7 +386,7 @@ local function hand_over(key, handover, registered, fence, queue, places, ticket
   if not token then
     return false
   end
-  queue_leave(queue, places, tickets, id)
+  queue_leave(queue, places, tickets, id, last)
   redis.call('HDEL', handover, id)
   redis.call('SET', key, with_mark(owner), 'PX', math.max(place_ends - now, 1))
   wake(channel, id, owner .. ' ' .. nonce .. ' ' .. string.format('%d', token))
