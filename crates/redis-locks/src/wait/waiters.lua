@@ -263,20 +263,31 @@ local function ttl_due(key, place_lease)
   return redis.call('PTTL', key) < place_lease
 end
 
-local function queue_join(queue, places, tickets, id, now, place_lease)
+-- Which of the queue's keys a join raises the TTL of (read before anything is written).
+local function queue_due(queue, places, tickets, place_lease)
   local due = {}
   for _, key in ipairs({queue, places, tickets}) do
     due[key] = ttl_due(key, place_lease)
   end
-  if not redis.call('ZSCORE', queue, id) then
-    redis.call('ZADD', queue, redis.call('INCR', tickets), id)
-  end
-  redis.call('ZADD', places, now + place_lease, id)
+  return due
+end
+
+-- Raises the TTL of the queue's keys that queue_due found due to two place leases.
+local function queue_raise(queue, places, tickets, due, place_lease)
   for _, key in ipairs({queue, places, tickets}) do
     if due[key] then
       redis.call('PEXPIRE', key, 2 * place_lease)
     end
   end
+end
+
+local function queue_join(queue, places, tickets, id, now, place_lease)
+  local due = queue_due(queue, places, tickets, place_lease)
+  if not redis.call('ZSCORE', queue, id) then
+    redis.call('ZADD', queue, redis.call('INCR', tickets), id)
+  end
+  redis.call('ZADD', places, now + place_lease, id)
+  queue_raise(queue, places, tickets, due, place_lease)
 end
 
 local function queue_leave(queue, places, tickets, id, last)
@@ -326,10 +337,7 @@ local function queue_enter(queue, places, tickets, id, now, place_lease, handove
       placed = false
     end
   end
-  local due = {}
-  for _, key in ipairs({queue, places, tickets}) do
-    due[key] = ttl_due(key, place_lease)
-  end
+  local due = queue_due(queue, places, tickets, place_lease)
   local kinds = {}
   if handover then
     kinds[1] = {handover, 'hash', 'a handover hash'}
@@ -343,24 +351,20 @@ local function queue_enter(queue, places, tickets, id, now, place_lease, handove
       return redis.error_reply('WRONGTYPE ' .. wanted[1] .. ' holds a ' .. kind .. ', not ' .. wanted[3])
     end
   end
+  local ticket = nil
   if not placed then
     -- The first write: another type fails it before anything is written.
-    local ticket
     ticket, err = checked(tickets, 'a queue', 'INCR', tickets)
     if err then
       return err
     end
-    queue_drop(queue, places, expired)
+  end
+  queue_drop(queue, places, expired)
+  if ticket then
     redis.call('ZADD', queue, ticket, id)
-  else
-    queue_drop(queue, places, expired)
   end
   redis.call('ZADD', places, now + place_lease, id)
-  for _, key in ipairs({queue, places, tickets}) do
-    if due[key] then
-      redis.call('PEXPIRE', key, 2 * place_lease)
-    end
-  end
+  queue_raise(queue, places, tickets, due, place_lease)
   if handover then
     handover_register(handover, id, owner, nonce, place_lease)
   end
