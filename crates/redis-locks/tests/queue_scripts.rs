@@ -703,3 +703,75 @@ fn handing_the_lock_to_the_last_waiter_takes_the_ticket_counter_with_the_line() 
         assert!(!con.exists::<_, bool>(key).unwrap(), "{key} is gone");
     }
 }
+
+/// The remaining TTL of every key of the line that exists, by name.
+fn line_ttls(con: &mut Connection) -> Vec<(&'static str, i64)> {
+    [QUEUE[0], QUEUE[1], QUEUE[2], HANDOVER]
+        .into_iter()
+        .map(|key| (key, con.pttl::<_, i64>(key).unwrap()))
+        // -2: no such key.
+        .filter(|(_, ttl)| *ttl != -2)
+        .collect()
+}
+
+#[test]
+fn a_line_emptied_of_dead_places_by_a_join_whose_ttls_are_not_due_keeps_every_key_expiring() {
+    let server = server();
+    let mut con = raw(&server);
+    wait_handing(&mut con, "holder", "client-h", 2_000);
+    // b waits with a short place; a, with a long one, raises the line's TTLs far past it,
+    // then leaves; b dies.
+    wait_handing(&mut con, "line-b", "client-b", 200);
+    wait_handing(&mut con, "line-a", "client-a", 60_000);
+    assert_eq!(leave_handing(&mut con, "client-a", "line-a"), 1);
+    std::thread::sleep(Duration::from_millis(300));
+    // c's join purges b, which empties the queue and the places: they are made anew and must
+    // expire as a line of c's place lease does.
+    wait_handing(&mut con, "line-c", "client-c", 200);
+    assert_eq!(line(&mut con), ["client-c"]);
+    let ttls = line_ttls(&mut con);
+    assert_eq!(ttls.len(), 4, "{ttls:?}");
+    for (key, ttl) in ttls {
+        assert!(ttl > 0, "{key} has no expiry: {ttl}");
+    }
+}
+
+#[test]
+fn a_regrant_purges_dead_places_and_the_line_goes_with_them() {
+    let server = server();
+    let mut con = raw(&server);
+    // Granted by the fast path (unmarked); a waiter that died stands in line.
+    let _: () = redis::cmd("SET")
+        .arg(LOCK)
+        .arg("owner-a")
+        .arg("PX")
+        .arg(10_000)
+        .query(&mut con)
+        .unwrap();
+    wait_handing(&mut con, "line-d", "client-d", 50);
+    std::thread::sleep(Duration::from_millis(80));
+    // The holder's own waiting attempt (its line's token) is granted again.
+    assert_eq!(wait_handing(&mut con, "owner-a", "client-a", 2_000).0, 1);
+    assert!(line(&mut con).is_empty());
+    // (The dead waiter's refusal marked the key; a re-grant keeps the value it finds, so its
+    // release publishes one wake-up that nobody needs.)
+    let value: String = con.get(LOCK).unwrap();
+    assert_eq!(value, "owner-a+w");
+    for key in QUEUE {
+        assert!(!con.exists::<_, bool>(key).unwrap(), "{key} is gone");
+    }
+}
+
+#[test]
+fn a_release_that_finds_only_dead_places_empties_the_line_with_its_counter() {
+    let server = server();
+    let mut con = raw(&server);
+    wait_handing(&mut con, "holder", "client-h", 2_000);
+    wait_handing(&mut con, "line-d", "client-d", 50);
+    std::thread::sleep(Duration::from_millis(80));
+    assert_eq!(release_handing(&mut con, "holder"), 1);
+    assert!(!con.exists::<_, bool>(LOCK).unwrap());
+    for key in QUEUE {
+        assert!(!con.exists::<_, bool>(key).unwrap(), "{key} is gone");
+    }
+}

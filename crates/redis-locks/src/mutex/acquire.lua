@@ -78,8 +78,9 @@
 --                        the handover hash (KEYS[7]) that this call writes holds another
 --                        type: then nothing is written. A waiter that only renews its place
 --                        in a held lock's line writes the ticket counter only when its TTL
---                        is due (queue_enter in waiters.lua); every other waiting call looks
---                        at all of them.
+--                        is due (queue_enter in waiters.lua); a key without expiry (not
+--                        ours, {0, -1}) makes no queue key read or written; every other
+--                        waiting call looks at all of them.
 --   others               as the server raised them (NOPERM, OOM, READONLY); the caller
 --                        releases by owner token, in case anything was written.
 
@@ -113,8 +114,9 @@ if waiter == '' then
 end
 local handover = waiter and KEYS[7] and ARGV[10] and ARGV[10] ~= '' and KEYS[7]
 local holder, marked = holder_in(current)
--- Held by another owner: a waiter only joins the line, and queue_enter looks at each queue
--- key before it writes it. Every other case may write any queue key: look at them all first.
+-- Held by another owner: a waiter only joins the line (when the key has a lease: one without
+-- is not ours, and the line is left alone), and queue_enter looks at each queue key before it
+-- writes it. Every other case may write any queue key: look at them all first.
 local refused = current and holder ~= ARGV[1]
 if waiter and not refused then
   local wrong = queue_wrong_type(KEYS[4], KEYS[5], KEYS[6]) or
@@ -191,6 +193,10 @@ if not current then
 end
 
 if holder == ARGV[1] then
+  if waiter then
+    -- As for a free lock: a dead waiter's place must not keep the grant marked.
+    queue_purge(KEYS[4], KEYS[5], math.floor(micros / 1000))
+  end
   local token, err = grant_token()
   if not token then
     return err

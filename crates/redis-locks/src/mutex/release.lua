@@ -29,10 +29,11 @@
 --       somebody else took the lock); that owner's lock is left untouched.
 -- Errors (nothing written):
 --   WRONGTYPE  KEYS[1] is not a string, or (for a marked key, with KEYS[2]) a queue key
---              or the handover hash that the release reads or writes holds another type:
---              the queue and the places always, the ticket counter when the release
---              empties the line, the handover hash when somebody is in line (queue_look,
---              checked in waiters.lua).
+--              or the handover hash that the release reads or may write holds another
+--              type: the queue and the places always, the ticket counter when nobody live
+--              stands behind the first waiter (or nobody live is in line: the counter is
+--              then deleted with the line), the handover hash when somebody is in line
+--              (queue_look, checked in waiters.lua).
 
 local refused, marked = owner_refusal(KEYS[1], ARGV[1])
 if refused then
@@ -63,6 +64,11 @@ if KEYS[2] and marked then
     end
   end
   queue_drop(KEYS[2], KEYS[3], expired)
+  if not head and #expired > 0 then
+    -- Only waiters whose place had run out were in line: the line is empty now, and its
+    -- counter goes with it (its type was looked at by queue_look).
+    redis.call('DEL', KEYS[4])
+  end
 end
 if head and KEYS[5] and
     hand_over(KEYS[1], KEYS[5], registered, KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now,

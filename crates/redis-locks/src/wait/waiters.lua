@@ -68,9 +68,10 @@
 --   Reads the line as it is at now (server ms), writing nothing: returns the waiters whose
 --   place lease ran out (a list, for queue_drop), the first waiter after them (nil when none
 --   is left) and whether another live waiter stands behind that one. The queue and the places
---   are read with checked; the ticket counter, which a caller writes only when it empties
---   the line (queue_leave), is looked at only when nobody stands behind the first. A queue
---   key of another type returns nil and its 'WRONGTYPE <key> ...' reply instead.
+--   are read with checked; the ticket counter, which a caller deletes only when the line
+--   empties (the first waiter leaves with nobody behind, or nobody live is left), is looked at
+--   only when nobody live stands behind the first (or there is no first). A queue key of
+--   another type returns nil and its 'WRONGTYPE <key> ...' reply instead.
 --
 -- queue_join(queue, places, tickets, id, now, place_lease)
 --   Gives id a place at the back (its old place if it has one) leased until now + place_lease.
@@ -85,8 +86,11 @@
 --   key it writes is read, or its type looked at, before its first write (the queue with
 --   ZSCORE and the places with ZRANGEBYSCORE, both checked; the handover hash with TYPE; the
 --   ticket counter, when it is written, by its INCR, which fails on another type before
---   anything is written, or with TYPE when only its TTL is due). Returns nil when id joined,
---   or a 'WRONGTYPE <key> ...' error reply with nothing written.
+--   anything is written, or with TYPE when only its TTL is due). The TTLs of the queue and
+--   the places are read after the purge, which may empty them (the ZADDs then create them
+--   anew, and they are raised). Returns nil when id joined, or an error reply with nothing
+--   written: 'WRONGTYPE <key> ...', or the INCR's own error for a ticket counter that is a
+--   string but not an integer.
 --
 -- queue_leave(queue, places, tickets, id, last)
 --   Removes id from the queue (nothing if it has no place), and the ticket counter with the
@@ -121,8 +125,9 @@
 --   key is held by the caller (a release) and id is the first waiter in the queue, purged at
 --   now (server ms, read before anything was written; the fencing token is at least now in
 --   µs, as next_token's clock seed); registered is id's field of the handover hash (HGET,
---   read before anything was written; false when absent); last, as queue_leave's. Needs fence.lua's next_token (only the scripts that call
---   hand_over put fence.lua first; in the others the name is unresolved and never called).
+--   read before anything was written; false when absent); last, as queue_leave's. Needs
+--   fence.lua's next_token (only the scripts that call hand_over put fence.lua first; in the
+--   others the name is unresolved and never called).
 --   If id registered an owner token: takes id out of the queue, writes key with that token
 --   (marked, so its release hands on or wakes in turn) and a lease until id's place lease
 --   ends, takes the next fencing token, wakes id with '<id> <owner> <nonce> <token>' (wake;
@@ -337,12 +342,15 @@ local function queue_enter(queue, places, tickets, id, now, place_lease, handove
       placed = false
     end
   end
-  local due = queue_due(queue, places, tickets, place_lease)
+  -- The ticket counter's TTL decides whether its type must be looked at (a renewal does not
+  -- write it otherwise); the queue's and the places' are read after the drop below, which may
+  -- empty them, and then the ZADDs create them anew.
+  local tickets_due = ttl_due(tickets, place_lease)
   local kinds = {}
   if handover then
     kinds[1] = {handover, 'hash', 'a handover hash'}
   end
-  if placed and due[tickets] then
+  if placed and tickets_due then
     kinds[#kinds + 1] = {tickets, 'string', 'a queue'}
   end
   for _, wanted in ipairs(kinds) do
@@ -360,6 +368,8 @@ local function queue_enter(queue, places, tickets, id, now, place_lease, handove
     end
   end
   queue_drop(queue, places, expired)
+  local due = queue_due(queue, places, tickets, place_lease)
+  due[tickets] = tickets_due
   if ticket then
     redis.call('ZADD', queue, ticket, id)
   end
