@@ -268,12 +268,14 @@ local function ttl_due(key, place_lease)
   return redis.call('PTTL', key) < place_lease
 end
 
--- Which of the queue's keys a join raises the TTL of (read before anything is written).
-local function queue_due(queue, places, tickets, place_lease)
-  local due = {}
-  for _, key in ipairs({queue, places, tickets}) do
-    due[key] = ttl_due(key, place_lease)
+-- Which of the queue's keys a join raises the TTL of; tickets_due, when given, is the ticket
+-- counter's, read already.
+local function queue_due(queue, places, tickets, place_lease, tickets_due)
+  local due = {[queue] = ttl_due(queue, place_lease), [places] = ttl_due(places, place_lease)}
+  if tickets_due == nil then
+    tickets_due = ttl_due(tickets, place_lease)
   end
+  due[tickets] = tickets_due
   return due
 end
 
@@ -368,8 +370,7 @@ local function queue_enter(queue, places, tickets, id, now, place_lease, handove
     end
   end
   queue_drop(queue, places, expired)
-  local due = queue_due(queue, places, tickets, place_lease)
-  due[tickets] = tickets_due
+  local due = queue_due(queue, places, tickets, place_lease, tickets_due)
   if ticket then
     redis.call('ZADD', queue, ticket, id)
   end
