@@ -362,7 +362,7 @@ pub async fn run(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), 
         let bar = progress(kind.label(), args.duration, json);
         let ticker = Ticker::start(bar);
         let measured = if args.processes > 1 {
-            processes(urls, kind, &lock, args, Duration::from_millis(1500)).await
+            processes(urls, kind, &lock, args, RUN_LEAD).await
         } else {
             let start_ns = now_nanos();
             workers(
@@ -407,24 +407,33 @@ pub async fn run(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), 
     Ok(())
 }
 
-/// One layout of `--compare-layouts`: how its workers are spread and what it did in all
+/// One layout of `--compare-layouts`: how its workers are spread, and what they did in all
 /// its slices.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default)]
 struct Layout {
-    layout: &'static str,
+    name: String,
+    client_per_worker: bool,
+    processes: u16,
+    acquisitions: usize,
+    requests: u64,
+    /// The longest wait of any slice.
+    max_wait_ms: f64,
+    overlaps: usize,
+    token_regressions: usize,
+}
+
+/// A layout's line in the report: its figures, and its throughput beside the shared one's.
+#[derive(Debug, Serialize)]
+struct LayoutRow {
+    layout: String,
     client_per_worker: bool,
     processes: u16,
     acquisitions: usize,
     per_second: f64,
     requests_per_acquisition: f64,
-    /// The longest wait of any slice.
     max_wait_ms: f64,
     /// This layout's acquisitions per second over the shared client's.
     ratio_to_shared: f64,
-    #[serde(skip)]
-    requests: f64,
-    #[serde(skip)]
-    seconds: f64,
     overlaps: usize,
     token_regressions: usize,
 }
@@ -439,8 +448,11 @@ struct LayoutsReport {
     think_ms: f64,
     slices: u32,
     slice_seconds: f64,
-    layouts: Vec<Layout>,
+    layouts: Vec<LayoutRow>,
 }
+
+/// How long before a run's common start its processes are started: time to start and connect.
+const RUN_LEAD: Duration = Duration::from_millis(1500);
 
 /// `--compare-layouts`: the variant in three layouts, in 10 alternating slices (which layout
 /// goes first turns round), on the first node.
@@ -454,31 +466,33 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
     } else {
         8
     };
-    let mut layouts: Vec<Layout> = [
-        ("one shared Client", false, 1),
-        ("a Client per worker, one process", true, 1),
-        ("a Client per worker, in processes", true, processes),
+    let mut layouts = [
+        ("one shared Client".to_string(), false, 1),
+        ("a Client per worker, one process".to_string(), true, 1),
+        (
+            format!("a Client per worker, {processes} processes"),
+            true,
+            processes,
+        ),
     ]
-    .into_iter()
-    .map(|(layout, client_per_worker, processes)| Layout {
-        layout,
+    .map(|(name, client_per_worker, processes)| Layout {
+        name,
         client_per_worker,
         processes,
-        acquisitions: 0,
-        per_second: 0.0,
-        requests_per_acquisition: 0.0,
-        max_wait_ms: 0.0,
-        ratio_to_shared: 0.0,
-        requests: 0.0,
-        seconds: 0.0,
-        overlaps: 0,
-        token_regressions: 0,
-    })
-    .collect();
+        ..Layout::default()
+    });
     let run_id = format!("{:08x}", rand::random::<u32>());
     let locks: Vec<String> = (0..layouts.len())
         .map(|i| format!("bench:handoff:{run_id}:{}:layout{i}", kind.label()))
         .collect();
+    let slice_args = |layout: &Layout| HandoffArgs {
+        kind: Some(kind),
+        client_per_worker: layout.client_per_worker,
+        processes: layout.processes,
+        duration: args.duration / SLICES,
+        compare_layouts: false,
+        ..args.clone()
+    };
     let bar = progress(kind.label(), args.duration * layouts.len() as u32, json);
     let ticker = Ticker::start(bar);
     let mut measured = Ok(());
@@ -487,14 +501,7 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
         order.rotate_left(slice as usize % layouts.len());
         for i in order {
             let layout = &mut layouts[i];
-            let slice_args = HandoffArgs {
-                kind: Some(kind),
-                client_per_worker: layout.client_per_worker,
-                processes: layout.processes,
-                duration: args.duration / SLICES,
-                compare_layouts: false,
-                ..args.clone()
-            };
+            let slice_args = slice_args(layout);
             let ran = if layout.processes > 1 {
                 self::processes(urls, kind, &locks[i], &slice_args, SLICE_LEAD).await
             } else {
@@ -512,8 +519,7 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
                 unreachable!("a mutex variant");
             };
             layout.acquisitions += report.all.acquisitions;
-            layout.requests += requests as f64;
-            layout.seconds += slice_args.duration.as_secs_f64();
+            layout.requests += requests;
             layout.max_wait_ms = layout.max_wait_ms.max(report.all.wait.max_ms);
             layout.overlaps += report.overlaps;
             layout.token_regressions += report.token_regressions;
@@ -525,14 +531,24 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
     let cleaned = delete_counters(&urls[0], &names).await;
     measured?;
     cleaned?;
-    for layout in &mut layouts {
-        layout.per_second = layout.acquisitions as f64 / layout.seconds.max(f64::MIN_POSITIVE);
-        layout.requests_per_acquisition = layout.requests / layout.acquisitions.max(1) as f64;
-    }
-    let shared = layouts[0].per_second.max(f64::MIN_POSITIVE);
-    for layout in &mut layouts {
-        layout.ratio_to_shared = layout.per_second / shared;
-    }
+    let seconds = (args.duration / SLICES * SLICES).as_secs_f64();
+    let rate = |layout: &Layout| layout.acquisitions as f64 / seconds.max(f64::MIN_POSITIVE);
+    let shared = rate(&layouts[0]).max(f64::MIN_POSITIVE);
+    let rows = layouts
+        .into_iter()
+        .map(|layout| LayoutRow {
+            per_second: rate(&layout),
+            requests_per_acquisition: layout.requests as f64 / layout.acquisitions.max(1) as f64,
+            ratio_to_shared: rate(&layout) / shared,
+            layout: layout.name,
+            client_per_worker: layout.client_per_worker,
+            processes: layout.processes,
+            acquisitions: layout.acquisitions,
+            max_wait_ms: layout.max_wait_ms,
+            overlaps: layout.overlaps,
+            token_regressions: layout.token_regressions,
+        })
+        .collect();
     let report = LayoutsReport {
         bench: "handoff-layouts",
         variant: kind,
@@ -541,7 +557,7 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
         think_ms: args.think.as_secs_f64() * 1000.0,
         slices: SLICES,
         slice_seconds: (args.duration / SLICES).as_secs_f64(),
-        layouts,
+        layouts: rows,
     };
     if json {
         println!("{}", serde_json::to_string(&report).expect("plain data"));
@@ -567,12 +583,8 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
             .to_vec(),
         ];
         for layout in &report.layouts {
-            let name = match layout.processes {
-                1 => layout.layout.to_string(),
-                n => format!("a Client per worker, {n} processes"),
-            };
             rows.push(vec![
-                name,
+                layout.layout.clone(),
                 format!("{:.0}", layout.per_second),
                 format!("{:.2}", layout.requests_per_acquisition),
                 format!("{:.1} ms", layout.max_wait_ms),

@@ -167,7 +167,7 @@ fn a_dead_waiters_place_runs_out_and_the_next_one_is_first() {
     release(&mut con, "holder");
     // Within the dead waiter's place lease the line is kept...
     assert_eq!(wait(&mut con, "owner-b", "client-b", 2_000), (0, -2));
-    std::thread::sleep(Duration::from_millis(80));
+    until_place_ends(&mut con, "client-dead");
     // ...and then it is dropped, and the next waiter is first.
     assert_eq!(wait(&mut con, "owner-b", "client-b", 2_000).0, 1);
     assert!(line(&mut con).is_empty());
@@ -182,7 +182,7 @@ fn a_line_emptied_by_place_leases_and_joined_again_keeps_every_key_expiring() {
     wait(&mut con, "holder", "client-a", 2_000);
     // A place of 50 ms: the line's keys expire 100 ms after it.
     wait(&mut con, "owner-dead", "client-dead", 50);
-    std::thread::sleep(Duration::from_millis(80));
+    until_place_ends(&mut con, "client-dead");
     // client-b's attempt purges the dead place (the line is empty, its counter still there
     // with a few ms left) and starts the line anew: every key lives two of its place leases.
     wait(&mut con, "owner-b", "client-b", 2_000);
@@ -704,6 +704,24 @@ fn handing_the_lock_to_the_last_waiter_takes_the_ticket_counter_with_the_line() 
     }
 }
 
+/// Waits until `waiter`'s place lease has run out by the server's clock (its score in the
+/// places is a server time in ms), at most 5 s.
+fn until_place_ends(con: &mut Connection, waiter: &str) {
+    let ends: f64 = con.zscore(QUEUE[1], waiter).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+        if (secs * 1000 + micros / 1000) as f64 > ends {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{waiter}'s place never ended"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The remaining TTL of every key of the line that exists, by name.
 fn line_ttls(con: &mut Connection) -> Vec<(&'static str, i64)> {
     [QUEUE[0], QUEUE[1], QUEUE[2], HANDOVER]
@@ -724,7 +742,7 @@ fn a_line_emptied_of_dead_places_by_a_join_whose_ttls_are_not_due_keeps_every_ke
     wait_handing(&mut con, "line-b", "client-b", 200);
     wait_handing(&mut con, "line-a", "client-a", 60_000);
     assert_eq!(leave_handing(&mut con, "client-a", "line-a"), 1);
-    std::thread::sleep(Duration::from_millis(300));
+    until_place_ends(&mut con, "client-b");
     // c's join purges b, which empties the queue and the places: they are made anew and must
     // expire as a line of c's place lease does.
     wait_handing(&mut con, "line-c", "client-c", 200);
@@ -749,7 +767,7 @@ fn a_regrant_purges_dead_places_and_the_line_goes_with_them() {
         .query(&mut con)
         .unwrap();
     wait_handing(&mut con, "line-d", "client-d", 50);
-    std::thread::sleep(Duration::from_millis(80));
+    until_place_ends(&mut con, "client-d");
     // The holder's own waiting attempt (its line's token) is granted again.
     assert_eq!(wait_handing(&mut con, "owner-a", "client-a", 2_000).0, 1);
     assert!(line(&mut con).is_empty());
@@ -768,7 +786,7 @@ fn a_release_that_finds_only_dead_places_empties_the_line_with_its_counter() {
     let mut con = raw(&server);
     wait_handing(&mut con, "holder", "client-h", 2_000);
     wait_handing(&mut con, "line-d", "client-d", 50);
-    std::thread::sleep(Duration::from_millis(80));
+    until_place_ends(&mut con, "client-d");
     assert_eq!(release_handing(&mut con, "holder"), 1);
     assert!(!con.exists::<_, bool>(LOCK).unwrap());
     for key in QUEUE {

@@ -312,6 +312,10 @@ enum Layout {
 /// connect.
 const START_LEAD: Duration = Duration::from_millis(500);
 
+/// The layout name in the lock of the processes layout, which each process makes from the run
+/// id it is given.
+const PROCS: &str = "procs";
+
 /// Nanoseconds since the Unix epoch: the clock the processes of a slice agree on.
 fn now_ns() -> u128 {
     SystemTime::now()
@@ -376,7 +380,7 @@ async fn processes_slice(
 /// One process's share of a slice of the processes layout: connects its workers, waits for
 /// the agreed start, contends, and prints `<held> <handed> <took ns>`.
 async fn child(url: &str, run: &str, child: &Child) -> Result<(), Box<dyn std::error::Error>> {
-    let lock = Arc::new(Lock::new(run, "procs"));
+    let lock = Arc::new(Lock::new(run, PROCS));
     let ids = child.child_first..child.child_first + child.child_count;
     let workers = each(url, &lock, ids).await?;
     let wait = child.child_start_ns.saturating_sub(now_ns());
@@ -465,7 +469,7 @@ pub async fn run(args: &Args) -> Result<Vec<Tally>, Box<dyn std::error::Error>> 
     ];
     if args.processes > 0 {
         // The processes name their lock after the run (see `child`).
-        locks.push(Arc::new(Lock::new(&run, "procs")));
+        locks.push(Arc::new(Lock::new(&run, PROCS)));
         layouts.push(Layout::Processes);
         names.push(format!(
             "a client each in {} processes",

@@ -40,9 +40,9 @@ use pause::{Backoff, Bounds, confirm_limit, pause};
 pub(crate) use placed::{Answer, Asker, Placed, answer_in_time, try_once};
 
 /// The waiter prelude of the lock scripts: `holder_of`, `mark_waited`, `with_mark`, `wake`,
-/// `wake_all`, `checked` (a read that checks its key's type), the queue (`queue_purge`,
-/// `queue_drop`, `queue_look`, `queue_join`, `queue_enter`, `queue_leave`, `queue_head`) and the
-/// handover (`handover_wrong_type`, `handover_register`, `handover_owner`, `hand_over`, which
+/// `wake_all`, `wrong_kind` and `checked` (a type look, and a read that checks its key's
+/// type), the queue (`queue_purge`, `queue_drop`, `queue_look`, `queue_join`, `queue_enter`,
+/// `queue_leave`, `queue_head`) and the handover (`handover_wrong_type`, `handover_register`, `handover_owner`, `hand_over`, which
 /// calls `token/fence.lua`'s `next_token`: a script that hands over puts that prelude first).
 pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
 

@@ -48,6 +48,10 @@
 -- wake-ups go to that client alone, see wake). A waiter renews its place on every
 -- attempt; one that died loses it when its place lease runs out.
 --
+-- wrong_kind(key, wanted, what)
+--   Returns the error reply 'WRONGTYPE <key> holds a <type>, not <what>' when key exists with
+--   another type than wanted (TYPE's name of it), else nil.
+--
 -- queue_wrong_type(queue, places, tickets)
 --   Returns a 'WRONGTYPE <key> ...' error reply when one of the queue's keys holds another
 --   type, else nil. Call it before writing anything.
@@ -194,23 +198,25 @@ local function wake_all(channel)
   redis.call('PUBLISH', channel, '*')
 end
 
-local function queue_wrong_type(queue, places, tickets)
-  local wanted = {[queue] = 'zset', [places] = 'zset', [tickets] = 'string'}
-  for _, key in ipairs({queue, places, tickets}) do
-    local kind = redis.call('TYPE', key).ok
-    if kind ~= 'none' and kind ~= wanted[key] then
-      return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a queue')
-    end
+local function wrong_kind(key, wanted, what)
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= 'none' and kind ~= wanted then
+    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not ' .. what)
   end
   return nil
+end
+
+local function queue_wrong_type(queue, places, tickets)
+  return wrong_kind(queue, 'zset', 'a queue') or wrong_kind(places, 'zset', 'a queue') or
+    wrong_kind(tickets, 'string', 'a queue')
 end
 
 local function checked(key, what, ...)
   local reply = redis.pcall(...)
   if type(reply) == 'table' and reply.err then
     if string.sub(reply.err, 1, 10) == 'WRONGTYPE ' then
-      local kind = redis.call('TYPE', key).ok
-      return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not ' .. what)
+      -- The key holds another type than the command's, so wrong_kind says which.
+      return nil, wrong_kind(key, '', what)
     end
     return nil, redis.error_reply(reply.err)
   end
@@ -253,11 +259,9 @@ local function queue_look(queue, places, tickets, now)
       head = id
     end
   end
-  if not behind then
-    local kind = redis.call('TYPE', tickets).ok
-    if kind ~= 'none' and kind ~= 'string' then
-      return nil, redis.error_reply('WRONGTYPE ' .. tickets .. ' holds a ' .. kind .. ', not a queue')
-    end
+  local wrong = not behind and wrong_kind(tickets, 'string', 'a queue')
+  if wrong then
+    return nil, wrong
   end
   return expired, head, behind
 end
@@ -313,11 +317,7 @@ local function queue_head(queue)
 end
 
 local function handover_wrong_type(handover)
-  local kind = redis.call('TYPE', handover).ok
-  if kind ~= 'none' and kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE ' .. handover .. ' holds a ' .. kind .. ', not a handover hash')
-  end
-  return nil
+  return wrong_kind(handover, 'hash', 'a handover hash')
 end
 
 local function handover_register(handover, id, owner, nonce, place_lease)
@@ -348,18 +348,10 @@ local function queue_enter(queue, places, tickets, id, now, place_lease, handove
   -- write it otherwise); the queue's and the places' are read after the drop below, which may
   -- empty them, and then the ZADDs create them anew.
   local tickets_due = ttl_due(tickets, place_lease)
-  local kinds = {}
-  if handover then
-    kinds[1] = {handover, 'hash', 'a handover hash'}
-  end
-  if placed and tickets_due then
-    kinds[#kinds + 1] = {tickets, 'string', 'a queue'}
-  end
-  for _, wanted in ipairs(kinds) do
-    local kind = redis.call('TYPE', wanted[1]).ok
-    if kind ~= 'none' and kind ~= wanted[2] then
-      return redis.error_reply('WRONGTYPE ' .. wanted[1] .. ' holds a ' .. kind .. ', not ' .. wanted[3])
-    end
+  local wrong = (handover and handover_wrong_type(handover)) or
+    (placed and tickets_due and wrong_kind(tickets, 'string', 'a queue'))
+  if wrong then
+    return wrong
   end
   local ticket = nil
   if not placed then
