@@ -115,6 +115,109 @@ impl Client {
         Ok(Client::from_node(Node::connect(url, options).await?))
     }
 
+    /// Connects to a Redis Cluster through `seeds`, the URLs of one or more of its nodes
+    /// (`redis://host:port`); the rest of the cluster is found from them.
+    ///
+    /// Every primitive works on a cluster unchanged: all keys of one lock share one hash
+    /// slot, so each script and pipeline of a lock goes to the master of that slot, and
+    /// follows a `MOVED` or `ASK` there. Waiters are woken by sharded pub/sub (`SPUBLISH` /
+    /// `SSUBSCRIBE`) on the slot's shard only.
+    ///
+    /// # Behavior
+    /// - Each request, its redirections and reconnects included, is bounded by the
+    ///   response timeout as a whole.
+    /// - A request that met a broken connection may have run once already when its retry
+    ///   runs. Every script gives the same answer when it runs again for the same owner
+    ///   token: a second acquire by the holder is granted again, a second release finds the
+    ///   lock gone and says so.
+    /// - Fencing tokens are numbered by the acquire script on every grant (the fast path's
+    ///   vouching needs one connection, and a cluster has one per shard), from the
+    ///   shard's clock, so they grow across a failover.
+    /// - A failover that promotes a replica which had not received the last grant can let
+    ///   a second holder in (the lock's key is lost with the master): see the crate README,
+    ///   "What a failover does to a lock". Fencing tokens never repeat across it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) for no seed or a URL that cannot name
+    /// a server; otherwise as [`Client::connect`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let cluster = test_support::RedisCluster::start(3, 0)?;
+    /// # let seeds = cluster.seed_urls();
+    /// use redis_locks::{Client, ClientOptions};
+    ///
+    /// let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    /// let client = Client::connect_cluster(&seeds, ClientOptions::default()).await?;
+    /// let guard = client.mutex("jobs:nightly")?.try_lock().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_cluster(seeds: &[&str], options: ClientOptions) -> Result<Client> {
+        Ok(Client::from_node(
+            Node::connect_cluster(seeds, options).await?,
+        ))
+    }
+
+    /// Connects to the master that the sentinels at `sentinels` (one or more URLs) watch
+    /// under `master`, and follows it across failovers.
+    ///
+    /// The user name, password and database of the first sentinel URL are used for the
+    /// master too.
+    ///
+    /// # Behavior
+    /// - The sentinels are asked again when one announces `+switch-master`, when a request
+    ///   finds the master read-only or unreachable, and once a second; a new master gets a
+    ///   new connection, and waiters resubscribe there. The request that found the old
+    ///   master fails; the next one goes to the new master.
+    /// - A lock granted by the old master that had not reached the replica promoted is lost
+    ///   in the failover: set `min-replicas-to-write` on the master so that a master cut off
+    ///   from its replicas grants nothing (see the crate README, "What a failover does to a
+    ///   lock").
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) for no sentinel, a bad URL or an
+    /// empty master name; [`Error::Connection`](crate::Error::Connection) when no sentinel
+    /// answers, none knows `master`, or the server named is not a master; otherwise as
+    /// [`Client::connect`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let set = test_support::SentinelSet::start(1, 1)?;
+    /// # let sentinels = set.sentinel_urls();
+    /// use redis_locks::{Client, ClientOptions};
+    ///
+    /// let sentinels: Vec<&str> = sentinels.iter().map(String::as_str).collect();
+    /// let client = Client::connect_sentinel(&sentinels, "mymaster", ClientOptions::default()).await?;
+    /// let guard = client.mutex("jobs:nightly")?.try_lock().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_sentinel(
+        sentinels: &[&str],
+        master: &str,
+        options: ClientOptions,
+    ) -> Result<Client> {
+        Ok(Client::from_node(
+            Node::connect_sentinel(sentinels, master, options).await?,
+        ))
+    }
+
+    /// Where the keys of the lock named `name` are served: the shard master's `host:port`
+    /// on a cluster, the current master's on Sentinel, the URL on one server.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName) for a name no lock can have; a
+    /// failed request.
+    pub async fn serving(&self, name: &str) -> Result<String> {
+        let keys = crate::key::LockKeys::new(name)?;
+        self.inner.node.serving(keys.lock()).await
+    }
+
     /// A client whose connection is opened by its first request rather than now: for the
     /// nodes of a [`Redlock`](crate::Redlock) that cannot be reached when the process starts
     /// (a minority may be down; the lock still works, and the node joins in once it is back).

@@ -10,10 +10,10 @@ use crate::error::{Error, Result};
 use crate::key::LockKeys;
 use crate::lease::lease_millis;
 use crate::lease::{Lease, OwedRelease};
-use crate::node::HandedOver;
 use crate::options::LockOptions;
 use crate::state::LockState;
 use crate::token::FencingToken;
+use crate::wait::HandedOver;
 use crate::wait::{Contender, Line, Try, acquire};
 
 mod attempt;

@@ -16,10 +16,13 @@
 //! N `Node`s that the primitive's [`Hold`](crate::lease::Hold) and attempt ask in parallel,
 //! not one node.
 
+mod backend;
 mod naming;
 mod options;
 mod pubsub;
+pub(crate) mod quorum;
 mod script;
+mod sentinel;
 mod url;
 
 use std::collections::HashSet;
@@ -27,14 +30,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::{FromRedisValue, ServerErrorKind, Value};
 
 use crate::error::{Error, Phase, Result};
 
 pub(crate) use naming::NamingTurn;
 pub use options::ClientOptions;
-pub(crate) use pubsub::{HandedOver, Listener, Subscription};
+pub(crate) use pubsub::{Listener, Subscription, WAKE_ALL};
 pub(crate) use script::LockScript;
 pub(crate) use url::redact;
 
@@ -46,7 +49,7 @@ pub(crate) struct Node {
 }
 
 struct Inner {
-    connection: ConnectionManager,
+    backend: backend::Backend,
     /// The URL, its password hidden.
     url: String,
     options: ClientOptions,
@@ -72,31 +75,59 @@ impl Node {
     /// As [`Client::connect`](crate::Client::connect).
     pub(crate) async fn connect(url: &str, options: ClientOptions) -> Result<Node> {
         let (client, config) = open(url, &options)?;
-        let pubsub = pubsub::Wakeups::start(client.clone(), options.get_connect_timeout());
-        // The manager retries the first connection too; bound the whole of it so an unreachable
-        // server fails in a known time.
-        let budget = (options.get_connect_timeout() + Duration::from_secs(1))
-            * (options.get_reconnect_attempts() as u32 + 1);
-        let connect = ConnectionManager::new_with_config(client, config);
-        let mut connection = match tokio::time::timeout(budget, connect).await {
-            Ok(Ok(connection)) => connection,
-            Ok(Err(source)) => return Err(connect_error(url, source)),
-            Err(_) => {
-                return Err(Error::Connection {
-                    phase: Phase::Connect,
-                    source: redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("no connection within {budget:?}"),
-                    )),
-                });
-            }
-        };
+        let pubsub = pubsub::Wakeups::start(
+            pubsub::Source::Server(client.clone()),
+            options.get_connect_timeout(),
+        );
+        let connection = backend::manager(url, client, config, &options).await?;
+        Node::checked(url, backend::Backend::Server(connection), options, pubsub).await
+    }
+
+    /// Connects to the Redis Cluster that `seeds` (one or more of its nodes' URLs) belong to,
+    /// and sends one `PING`.
+    ///
+    /// # Errors
+    /// As [`Client::connect_cluster`](crate::Client::connect_cluster).
+    pub(crate) async fn connect_cluster(seeds: &[&str], options: ClientOptions) -> Result<Node> {
+        let connection = backend::cluster(seeds, &options).await?;
+        let subscriber = backend::cluster_builder(seeds, &options)?;
+        let pubsub = pubsub::Wakeups::start(
+            pubsub::Source::Cluster(subscriber),
+            options.get_connect_timeout(),
+        );
+        let url = seeds.join(" ");
+        Node::checked(&url, backend::Backend::Cluster(connection), options, pubsub).await
+    }
+
+    /// Connects to the master that `sentinels` know as `name`, and follows it across
+    /// failovers.
+    ///
+    /// # Errors
+    /// As [`Client::connect_sentinel`](crate::Client::connect_sentinel).
+    pub(crate) async fn connect_sentinel(
+        sentinels: &[&str],
+        name: &str,
+        options: ClientOptions,
+    ) -> Result<Node> {
+        let master = sentinel::Master::connect(sentinels, name, options.clone()).await?;
+        let pubsub = pubsub::Wakeups::start(
+            pubsub::Source::Sentinel(master.clone()),
+            options.get_connect_timeout(),
+        );
+        let url = format!("{} (master {name:?})", sentinels.join(" "));
+        Node::checked(&url, backend::Backend::Sentinel(master), options, pubsub).await
+    }
+
+    /// A node on `backend`, after one `PING` says that what answers is Redis and lets us in.
+    async fn checked(
+        url: &str,
+        backend: backend::Backend,
+        options: ClientOptions,
+        pubsub: pubsub::Wakeups,
+    ) -> Result<Node> {
         // A server that is not Redis, or one that wants a password, is reported now and as
         // such, not at the first lock as something else.
-        match redis::cmd("PING")
-            .query_async::<Value>(&mut connection)
-            .await
-        {
+        match backend.command(&redis::cmd("PING")).await {
             Ok(Value::SimpleString(_) | Value::BulkString(_)) => {}
             Ok(other) => {
                 return Err(Error::NotRedis {
@@ -106,20 +137,34 @@ impl Node {
             }
             Err(source) => return Err(connect_error(url, source)),
         }
-        // Which server this is (a server that refuses INFO, or a proxy, says nothing).
-        let run_id = redis::cmd("INFO")
-            .arg("server")
-            .query_async::<String>(&mut connection)
-            .await
-            .ok()
-            .and_then(|info| {
-                info.lines()
-                    .find_map(|line| line.strip_prefix("run_id:"))
-                    .map(|id| id.trim().to_string())
-            });
-        Ok(Node {
+        // Which server this is (a server that refuses INFO, or a proxy, says nothing; a
+        // cluster is many servers).
+        let run_id = match &backend {
+            backend::Backend::Cluster(_) => None,
+            _ => backend
+                .command(redis::cmd("INFO").arg("server"))
+                .await
+                .ok()
+                .and_then(|info| String::from_redis_value(info).ok())
+                .and_then(|info| {
+                    info.lines()
+                        .find_map(|line| line.strip_prefix("run_id:"))
+                        .map(|id| id.trim().to_string())
+                }),
+        };
+        Ok(Node::new(url, backend, options, pubsub, run_id))
+    }
+
+    fn new(
+        url: &str,
+        backend: backend::Backend,
+        options: ClientOptions,
+        pubsub: pubsub::Wakeups,
+        run_id: Option<String>,
+    ) -> Node {
+        Node {
             inner: Arc::new(Inner {
-                connection,
+                backend,
                 url: redact(url),
                 options,
                 pubsub,
@@ -128,7 +173,7 @@ impl Node {
                 run_id,
                 loaded: Default::default(),
             }),
-        })
+        }
     }
 
     /// A node whose connection is opened by its first request, not now: a server that cannot
@@ -139,21 +184,19 @@ impl Node {
     /// [`Error::InvalidUrl`] as for [`Node::connect`].
     pub(crate) fn connect_lazy(url: &str, options: ClientOptions) -> Result<Node> {
         let (client, config) = open(url, &options)?;
-        let pubsub = pubsub::Wakeups::start(client.clone(), options.get_connect_timeout());
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
+        let pubsub = pubsub::Wakeups::start(
+            pubsub::Source::Server(client.clone()),
+            options.get_connect_timeout(),
+        );
+        let connection = redis::aio::ConnectionManager::new_lazy_with_config(client, config)
             .map_err(|source| connect_error(url, source))?;
-        Ok(Node {
-            inner: Arc::new(Inner {
-                connection,
-                url: redact(url),
-                options,
-                pubsub,
-                naming: naming::Naming::default(),
-                requests: AtomicU64::new(0),
-                run_id: None,
-                loaded: Default::default(),
-            }),
-        })
+        Ok(Node::new(
+            url,
+            backend::Backend::Server(connection),
+            options,
+            pubsub,
+            None,
+        ))
     }
 
     /// The server's URL, its password hidden.
@@ -186,47 +229,57 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
-        let mut connection = self.inner.connection.clone();
         self.count_request();
-        let hash = script.script().get_hash();
+        let hash = self.hash_of(script);
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(hash).arg(keys.len()).arg(keys).arg(args);
         let reply = if self.is_loaded(hash) {
-            match evalsha.query_async::<Value>(&mut connection).await {
-                // The server lost its script cache (a restart, a failover): load it again,
-                // with the call, in one more round trip.
+            match self.inner.backend.command(&evalsha).await {
+                // The server lost its script cache (a restart, a failover; on a cluster,
+                // another shard that never had it): load it again, with the call, in one
+                // more round trip.
                 Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
                     self.unmark_loaded(hash);
                     self.count_request();
-                    self.load_and_run(script, &evalsha, &mut connection).await
+                    self.load_and_run(script, &evalsha).await
                 }
                 other => other,
             }
         } else {
-            self.load_and_run(script, &evalsha, &mut connection).await
+            self.load_and_run(script, &evalsha).await
         }
         .map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
     }
 
+    /// The hash of `script` in the form this node's backend runs: publishing wake-ups with
+    /// `SPUBLISH` on a cluster, `PUBLISH` elsewhere.
+    fn hash_of<'s>(&self, script: &'s LockScript) -> &'s str {
+        script
+            .variant(self.inner.backend.sharded_pubsub())
+            .get_hash()
+    }
+
+    /// The source of `script` in the form this node's backend runs (see [`Node::hash_of`]).
+    fn source_of<'s>(&self, script: &'s LockScript) -> &'s str {
+        script.source(self.inner.backend.sharded_pubsub())
+    }
+
     /// `SCRIPT LOAD` and the script's `EVALSHA` in one round trip (the first call of a script
     /// on this node, or the first after the server lost its script cache). The `EVALSHA`'s
     /// reply is the answer, error or not — it ran whenever it did not say `NOSCRIPT`; only
-    /// then does a failed load (an ACL without `SCRIPT LOAD`, say) count.
+    /// then does a failed load (an ACL without `SCRIPT LOAD`, say) count. On a cluster the
+    /// pipeline goes to the shard of the script's first key, so both reach the same server.
     async fn load_and_run(
         &self,
         script: &LockScript,
         evalsha: &redis::Cmd,
-        connection: &mut ConnectionManager,
     ) -> redis::RedisResult<Value> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        pipe.cmd("SCRIPT").arg("LOAD").arg(script.source());
+        pipe.cmd("SCRIPT").arg("LOAD").arg(self.source_of(script));
         pipe.add_command(evalsha.clone());
-        let mut replies = pipe
-            .query_async::<Vec<Value>>(connection)
-            .await?
-            .into_iter();
+        let mut replies = self.inner.backend.pipeline(&pipe).await?.into_iter();
         let (load, reply) = (replies.next(), replies.next().unwrap_or(Value::Nil));
         let loaded = !matches!(load, Some(Value::ServerError(_)));
         if loaded {
@@ -260,7 +313,7 @@ impl Node {
     fn mark_loaded(&self, scripts: &[&LockScript]) {
         if let Ok(mut loaded) = self.inner.loaded.lock() {
             for script in scripts {
-                loaded.insert(script.script().get_hash().to_string());
+                loaded.insert(self.hash_of(script).to_string());
             }
         }
     }
@@ -275,9 +328,10 @@ impl Node {
         pipe: &redis::Pipeline,
         keys: &[&str],
     ) -> Result<Vec<Value>> {
-        let mut connection = self.inner.connection.clone();
         self.count_request();
-        pipe.query_async(&mut connection)
+        self.inner
+            .backend
+            .pipeline(pipe)
             .await
             .map_err(|err| request_error(phase, keys, err))
     }
@@ -286,13 +340,19 @@ impl Node {
     /// one of them is a single `EVALSHA` (a call whose reply is no longer awaited, as a
     /// Redlock's late node, then still runs: it never needs its `NOSCRIPT` fallback).
     pub(crate) async fn load_scripts(&self, scripts: &[&LockScript]) -> Result<()> {
+        if !self.inner.backend.one_connection() {
+            // A keyless pipeline would reach one shard of many: each shard loads a script
+            // with its first call instead.
+            return Ok(());
+        }
         let mut pipe = redis::pipe();
         for script in scripts {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source()).ignore();
+            pipe.cmd("SCRIPT").arg("LOAD").arg(self.source_of(script));
         }
-        let mut connection = self.inner.connection.clone();
         self.count_request();
-        pipe.query_async::<()>(&mut connection)
+        self.inner
+            .backend
+            .pipeline(&pipe)
             .await
             .map_err(|err| request_error(Phase::Acquire, &[], err))?;
         self.mark_loaded(scripts);
@@ -306,10 +366,11 @@ impl Node {
         command: &redis::Cmd,
         keys: &[&str],
     ) -> Result<T> {
-        let mut connection = self.inner.connection.clone();
         self.count_request();
-        let reply = command
-            .query_async::<Value>(&mut connection)
+        let reply = self
+            .inner
+            .backend
+            .command(command)
             .await
             .map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
@@ -338,7 +399,7 @@ impl Node {
             .cmd("CLIENT")
             .arg("GETNAME")
             .cmd("EVAL")
-            .arg(script.source())
+            .arg(self.source_of(script))
             .arg(keys.len())
             .arg(keys)
             .arg(args);
@@ -358,6 +419,40 @@ impl Node {
             return Err(request_error(phase, keys, err.into()));
         }
         convert(phase, reply)
+    }
+
+    /// Whether this node's requests all go over one connection it can name: the
+    /// capability the `Mutex` fast path's vouching needs (see `mutex/acquire.lua`,
+    /// `KEYS[3]`). Without it (a cluster: one connection per shard), the acquire script
+    /// numbers every grant.
+    pub(crate) fn names_its_connection(&self) -> bool {
+        self.inner.backend.one_connection()
+    }
+
+    /// Where the lock key `key` is served: the current master's address on a Sentinel
+    /// node, the shard's master on a cluster (asked with `CLUSTER SHARDS`), the URL on
+    /// one server.
+    ///
+    /// # Errors
+    /// A failed request.
+    pub(crate) async fn serving(&self, key: &str) -> Result<String> {
+        match &self.inner.backend {
+            backend::Backend::Server(_) => Ok(self.url().to_string()),
+            backend::Backend::Sentinel(master) => Ok(master.address()),
+            backend::Backend::Cluster(_) => {
+                let slot: i64 = self
+                    .query(
+                        Phase::Inspect,
+                        redis::cmd("CLUSTER").arg("KEYSLOT").arg(key),
+                        &[key],
+                    )
+                    .await?;
+                let slots: Value = self
+                    .query(Phase::Inspect, redis::cmd("CLUSTER").arg("SLOTS"), &[])
+                    .await?;
+                Ok(backend::master_of_slot(&slots, slot).unwrap_or_else(|| "unknown".into()))
+            }
+        }
     }
 
     /// The name this node believes its connection has (see `mutex/acquire.lua`, `KEYS[3]`).
@@ -397,8 +492,11 @@ impl Node {
     /// The request connection itself, for tests that act on it as an application sharing it
     /// would.
     #[cfg(test)]
-    pub(crate) fn connection(&self) -> ConnectionManager {
-        self.inner.connection.clone()
+    pub(crate) fn connection(&self) -> redis::aio::ConnectionManager {
+        self.inner
+            .backend
+            .server_connection()
+            .expect("a one-server node")
     }
 
     fn count_request(&self) {

@@ -36,6 +36,30 @@ pub(crate) const LINGER: Duration = Duration::from_secs(1);
 const RECONNECT_MIN: Duration = Duration::from_millis(20);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
 
+/// Where the subscriber connection goes.
+pub(crate) enum Source {
+    /// One server: `SUBSCRIBE` there.
+    Server(redis::Client),
+    /// The current master of a Sentinel-watched name: `SUBSCRIBE` there, and again on the new
+    /// master after a switch.
+    Sentinel(super::sentinel::Master),
+    /// A cluster: `SSUBSCRIBE` on the shard of each channel's slot, over a RESP3 cluster
+    /// connection of its own, which redis-rs keeps subscribed across reconnects and slot
+    /// moves.
+    Cluster(redis::cluster::ClusterClientBuilder),
+}
+
+impl Source {
+    /// The client of the server to subscribe on now, and what says that it changed.
+    fn current(&self) -> (redis::Client, Option<watch::Receiver<u64>>) {
+        match self {
+            Source::Server(client) => (client.clone(), None),
+            Source::Sentinel(master) => (master.client(), Some(master.switched())),
+            Source::Cluster(_) => unreachable!("a cluster subscribes in run_sharded"),
+        }
+    }
+}
+
 /// The handle a node keeps: asks the subscriber task for channels.
 #[derive(Clone)]
 pub(crate) struct Wakeups {
@@ -71,7 +95,7 @@ enum Command {
 
 impl Wakeups {
     /// Starts the (idle) subscriber task; it connects when the first channel is asked for.
-    pub(crate) fn start(redis: redis::Client, connect_timeout: Duration) -> Wakeups {
+    pub(crate) fn start(source: Source, connect_timeout: Duration) -> Wakeups {
         let shared = Arc::new(Shared {
             address: format!("{:016x}", rand::random::<u64>()).into(),
             channels: StdMutex::new(HashMap::new()),
@@ -79,7 +103,19 @@ impl Wakeups {
             requests: std::sync::atomic::AtomicU64::new(0),
         });
         let (commands, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(shared.clone(), redis, connect_timeout, receiver));
+        match source {
+            Source::Cluster(builder) => {
+                tokio::spawn(run_sharded(
+                    shared.clone(),
+                    builder,
+                    connect_timeout,
+                    receiver,
+                ));
+            }
+            source => {
+                tokio::spawn(run(shared.clone(), source, connect_timeout, receiver));
+            }
+        }
         Wakeups { shared, commands }
     }
 
@@ -207,53 +243,16 @@ pub(crate) struct Listener {
     messages: broadcast::Receiver<Arc<str>>,
 }
 
-/// A release that handed the lock straight to a waiter (a `Mutex`'s, see `waiters.lua`,
-/// `hand_over`): the owner token it now holds the lock under, the nonce of the waiting attempt
-/// whose place lease the grant's lease ends with, and the fencing token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HandedOver {
-    pub(crate) owner: String,
-    pub(crate) nonce: u64,
-    pub(crate) token: u64,
-}
-
-impl HandedOver {
-    /// The grant in what follows the addressee of a message (`'<owner> <nonce> <token>'`).
-    fn parse(rest: &str) -> Option<HandedOver> {
-        let mut parts = rest.split(' ');
-        let handed = HandedOver {
-            owner: parts.next()?.to_string(),
-            nonce: parts.next()?.parse().ok()?,
-            token: parts.next()?.parse().ok()?,
-        };
-        parts.next().is_none().then_some(handed)
-    }
-}
-
 impl Listener {
-    /// Resolves on the first message addressed to `me` (or to everyone); with `me` = `None`,
-    /// on any message. A listener that fell behind counts as woken. Returns the grant when
-    /// the message handed the lock to `me`.
-    pub(crate) async fn woken(&mut self, me: Option<&str>) -> Option<HandedOver> {
-        loop {
-            match self.messages.recv().await {
-                Ok(payload) => {
-                    let me = me?;
-                    if &*payload == me || &*payload == WAKE_ALL {
-                        return None;
-                    }
-                    let addressed = payload
-                        .strip_prefix(me)
-                        .and_then(|rest| rest.strip_prefix(' '));
-                    if let Some(rest) = addressed {
-                        // A malformed grant still wakes: the waiter asks Redis and finds out.
-                        return HandedOver::parse(rest);
-                    }
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => return None,
-                // The channel entry is gone: nothing will ever arrive.
-                Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
-            }
+    /// The next message published on the channel, in order; `None` when this listener fell
+    /// behind (messages were dropped: count it as woken). Pending for ever once the channel
+    /// is gone.
+    pub(crate) async fn next(&mut self) -> Option<Arc<str>> {
+        match self.messages.recv().await {
+            Ok(payload) => Some(payload),
+            Err(broadcast::error::RecvError::Lagged(_)) => None,
+            // The channel entry is gone: nothing will ever arrive.
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
         }
     }
 }
@@ -333,6 +332,14 @@ impl Shared {
         (gone, next)
     }
 
+    /// The server confirmed `name`'s subscription: it is live, and its waiters look again
+    /// (a release published before the confirmation was not heard).
+    fn subscribed(&self, name: &str) {
+        let name = name.to_string();
+        self.set_live(std::slice::from_ref(&name), true);
+        self.deliver(&name, Arc::from(WAKE_ALL));
+    }
+
     fn deliver(&self, channel: &str, payload: Arc<str>) {
         let channels = self.channels.lock().expect("never poisoned");
         if let Some(entry) = channels.get(channel) {
@@ -345,7 +352,7 @@ impl Shared {
 /// client lives, reconnecting with backoff whenever the connection drops.
 async fn run(
     shared: Arc<Shared>,
-    redis: redis::Client,
+    source: Source,
     connect_timeout: Duration,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
@@ -356,6 +363,7 @@ async fn run(
     let mut pause = RECONNECT_MIN;
     loop {
         shared.count_request();
+        let (redis, mut switched) = source.current();
         let connected = tokio::time::timeout(connect_timeout, redis.get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = connected else {
             tracing::debug!("wake-up connection failed; waiters poll meanwhile");
@@ -395,7 +403,15 @@ async fn run(
                     None => std::future::pending().await,
                 }
             };
+            let switch = async {
+                match switched.as_mut() {
+                    Some(switched) => switched.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                // The master changed: subscribe on the new one.
+                true = switch => break,
                 () = sweep => {
                     let (gone, next) = shared.sweep(Instant::now());
                     sweep_at = next;
@@ -451,4 +467,159 @@ async fn sleep_or_closed(commands: &mut mpsc::UnboundedReceiver<Command>, pause:
             command = commands.recv() => if command.is_none() { return false },
         }
     }
+}
+
+/// The subscriber task of a cluster: one RESP3 cluster connection of its own, made when the
+/// first channel is wanted, on which each lock's two channels are `SSUBSCRIBE`d together
+/// (they share the lock's slot, so they reach one shard). Messages and subscription news
+/// arrive as pushes:
+/// - `smessage`: delivered to the channel's waiters;
+/// - a dropped connection to a shard (`Disconnection`): every channel is marked not live and
+///   every waiter woken, as on one server; redis-rs reconnects and subscribes again;
+/// - `ssubscribe`, a (re)subscription confirmed: the channel is live again, and its waiters
+///   look again (a release may have gone unheard meanwhile);
+/// - `sunsubscribe` from the server (its slot moved to another shard) for a channel still
+///   wanted: marked not live, its waiters woken, and subscribed again, which reaches the
+///   slot's new shard.
+async fn run_sharded(
+    shared: Arc<Shared>,
+    builder: redis::cluster::ClusterClientBuilder,
+    connect_timeout: Duration,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    if commands.recv().await.is_none() {
+        return;
+    }
+    let (pushes_in, mut pushes) = mpsc::unbounded_channel::<redis::PushInfo>();
+    let client = match builder
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(pushes_in)
+        .build()
+    {
+        Ok(client) => client,
+        Err(err) => {
+            // The seeds were checked when the node connected: not expected. Waiters poll.
+            tracing::warn!(%err, "no wake-up connection on this cluster; waiters poll");
+            return;
+        }
+    };
+    let mut pause = RECONNECT_MIN;
+    let mut connection = loop {
+        shared.count_request();
+        match tokio::time::timeout(connect_timeout, client.get_async_connection()).await {
+            Ok(Ok(connection)) => break connection,
+            _ => {
+                tracing::debug!("wake-up connection failed; waiters poll meanwhile");
+                if !sleep_or_closed(&mut commands, pause).await {
+                    return;
+                }
+                pause = (pause * 2).min(RECONNECT_MAX);
+            }
+        }
+    };
+    // Channels wanted but not confirmed subscribed: asked again after a pause.
+    let mut pending: Vec<String> = shared.wanted();
+    let mut retry_at = Some(Instant::now());
+    let mut sweep_at: Option<Instant> = Some(Instant::now());
+    loop {
+        let sweep = until(sweep_at);
+        let retry = until(retry_at);
+        tokio::select! {
+            () = sweep => {
+                let (gone, next) = shared.sweep(Instant::now());
+                sweep_at = next;
+                for name in gone {
+                    shared.count_request();
+                    let both = shared.with_own(std::slice::from_ref(&name));
+                    let _ = connection.sunsubscribe(both).await;
+                }
+            }
+            () = retry => {
+                retry_at = None;
+                let names = std::mem::take(&mut pending);
+                for name in names {
+                    if !shared.is_wanted(&name) {
+                        continue;
+                    }
+                    shared.count_request();
+                    let both = shared.with_own(std::slice::from_ref(&name));
+                    if connection.ssubscribe(both).await.is_ok() {
+                        shared.subscribed(&name);
+                    } else {
+                        pending.push(name);
+                    }
+                }
+                if !pending.is_empty() {
+                    retry_at = Some(Instant::now() + RECONNECT_MAX);
+                }
+            }
+            push = pushes.recv() => {
+                let Some(push) = push else { return };
+                match push.kind {
+                    redis::PushKind::SMessage => {
+                        let mut data = push.data.into_iter();
+                        let (Some(channel), Some(payload)) = (data.next(), data.next()) else {
+                            continue;
+                        };
+                        let channel: String = redis::from_redis_value(channel).unwrap_or_default();
+                        let payload: String = redis::from_redis_value(payload).unwrap_or_default();
+                        shared.deliver(shared.lock_channel(&channel), Arc::from(payload));
+                    }
+                    redis::PushKind::Disconnection => {
+                        tracing::debug!("a shard's wake-up connection dropped; reconnecting");
+                        shared.connection_lost();
+                    }
+                    redis::PushKind::SSubscribe => {
+                        if let Some(name) = pushed_channel(&push.data) {
+                            shared.subscribed(shared.lock_channel(&name));
+                        }
+                    }
+                    redis::PushKind::SUnsubscribe => {
+                        if let Some(name) = pushed_channel(&push.data) {
+                            let name = shared.lock_channel(&name).to_string();
+                            if shared.is_wanted(&name) && !pending.contains(&name) {
+                                shared.set_live(std::slice::from_ref(&name), false);
+                                shared.deliver(&name, Arc::from(WAKE_ALL));
+                                pending.push(name);
+                                retry_at = Some(Instant::now() + RECONNECT_MIN);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            command = commands.recv() => match command {
+                None => return,
+                Some(Command::Subscribe(name)) => {
+                    if shared.is_wanted(&name) {
+                        shared.count_request();
+                        let both = shared.with_own(std::slice::from_ref(&name));
+                        if connection.ssubscribe(both).await.is_ok() {
+                            shared.subscribed(&name);
+                        } else {
+                            pending.push(name);
+                            retry_at = Some(Instant::now() + RECONNECT_MIN);
+                        }
+                    }
+                }
+                Some(Command::Idle) => {
+                    let due = Instant::now() + LINGER;
+                    sweep_at = Some(sweep_at.map_or(due, |at| at.min(due)));
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or for ever without one.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The channel a subscribe-like push names (its first element).
+fn pushed_channel(data: &[redis::Value]) -> Option<String> {
+    redis::from_redis_value_ref(data.first()?).ok()
 }

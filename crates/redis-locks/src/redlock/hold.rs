@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::quorum::{Answer, Answers, Quorum, Running, count, unreachable};
 use crate::error::{Error, LostReason, Phase, Result, Vote};
 use crate::lease::{Hold, HoldFuture, Released};
 use crate::mutex::MutexHold;
+use crate::node::quorum::{Answer, Answers, Quorum, Running, count, unreachable};
 use crate::token::OwnerToken;
 
 /// A Redlock's key on every node.

@@ -17,7 +17,6 @@ mod connect;
 mod guard;
 mod hold;
 mod options;
-mod quorum;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -26,11 +25,11 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
+use crate::node::quorum::{Answer, Answers, Quorum, count, unreachable};
 pub use connect::{NODE_GRACE, NodeStart, RedlockNodes};
 pub use guard::RedlockGuard;
 use hold::RedlockHold;
 pub use options::RedlockOptions;
-use quorum::{Answer, Answers, Quorum, count, unreachable};
 
 use crate::client::Client;
 use crate::error::{Error, Phase, Result, Vote};

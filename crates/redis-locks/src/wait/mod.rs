@@ -19,6 +19,7 @@
 //! ([`WAITERS_LUA`]); a wait that ends without the lock leaves the queue (`leave.lua`).
 
 mod local;
+mod message;
 mod options;
 mod pause;
 mod placed;
@@ -32,9 +33,10 @@ use tokio::time::Instant;
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::Lease;
-use crate::node::{HandedOver, LockScript, Node, Subscription};
+use crate::node::{LockScript, Node, Subscription};
 
 pub(crate) use local::{LocalHolder, LocalQueue, LocalQueues};
+pub(crate) use message::HandedOver;
 pub use options::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
 use pause::{Backoff, Bounds, confirm_limit, pause};
 pub(crate) use placed::{Answer, Asker, Placed, answer_in_time, try_once};

@@ -7,7 +7,8 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::node::{HandedOver, Listener};
+use super::message::{HandedOver, woken};
+use crate::node::Listener;
 
 /// The shortest pause between two attempts: there is no tight loop, whatever the server says.
 pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(1);
@@ -103,7 +104,7 @@ pub(crate) async fn pause(
     match listener {
         Some(listener) => {
             tokio::select! {
-                handed = listener.woken(me) => handed,
+                handed = woken(listener, me) => handed,
                 () = tokio::time::sleep(limit) => None,
             }
         }

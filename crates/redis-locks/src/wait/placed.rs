@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::HandedOver;
 use super::{Contender, Line, Try};
 use crate::error::{Error, Phase, Result};
 use crate::lease::{Lease, LeaseOptions, MAX_LATE_GRANTS, OwedRelease, too_slow};
-use crate::node::HandedOver;
 use crate::token::FencingToken;
 
 /// What one attempt of a placed waiter found: granted (its fencing token, and when the

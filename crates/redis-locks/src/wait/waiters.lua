@@ -141,6 +141,9 @@
 --   broken (the caller then wakes id, whose own attempt reports the counter).
 
 local WAITED = '+w'
+-- The publish command: node/script.rs makes this line SPUBLISH (sharded pub/sub, on the
+-- shard of the lock's slot) in the form of each script that a cluster runs.
+local PUBLISH = 'PUBLISH'
 
 local function holder_in(value)
   if not value then
@@ -191,11 +194,11 @@ local function wake(channel, id, rest)
   if rest then
     id = id .. ' ' .. rest
   end
-  redis.call('PUBLISH', channel, id)
+  redis.call(PUBLISH, channel, id)
 end
 
 local function wake_all(channel)
-  redis.call('PUBLISH', channel, '*')
+  redis.call(PUBLISH, channel, '*')
 end
 
 local function wrong_kind(key, wanted, what)

@@ -1,4 +1,4 @@
-//! Asking the N independent nodes of a [`Redlock`](crate::Redlock) at once: every request of
+//! Asking N independent nodes at once (a [`Redlock`](crate::Redlock)'s): every request of
 //! a Redlock (acquire, raise, extend, release, inspect) is one request per node, sent to all
 //! of them together, each bounded by the per-node timeout, and read until its outcome is
 //! decided.
@@ -13,8 +13,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::Node;
 use crate::error::{Error, NodeVote, Result, Vote};
-use crate::node::Node;
 
 /// The nodes of one Redlock and how long each may take to answer.
 pub(crate) struct Quorum {

@@ -1,0 +1,181 @@
+//! What a [`Node`](super::Node) stands on: one server, a Redis Cluster, or the master a set of
+//! sentinels names. Each sends a command or a pipeline and says what it can do; the node
+//! above it does the rest (script loading, request counting, error sorting) once for all.
+//!
+//! | | one server | cluster | sentinel |
+//! |---|---|---|---|
+//! | requests | one multiplexed connection | one connection per master, each call routed by the slot of its first key | one multiplexed connection to the current master, replaced after a failover |
+//! | wake-ups | `SUBSCRIBE` / `PUBLISH` | `SSUBSCRIBE` / `SPUBLISH` on the slot's shard | `SUBSCRIBE` / `PUBLISH` on the current master |
+//! | names its connection (the fast path's vouching) | yes | no | yes |
+//!
+//! All keys of one lock share one slot (see [`LockKeys`](crate::LockKeys)), so every script
+//! and pipeline of a lock reaches one shard.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisResult, Value};
+
+use super::sentinel::Master;
+use super::{ClientOptions, connect_error, open, redact};
+use crate::error::{Error, Phase, Result};
+
+/// Where a node's requests go.
+pub(super) enum Backend {
+    /// One server.
+    Server(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+    /// The master a set of sentinels names, followed across failovers.
+    Sentinel(Master),
+}
+
+impl Backend {
+    /// Sends one command.
+    pub(super) async fn command(&self, command: &redis::Cmd) -> RedisResult<Value> {
+        match self {
+            Backend::Server(connection) => command.query_async(&mut connection.clone()).await,
+            Backend::Cluster(connection) => command.query_async(&mut connection.clone()).await,
+            Backend::Sentinel(master) => master.command(command).await,
+        }
+    }
+
+    /// Sends a pipeline in one round trip (on a cluster: to the shard of its first key).
+    pub(super) async fn pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        match self {
+            Backend::Server(connection) => pipe.query_async(&mut connection.clone()).await,
+            Backend::Cluster(connection) => pipe.query_async(&mut connection.clone()).await,
+            Backend::Sentinel(master) => master.pipeline(pipe).await,
+        }
+    }
+
+    /// Whether the scripts publish wake-ups with `SPUBLISH` (sharded pub/sub, on the shard
+    /// of the lock's slot) rather than `PUBLISH`.
+    pub(super) fn sharded_pubsub(&self) -> bool {
+        matches!(self, Backend::Cluster(_))
+    }
+
+    /// Whether every request of the node goes over one connection to one server, which the
+    /// node can name (`CLIENT SETNAME`): the `Mutex` fast path's vouching needs it. A
+    /// cluster has one connection per shard, so it has not.
+    pub(super) fn one_connection(&self) -> bool {
+        !matches!(self, Backend::Cluster(_))
+    }
+
+    /// The connection manager of a one-server backend, for tests that act on the connection
+    /// as an application sharing it would.
+    #[cfg(test)]
+    pub(super) fn server_connection(&self) -> Option<ConnectionManager> {
+        match self {
+            Backend::Server(connection) => Some(connection.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Opens a connection manager on `client` within `options`' budget: the manager retries the
+/// first connection too, so the whole of it is bounded, and an unreachable server fails in a
+/// known time.
+pub(super) async fn manager(
+    url: &str,
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    options: &ClientOptions,
+) -> Result<ConnectionManager> {
+    let budget = (options.get_connect_timeout() + Duration::from_secs(1))
+        * (options.get_reconnect_attempts() as u32 + 1);
+    let connect = ConnectionManager::new_with_config(client, config);
+    match tokio::time::timeout(budget, connect).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(source)) => Err(connect_error(url, source)),
+        Err(_) => Err(no_connection_within(budget)),
+    }
+}
+
+/// The error of a connection not made within `budget`.
+pub(super) fn no_connection_within(budget: Duration) -> Error {
+    Error::Connection {
+        phase: Phase::Connect,
+        source: redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no connection within {budget:?}"),
+        )),
+    }
+}
+
+/// Connects to the cluster that `seeds` (one or more of its nodes' URLs) belong to.
+///
+/// Every request is bounded by the response timeout as a whole, retries after a `MOVED`,
+/// `ASK` or a broken connection included, so a call never takes longer than that.
+pub(super) async fn cluster(seeds: &[&str], options: &ClientOptions) -> Result<ClusterConnection> {
+    let client = cluster_builder(seeds, options)?
+        .build()
+        .map_err(|source| Error::InvalidUrl {
+            url: seeds
+                .iter()
+                .map(|url| redact(url))
+                .collect::<Vec<_>>()
+                .join(" "),
+            reason: source.to_string(),
+        })?;
+    let budget = (options.get_connect_timeout() + Duration::from_secs(1))
+        * (options.get_reconnect_attempts() as u32 + 1);
+    let first = seeds.first().copied().unwrap_or_default();
+    match tokio::time::timeout(budget, client.get_async_connection()).await {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(source)) => Err(connect_error(first, source)),
+        Err(_) => Err(no_connection_within(budget)),
+    }
+}
+
+/// The cluster client settings of `seeds` and `options`, each seed URL checked.
+pub(super) fn cluster_builder(
+    seeds: &[&str],
+    options: &ClientOptions,
+) -> Result<ClusterClientBuilder> {
+    if seeds.is_empty() {
+        return Err(Error::InvalidUrl {
+            url: String::new(),
+            reason: "a cluster needs at least one seed node's URL".into(),
+        });
+    }
+    for seed in seeds {
+        // The same checks as a one-server URL (scheme, host, port).
+        open(seed, options)?;
+    }
+    Ok(ClusterClientBuilder::new(seeds.to_vec())
+        .connection_timeout(options.get_connect_timeout())
+        .response_timeout(options.get_response_timeout())
+        .overall_response_timeout(Some(options.get_response_timeout())))
+}
+
+/// The `host:port` of the master serving `slot`, from a `CLUSTER SLOTS` reply.
+pub(super) fn master_of_slot(slots: &Value, slot: i64) -> Option<String> {
+    let Value::Array(ranges) = slots else {
+        return None;
+    };
+    ranges.iter().find_map(|range| {
+        let Value::Array(range) = range else {
+            return None;
+        };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+            (range.first(), range.get(1), range.get(2))
+        else {
+            return None;
+        };
+        if !(*start..=*end).contains(&slot) {
+            return None;
+        }
+        let host = match master.first()? {
+            Value::BulkString(host) => String::from_utf8_lossy(host).into_owned(),
+            Value::SimpleString(host) => host.clone(),
+            _ => return None,
+        };
+        let Value::Int(port) = master.get(1)? else {
+            return None;
+        };
+        Some(format!("{host}:{port}"))
+    })
+}
