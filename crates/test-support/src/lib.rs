@@ -7,6 +7,23 @@
 //! several masters, such as Redlock), and
 //! [`ChildProcess`] runs a piece of a test in another OS process (a lock holder to kill -9).
 //!
+//! Two replicated topologies, made of the same private servers:
+//!
+//! - [`RedisCluster`]: a Redis Cluster (`RedisCluster::start(3, 1)`: 3 masters, 3 replicas)
+//!   made by `redis-cli --cluster create`, with the slot map asked of the live nodes
+//!   ([`RedisCluster::master_for_key`], [`RedisCluster::replica_of`]) and fault helpers: kill,
+//!   pause and resume a node, a manual [`failover`](RedisCluster::failover), waiting for the
+//!   promotion after a master is killed ([`RedisCluster::wait_promoted`]), and moving a slot
+//!   ([`RedisCluster::migrate_slot`], or in two steps with [`RedisCluster::begin_migration`]
+//!   to hold it half-way for `ASK` redirections).
+//! - [`SentinelSet`]: a master with replicas watched by Redis Sentinels
+//!   (`SentinelSet::start(2, 3)`), with [`SentinelSet::master_port`] asked of the sentinels
+//!   and [`SentinelSet::wait_failover`] after the master is killed.
+//!
+//! Every start-up and every wait is bounded in time; a timeout is a
+//! [`SpawnError::Timeout`] with a tail of the servers' logs. Every process is killed (SIGKILL)
+//! when its owner is dropped.
+//!
 //! ```
 //! let server = test_support::RedisServer::start().unwrap();
 //! let mut con = server.connection().unwrap();
@@ -15,9 +32,14 @@
 //! ```
 
 mod child;
+mod cluster;
+mod probe;
+mod sentinel;
 mod server;
 
 pub use child::ChildProcess;
+pub use cluster::{Migration, RedisCluster, RedisClusterBuilder};
+pub use sentinel::{SentinelSet, SentinelSetBuilder};
 pub use server::{
     RedisServer, SpawnError, redis_server_installed, start_many, url_or_private_server,
 };

@@ -38,6 +38,35 @@ pub enum SpawnError {
         /// What was seen (exit status or the last connection error, and the server log).
         detail: String,
     },
+    /// A topology ([`RedisCluster`], [`SentinelSet`]) did not reach the awaited state in
+    /// time: at start-up, or after a failover or slot migration a helper waits for.
+    ///
+    /// [`RedisCluster`]: crate::RedisCluster
+    /// [`SentinelSet`]: crate::SentinelSet
+    #[error("{what}: not reached within {waited:?}: {detail}")]
+    Timeout {
+        /// The state waited for.
+        what: String,
+        /// How long was waited.
+        waited: Duration,
+        /// What was still missing at the last look, and a tail of the servers' logs.
+        detail: String,
+    },
+    /// A topology was asked for that cannot be built or used as asked (a cluster of fewer
+    /// than 3 masters, a port that is not one of its nodes' masters, ...).
+    #[error("invalid topology request: {0}")]
+    InvalidTopology(String),
+    /// A command a topology helper sent (`redis-cli --cluster create`, `CLUSTER FAILOVER`,
+    /// `MIGRATE`, ...) failed, or was refused by the node.
+    #[error("{command} (port {port}) failed: {detail}")]
+    Command {
+        /// The port of the node the command went to (for `redis-cli`, the first node).
+        port: u16,
+        /// The command, in short.
+        command: String,
+        /// The error or output.
+        detail: String,
+    },
 }
 
 /// Whether `redis-server` can be found on `PATH`.
@@ -68,6 +97,9 @@ pub struct RedisServer {
     inner: Option<SpawnedServer>,
     port: u16,
     args: Vec<String>,
+    /// The contents of a config file (a sentinel's), written into the server's own directory
+    /// and passed as the first argument; rewritten from this on a restart.
+    config: Option<String>,
     /// The server's own working directory (`--dir`): a replica writes the RDB it receives
     /// there, and a server loads `dump.rdb` from there at start, so every server gets a new,
     /// empty one and nothing leaks into (or out of) the test's working directory. A `--dir`
@@ -101,16 +133,10 @@ impl RedisServer {
     /// As [`RedisServer::start`].
     pub fn start_with_args(args: &[&str]) -> Result<RedisServer, SpawnError> {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        let mut last = None;
-        for _ in 0..PORT_ATTEMPTS {
-            let port = free_port();
-            match Self::spawn_on(port, args.clone()) {
-                Ok(server) => return Ok(server),
-                Err(err @ SpawnError::NotReady { .. }) => last = Some(err),
-                Err(err) => return Err(err),
-            }
-        }
-        Err(last.expect("at least one attempt was made"))
+        Self::start_with(|_| Launch {
+            args: args.clone(),
+            config: None,
+        })
     }
 
     /// Starts a server on the given loopback port and waits until it answers `PING`.
@@ -118,7 +144,24 @@ impl RedisServer {
     /// # Errors
     /// As [`RedisServer::start`]; also [`SpawnError::NotReady`] for port 6379, which is never used.
     pub fn start_on(port: u16) -> Result<RedisServer, SpawnError> {
-        Self::spawn_on(port, Vec::new())
+        Self::spawn_on(port, Vec::new(), None)
+    }
+
+    /// Starts a server on a free loopback port with what `launch` makes for that port (extra
+    /// arguments that name the port, such as `--cluster-port`, or a sentinel's config file);
+    /// tries a new port when the server does not come up, as [`RedisServer::start_with_args`].
+    pub(crate) fn start_with(launch: impl Fn(u16) -> Launch) -> Result<RedisServer, SpawnError> {
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            let Launch { args, config } = launch(port);
+            match Self::spawn_on(port, args, config) {
+                Ok(server) => return Ok(server),
+                Err(err @ SpawnError::NotReady { .. }) => last = Some(err),
+                Err(err) => return Err(err),
+            }
+        }
+        Err(last.expect("at least one attempt was made"))
     }
 
     /// Starts a node with cluster support on (`--cluster-enabled yes`), with no slots
@@ -142,7 +185,11 @@ impl RedisServer {
         ])
     }
 
-    fn spawn_on(port: u16, args: Vec<String>) -> Result<RedisServer, SpawnError> {
+    fn spawn_on(
+        port: u16,
+        args: Vec<String>,
+        config: Option<String>,
+    ) -> Result<RedisServer, SpawnError> {
         if port == FORBIDDEN_PORT {
             return Err(SpawnError::NotReady {
                 port,
@@ -156,10 +203,18 @@ impl RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("redis-locks-server-")
             .tempdir()?;
+        let config_file = match &config {
+            Some(contents) => {
+                let path = dir.path().join("redis.conf");
+                std::fs::write(&path, contents)?;
+                Some(path)
+            }
+            None => None,
+        };
         let mut spawn_error = None;
         let spawned = SpawnedServer::new_with_addr_tls_modules_and_spawner(
             addr,
-            None,
+            config_file.as_deref(),
             None,
             false,
             None,
@@ -186,6 +241,7 @@ impl RedisServer {
             inner: Some(spawned),
             port,
             args,
+            config,
             _dir: Some(dir),
         };
         server.wait_ready()?;
@@ -249,7 +305,7 @@ impl RedisServer {
     /// As [`RedisServer::start_on`].
     pub fn restart(&mut self) -> Result<(), SpawnError> {
         self.kill();
-        let fresh = Self::spawn_on(self.port, self.args.clone())?;
+        let fresh = Self::spawn_on(self.port, self.args.clone(), self.config.clone())?;
         *self = fresh;
         Ok(())
     }
@@ -266,7 +322,8 @@ impl RedisServer {
         self.inner.as_mut().map(|s| &mut s.process)
     }
 
-    fn log(&self) -> String {
+    /// The server's log so far (empty once the server was killed).
+    pub(crate) fn log(&self) -> String {
         self.inner
             .as_ref()
             .and_then(|s| s.log_file_contents())
@@ -342,7 +399,17 @@ pub fn start_many(n: usize) -> Result<Vec<RedisServer>, SpawnError> {
     (0..n).map(|_| RedisServer::start()).collect()
 }
 
-fn free_port() -> u16 {
+/// What to start on a port [`RedisServer::start_with`] picked.
+pub(crate) struct Launch {
+    /// Extra `redis-server` arguments.
+    pub(crate) args: Vec<String>,
+    /// The contents of a config file, passed as the first argument (a sentinel needs one it
+    /// can rewrite).
+    pub(crate) config: Option<String>,
+}
+
+/// A free loopback port other than 6379 (free when picked: another process may take it).
+pub(crate) fn free_port() -> u16 {
     loop {
         let port = redis_test::utils::get_random_available_port();
         if port != FORBIDDEN_PORT {
@@ -351,7 +418,8 @@ fn free_port() -> u16 {
     }
 }
 
-fn tail(log: &str) -> String {
+/// The last five lines of a log, joined with ` | `.
+pub(crate) fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(5)..].join(" | ")
 }
