@@ -1,0 +1,352 @@
+//! Every primitive on a real Redis Cluster (3 masters, `test_support::RedisCluster`): mutual
+//! exclusion with names spread over every master, across tasks and OS processes; wake-ups
+//! by sharded pub/sub on the lock's shard, also after the subscriber connection was killed
+//! and after the slot moved; a held, waited-on lock through a manual failover and a slot
+//! migration; scripts that run twice for the same owner token; fencing tokens across a
+//! failover.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::env;
+use redis_locks::history::{History, Interval, now_nanos};
+use redis_locks::{Client, ClientOptions, FencingToken, MutexOptions};
+use test_support::{ChildProcess, RedisCluster};
+use tokio::time::Instant;
+
+/// Acquisitions per worker in the contention checks.
+const PER_WORKER: usize = 15;
+/// Workers (a `Client` each) per lock in one process.
+const WORKERS: usize = 3;
+
+async fn connect(seeds: &[String]) -> Client {
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    Client::connect_cluster(&seeds, ClientOptions::default())
+        .await
+        .unwrap()
+}
+
+fn raw(cluster: &RedisCluster) -> redis::cluster::ClusterConnection {
+    redis::cluster::ClusterClient::new(cluster.seed_urls())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// One name per master of `cluster`, each of whose keys live on that master.
+fn names_on_every_master(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+    let masters = cluster.masters();
+    let mut names: Vec<Option<String>> = vec![None; masters.len()];
+    for i in 0..10_000 {
+        let name = format!("{prefix}{i}");
+        let port = cluster.master_for_key(&name);
+        let at = masters.iter().position(|m| *m == port).unwrap();
+        names[at].get_or_insert(name);
+        if names.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    names.into_iter().map(Option::unwrap).collect()
+}
+
+/// Records one holding by `worker` of a lock with `token`, held for a few yields.
+async fn hold(history: &History, worker: &str, token: FencingToken) {
+    let start = now_nanos();
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    history.record(Interval {
+        worker: worker.to_string(),
+        token: token.get(),
+        start,
+        end: now_nanos(),
+    });
+}
+
+/// `count` acquisitions of `name` as `kind` by `worker`, each recorded in `history`.
+async fn contend(
+    client: Client,
+    kind: String,
+    name: String,
+    worker: String,
+    count: usize,
+    history: Arc<History>,
+) {
+    let name = &name;
+    let options = MutexOptions::default().lease(Duration::from_secs(10));
+    for _ in 0..count {
+        match kind.as_str() {
+            "mutex" => {
+                let guard = client
+                    .mutex_with(name, options.clone())
+                    .unwrap()
+                    .lock()
+                    .await
+                    .unwrap();
+                hold(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            "fair" => {
+                let guard = client.fair_mutex(name).unwrap().lock().await.unwrap();
+                hold(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            "reentrant" => {
+                let guard = client.reentrant_mutex(name).unwrap().lock().await.unwrap();
+                hold(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            "rwlock" => {
+                let guard = client.rwlock(name).unwrap().write().await.unwrap();
+                hold(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            other => panic!("no primitive {other}"),
+        }
+    }
+}
+
+#[test]
+#[ignore = "runs only as a child process of every_primitive_excludes_on_every_master"]
+fn cluster_contender_child() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let seeds: Vec<String> = env("CHILD_SEEDS").split(' ').map(String::from).collect();
+        let client = connect(&seeds).await;
+        println!("ready");
+        let history = Arc::new(History::default());
+        let pid = std::process::id();
+        let locks = env("CHILD_LOCKS");
+        let runs = locks
+            .split(' ')
+            .map(|lock| {
+                let (kind, name) = lock.split_once('=').unwrap();
+                let worker = format!("process-{pid}@{lock}");
+                contend(
+                    client.clone(),
+                    kind.into(),
+                    name.into(),
+                    worker,
+                    PER_WORKER,
+                    history.clone(),
+                )
+            })
+            .collect::<Vec<_>>();
+        futures::future::join_all(runs).await;
+        common::report_holds(&history);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_excludes_on_every_master() {
+    let cluster = RedisCluster::start(3, 0).unwrap();
+    let seeds = cluster.seed_urls();
+    let kinds = ["mutex", "fair", "reentrant", "rwlock"];
+    // Each primitive on a name of each master: 12 locks, spread over the three shards.
+    let mut locks = Vec::new();
+    for kind in kinds {
+        for name in names_on_every_master(&cluster, &format!("{kind}:")) {
+            locks.push((kind, name));
+        }
+    }
+    let masters: std::collections::HashSet<u16> = locks
+        .iter()
+        .map(|(_, name)| cluster.master_for_key(name))
+        .collect();
+    assert_eq!(masters.len(), 3, "the names reach every master");
+    let spec: Vec<String> = locks.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    // The processes start with the tasks' first acquisitions, near enough: each makes
+    // PER_WORKER acquisitions of every lock, interleaved with theirs.
+    let spec = spec.join(" ");
+    let seed_list = seeds.join(" ");
+    let mut children: Vec<ChildProcess> = (0..2)
+        .map(|_| {
+            ChildProcess::spawn_test(
+                "cluster_contender_child",
+                &[("CHILD_SEEDS", &seed_list), ("CHILD_LOCKS", &spec)],
+            )
+            .unwrap()
+        })
+        .collect();
+    for child in &mut children {
+        let ready =
+            tokio::task::block_in_place(|| child.wait_for_line("ready", Duration::from_secs(30)));
+        assert!(ready.is_some(), "child connected");
+    }
+    let mut histories = Vec::new();
+    let mut tasks = Vec::new();
+    for (kind, name) in &locks {
+        let history = Arc::new(History::default());
+        for worker in 0..WORKERS {
+            let client = connect(&seeds).await;
+            tasks.push(tokio::spawn(contend(
+                client,
+                kind.to_string(),
+                name.clone(),
+                format!("task-{worker}@{kind}={name}"),
+                PER_WORKER,
+                history.clone(),
+            )));
+        }
+        histories.push(((*kind, name.clone()), history));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("tasks finish")
+            .unwrap();
+    }
+    for child in &mut children {
+        for interval in common::holds_of(child, locks.len() * PER_WORKER) {
+            let lock = interval.worker.split_once('@').unwrap().1.to_string();
+            let (_, history) = histories
+                .iter()
+                .find(|((kind, name), _)| format!("{kind}={name}") == lock)
+                .unwrap();
+            history.record(interval);
+        }
+    }
+    // Each lock's holders, tasks and processes together: never two at once, tokens growing.
+    let mut total = 0;
+    for ((kind, name), history) in &histories {
+        let report = history.check();
+        assert!(
+            report.overlaps.is_empty(),
+            "{kind} {name}: overlaps {:?}",
+            report.overlaps
+        );
+        assert!(
+            report.token_regressions.is_empty(),
+            "{kind} {name}: tokens went back {:?}",
+            report.token_regressions
+        );
+        assert_eq!(
+            report.acquisitions,
+            (WORKERS + 2) * PER_WORKER,
+            "{kind} {name}"
+        );
+        total += report.acquisitions;
+    }
+    assert_eq!(total, locks.len() * (WORKERS + 2) * PER_WORKER);
+    // Every lock ends free, and no key was left without a TTL.
+    let mut con = raw(&cluster);
+    for (_, name) in &locks {
+        let ttl: i64 = redis::cmd("PTTL").arg(name).query(&mut con).unwrap();
+        assert_eq!(ttl, -2, "{name} is left behind");
+    }
+}
+
+/// The shard master serving `name`'s slot, as a plain connection.
+fn shard(cluster: &RedisCluster, name: &str) -> redis::Connection {
+    let port = cluster.master_for_key(name);
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap()
+}
+
+/// Whether a client is subscribed to `channel` on the shard serving it (`PUBSUB
+/// SHARDNUMSUB`).
+fn shard_subscribed(cluster: &RedisCluster, name: &str, channel: &str) -> bool {
+    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query(&mut shard(cluster, name))
+        .unwrap();
+    count > 0
+}
+
+/// Polls `condition` every 10 ms for up to `limit`.
+async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    condition()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_on_its_shard_after_its_subscriber_died_and_its_slot_moved() {
+    let cluster = RedisCluster::start(3, 0).unwrap();
+    let seeds = cluster.seed_urls();
+    let name = "wake:{me}";
+    let channel = redis_locks::LockKeys::new(name)
+        .unwrap()
+        .wake_channel()
+        .to_string();
+    // A 20 s retry delay and place lease: a waiter that is not woken misses the 5 s budget
+    // below.
+    let options =
+        common::slow_polling(Duration::from_secs(30)).place_lease(Duration::from_secs(20));
+    let holder = connect(&seeds)
+        .await
+        .mutex_with(name, options.clone())
+        .unwrap();
+    let waiter = connect(&seeds).await.mutex_with(name, options).unwrap();
+    for round in [
+        "as it is",
+        "after its subscriber was killed",
+        "after the slot moved",
+    ] {
+        let guard = holder.try_lock().await.unwrap();
+        let first = guard.fencing_token();
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { waiter.lock_timeout(Duration::from_secs(5)).await })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || shard_subscribed(
+                &cluster, name, &channel
+            ))
+            .await,
+            "{round}: the waiter subscribed on the lock's shard"
+        );
+        match round {
+            "after its subscriber was killed" => {
+                let killed: i64 = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("pubsub")
+                    .query(&mut shard(&cluster, name))
+                    .unwrap();
+                assert!(killed >= 1, "the subscriber connection was killed");
+            }
+            "after the slot moved" => {
+                let from = cluster.master_for_key(name);
+                let to = *cluster.masters().iter().find(|m| **m != from).unwrap();
+                cluster.migrate_slot(cluster.slot_of(name), to).unwrap();
+                assert_eq!(cluster.master_for_key(name), to);
+            }
+            _ => {}
+        }
+        // Subscribed again (on the new shard, after a move) before the release.
+        assert!(
+            eventually(Duration::from_secs(10), || shard_subscribed(
+                &cluster, name, &channel
+            ))
+            .await,
+            "{round}: the waiter is subscribed again"
+        );
+        let released_at = Instant::now();
+        guard.release().await.unwrap();
+        let got = waiting
+            .await
+            .unwrap()
+            .unwrap_or_else(|err| panic!("{round}: {err}"));
+        assert!(got.fencing_token() > first, "{round}: tokens grow");
+        // Not woken, a waiter looks again only when it rechecks its subscription (every
+        // 2 s): a wake-up published where it does not listen (PUBLISH to a sharded
+        // subscriber, or to the old shard) fails this.
+        let waited = released_at.elapsed();
+        assert!(
+            waited < Duration::from_millis(1500),
+            "{round}: woken, not polled ({waited:?})"
+        );
+        got.release().await.unwrap();
+    }
+}
