@@ -350,3 +350,140 @@ async fn a_waiter_is_woken_on_its_shard_after_its_subscriber_died_and_its_slot_m
         got.release().await.unwrap();
     }
 }
+
+/// Waits until `guard`'s lease was renewed to end at least `past` after `since`, with no
+/// loss: the watchdog renews it through whatever the cluster did meanwhile.
+async fn renewed_past(guard: &redis_locks::MutexGuard, since: Instant, past: Duration) {
+    let renewed = eventually(Duration::from_secs(15), || {
+        assert_eq!(guard.lost_reason(), None, "the holder lost its lock");
+        guard.lease_deadline() > since + past
+    })
+    .await;
+    assert!(renewed, "the lease was not renewed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_waited_lock_keeps_through_a_manual_failover_and_a_slot_migration() {
+    let cluster = RedisCluster::start(3, 1).unwrap();
+    let seeds = cluster.seed_urls();
+    let name = "held:{through}";
+    let channel = redis_locks::LockKeys::new(name)
+        .unwrap()
+        .wake_channel()
+        .to_string();
+    let lease = Duration::from_millis(1500);
+    let holder = connect(&seeds)
+        .await
+        .mutex_with(name, MutexOptions::default().lease(lease).watchdog(true))
+        .unwrap();
+    let guard = holder.try_lock().await.unwrap();
+    let first = guard.fencing_token();
+    let waiting = {
+        let waiter = connect(&seeds).await.mutex(name).unwrap();
+        tokio::spawn(async move { waiter.lock_timeout(Duration::from_secs(60)).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || shard_subscribed(
+            &cluster, name, &channel
+        ))
+        .await,
+        "the waiter waits"
+    );
+
+    // A manual failover of the lock's shard: the replica becomes its master.
+    let old = cluster.master_for_key(name);
+    let replica = cluster.replica_of(old).expect("the shard has a replica");
+    cluster.failover(replica).unwrap();
+    assert_eq!(cluster.master_for_key(name), replica);
+    renewed_past(&guard, Instant::now(), lease).await;
+
+    // The slot moves to another shard, keys and all.
+    let to = *cluster.masters().iter().find(|m| **m != replica).unwrap();
+    cluster.migrate_slot(cluster.slot_of(name), to).unwrap();
+    assert_eq!(cluster.master_for_key(name), to);
+    renewed_past(&guard, Instant::now(), lease).await;
+
+    assert!(
+        !waiting.is_finished(),
+        "the waiter got in while the lock was held"
+    );
+    guard.release().await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    assert!(
+        got.fencing_token() > first,
+        "tokens grow across the failover and the move"
+    );
+    got.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_before_its_replica_had_the_grant_lets_a_second_holder_in_with_a_greater_token()
+ {
+    let mut cluster = RedisCluster::start(3, 1).unwrap();
+    let seeds = cluster.seed_urls();
+    let name = "window:{lagged}";
+    let client = connect(&seeds).await;
+    // A first holder the replica has heard of: its token is on both.
+    let before = client.mutex(name).unwrap().try_lock().await.unwrap();
+    let mut tokens = vec![before.fencing_token()];
+    before.release().await.unwrap();
+    let master = cluster.master_for_key(name);
+    let replica = cluster.replica_of(master).unwrap();
+    let mut con = shard(&cluster, name);
+    // The replica has everything so far.
+    let offset: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut con).unwrap();
+    assert_eq!(offset, 1, "the replica acknowledged");
+    // The replica stops hearing from its master: paused, its link cut by the master (a
+    // paused replica's kernel would still take in what the master sends), the next grant
+    // and its counter reach the master only.
+    cluster.pause_node(replica);
+    let cut: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(cut, 1, "the replica's link was cut");
+    let lease = Duration::from_secs(30);
+    let first = client
+        .mutex_with(name, MutexOptions::default().lease(lease))
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap();
+    tokens.push(first.fencing_token());
+    cluster.kill_node(master);
+    cluster.resume_node(replica);
+    let promoted = cluster.wait_promoted(master).unwrap();
+    assert_eq!(promoted, replica);
+    // The window the docs state: the grant was lost with the master, and a second holder
+    // gets in while the first's lease still runs.
+    let second = eventually_lock(&client, name).await;
+    assert!(
+        first.lease_remaining() > Duration::ZERO,
+        "the first holder's lease still runs"
+    );
+    // Its token is still greater than every token handed out before: the counter that
+    // came back old on the replica is raised to the shard's clock.
+    let token = second.fencing_token();
+    assert!(
+        tokens.iter().all(|t| token > *t),
+        "{token:?} after {tokens:?}"
+    );
+    second.release().await.unwrap();
+}
+
+/// Takes `name` on `client` as soon as the cluster serves it again (bounded).
+async fn eventually_lock(client: &Client, name: &str) -> redis_locks::MutexGuard {
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        match client.mutex(name).unwrap().try_lock().await {
+            Ok(guard) => return guard,
+            Err(err) if Instant::now() < until => {
+                assert!(!err.is_held(), "the grant reached the replica: {err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("the promoted replica never granted: {err}"),
+        }
+    }
+}
