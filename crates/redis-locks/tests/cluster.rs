@@ -452,13 +452,19 @@ async fn a_master_killed_before_its_replica_had_the_grant_lets_a_second_holder_i
         .await
         .unwrap();
     tokens.push(first.fencing_token());
+    let killed_at = Instant::now();
     cluster.kill_node(master);
     cluster.resume_node(replica);
-    let promoted = cluster.wait_promoted(master).unwrap();
-    assert_eq!(promoted, replica);
     // The window the docs state: the grant was lost with the master, and a second holder
-    // gets in while the first's lease still runs.
-    let second = eventually_lock(&client, name).await;
+    // gets in while the first's lease still runs, as soon as the replica is promoted.
+    let (second, promoted_at) = eventually_lock(&client, name, replica).await;
+    eprintln!(
+        "kill -9 of the master: replica promoted after {:?}, first grant on it after {:?} \
+         (cluster-node-timeout 2 s)",
+        promoted_at.map(|at| at - killed_at),
+        killed_at.elapsed()
+    );
+    assert_eq!(cluster.master_for_key(name), replica);
     assert!(
         first.lease_remaining() > Duration::ZERO,
         "the first holder's lease still runs"
@@ -473,15 +479,42 @@ async fn a_master_killed_before_its_replica_had_the_grant_lets_a_second_holder_i
     second.release().await.unwrap();
 }
 
-/// Takes `name` on `client` as soon as the cluster serves it again (bounded).
-async fn eventually_lock(client: &Client, name: &str) -> redis_locks::MutexGuard {
+/// Takes `name` on `client` as soon as the cluster serves it again (bounded); also when
+/// `replica` first said it is a master (asked every 10 ms meanwhile).
+async fn eventually_lock(
+    client: &Client,
+    name: &str,
+    replica: u16,
+) -> (redis_locks::MutexGuard, Option<Instant>) {
     let until = Instant::now() + Duration::from_secs(15);
+    let watch = tokio::spawn(async move {
+        let mut role = redis::Client::open(format!("redis://127.0.0.1:{replica}"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        loop {
+            let reply: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut role).await.unwrap();
+            if reply.first() == Some(&redis::Value::BulkString(b"master".to_vec())) {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
     loop {
         match client.mutex(name).unwrap().try_lock().await {
-            Ok(guard) => return guard,
+            Ok(guard) => {
+                let promoted_at = if watch.is_finished() {
+                    watch.await.ok()
+                } else {
+                    watch.abort();
+                    None
+                };
+                return (guard, promoted_at);
+            }
             Err(err) if Instant::now() < until => {
                 assert!(!err.is_held(), "the grant reached the replica: {err}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
             Err(err) => panic!("the promoted replica never granted: {err}"),
         }
