@@ -377,7 +377,7 @@ async fn run(
         let wanted = shared.wanted();
         if !wanted.is_empty() {
             shared.count_request();
-            if sink.subscribe(shared.with_own(&wanted)).await.is_err() {
+            if !answered(sink.subscribe(shared.with_own(&wanted)), connect_timeout).await {
                 // Refused (an ACL, say) or dropped: back off before trying again, so neither
                 // the server nor the waiters see a storm.
                 shared.connection_lost();
@@ -417,7 +417,7 @@ async fn run(
                     sweep_at = next;
                     if !gone.is_empty() {
                         shared.count_request();
-                        if sink.unsubscribe(shared.with_own(&gone)).await.is_err() {
+                        if !answered(sink.unsubscribe(shared.with_own(&gone)), connect_timeout).await {
                             break;
                         }
                     }
@@ -434,7 +434,7 @@ async fn run(
                         if shared.is_wanted(&name) {
                             shared.count_request();
                             let both = shared.with_own(std::slice::from_ref(&name));
-                            if sink.subscribe(both).await.is_err() {
+                            if !answered(sink.subscribe(both), connect_timeout).await {
                                 break;
                             }
                             shared.set_live(std::slice::from_ref(&name), true);
@@ -454,6 +454,16 @@ async fn run(
         tracing::debug!("wake-up connection lost; reconnecting");
         shared.connection_lost();
     }
+}
+
+/// Whether a (un)subscribe request was confirmed within `limit`. A server that stopped
+/// answering (frozen, cut off without a reset) would otherwise hold the subscriber task on
+/// it for ever: after a Sentinel failover, it would never reach the new master.
+async fn answered(
+    request: impl std::future::Future<Output = redis::RedisResult<()>>,
+    limit: Duration,
+) -> bool {
+    matches!(tokio::time::timeout(limit, request).await, Ok(Ok(())))
 }
 
 /// Sleeps `pause`, draining commands meanwhile (the reconnect subscribes to every channel
@@ -531,7 +541,7 @@ async fn run_sharded(
                 for name in gone {
                     shared.count_request();
                     let both = shared.with_own(std::slice::from_ref(&name));
-                    let _ = connection.sunsubscribe(both).await;
+                    let _ = answered(connection.sunsubscribe(both), connect_timeout).await;
                 }
             }
             () = retry => {
@@ -543,7 +553,7 @@ async fn run_sharded(
                     }
                     shared.count_request();
                     let both = shared.with_own(std::slice::from_ref(&name));
-                    if connection.ssubscribe(both).await.is_ok() {
+                    if answered(connection.ssubscribe(both), connect_timeout).await {
                         shared.subscribed(&name);
                     } else {
                         pending.push(name);
@@ -594,7 +604,7 @@ async fn run_sharded(
                     if shared.is_wanted(&name) {
                         shared.count_request();
                         let both = shared.with_own(std::slice::from_ref(&name));
-                        if connection.ssubscribe(both).await.is_ok() {
+                        if answered(connection.ssubscribe(both), connect_timeout).await {
                             shared.subscribed(&name);
                         } else {
                             pending.push(name);
