@@ -21,6 +21,8 @@
 --       anything); any place ARGV[1] had in the queue is given up.
 --   -1  the lock key holds another owner's token; it is left untouched. Any place ARGV[1]
 --       had in the queue is given up.
+-- A second run of a release that gave 1 (a cluster client's retry) gives 1 again, for
+-- RELEASED_MS (see released_before in waiters.lua).
 -- Errors:
 --   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] or KEYS[3] is not a sorted set.
 
@@ -45,7 +47,11 @@ local holder, marked = holder_of(KEYS[1])
 local result = 0
 if holder == owner then
   redis.call('DEL', KEYS[1])
+  remember_release(KEYS[1], owner, 1)
   result = 1
+elseif released_before(KEYS[1], owner) then
+  -- A second run of a release that succeeded (a retried request) says so again.
+  return 1
 elseif holder then
   return -1
 end

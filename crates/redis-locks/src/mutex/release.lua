@@ -27,6 +27,8 @@
 --    0  not released: the key is gone (the lease ran out, or the lock was never taken).
 --   -1  not released: the key holds another owner's token (the lease ran out and
 --       somebody else took the lock); that owner's lock is left untouched.
+-- A second run of a release that gave 1 (a cluster client's retry) gives 1 again, for
+-- RELEASED_MS (see released_before in waiters.lua).
 -- Errors (nothing written):
 --   WRONGTYPE  KEYS[1] is not a string, or (for a marked key, with KEYS[2]) a queue key
 --              or the handover hash that the release reads or may write holds another
@@ -37,7 +39,8 @@
 
 local refused, marked = owner_refusal(KEYS[1], ARGV[1])
 if refused then
-  return refused
+  -- A second run of a release that succeeded (a retried request) says so again.
+  return released_before(KEYS[1], ARGV[1]) or refused
 end
 -- Somebody waits only if the key was marked: a waiter's refusal marks it, and so does a
 -- waiter's grant while others are still in line (see acquire.lua), and every handover. The
@@ -73,9 +76,11 @@ end
 if head and KEYS[5] and
     hand_over(KEYS[1], KEYS[5], registered, KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now,
       not behind) then
+  remember_release(KEYS[1], ARGV[1], 1)
   return 1
 end
 redis.call('DEL', KEYS[1])
+remember_release(KEYS[1], ARGV[1], 1)
 if head then
   wake(ARGV[2], head)
 elseif marked then

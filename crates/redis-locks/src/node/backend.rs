@@ -51,9 +51,11 @@ impl Backend {
         }
     }
 
-    /// Whether the scripts publish wake-ups with `SPUBLISH` (sharded pub/sub, on the shard
-    /// of the lock's slot) rather than `PUBLISH`.
-    pub(super) fn sharded_pubsub(&self) -> bool {
+    /// Whether scripts run in the cluster's form (see [`LockScript`](super::LockScript)):
+    /// wake-ups published with `SPUBLISH` (sharded pub/sub, on the shard of the lock's slot)
+    /// rather than `PUBLISH`, and releases leaving a tombstone, since the cluster client
+    /// retries a request after a broken connection and a script may so run twice.
+    pub(super) fn cluster_form(&self) -> bool {
         matches!(self, Backend::Cluster(_))
     }
 

@@ -252,17 +252,15 @@ impl Node {
         convert(phase, reply)
     }
 
-    /// The hash of `script` in the form this node's backend runs: publishing wake-ups with
-    /// `SPUBLISH` on a cluster, `PUBLISH` elsewhere.
+    /// The hash of `script` in the form this node's backend runs (the cluster's form on a
+    /// cluster, see [`LockScript`]).
     fn hash_of<'s>(&self, script: &'s LockScript) -> &'s str {
-        script
-            .variant(self.inner.backend.sharded_pubsub())
-            .get_hash()
+        script.variant(self.inner.backend.cluster_form()).get_hash()
     }
 
     /// The source of `script` in the form this node's backend runs (see [`Node::hash_of`]).
     fn source_of<'s>(&self, script: &'s LockScript) -> &'s str {
-        script.source(self.inner.backend.sharded_pubsub())
+        script.source(self.inner.backend.cluster_form())
     }
 
     /// `SCRIPT LOAD` and the script's `EVALSHA` in one round trip (the first call of a script

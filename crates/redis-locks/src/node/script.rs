@@ -3,53 +3,78 @@
 //! reply), put after the shared preludes it calls (`token/fence.lua`, `wait/waiters.lua`),
 //! loaded once into a [`redis::Script`] so calls use `EVALSHA` with a `NOSCRIPT` fallback.
 //!
-//! How a wake-up is published is the backend's business, not the script's: the waiters'
-//! prelude names its publish command once (`local PUBLISH = 'PUBLISH'`), and each script
-//! exists in two forms, that one and one with `SPUBLISH` (sharded pub/sub, on the shard of
-//! the lock's slot) for a cluster. The node picks the form its backend needs.
+//! Two things about a script belong to the backend, not to the script, and the waiters'
+//! prelude names each once: how a wake-up is published (`local PUBLISH = 'PUBLISH'`), and
+//! whether the client may run a script twice (`local RETRIED = false`: a cluster client
+//! retries a request after a broken connection, so a release leaves a tombstone that a
+//! second run finds). Each script exists in two forms: that one, and the cluster's, with
+//! `SPUBLISH` (sharded pub/sub, on the shard of the lock's slot) and `RETRIED` true. The
+//! cluster's form also leaves out the fast paths put before the preludes (the
+//! `*_first.lua` files): they run before `RETRIED` is known, so they could leave no
+//! tombstone. The node picks the form its backend needs.
 
 use redis::Script;
 
-/// The line of `wait/waiters.lua` that names the publish command.
-const PUBLISH_LINE: &str = "local PUBLISH = 'PUBLISH'";
-/// The same line in a cluster's form of a script.
-const SPUBLISH_LINE: &str = "local PUBLISH = 'SPUBLISH'";
+/// The lines of `wait/waiters.lua` that the cluster's form changes, and what into.
+const CLUSTER_LINES: [(&str, &str); 2] = [
+    ("local PUBLISH = 'PUBLISH'", "local PUBLISH = 'SPUBLISH'"),
+    ("local RETRIED = false", "local RETRIED = true"),
+];
+
+/// Whether `part` is a fast path: a `*_first.lua` file, whose header's first line names it
+/// (`-- release_first.lua: ...`).
+fn is_fast_path(part: &str) -> bool {
+    part.lines()
+        .next()
+        .and_then(|line| line.strip_prefix("-- "))
+        .and_then(|line| line.split_once(':'))
+        .is_some_and(|(file, _)| file.ends_with("_first.lua"))
+}
 
 /// One of the crate's scripts: its whole source (preludes first) and its loaded form, in the
-/// two forms of publishing.
+/// two forms (one server or Sentinel, and cluster).
 ///
 /// Made once per script, in a `static` `LazyLock` beside the module that uses it:
 /// `LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")])`.
 pub(crate) struct LockScript {
     plain: (String, Script),
-    sharded: (String, Script),
+    cluster: (String, Script),
 }
 
 impl LockScript {
-    /// The script made of `parts`, in order: the preludes it calls, then its own body.
+    /// The script made of `parts`, in order: the preludes it calls, then its own body; a
+    /// fast path for its common case may come before the preludes.
     pub(crate) fn new(parts: &[&str]) -> LockScript {
         let source = parts.join("\n");
-        let sharded = source.replace(PUBLISH_LINE, SPUBLISH_LINE);
+        let kept: Vec<&str> = parts
+            .iter()
+            .copied()
+            .filter(|part| !is_fast_path(part))
+            .collect();
+        let mut cluster = kept.join("\n");
+        for (plain, clustered) in CLUSTER_LINES {
+            cluster = cluster.replace(plain, clustered);
+        }
         LockScript {
             plain: (source.clone(), Script::new(&source)),
-            sharded: (sharded.clone(), Script::new(&sharded)),
+            cluster: (cluster.clone(), Script::new(&cluster)),
         }
     }
 
-    /// The whole source, publishing with `SPUBLISH` when `sharded`.
-    pub(crate) fn source(&self, sharded: bool) -> &str {
-        if sharded {
-            &self.sharded.0
+    /// The whole source, in the cluster's form when `cluster`.
+    pub(crate) fn source(&self, cluster: bool) -> &str {
+        if cluster {
+            &self.cluster.0
         } else {
             &self.plain.0
         }
     }
 
-    /// The loaded script (`EVALSHA`, `NOSCRIPT` fallback), publishing with `SPUBLISH` when
-    /// `sharded`.
-    pub(crate) fn variant(&self, sharded: bool) -> &Script {
-        if sharded {
-            &self.sharded.1
+    /// The loaded script (`EVALSHA`, `NOSCRIPT` fallback), in the cluster's form when
+    /// `cluster`.
+    pub(crate) fn variant(&self, cluster: bool) -> &Script {
+        if cluster {
+            &self.cluster.1
         } else {
             &self.plain.1
         }
@@ -61,19 +86,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cluster_form_publishes_sharded_and_only_that_differs() {
-        let script = LockScript::new(&[crate::wait::WAITERS_LUA, "return 1"]);
-        assert!(script.source(false).contains(PUBLISH_LINE));
-        assert!(script.source(true).contains(SPUBLISH_LINE));
-        assert!(!script.source(true).contains(PUBLISH_LINE));
-        assert_eq!(
-            script.source(true).replace(SPUBLISH_LINE, PUBLISH_LINE),
-            script.source(false)
-        );
-        // No other publish is left to a literal command name.
-        for source in [script.source(false), script.source(true)] {
+    fn the_cluster_form_publishes_sharded_may_retry_and_has_no_fast_path() {
+        let fast = "-- release_first.lua: a fast path\nif false then return 1 end";
+        let prelude = "-- fence.lua: a prelude before the waiters' one";
+        let script = LockScript::new(&[fast, prelude, crate::wait::WAITERS_LUA, "return 1"]);
+        let (plain, cluster) = (script.source(false), script.source(true));
+        assert!(plain.starts_with(fast));
+        assert!(!cluster.contains(fast));
+        assert!(cluster.starts_with(prelude), "preludes are kept");
+        for (line, clustered) in CLUSTER_LINES {
+            assert!(plain.contains(line) && !plain.contains(clustered));
+            assert!(cluster.contains(clustered) && !cluster.contains(line));
+        }
+        let mut back = cluster.to_string();
+        for (line, clustered) in CLUSTER_LINES {
+            back = back.replace(clustered, line);
+        }
+        assert_eq!(format!("{fast}\n{back}"), plain, "only those lines differ");
+        // No publish is left to a literal command name.
+        for source in [plain, cluster] {
             assert!(!source.contains("redis.call('PUBLISH'"));
             assert!(!source.contains("redis.call('SPUBLISH'"));
         }
+    }
+
+    #[test]
+    fn a_script_without_the_waiters_prelude_is_the_same_in_both_forms() {
+        let script = LockScript::new(&["return 1"]);
+        assert_eq!(script.source(false), script.source(true));
     }
 }

@@ -11,7 +11,8 @@
 -- Replies:
 --    1  downgraded.
 --    0  the hold is gone (its lease ran out).
---   -1  the hold is a read hold already.
+--   -1  the hold is a read hold already (1 where a script may run twice: see RETRIED in
+--       waiters.lua).
 -- Errors (nothing written):
 --   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type, or a hash that is
 --                        not one), or a queue key holds another type.
@@ -25,6 +26,11 @@ if not mine then
   return 0
 end
 if mine.mode ~= 'w' then
+  -- A second run of a downgrade (a cluster client's retry) finds the read hold the first
+  -- made: the caller asks only for its write holds.
+  if RETRIED then
+    return 1
+  end
   return -1
 end
 redis.call('HSET', key, 'h:' .. hold, hold_value(mine.deadline, 'r', mine.token, mine.owner))

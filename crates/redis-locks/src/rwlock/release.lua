@@ -14,6 +14,8 @@
 --              (a ReentrantMutex's or a writer's hold count; 0 when the owner holds no more
 --              in this mode). When the release let waiters in (see wake_front), they were
 --              woken.
+--              A second run of a release that succeeded (a cluster client's retry) gives
+--              its reply again, for RELEASED_MS (see released_before in waiters.lua).
 --   {0, 0}     not released: the hold is gone (its lease ran out, or it was never granted).
 --              Nothing else is changed, except that expired holds are cleaned up and the
 --              caller's place, if any, is given up (waking whoever may enter now).
@@ -37,6 +39,7 @@ if released then
     state.reads_of[released.owner] = state.reads_of[released.owner] - 1
     left = state.reads_of[released.owner]
   end
+  remember_release(key, hold, left)
   if state.count == 0 then
     redis.call('DEL', key)
   elseif state.writes == 0 and released.mode == 'w' then
@@ -53,5 +56,10 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 if released then
   return {1, left}
+end
+-- A second run of a release that succeeded (a retried request) says so again.
+local before = released_before(key, hold)
+if before then
+  return {1, before}
 end
 return {0, 0}

@@ -48,6 +48,17 @@
 -- wake-ups go to that client alone, see wake). A waiter renews its place on every
 -- attempt; one that died loses it when its place lease runs out.
 --
+-- released_before(key, id)
+--   On a backend that may run a script twice (a cluster client retries a request after a
+--   broken connection, see RETRIED below): the reply a release by id gave within the last
+--   RELEASED_MS, if one did (this call is then a second run of that release); nil otherwise,
+--   and always nil elsewhere.
+--
+-- remember_release(key, id, reply)
+--   On such a backend: records that id released key with reply, for RELEASED_MS, in the
+--   companion key '{key}:released:<id>' (or 'key:released:<id>' when key has a hash tag),
+--   which shares key's slot. Writes nothing elsewhere.
+--
 -- wrong_kind(key, wanted, what)
 --   Returns the error reply 'WRONGTYPE <key> holds a <type>, not <what>' when key exists with
 --   another type than wanted (TYPE's name of it), else nil.
@@ -144,6 +155,13 @@ local WAITED = '+w'
 -- The publish command: node/script.rs makes this line SPUBLISH (sharded pub/sub, on the
 -- shard of the lock's slot) in the form of each script that a cluster runs.
 local PUBLISH = 'PUBLISH'
+-- Whether the client may run a script a second time (a cluster's, after a broken
+-- connection): node/script.rs makes this true in the cluster form, so that a second run of a
+-- release finds the first one's tombstone instead of saying the lock is gone.
+local RETRIED = false
+-- How long a tombstone lasts: longer than any one request with its retries (the response
+-- timeout bounds that).
+local RELEASED_MS = 10000
 
 local function holder_in(value)
   if not value then
@@ -199,6 +217,34 @@ end
 
 local function wake_all(channel)
   redis.call(PUBLISH, channel, '*')
+end
+
+local function released_key(key, id)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then
+      return key .. ':released:' .. id
+    end
+  end
+  return '{' .. key .. '}:released:' .. id
+end
+
+local function released_before(key, id)
+  if not RETRIED then
+    return nil
+  end
+  local reply = redis.pcall('GET', released_key(key, id))
+  if type(reply) == 'string' then
+    return tonumber(reply)
+  end
+  return nil
+end
+
+local function remember_release(key, id, reply)
+  if RETRIED then
+    redis.call('SET', released_key(key, id), reply, 'PX', RELEASED_MS)
+  end
 end
 
 local function wrong_kind(key, wanted, what)
