@@ -128,8 +128,9 @@ impl Client {
     ///   response timeout as a whole.
     /// - A request that met a broken connection may have run once already when its retry
     ///   runs. Every script gives the same answer when it runs again for the same owner
-    ///   token: a second acquire by the holder is granted again, a second release finds the
-    ///   lock gone and says so.
+    ///   token: a second acquire by the holder is granted again, and a second release says
+    ///   released (a release leaves a tombstone in the lock's slot for 10 s, which the
+    ///   second run finds).
     /// - Fencing tokens are numbered by the acquire script on every grant (the fast path's
     ///   vouching needs one connection, and a cluster has one per shard), from the
     ///   shard's clock, so they grow across a failover.
@@ -139,7 +140,9 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::InvalidUrl`](crate::Error::InvalidUrl) for no seed or a URL that cannot name
-    /// a server; otherwise as [`Client::connect`].
+    /// a server; [`Error::InvalidDuration`](crate::Error::InvalidDuration) for a response
+    /// timeout over 8 s (a release retried later than its 10 s tombstone could no longer
+    /// tell that it had released); otherwise as [`Client::connect`].
     ///
     /// # Examples
     /// ```

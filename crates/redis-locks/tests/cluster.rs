@@ -520,3 +520,57 @@ async fn eventually_lock(
         }
     }
 }
+
+#[tokio::test]
+async fn connect_cluster_refuses_bad_input_promptly() {
+    let options = ClientOptions::default().connect_timeout(Duration::from_millis(300));
+    let refused = |result: redis_locks::Result<Client>| match result {
+        Err(err) => err,
+        Ok(_) => panic!("connected"),
+    };
+    let err = refused(Client::connect_cluster(&[], options.clone()).await);
+    assert!(
+        matches!(err, redis_locks::Error::InvalidUrl { .. }),
+        "{err}"
+    );
+    for bad in [
+        "",
+        "localhost:7000",
+        "http://127.0.0.1:7000",
+        "redis://127.0.0.1:0",
+    ] {
+        let err = refused(Client::connect_cluster(&[bad], options.clone()).await);
+        assert!(
+            matches!(err, redis_locks::Error::InvalidUrl { .. }),
+            "{bad}: {err}"
+        );
+    }
+    let slow = options.clone().response_timeout(Duration::from_secs(9));
+    let err = refused(Client::connect_cluster(&["redis://127.0.0.1:7000"], slow).await);
+    assert!(
+        matches!(err, redis_locks::Error::InvalidDuration { .. }),
+        "{err}"
+    );
+    // A seed where nothing listens: a connection error, in bounded time.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let started = Instant::now();
+    let seed = format!("redis://127.0.0.1:{port}");
+    let err = refused(Client::connect_cluster(&[&seed], options.clone()).await);
+    assert!(err.is_connection(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // A single server that is not a cluster.
+    let server = test_support::RedisServer::start().unwrap();
+    let err = refused(Client::connect_cluster(&[&server.url()], options).await);
+    assert!(
+        err.to_string().contains("cluster support disabled"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+}

@@ -22,6 +22,11 @@ use super::sentinel::Master;
 use super::{ClientOptions, connect_error, open, redact};
 use crate::error::{Error, Phase, Result};
 
+/// The longest response timeout a cluster client may have: a release's tombstone lasts
+/// 10 s (`RELEASED_MS` in `wait/waiters.lua`), and a retry of the release must come within
+/// it.
+const MAX_CLUSTER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(8);
+
 /// Where a node's requests go.
 pub(super) enum Backend {
     /// One server.
@@ -146,6 +151,18 @@ pub(super) fn cluster_builder(
     for seed in seeds {
         // The same checks as a one-server URL (scheme, host, port).
         open(seed, options)?;
+    }
+    // A request and its retries end within the response timeout; a release's tombstone
+    // (see `RETRIED` in waiters.lua) must outlast them.
+    if options.get_response_timeout() > MAX_CLUSTER_RESPONSE_TIMEOUT {
+        return Err(Error::InvalidDuration {
+            what: "response timeout",
+            value: options.get_response_timeout(),
+            reason: format!(
+                "at most {MAX_CLUSTER_RESPONSE_TIMEOUT:?} on a cluster (a release retried \
+                 later could no longer tell that it had released)"
+            ),
+        });
     }
     Ok(ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(options.get_connect_timeout())
