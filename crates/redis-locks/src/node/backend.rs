@@ -13,14 +13,15 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisResult, Value};
 
+use super::connect::{connect_error, no_connection_within, open};
 use super::sentinel::Master;
-use super::{ClientOptions, connect_error, open, redact};
-use crate::error::{Error, Phase, Result};
+use super::{ClientOptions, redact};
+use crate::error::{Error, Result};
 
 /// The longest response timeout a cluster client may have: a release's tombstone lasts
 /// 10 s (`RELEASED_MS` in `wait/waiters.lua`), and a retry of the release must come within
@@ -79,36 +80,6 @@ impl Backend {
             Backend::Server(connection) => Some(connection.clone()),
             _ => None,
         }
-    }
-}
-
-/// Opens a connection manager on `client` within `options`' budget: the manager retries the
-/// first connection too, so the whole of it is bounded, and an unreachable server fails in a
-/// known time.
-pub(super) async fn manager(
-    url: &str,
-    client: redis::Client,
-    config: ConnectionManagerConfig,
-    options: &ClientOptions,
-) -> Result<ConnectionManager> {
-    let budget = (options.get_connect_timeout() + Duration::from_secs(1))
-        * (options.get_reconnect_attempts() as u32 + 1);
-    let connect = ConnectionManager::new_with_config(client, config);
-    match tokio::time::timeout(budget, connect).await {
-        Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(source)) => Err(connect_error(url, source)),
-        Err(_) => Err(no_connection_within(budget)),
-    }
-}
-
-/// The error of a connection not made within `budget`.
-pub(super) fn no_connection_within(budget: Duration) -> Error {
-    Error::Connection {
-        phase: Phase::Connect,
-        source: redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no connection within {budget:?}"),
-        )),
     }
 }
 

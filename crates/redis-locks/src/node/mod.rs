@@ -17,6 +17,7 @@
 //! not one node.
 
 mod backend;
+mod connect;
 mod naming;
 mod options;
 mod pubsub;
@@ -30,11 +31,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManagerConfig;
 use redis::{FromRedisValue, ServerErrorKind, Value};
 
 use crate::error::{Error, Phase, Result};
 
+use connect::{connect_error, open};
 pub(crate) use naming::NamingTurn;
 pub use options::ClientOptions;
 pub(crate) use pubsub::{Listener, Subscription, WAKE_ALL};
@@ -79,7 +80,7 @@ impl Node {
             pubsub::Source::Server(client.clone()),
             options.get_connect_timeout(),
         );
-        let connection = backend::manager(url, client, config, &options).await?;
+        let connection = connect::manager(url, client, config, &options).await?;
         Node::checked(url, backend::Backend::Server(connection), options, pubsub).await
     }
 
@@ -502,24 +503,6 @@ impl Node {
     }
 }
 
-/// The redis-rs client of `url` and the connection manager's settings from `options`.
-fn open(url: &str, options: &ClientOptions) -> Result<(redis::Client, ConnectionManagerConfig)> {
-    url::check_url(url).map_err(|reason| Error::InvalidUrl {
-        url: redact(url),
-        reason,
-    })?;
-    let client = redis::Client::open(url).map_err(|source| Error::InvalidUrl {
-        url: redact(url),
-        reason: source.to_string(),
-    })?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(options.get_connect_timeout()))
-        .set_response_timeout(Some(options.get_response_timeout()))
-        .set_number_of_retries(options.get_reconnect_attempts())
-        .set_max_delay(Duration::from_secs(1));
-    Ok((client, config))
-}
-
 /// A reply read whole, in the shape the caller expects: one of another shape (a foreign
 /// script under the same SHA, a companion key holding what this crate never wrote) is
 /// [`Error::UnexpectedReply`], not a broken connection.
@@ -538,23 +521,4 @@ fn request_error(phase: Phase, keys: &[&str], err: redis::RedisError) -> Error {
         redis::ErrorKind::Parse => Error::Connection { phase, source: err },
         _ => Error::from_redis(phase, keys, err),
     }
-}
-
-/// What a failure to connect means: refused access, something that is not Redis, or no
-/// connection.
-fn connect_error(url: &str, source: redis::RedisError) -> Error {
-    if crate::error::is_auth_failure(&source) {
-        return Error::Auth {
-            phase: Phase::Connect,
-            source,
-        };
-    }
-    // Bytes that do not parse as RESP: something else listens on that port.
-    if source.kind() == redis::ErrorKind::Parse {
-        return Error::NotRedis {
-            url: redact(url),
-            detail: "its reply does not parse as the Redis protocol".into(),
-        };
-    }
-    Error::from_redis(Phase::Connect, &[], source)
 }

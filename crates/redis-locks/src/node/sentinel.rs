@@ -19,8 +19,8 @@ use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
 use tokio::sync::watch;
 
-use super::backend::manager;
-use super::{ClientOptions, connect_error, open, redact};
+use super::connect::{connect_error, manager, no_connection_within, open};
+use super::{ClientOptions, redact};
 use crate::error::{Error, Phase, Result};
 
 /// How often the sentinels are asked for the master even when none announced a switch.
@@ -294,10 +294,10 @@ async fn resolve(sentinels: &[&str], name: &str, options: &ClientOptions) -> Res
                 })
             }
             Ok(Err(source)) => last = Some(connect_error(sentinel, source)),
-            Err(_) => last = Some(super::backend::no_connection_within(budget)),
+            Err(_) => last = Some(no_connection_within(budget)),
         }
     }
-    Err(last.unwrap_or_else(|| super::backend::no_connection_within(Duration::ZERO)))
+    Err(last.unwrap_or_else(|| no_connection_within(Duration::ZERO)))
 }
 
 /// Connects to the data node at `address` with `auth`, checking that it is a master.
