@@ -5,16 +5,28 @@
 
 use redis_locks::LockKeys;
 
+use crate::endpoint::Endpoint;
 use crate::exit::CliError;
 
-/// Deletes the fencing counters of `locks` and their epochs, over a connection of its own
-/// to `url`.
+/// Deletes the fencing counters of `locks` and their epochs, over connections of its own
+/// ([`Endpoint::sides`]): on every server of a Redlock, on the master of each lock's slot in
+/// a cluster, on the current master under Sentinel.
 ///
 /// # Errors
 /// [`CliError::Unavailable`] when Redis refused or did not answer: the counters stay, and
 /// the user should hear that the run left keys behind.
-pub async fn delete_counters(url: &str, locks: &[&str]) -> Result<(), CliError> {
-    let mut connection = crate::connection(url).await?;
+pub async fn delete_counters(endpoint: &Endpoint, locks: &[&str]) -> Result<(), CliError> {
+    let mut outcome = Ok(());
+    for connection in endpoint.sides().await? {
+        outcome = outcome.and(delete_on(connection, locks).await);
+    }
+    outcome
+}
+
+async fn delete_on(
+    mut connection: crate::endpoint::SideConnection,
+    locks: &[&str],
+) -> Result<(), CliError> {
     for lock in locks {
         let keys = LockKeys::new(lock)?;
         redis::cmd("DEL")

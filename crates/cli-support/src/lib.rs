@@ -1,16 +1,19 @@
 //! What the redis-locks command-line programs (`redis-locks` and `redis-locks-bench`) share,
 //! so that both say the same things the same way: the exit codes and the error type that
-//! carries them ([`exit`]), the Redis a command uses ([`redis_target`]: the one named, or a
-//! private server), the cleanup of fencing counters ([`leftovers`]), a connection of their
+//! carries them ([`exit`]), the Redis a command uses ([`topology`]: `--cluster`, `--sentinel`
+//! beside `--redis`; [`redis_target`]: the one named, or private servers; [`endpoint`]: how
+//! every process connects to it), the cleanup of fencing counters ([`leftovers`]), a connection of their
 //! own beside the lock client's ([`connection`]), durations on the command line
 //! ([`parse_duration`]), and the frame of `main` ([`parse`], [`block_on`]).
 //!
 //! Not published: it exists for the two binaries of this workspace.
 
+pub mod endpoint;
 pub mod exit;
 pub mod leftovers;
 pub mod primitive;
 pub mod redis_target;
+pub mod topology;
 
 use std::future::Future;
 use std::process::ExitCode;

@@ -1,84 +1,223 @@
-//! Which Redis a command talks to: the one named by `--redis` / `REDIS_URL`, or a private
-//! `redis-server` started for this run on a free loopback port (installed from Debian's
-//! packages when missing).
+//! Which Redis a command talks to: the one named by `--redis` / `REDIS_URL` (several: a
+//! Redlock's servers), a Redis Cluster (`--cluster`), a Sentinel-watched master
+//! (`--sentinel --master`), or private ones started for this run on free loopback ports
+//! (`redis-server` installed from Debian's packages when missing): a server, a cluster of 3
+//! masters, or a master with 2 replicas and 3 sentinels.
 
 use std::process::Command;
 
-use test_support::{RedisServer, redis_server_installed};
+use redis_locks::{Client, ClientOptions};
+use test_support::{RedisCluster, RedisServer, SentinelSet, redis_server_installed};
 
+use crate::endpoint::Endpoint;
 use crate::exit::CliError;
+use crate::topology::Wanted;
 
-/// The Redis a command uses; a private server is stopped when this is dropped.
+/// Where `run` and `status` look for Redis when no URL is given.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+/// Where `run` and `status` look for a sentinel when a bare `--sentinel` is given.
+pub const DEFAULT_SENTINEL_URL: &str = "redis://127.0.0.1:26379";
+/// The name a private Sentinel set-up watches its master under, unless `--master` says.
+pub const PRIVATE_MASTER: &str = "mymaster";
+/// The masters of a private cluster.
+pub const PRIVATE_CLUSTER_MASTERS: usize = 3;
+/// The replicas and sentinels of a private Sentinel set-up.
+pub const PRIVATE_SENTINEL: (usize, usize) = (2, 3);
+
+/// The private servers a run started; stopped when dropped.
+enum Private {
+    None,
+    Servers(Vec<RedisServer>),
+    Cluster(RedisCluster),
+    Sentinel(SentinelSet),
+}
+
+/// The Redis a command uses; private servers are stopped when this is dropped.
 pub struct RedisTarget {
-    /// The URL to connect to (the first node's, with several).
-    pub url: String,
-    /// The private server, when this run started one (the first, with several).
-    pub private: Option<RedisServer>,
-    /// The other nodes' URLs, when several independent servers were given or started (a
-    /// Redlock's nodes): the first node is `url`.
-    pub more: Vec<String>,
-    /// The other private servers this run started.
-    more_private: Vec<RedisServer>,
+    endpoint: Endpoint,
+    private: Private,
 }
 
 impl RedisTarget {
-    /// Uses `url` when given; otherwise starts a private server (installing it first if needed).
-    pub fn resolve(url: Option<String>) -> Result<RedisTarget, CliError> {
-        RedisTarget::resolve_nodes(url.into_iter().collect(), 1)
-    }
-
-    /// Uses `urls` when any are given; otherwise starts `nodes` private servers (installing
-    /// redis-server first if needed), each on its own free port.
-    pub fn resolve_nodes(urls: Vec<String>, nodes: usize) -> Result<RedisTarget, CliError> {
-        let mut urls = urls.into_iter();
-        if let Some(url) = urls.next() {
-            return Ok(RedisTarget {
-                url,
-                private: None,
-                more: urls.collect(),
-                more_private: Vec::new(),
-            });
+    /// What `wanted` names, with private servers started for what it leaves open: servers
+    /// (`nodes` of them, each on its own free port) when no `--redis` is given, a cluster of
+    /// 3 masters for a bare `--cluster`, a master with 2 replicas and 3 sentinels for a bare
+    /// `--sentinel`.
+    ///
+    /// # Errors
+    /// [`CliError::Usage`] for `nodes` other than 1 with a cluster or Sentinel;
+    /// [`CliError::Unavailable`] when the private servers cannot be started.
+    pub fn private_or(wanted: Wanted, nodes: usize) -> Result<RedisTarget, CliError> {
+        if nodes > 1 && !matches!(wanted, Wanted::Servers(_)) {
+            return Err(CliError::Usage(
+                "--nodes starts independent servers for a Redlock; not with --cluster or \
+                 --sentinel"
+                    .into(),
+            ));
         }
-        ensure_installed()?;
-        let mut servers = test_support::start_many(nodes.max(1)).map_err(|err| {
-            CliError::Unavailable(format!("could not start a private redis-server: {err}"))
-        })?;
-        let first = servers.remove(0);
-        Ok(RedisTarget {
-            url: first.url(),
-            private: Some(first),
-            more: servers.iter().map(RedisServer::url).collect(),
-            more_private: servers,
-        })
+        let unavailable = |what: &str, err: test_support::SpawnError| {
+            CliError::Unavailable(format!("could not start {what}: {err}"))
+        };
+        match wanted {
+            Wanted::Servers(urls) if urls.is_empty() => {
+                ensure_installed()?;
+                let servers = test_support::start_many(nodes.max(1))
+                    .map_err(|err| unavailable("a private redis-server", err))?;
+                Ok(RedisTarget {
+                    endpoint: Endpoint::Servers(servers.iter().map(RedisServer::url).collect()),
+                    private: Private::Servers(servers),
+                })
+            }
+            Wanted::Cluster(seeds) if seeds.is_empty() => {
+                ensure_installed()?;
+                let cluster = RedisCluster::start(PRIVATE_CLUSTER_MASTERS, 0)
+                    .map_err(|err| unavailable("a private Redis Cluster", err))?;
+                Ok(RedisTarget {
+                    endpoint: Endpoint::Cluster(cluster.seed_urls()),
+                    private: Private::Cluster(cluster),
+                })
+            }
+            Wanted::Sentinel { sentinels, master } if sentinels.is_empty() => {
+                ensure_installed()?;
+                let master = master.unwrap_or_else(|| PRIVATE_MASTER.to_string());
+                let (replicas, count) = PRIVATE_SENTINEL;
+                let set = SentinelSet::builder()
+                    .replicas(replicas)
+                    .sentinels(count)
+                    .master_name(&master)
+                    .start()
+                    .map_err(|err| unavailable("a private Sentinel set-up", err))?;
+                Ok(RedisTarget {
+                    endpoint: Endpoint::Sentinel {
+                        sentinels: set.sentinel_urls(),
+                        master,
+                    },
+                    private: Private::Sentinel(set),
+                })
+            }
+            wanted => RedisTarget::local_or(wanted),
+        }
     }
 
-    /// Every node's URL, the first first.
-    pub fn urls(&self) -> Vec<String> {
-        std::iter::once(self.url.clone())
-            .chain(self.more.iter().cloned())
-            .collect()
+    /// What `wanted` names, with this machine's default ports for what it leaves open:
+    /// redis://127.0.0.1:6379 for a server or a cluster seed, redis://127.0.0.1:26379 for a
+    /// sentinel.
+    ///
+    /// # Errors
+    /// [`CliError::Usage`] for a Sentinel without a master name.
+    pub fn local_or(wanted: Wanted) -> Result<RedisTarget, CliError> {
+        let or_default = |urls: Vec<String>, default: &str| {
+            if urls.is_empty() {
+                vec![default.to_string()]
+            } else {
+                urls
+            }
+        };
+        let endpoint = match wanted {
+            Wanted::Servers(urls) => Endpoint::Servers(or_default(urls, DEFAULT_URL)),
+            Wanted::Cluster(seeds) => Endpoint::Cluster(or_default(seeds, DEFAULT_URL)),
+            Wanted::Sentinel { sentinels, master } => Endpoint::Sentinel {
+                sentinels: or_default(sentinels, DEFAULT_SENTINEL_URL),
+                master: master.ok_or_else(|| {
+                    CliError::Usage(
+                        "--sentinel needs --master NAME (or REDIS_MASTER): the name the \
+                         sentinels watch the master under"
+                            .into(),
+                    )
+                })?,
+            },
+        };
+        Ok(RedisTarget::at(endpoint))
+    }
+
+    /// The server `url` names, or a private one: what `--redis URL` alone gives.
+    ///
+    /// # Errors
+    /// [`CliError::Unavailable`] when no private server can be started.
+    pub fn resolve(url: Option<String>) -> Result<RedisTarget, CliError> {
+        RedisTarget::private_or(Wanted::Servers(url.into_iter().collect()), 1)
+    }
+
+    /// The first server's URL; empty for a cluster or Sentinel (see
+    /// [`Endpoint::server_url`]).
+    pub fn url(&self) -> &str {
+        self.endpoint.server_url().unwrap_or_default()
+    }
+
+    /// `endpoint`, started by someone else.
+    pub fn at(endpoint: Endpoint) -> RedisTarget {
+        RedisTarget {
+            endpoint,
+            private: Private::None,
+        }
+    }
+
+    /// Where the locks live, as worker processes can be told it.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Whether this run started the servers (and may do what it likes with them).
+    pub fn is_private(&self) -> bool {
+        !matches!(self.private, Private::None)
+    }
+
+    /// A lock client, the one way every command connects: see [`Endpoint::connect`].
+    ///
+    /// # Errors
+    /// As [`Endpoint::connect`].
+    pub async fn connect(&self, options: ClientOptions) -> Result<Client, CliError> {
+        self.endpoint.connect(options).await
     }
 
     /// One line that says which Redis this is, for a report's header.
     pub fn describe(&self) -> String {
-        let nodes = 1 + self.more.len();
-        match &self.private {
-            Some(server) if nodes > 1 => format!(
-                "{nodes} private redis-servers ({}) on 127.0.0.1 ports {}, started for this run and stopped at its end",
+        let ports = |servers: &[RedisServer]| {
+            servers
+                .iter()
+                .map(|server| server.port().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let private = "started for this run and stopped at its end";
+        match (&self.private, &self.endpoint) {
+            (Private::Servers(servers), _) if servers.len() > 1 => format!(
+                "{} private redis-servers ({}) on 127.0.0.1 ports {}, {private}",
+                servers.len(),
                 server_version(),
-                std::iter::once(server)
-                    .chain(&self.more_private)
-                    .map(|server| server.port().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                ports(servers)
             ),
-            Some(server) => format!(
-                "a private redis-server ({}) on 127.0.0.1:{}, started for this run and stopped at its end",
+            (Private::Servers(servers), _) => format!(
+                "a private redis-server ({}) on 127.0.0.1:{}, {private}",
                 server_version(),
-                server.port()
+                ports(servers)
             ),
-            None if nodes > 1 => format!("{} (from --redis / REDIS_URL)", self.urls().join(", ")),
-            None => format!("{} (from --redis / REDIS_URL)", self.url),
+            (Private::Cluster(cluster), _) => format!(
+                "a private Redis Cluster of {} masters ({}) on 127.0.0.1 ports {}, {private}",
+                cluster.nodes().len(),
+                server_version(),
+                ports(cluster.nodes())
+            ),
+            (Private::Sentinel(set), Endpoint::Sentinel { master, .. }) => format!(
+                "a private Sentinel set-up ({}): master {master} on 127.0.0.1:{} with {} \
+                 replicas, watched by {} sentinels on ports {}, {private}",
+                server_version(),
+                set.data_ports().first().copied().unwrap_or_default(),
+                set.servers().len().saturating_sub(1),
+                set.sentinels().len(),
+                ports(set.sentinels())
+            ),
+            (_, Endpoint::Servers(urls)) => {
+                format!("{} (from --redis / REDIS_URL)", urls.join(", "))
+            }
+            (_, Endpoint::Cluster(seeds)) => format!(
+                "a Redis Cluster via {} (from --cluster / REDIS_CLUSTER)",
+                seeds.join(", ")
+            ),
+            (_, Endpoint::Sentinel { sentinels, master }) => format!(
+                "Sentinel master {master} via {} (from --sentinel / REDIS_SENTINEL)",
+                sentinels.join(", ")
+            ),
         }
     }
 }
@@ -105,7 +244,7 @@ pub fn ensure_installed() -> Result<(), CliError> {
     if redis_server_installed() {
         return Ok(());
     }
-    let manual = "install it yourself (sudo apt-get install -y redis-server), or pass --redis URL";
+    let manual = "install it yourself (sudo apt-get install -y redis-server redis-tools), or pass --redis URL";
     if Command::new("apt-get").arg("--version").output().is_err() {
         return Err(CliError::Unavailable(format!(
             "redis-server is not installed and there is no apt-get here: {manual}"

@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use cli_support::endpoint::SideConnection;
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 /// The bare owner-checked release: delete the key if it still holds the caller's token.
 static BARE_RELEASE: LazyLock<Script> =
@@ -17,14 +17,15 @@ static BARE_RELEASE: LazyLock<Script> =
 /// A bare lock on one connection, counting the requests it sends.
 #[derive(Clone)]
 pub struct BareLock {
-    connection: ConnectionManager,
+    connection: SideConnection,
     lease_ms: u64,
     requests: std::sync::Arc<AtomicU64>,
 }
 
 impl BareLock {
-    /// A bare lock with the given lease, over `connection`.
-    pub fn new(connection: ConnectionManager, lease: Duration) -> BareLock {
+    /// A bare lock with the given lease, over `connection` (to a server, or a cluster
+    /// connection that sends each key's commands to the master of its slot).
+    pub fn new(connection: SideConnection, lease: Duration) -> BareLock {
         BareLock {
             connection,
             lease_ms: lease.as_millis() as u64,

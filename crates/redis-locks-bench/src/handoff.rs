@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis_locks::history::{Interval, check_modes, now_nanos};
-use redis_locks::{Client, OwnerToken};
+use redis_locks::{Client, ClientOptions, OwnerToken};
 use serde::Serialize;
 
 use super::baseline::BareLock;
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
+use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
 use cli_support::leftovers::delete_counters;
 use cli_support::primitive::{Handle, Primitive};
@@ -125,8 +126,14 @@ impl Kind {
 }
 
 impl HandoffArgs {
-    /// Refuses the options that do not go with the variant asked for.
-    pub(crate) fn check(&self) -> Result<(), CliError> {
+    /// Refuses the options that do not go with the variant asked for, or with `topology`
+    /// (`--cluster` or `--sentinel`, when given).
+    pub(crate) fn check(&self, topology: Option<&str>) -> Result<(), CliError> {
+        if let (Some(flag), Some(Kind::Redlock)) = (topology, self.kind) {
+            return Err(CliError::Usage(format!(
+                "--kind redlock takes independent servers (--redis), not {flag}"
+            )));
+        }
         if self.compare_layouts && !matches!(self.kind, None | Some(Kind::Mutex | Kind::FairMutex))
         {
             return Err(CliError::Usage(
@@ -147,11 +154,11 @@ impl HandoffArgs {
         Ok(())
     }
 
-    /// The variants to run, in order, with `nodes` nodes given.
-    fn kinds(&self, nodes: usize) -> Vec<Kind> {
+    /// The variants to run, in order, on a Redlock's servers or not.
+    fn kinds(&self, redlock: bool) -> Vec<Kind> {
         match self.kind {
             Some(kind) => vec![kind],
-            None if nodes > 1 => vec![Kind::Mutex, Kind::FairMutex, Kind::Polling, Kind::Redlock],
+            None if redlock => vec![Kind::Mutex, Kind::FairMutex, Kind::Polling, Kind::Redlock],
             None => vec![Kind::Mutex, Kind::FairMutex, Kind::Polling],
         }
     }
@@ -244,6 +251,8 @@ struct Record {
 #[derive(Debug, Clone, Serialize)]
 struct Setup {
     bench: &'static str,
+    /// Where the lock lives: `server`, `redlock`, `cluster` or `sentinel`.
+    topology: &'static str,
     variant: Kind,
     workers: u16,
     client_per_worker: bool,
@@ -345,28 +354,28 @@ enum Report {
 /// Runs the variants one after another and prints a table, or one JSON object per variant
 /// with `json`. A recorded overlap or token regression fails the run once the figures are
 /// out.
-pub async fn run(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), CliError> {
-    args.check()?;
+pub async fn run(endpoint: &Endpoint, args: &HandoffArgs, json: bool) -> Result<(), CliError> {
     if args.compare_layouts {
-        return compare_layouts(&urls[..1], args, json).await;
+        return compare_layouts(&endpoint.first(), args, json).await;
     }
     let run_id = format!("{:08x}", rand::random::<u32>());
     let mut reports = Vec::new();
-    for kind in args.kinds(urls.len()) {
-        // Every variant but the Redlock runs on the first node.
-        let urls = match kind {
-            Kind::Redlock => urls,
-            _ => &urls[..1],
+    for kind in args.kinds(endpoint.is_redlock()) {
+        // Every variant but the Redlock runs on the first node (or the cluster, or the
+        // Sentinel master).
+        let endpoint = match kind {
+            Kind::Redlock => endpoint.clone(),
+            _ => endpoint.first(),
         };
         let lock = format!("bench:handoff:{run_id}:{}", kind.label());
         let bar = progress(kind.label(), args.duration, json);
         let ticker = Ticker::start(bar);
         let measured = if args.processes > 1 {
-            processes(urls, kind, &lock, args, RUN_LEAD).await
+            processes(&endpoint, kind, &lock, args, RUN_LEAD).await
         } else {
             let start_ns = now_nanos();
             workers(
-                urls,
+                &endpoint,
                 kind,
                 &lock,
                 0..args.workers(kind) as usize,
@@ -377,13 +386,10 @@ pub async fn run(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), 
         };
         drop(ticker);
         // The lock's fencing counter goes, whether or not the variant got through.
-        let mut cleaned = Ok(());
-        for url in urls {
-            cleaned = cleaned.and(delete_counters(url, &[&lock]).await);
-        }
+        let cleaned = delete_counters(&endpoint, &[&lock]).await;
         let (records, requests) = measured?;
         cleaned?;
-        let report = analyse(kind, args, &records, requests);
+        let report = analyse(kind, args, endpoint.kind(), &records, requests);
         if json {
             println!("{}", serde_json::to_string(&report).expect("plain data"));
         }
@@ -456,7 +462,11 @@ const RUN_LEAD: Duration = Duration::from_millis(1500);
 
 /// `--compare-layouts`: the variant in three layouts, in 10 alternating slices (which layout
 /// goes first turns round), on the first node.
-async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Result<(), CliError> {
+async fn compare_layouts(
+    endpoint: &Endpoint,
+    args: &HandoffArgs,
+    json: bool,
+) -> Result<(), CliError> {
     const SLICES: u32 = 10;
     // Time for a slice's processes to start and connect (they start again for every slice).
     const SLICE_LEAD: Duration = Duration::from_millis(500);
@@ -503,10 +513,10 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
             let layout = &mut layouts[i];
             let slice_args = slice_args(layout);
             let ran = if layout.processes > 1 {
-                self::processes(urls, kind, &locks[i], &slice_args, SLICE_LEAD).await
+                self::processes(endpoint, kind, &locks[i], &slice_args, SLICE_LEAD).await
             } else {
                 let ids = 0..slice_args.workers(kind) as usize;
-                workers(urls, kind, &locks[i], ids, &slice_args, now_nanos()).await
+                workers(endpoint, kind, &locks[i], ids, &slice_args, now_nanos()).await
             };
             let (records, requests) = match ran {
                 Ok(ran) => ran,
@@ -515,7 +525,9 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
                     break 'slices;
                 }
             };
-            let Report::Mutex(report) = analyse(kind, &slice_args, &records, requests) else {
+            let Report::Mutex(report) =
+                analyse(kind, &slice_args, endpoint.kind(), &records, requests)
+            else {
                 unreachable!("a mutex variant");
             };
             layout.acquisitions += report.all.acquisitions;
@@ -528,7 +540,7 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
     drop(ticker);
     // The locks' fencing counters go, whether or not the run got through.
     let names: Vec<&str> = locks.iter().map(String::as_str).collect();
-    let cleaned = delete_counters(&urls[0], &names).await;
+    let cleaned = delete_counters(endpoint, &names).await;
     measured?;
     cleaned?;
     let seconds = (args.duration / SLICES * SLICES).as_secs_f64();
@@ -618,7 +630,7 @@ async fn compare_layouts(urls: &[String], args: &HandoffArgs, json: bool) -> Res
 /// run's duration: fresh clients (one, or one per worker), so their requests are this run's;
 /// the polling baseline goes over a connection of its own.
 async fn workers(
-    urls: &[String],
+    endpoint: &Endpoint,
     kind: Kind,
     lock: &str,
     ids: std::ops::Range<usize>,
@@ -634,13 +646,9 @@ async fn workers(
     };
     let mut clients: Vec<Vec<Client>> = Vec::with_capacity(sets);
     for _ in 0..sets {
-        let mut set = Vec::with_capacity(urls.len());
-        for url in urls {
-            set.push(Client::connect(url).await?);
-        }
-        clients.push(set);
+        clients.push(endpoint.connect_each(ClientOptions::default()).await?);
     }
-    let bare = BareLock::new(cli_support::connection(&urls[0]).await?, lease);
+    let bare = BareLock::new(endpoint.side().await?, lease);
     let occupancy = Arc::new(Occupancy::default());
     let since_start = move || Duration::from_nanos(now_nanos().saturating_sub(start_ns));
     let deadline = args.duration;
@@ -733,7 +741,7 @@ enum ShareLine {
 /// started again with the hidden `handoff-worker`), all starting `lead` from now, and gathers
 /// their records and requests.
 async fn processes(
-    urls: &[String],
+    endpoint: &Endpoint,
     kind: Kind,
     lock: &str,
     args: &HandoffArgs,
@@ -751,10 +759,7 @@ async fn processes(
     for share in 0..shares {
         let count = total / shares + usize::from(share < total % shares);
         let mut command = tokio::process::Command::new(&program);
-        command.arg("--json");
-        for url in urls {
-            command.arg("--redis").arg(url);
-        }
+        command.arg("--json").args(endpoint.args());
         command
             .arg("handoff-worker")
             .args(["--kind", kind.cli_name(), "--lock", lock])
@@ -814,13 +819,20 @@ async fn processes(
 
 /// One process's share of a `--processes` run: runs its workers and prints their records and
 /// requests as JSON lines for the parent.
-pub async fn worker_process(urls: &[String], args: &HandoffWorkerArgs) -> Result<(), CliError> {
+pub async fn worker_process(endpoint: &Endpoint, args: &HandoffWorkerArgs) -> Result<(), CliError> {
     let ids = args.first..args.first + args.count;
     let kind = args.handoff.kind.ok_or_else(|| {
         CliError::Usage("handoff-worker runs the one variant --kind names".into())
     })?;
-    let (records, requests) =
-        workers(urls, kind, &args.lock, ids, &args.handoff, args.start_ns).await?;
+    let (records, requests) = workers(
+        endpoint,
+        kind,
+        &args.lock,
+        ids,
+        &args.handoff,
+        args.start_ns,
+    )
+    .await?;
     let mut out = String::new();
     for record in records {
         out.push_str(&serde_json::to_string(&ShareLine::Record(record)).expect("plain data"));
@@ -832,11 +844,18 @@ pub async fn worker_process(urls: &[String], args: &HandoffWorkerArgs) -> Result
 }
 
 /// The figures of one variant from its workers' records and the requests of their clients.
-fn analyse(kind: Kind, args: &HandoffArgs, records: &[Record], requests: u64) -> Report {
+fn analyse(
+    kind: Kind,
+    args: &HandoffArgs,
+    topology: &'static str,
+    records: &[Record],
+    requests: u64,
+) -> Report {
     let seconds = args.duration.as_secs_f64();
     let workers = args.workers(kind);
     let setup = Setup {
         bench: "handoff",
+        topology,
         variant: kind,
         workers,
         client_per_worker: args.client_per_worker,

@@ -14,9 +14,11 @@ mod throughput;
 
 use std::time::Duration;
 
+use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
 use cli_support::parse_duration;
 use cli_support::redis_target::RedisTarget;
+use cli_support::topology::Wanted;
 
 pub use baseline::BareLock;
 pub use handoff::{HandoffArgs, HandoffWorkerArgs};
@@ -43,10 +45,22 @@ pub enum Bench {
 }
 
 impl Bench {
-    /// Refuses options that do not go together (before any server is started for the run).
-    pub fn check(&self) -> Result<(), CliError> {
-        match self {
-            Bench::Handoff(args) => args.check(),
+    /// Refuses options that do not go together, with what `wanted` names (before any server
+    /// is started for the run).
+    pub fn check(&self, wanted: &Wanted) -> Result<(), CliError> {
+        let topology = match wanted {
+            Wanted::Servers(_) => None,
+            Wanted::Cluster(_) => Some("--cluster"),
+            Wanted::Sentinel { .. } => Some("--sentinel"),
+        };
+        match (self, topology) {
+            (Bench::Handoff(args), _) => args.check(topology),
+            (Bench::Throughput(args), _) => args.check(topology),
+            (Bench::Market(_), Some("--cluster")) => Err(CliError::Usage(
+                "market runs on one server (--redis) or a Sentinel master: its transactions \
+                 (WATCH, MULTI) span keys of several hash slots"
+                    .into(),
+            )),
             _ => Ok(()),
         }
     }
@@ -58,10 +72,17 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
         println!("Redis: {}\n", target.describe());
     }
     match bench {
-        Bench::Throughput(args) => throughput::run(&target.urls(), args, json).await,
-        Bench::Handoff(args) => handoff::run(&target.urls(), args, json).await,
-        Bench::Market(args) => market::run(&target.url, args, json).await,
-        Bench::HandoffWorker(args) => handoff::worker_process(&target.urls(), args).await,
+        Bench::Throughput(args) => throughput::run(target, args, json).await,
+        Bench::Handoff(args) => handoff::run(target.endpoint(), args, json).await,
+        Bench::Market(args) => {
+            let url = match target.endpoint() {
+                // The market's own connections go to the master the sentinels name now.
+                endpoint @ Endpoint::Sentinel { .. } => endpoint.master_url().await?,
+                endpoint => endpoint.server_url().unwrap_or_default().to_string(),
+            };
+            market::run(&url, args, json).await
+        }
+        Bench::HandoffWorker(args) => handoff::worker_process(target.endpoint(), args).await,
     }
 }
 

@@ -12,6 +12,7 @@ use clap::Parser;
 use cli_support::Flavor;
 use cli_support::exit::CliError;
 use cli_support::redis_target::RedisTarget;
+use cli_support::topology::TopologyArgs;
 use redis_locks_bench::Bench;
 
 /// Measure performance: `throughput` (lock cost), `handoff` (one contended lock) and
@@ -19,6 +20,10 @@ use redis_locks_bench::Bench;
 #[derive(Debug, Parser)]
 #[command(name = "redis-locks-bench", after_help = EXIT_CODES)]
 struct Cli {
+    // Before `--redis`: it asks whether `--redis` came from the environment, and clap hands
+    // each field its values in turn.
+    #[command(flatten)]
+    topology: TopologyArgs,
     /// Redis to use; without it a private redis-server is started. Several (repeated, or a
     /// comma list in REDIS_URL) are the independent nodes of `--kind redlock`; the other
     /// kinds use the first.
@@ -40,8 +45,17 @@ struct Cli {
     bench: Bench,
 }
 
-const EXIT_CODES: &str = "Exit codes: 0 success; 1 a check failed (an overlap, a broken market \
-invariant) or the chart cannot be written; 64 bad usage; 69 Redis unreachable, not Redis, too \
+const EXIT_CODES: &str = "Redis: --redis URL (REDIS_URL), --cluster URL... (REDIS_CLUSTER) or \
+--sentinel URL... --master NAME (REDIS_SENTINEL, REDIS_MASTER), one of the three (the command line \
+wins over the environment); without any, a private redis-server. A bare --cluster starts a private \
+cluster of 3 masters, a bare --sentinel a private master with 2 replicas and 3 sentinels; \
+`throughput` then also runs on one private server in the same run (--compare-single asks for it \
+with URLs) and prints both rows and their ratio. `market` does not run on a cluster.
+
+Exit codes: 0 success; 1 a check failed (an overlap, a broken market \
+invariant) or the chart cannot be written; 64 bad usage (--cluster with --redis or --sentinel, \
+--sentinel without --master, --master without --sentinel, a Redlock with either, a URL that is \
+not one); 69 Redis unreachable, not Redis, too \
 slow, or refusing the command, or no private server; 77 Redis refused access (NOAUTH, \
 WRONGPASS, NOPERM); 65 and 70 as `redis-locks --help` says.";
 
@@ -53,8 +67,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
-    cli.bench.check()?;
-    let target = RedisTarget::resolve_nodes(cli.redis, usize::from(cli.nodes))?;
+    let wanted = cli.topology.wanted(cli.redis)?;
+    cli.bench.check(&wanted)?;
+    let target = RedisTarget::private_or(wanted, usize::from(cli.nodes))?;
     redis_locks_bench::run(&target, &cli.bench, cli.json)
         .await
         .map(|()| 0)

@@ -4,16 +4,18 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis_locks::{Client, LockKeys, OwnerToken};
+use redis_locks::{Client, ClientOptions, LockKeys, OwnerToken};
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::baseline::{BareLock, BareQuorum};
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
+use cli_support::endpoint::{Endpoint, SideConnection};
 use cli_support::exit::CliError;
 use cli_support::leftovers::delete_counters;
 use cli_support::primitive::{Handle, Primitive};
+use cli_support::redis_target::RedisTarget;
+use cli_support::topology::Wanted;
 
 /// Options of `bench throughput`.
 #[derive(Debug, Clone, clap::Args)]
@@ -33,6 +35,27 @@ pub struct ThroughputArgs {
     /// servers; measured beside a Mutex on the first node).
     #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
     pub kind: Primitive,
+    /// With --cluster or --sentinel: also run the same workload on one private
+    /// redis-server in the same run (in alternating slices), and print both rows and their
+    /// ratio. The default with a bare --cluster or --sentinel (private ones).
+    #[arg(long)]
+    pub compare_single: bool,
+}
+
+impl ThroughputArgs {
+    /// Refuses the options that do not go together, or with `topology` (`--cluster` or
+    /// `--sentinel`, when given).
+    pub(crate) fn check(&self, topology: Option<&str>) -> Result<(), CliError> {
+        match topology {
+            Some(flag) if self.kind == Primitive::Redlock => Err(CliError::Usage(format!(
+                "--kind redlock takes independent servers (--redis), not {flag}"
+            ))),
+            None if self.compare_single => Err(CliError::Usage(
+                "--compare-single compares a --cluster or --sentinel run with one server".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// One variant's figures.
@@ -81,6 +104,15 @@ pub struct Report {
     ratio_cycle_p50_to_one_node: Option<f64>,
     /// `None` where the server refuses `MEMORY USAGE`.
     memory: Option<Memory>,
+    /// Where the locks live: `server`, `redlock`, `cluster` or `sentinel`.
+    topology: &'static str,
+    /// With `--compare-single` (or a private cluster or Sentinel set-up): the same workload
+    /// on one private redis-server, in the same run.
+    single_node: Option<Variant>,
+    /// With `single_node`: this run's acquisitions per second over the single node's.
+    ratio_ours_to_single_node: Option<f64>,
+    /// With `single_node`: this run's acquire+release p50 over the single node's.
+    ratio_cycle_p50_to_single_node: Option<f64>,
 }
 
 /// How many alternating slices each variant runs in.
@@ -96,20 +128,43 @@ enum Side {
     OneNode,
     /// The bare Redlock: `SET NX PX` and compare-and-delete on every node at once.
     BareQuorum,
+    /// The same primitive on one private server, beside a cluster or Sentinel.
+    Single,
 }
 
-/// Runs the benchmark against `url` and prints a table, or one JSON object with `json`.
-pub async fn run(urls: &[String], args: &ThroughputArgs, json: bool) -> Result<(), CliError> {
-    let urls = match args.kind {
-        Primitive::Redlock => urls,
-        _ => &urls[..1],
+/// Runs the benchmark against `target` and prints a table, or one JSON object with `json`.
+pub async fn run(target: &RedisTarget, args: &ThroughputArgs, json: bool) -> Result<(), CliError> {
+    let endpoint = match args.kind {
+        Primitive::Redlock => target.endpoint().clone(),
+        _ => target.endpoint().first(),
     };
-    let mut clients = Vec::with_capacity(urls.len());
-    for url in urls {
-        clients.push(Client::connect(url).await?);
-    }
+    let clients = endpoint.connect_each(ClientOptions::default()).await?;
+    // One private server beside a cluster or Sentinel, asked for or by default with private
+    // ones.
+    let topology = matches!(endpoint, Endpoint::Cluster(_) | Endpoint::Sentinel { .. });
+    let single = if topology && (args.compare_single || target.is_private()) {
+        let single = RedisTarget::private_or(Wanted::Servers(Vec::new()), 1)?;
+        if !json {
+            println!("Beside it: {}\n", single.describe());
+        }
+        Some(single)
+    } else {
+        None
+    };
+    let single_client = match &single {
+        Some(single) => Some(single.connect(ClientOptions::default()).await?),
+        None => None,
+    };
     let run_id = format!("{:08x}", rand::random::<u32>());
-    let measured = measure(&clients, urls, args, &run_id, json).await;
+    let measured = measure(
+        &clients,
+        single_client.as_ref(),
+        &endpoint,
+        args,
+        &run_id,
+        json,
+    )
+    .await;
     // The run's fencing counters go, whether or not it got through.
     let mut locks: Vec<String> = (0..args.workers).map(|w| worker_key(&run_id, w)).collect();
     if args.kind == Primitive::Redlock {
@@ -121,10 +176,7 @@ pub async fn run(urls: &[String], args: &ThroughputArgs, json: bool) -> Result<(
     }
     locks.push(memory_key(&run_id));
     let locks: Vec<&str> = locks.iter().map(String::as_str).collect();
-    let mut cleaned = Ok(());
-    for url in urls {
-        cleaned = cleaned.and(delete_counters(url, &locks).await);
-    }
+    let cleaned = delete_counters(&endpoint, &locks).await;
     let report = measured?;
     cleaned?;
     if json {
@@ -136,24 +188,24 @@ pub async fn run(urls: &[String], args: &ThroughputArgs, json: bool) -> Result<(
 }
 
 /// Warms up, runs every variant in alternating slices, and measures what a lock costs in
-/// memory. The bare variants and `MEMORY USAGE` go over a connection of their own to `url`.
+/// memory. The bare variants and `MEMORY USAGE` go over connections of their own
+/// ([`Endpoint::side`]); with `single`, the same primitive runs on that one server too.
 async fn measure(
     clients: &[Client],
-    urls: &[String],
+    single: Option<&Client>,
+    endpoint: &Endpoint,
     args: &ThroughputArgs,
     run_id: &str,
     json: bool,
 ) -> Result<Report, CliError> {
-    let connection = cli_support::connection(&urls[0]).await?;
+    let connection = endpoint.side().await?;
     let bare = BareLock::new(connection.clone(), Duration::from_secs(30));
     let mut bare_nodes = Vec::with_capacity(clients.len());
-    for url in urls {
-        bare_nodes.push(BareLock::new(
-            cli_support::connection(url).await?,
-            Duration::from_secs(30),
-        ));
+    for node in endpoint.sides().await? {
+        bare_nodes.push(BareLock::new(node, Duration::from_secs(30)));
     }
     let quorum = BareQuorum::new(bare_nodes);
+    let single = single.map(std::slice::from_ref);
     // Before anything is measured: take every worker's lock once, so its fencing counter is
     // seeded (a first acquisition costs one more round trip) and the release script loaded.
     let redlock = args.kind == Primitive::Redlock;
@@ -166,6 +218,10 @@ async fn measure(
             let one = Handle::new(clients, &one, Primitive::Mutex, args.lease)?;
             one.acquire().await?.release().await?;
         }
+        if let Some(single) = single {
+            let handle = Handle::new(single, &key, args.kind, args.lease)?;
+            handle.acquire().await?.release().await?;
+        }
     }
     let sides: &[Side] = if redlock {
         &[
@@ -175,12 +231,20 @@ async fn measure(
             Side::Bare,
             Side::BareFenced,
         ]
+    } else if single.is_some() {
+        &[Side::Ours, Side::Single, Side::Bare, Side::BareFenced]
     } else {
         &[Side::Ours, Side::Bare, Side::BareFenced]
     };
-    let requests = || -> u64 { clients.iter().map(super::requests).sum() };
+    let requests = || -> u64 {
+        clients
+            .iter()
+            .chain(single.into_iter().flatten())
+            .map(super::requests)
+            .sum()
+    };
     let slice = args.duration / SLICES;
-    let mut totals: [(u64, Latencies, Latencies, u64); 5] = Default::default();
+    let mut totals: [(u64, Latencies, Latencies, u64); 6] = Default::default();
     // Alternate the variants in short slices, so a noisy moment of the machine hits both alike.
     for round in 0..SLICES {
         for &side in sides {
@@ -190,12 +254,17 @@ async fn measure(
                 Side::BareQuorum => format!("bare Redlock, slice {}/{SLICES}", round + 1),
                 Side::Bare => format!("bare, slice {}/{SLICES}", round + 1),
                 Side::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
+                Side::Single => format!("one server, slice {}/{SLICES}", round + 1),
             };
             let bar = progress(&label, slice, json);
             let requests_before = requests() + bare.requests() + quorum.requests();
             let ticker = Ticker::start(bar);
+            let on = match side {
+                Side::Single => single.unwrap_or(clients),
+                _ => clients,
+            };
             let (count, latencies, cycles) =
-                phase(clients, (&bare, &quorum), side, args, slice, run_id).await?;
+                phase(on, (&bare, &quorum), side, args, slice, run_id).await?;
             drop(ticker);
             let slot = &mut totals[side as usize];
             slot.0 += count;
@@ -216,16 +285,40 @@ async fn measure(
                 requests_per_acquisition: *requests as f64 / (*count).max(1) as f64,
             }
         };
-    let ours = variant(format!("redis-locks {}", args.kind.label()), &totals[0]);
-    let bare_v = variant("bare SET NX PX + compare-and-delete".into(), &totals[1]);
-    let fenced = variant("bare fenced: SET NX PX + INCR + c-a-d".into(), &totals[2]);
+    let place = match endpoint {
+        Endpoint::Cluster(_) => " on the Redis Cluster",
+        Endpoint::Sentinel { .. } => " on the Sentinel master",
+        Endpoint::Servers(_) => "",
+    };
+    let ours = variant(
+        format!("redis-locks {}{place}", args.kind.label()),
+        &totals[Side::Ours as usize],
+    );
+    let bare_v = variant(
+        format!("bare SET NX PX + compare-and-delete{place}"),
+        &totals[Side::Bare as usize],
+    );
+    let fenced = variant(
+        format!("bare fenced: SET NX PX + INCR + c-a-d{place}"),
+        &totals[Side::BareFenced as usize],
+    );
     let ratio = |other: &Variant| ours.per_second / other.per_second.max(f64::MIN_POSITIVE);
-    let one_node =
-        redlock.then(|| variant("redis-locks Mutex, first node alone".into(), &totals[3]));
+    let one_node = redlock.then(|| {
+        variant(
+            "redis-locks Mutex, first node alone".into(),
+            &totals[Side::OneNode as usize],
+        )
+    });
     let bare_quorum = redlock.then(|| {
         variant(
             "bare Redlock: SET NX PX + c-a-d on all nodes".into(),
-            &totals[4],
+            &totals[Side::BareQuorum as usize],
+        )
+    });
+    let single_node = single.map(|_| {
+        variant(
+            format!("redis-locks {} on one private server", args.kind.label()),
+            &totals[Side::Single as usize],
         )
     });
     let cycle_ratio =
@@ -245,6 +338,10 @@ async fn measure(
         ratio_cycle_p50_to_one_node,
         bare_quorum,
         ratio_cycle_p50_to_bare_quorum,
+        topology: endpoint.kind(),
+        ratio_ours_to_single_node: single_node.as_ref().map(ratio),
+        ratio_cycle_p50_to_single_node: single_node.as_ref().map(cycle_ratio),
+        single_node,
         ours,
         bare: bare_v,
         bare_fenced: fenced,
@@ -277,7 +374,7 @@ async fn phase(
             while Instant::now() < deadline {
                 let started = Instant::now();
                 match side {
-                    Side::Ours | Side::OneNode => {
+                    Side::Ours | Side::OneNode | Side::Single => {
                         let guard = handle.acquire().await?;
                         latencies.record(started.elapsed());
                         guard.release().await?;
@@ -353,7 +450,7 @@ fn memory_key(run_id: &str) -> String {
 /// on stderr) where the server refuses `MEMORY USAGE`, as some managed services do.
 async fn memory(
     clients: &[Client],
-    connection: &ConnectionManager,
+    connection: &SideConnection,
     kind: Primitive,
     run_id: &str,
 ) -> Result<Option<Memory>, CliError> {
@@ -390,10 +487,14 @@ async fn memory(
 
 fn print_report(report: &Report) {
     println!(
-        "bench throughput: {} workers, each acquiring and releasing its own lock ({}); {:.1} s per variant in 10 alternating slices, one connection; {}\n",
+        "bench throughput: {} workers, each acquiring and releasing its own lock ({}); {:.1} s per variant in 10 alternating slices, {}; {}\n",
         report.workers,
         report.kind.label(),
         report.seconds_per_variant,
+        match report.topology {
+            "cluster" => "one connection per shard",
+            _ => "one connection",
+        },
         match report.lease_ms {
             Some(ms) => format!("explicit {ms} ms lease, no watchdog"),
             None => "default options (30 s lease renewed by a watchdog)".to_string(),
@@ -404,10 +505,12 @@ fn print_report(report: &Report) {
         "acquisitions/s".into(),
         "acquire p50".into(),
         "acquire p99".into(),
+        "acquire max".into(),
         "acquire+release p50".into(),
         "requests/acq".into(),
     ]];
     let variants = std::iter::once(&report.ours)
+        .chain(report.single_node.as_ref())
         .chain(report.one_node.as_ref())
         .chain(report.bare_quorum.as_ref())
         .chain([&report.bare, &report.bare_fenced]);
@@ -417,13 +520,24 @@ fn print_report(report: &Report) {
             format!("{:.0}", v.per_second),
             format!("{:.3} ms", v.acquire.p50_ms),
             format!("{:.3} ms", v.acquire.p99_ms),
+            format!("{:.3} ms", v.acquire.max_ms),
             format!("{:.3} ms", v.cycle.p50_ms),
             format!("{:.2}", v.requests_per_acquisition),
         ]);
     }
     print_table(&rows);
+    println!();
+    if let (Some(per_second), Some(cycle)) = (
+        report.ratio_ours_to_single_node,
+        report.ratio_cycle_p50_to_single_node,
+    ) {
+        println!(
+            "  ratio {}/one server: {per_second:.2} acquisitions/s, {cycle:.2} acquire+release p50   (the same workload on one private redis-server, in the same run)",
+            report.topology
+        );
+    }
     println!(
-        "\n  ratio ours/bare: {:.2}   (what fencing tokens, leases, owner checks and wake-ups cost in all)",
+        "  ratio ours/bare: {:.2}   (what fencing tokens, leases, owner checks and wake-ups cost in all)",
         report.ratio_ours_to_bare
     );
     println!(

@@ -12,6 +12,9 @@ fn bench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_redis-locks-bench"))
         .args(args)
         .env_remove("REDIS_URL")
+        .env_remove("REDIS_CLUSTER")
+        .env_remove("REDIS_SENTINEL")
+        .env_remove("REDIS_MASTER")
         .output()
         .expect("run redis-locks-bench")
 }

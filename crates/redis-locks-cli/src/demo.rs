@@ -6,8 +6,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::Client;
 use redis_locks::history::{History, Interval, now_nanos};
+use redis_locks::{Client, ClientOptions};
 use test_support::ChildProcess;
 
 use crate::contend::{LotteryOutcome, contend, lottery, wait_until};
@@ -41,7 +41,7 @@ const WORKER_TIMEOUT: Duration = Duration::from_secs(120);
 pub async fn run(target: &RedisTarget, args: &DemoArgs) -> Result<(), CliError> {
     println!("redis-locks demo: distributed locks on Redis\n");
     println!("Redis: {}\n", target.describe());
-    let client = Client::connect(&target.url).await?;
+    let client = target.connect(ClientOptions::default()).await?;
     let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
     let lottery_lock = format!("redis-locks-demo:{run_id}:lottery");
     let contended_lock = format!("redis-locks-demo:{run_id}:counter");
@@ -53,7 +53,7 @@ pub async fn run(target: &RedisTarget, args: &DemoArgs) -> Result<(), CliError> 
     }
     .await;
     // The demo's fencing counters go, whether or not the rounds got through.
-    let cleaned = delete_counters(&target.url, &[&lottery_lock, &contended_lock]).await;
+    let cleaned = delete_counters(target.endpoint(), &[&lottery_lock, &contended_lock]).await;
     let (lottery_ok, contention_ok) = rounds?;
     cleaned?;
 
@@ -242,7 +242,9 @@ fn spawn_workers(
     (0..count)
         .map(|i| {
             let mut cmd = Command::new(&exe);
-            cmd.args(["demo-worker", role, "--redis", &target.url, "--lock", lock])
+            cmd.args(["demo-worker", role])
+                .args(target.endpoint().args())
+                .args(["--lock", lock])
                 .args(["--worker", &format!("process-{}", i + 1)])
                 .args(["--start-at-ms", &start_at.to_string()])
                 .args(["--count", &per_worker.to_string()]);

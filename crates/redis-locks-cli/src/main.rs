@@ -1,7 +1,8 @@
 //! `redis-locks`: the command-line tool of the redis-locks library.
 //!
 //! `redis-locks demo` shows the library working on a private redis-server (or the one named
-//! by `--redis` / `REDIS_URL`); `run` is a distributed `flock(1)`; `status` shows a lock;
+//! by `--redis` / `REDIS_URL`, or a Redis Cluster or Sentinel master: `--cluster`,
+//! `--sentinel`, private ones when bare); `run` is a distributed `flock(1)`; `status` shows a lock;
 //! `bench` measures, by running the benchmarks program `redis-locks-bench` (a crate of its
 //! own); `check` runs the safety checker and fault suite. Exit codes are listed in `--help`.
 
@@ -20,6 +21,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use cli_support::exit::CliError;
 use cli_support::redis_target::RedisTarget;
+use cli_support::topology::TopologyArgs;
 
 /// Distributed locks on Redis: owner tokens, leases, fencing tokens.
 #[derive(Debug, Parser)]
@@ -29,9 +31,17 @@ struct Cli {
     command: Commands,
 }
 
-const EXIT_CODES: &str = "Exit codes: 0 success (run: the command's own code, or 128+N if a \
+const EXIT_CODES: &str = "Redis: --redis URL (REDIS_URL; several: a Redlock's servers), \
+--cluster URL... (REDIS_CLUSTER: a Redis Cluster's seed nodes) or --sentinel URL... --master NAME \
+(REDIS_SENTINEL, REDIS_MASTER: a master watched by Redis Sentinels), one of the three; the command \
+line wins over the environment. A bare --cluster or --sentinel starts a private cluster of 3 \
+masters or a private master with 2 replicas and 3 sentinels for demo, bench and check, and means \
+redis://127.0.0.1:6379 or redis://127.0.0.1:26379 for run and status.
+
+Exit codes: 0 success (run: the command's own code, or 128+N if a \
 signal N ended it); 1 a check failed (demo, bench, check) or a chart could not be written; 64 bad \
-usage; 65 a key of the lock holds something that is not this lock's (another type, a \
+usage (among others: --cluster with --redis or --sentinel, a Redlock with either, --sentinel \
+without --master, --master without --sentinel, a URL that is not one); 65 a key of the lock holds something that is not this lock's (another type, a \
 fencing counter that is not a number), or the name is held as another kind of lock (run \
 --shared on a Mutex, run on an RwLock); 69 Redis unreachable, not Redis, too slow, or \
 refusing the command (read-only replica, out of memory), or no private server, or (bench) no \
@@ -40,14 +50,13 @@ the lock was lost during the run (or Redis gave a reply the lock never expects);
 was not acquired within --wait; 77 Redis refused access (NOAUTH, WRONGPASS, NOPERM); 127 the \
 command could not be started.";
 
-/// Where `run` and `status` look for Redis without `--redis` / `REDIS_URL`.
-const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
-
 #[derive(Debug, Subcommand)]
 enum Commands {
     /// Show the locks at work: the lottery (exactly one instance draws), then a contention
     /// round checked for overlaps and fencing-token order.
     Demo {
+        #[command(flatten)]
+        topology: TopologyArgs,
         /// Redis to use; without it a private redis-server is started (and installed from
         /// Debian's packages when missing).
         #[arg(long, env = "REDIS_URL")]
@@ -63,6 +72,8 @@ enum Commands {
     /// its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL after
     /// --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
     Run {
+        #[command(flatten)]
+        topology: TopologyArgs,
         /// Redis to use [default: redis://127.0.0.1:6379]. Give it several times (or a comma
         /// list in REDIS_URL), an odd number of independent servers, to take a Redlock: the
         /// lock is held while a majority grants it (plain runs only, not --shared/--exclusive;
@@ -73,11 +84,14 @@ enum Commands {
         args: run::RunArgs,
     },
     /// Show a lock: held or free, the holder, its lease, how many processes wait for it now,
-    /// the fencing counter. For an RwLock (or a ReentrantMutex): its kind, every hold with
+    /// the fencing counter, and which node serves it (on a cluster: the master of its hash
+    /// slot; under Sentinel: the current master). For an RwLock (or a ReentrantMutex): its kind, every hold with
     /// its mode, owner, lease and fencing token, and the readers and writers waiting in line.
     Status {
         /// The lock's name.
         name: String,
+        #[command(flatten)]
+        topology: TopologyArgs,
         /// Redis to use [default: redis://127.0.0.1:6379]. Several (or a comma list in
         /// REDIS_URL): the Redlock NAME on those servers, each node's view and whether a
         /// majority agrees on the holder.
@@ -107,7 +121,9 @@ enum Commands {
     /// lock, fencing tokens increasing, no lost update, no stale write, no lock key without a
     /// TTL, nothing hung. Seed 000's algorithms (--algorithm setnx-expire|setnx-getset|
     /// naive-del) run through the same checks to show what they catch. Exit 0 when every check
-    /// holds, 1 when one fails or the run is interrupted.
+    /// holds, 1 when one fails or the run is interrupted. With --cluster or --sentinel (bare:
+    /// private ones, started once for the whole check) the faults are none, holder-kill,
+    /// holder-pause and client-clock-step, the primitives all but redlock, the algorithm ours.
     Check {
         #[command(flatten)]
         args: check::CheckArgs,
@@ -122,8 +138,10 @@ enum Commands {
     #[command(hide = true)]
     DemoWorker {
         role: worker::Role,
+        #[command(flatten)]
+        topology: TopologyArgs,
         #[arg(long)]
-        redis: String,
+        redis: Vec<String>,
         #[arg(long)]
         lock: String,
         #[arg(long)]
@@ -135,15 +153,6 @@ enum Commands {
     },
 }
 
-/// The URLs of `--redis` (repeated, or a comma list in `REDIS_URL`), or the default one when
-/// none is given (an empty one is kept, and refused as such when connecting).
-fn urls(redis: Vec<String>) -> Vec<String> {
-    if redis.is_empty() {
-        return vec![DEFAULT_URL.to_string()];
-    }
-    redis
-}
-
 fn main() -> ExitCode {
     match cli_support::parse::<Cli>() {
         Ok(cli) => cli_support::block_on("redis-locks", run(cli.command)),
@@ -153,13 +162,33 @@ fn main() -> ExitCode {
 
 async fn run(command: Commands) -> Result<u8, CliError> {
     match command {
-        Commands::Demo { redis, args } => {
-            let target = RedisTarget::resolve(redis)?;
+        Commands::Demo {
+            redis,
+            topology,
+            args,
+        } => {
+            let wanted = topology.wanted(redis.into_iter().collect())?;
+            let target = RedisTarget::private_or(wanted, 1)?;
             demo::run(&target, &args).await.map(|()| 0)
         }
-        Commands::Run { redis, args } => run::run(&urls(redis), &args).await,
-        Commands::Status { name, redis, json } => {
-            status::run(&urls(redis), &name, json).await.map(|()| 0)
+        Commands::Run {
+            redis,
+            topology,
+            args,
+        } => {
+            let target = RedisTarget::local_or(topology.wanted(redis)?)?;
+            run::run(target.endpoint(), &args).await
+        }
+        Commands::Status {
+            name,
+            redis,
+            topology,
+            json,
+        } => {
+            let target = RedisTarget::local_or(topology.wanted(redis)?)?;
+            status::run(target.endpoint(), &name, json)
+                .await
+                .map(|()| 0)
         }
         Commands::Check { args } => check::run(&args).await.map(|()| 0),
         Commands::CheckWorker { plan } => check::worker::run(&plan).await.map(|()| 0),
@@ -168,13 +197,17 @@ async fn run(command: Commands) -> Result<u8, CliError> {
         Commands::DemoWorker {
             role,
             redis,
+            topology,
             lock,
             worker,
             start_at_ms,
             count,
-        } => worker::run(&redis, &lock, worker, role, start_at_ms, count)
-            .await
-            .map(|()| 0),
+        } => {
+            let target = RedisTarget::local_or(topology.wanted(redis)?)?;
+            worker::run(target.endpoint(), &lock, worker, role, start_at_ms, count)
+                .await
+                .map(|()| 0)
+        }
     }
 }
 
@@ -194,6 +227,9 @@ mod tests {
                 "demo",
                 "bench",
                 "--redis",
+                "--cluster",
+                "--sentinel",
+                "--master",
                 "--ttl",
                 "--wait",
                 "--grace",

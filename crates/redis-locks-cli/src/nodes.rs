@@ -1,11 +1,14 @@
-//! Connecting to the Redis a command names: one server, or the independent servers of a
-//! Redlock (several `--redis`), of which a minority may be down when the command starts.
+//! Connecting to the Redis a command names: one server, a cluster, a Sentinel-watched
+//! master, or the independent servers of a Redlock (several `--redis`), of which a minority
+//! may be down when the command starts.
 
-use redis_locks::{Client, NODE_GRACE, NodeStart, Redlock};
+use redis_locks::{Client, ClientOptions, NODE_GRACE, NodeStart, Redlock};
 
+use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
 
-/// A client per URL. With one URL, it must be reachable. With several (a Redlock's nodes),
+/// A client per server of a Redlock; otherwise the one client of `endpoint`, which must be
+/// reachable. With several (a Redlock's nodes),
 /// [`Redlock::connect_nodes`]: all at once, each client with no reconnect attempts, going on
 /// once a majority has connected and the others have connected, failed, or had
 /// [`NODE_GRACE`] more; each node down or late is named on stderr, and gets the holder's key
@@ -15,10 +18,11 @@ use cli_support::exit::CliError;
 /// What connecting to a server said; for a Redlock with no majority reachable, the
 /// connection error of the first node (in the order given) that could not be reached (exit
 /// 69), after a line on stderr that says no majority could be reached.
-pub async fn connect_all(urls: &[String]) -> Result<Vec<Client>, CliError> {
-    if let [url] = urls {
-        return Ok(vec![Client::connect(url).await?]);
-    }
+pub async fn connect_all(endpoint: &Endpoint) -> Result<Vec<Client>, CliError> {
+    let urls = match endpoint {
+        Endpoint::Servers(urls) if urls.len() > 1 => urls,
+        _ => return Ok(vec![endpoint.connect(ClientOptions::default()).await?]),
+    };
     let count = urls.len();
     let nodes = match Redlock::connect_nodes(urls).await {
         Ok(nodes) => nodes,

@@ -20,6 +20,7 @@ use redis_locks::{
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
+use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
 
 use crate::status::{Found, inspect};
@@ -70,19 +71,19 @@ pub struct RunArgs {
 }
 
 /// Runs the command under the lock and returns the exit code to leave with.
-pub async fn run(urls: &[String], args: &RunArgs) -> Result<u8, CliError> {
+pub async fn run(endpoint: &Endpoint, args: &RunArgs) -> Result<u8, CliError> {
     // Bad input is bad usage, whether or not Redis can be reached.
     LockKeys::new(&args.name)?;
     let lease = LeaseOptions::default().lease(args.ttl).watchdog(true);
     lease.check()?;
-    if urls.len() > 1 && (args.shared || args.exclusive) {
+    if endpoint.is_redlock() && (args.shared || args.exclusive) {
         return Err(CliError::Usage(
             "--shared and --exclusive take one Redis: several --redis make a Redlock, which \
              has no read side"
                 .into(),
         ));
     }
-    let clients = crate::nodes::connect_all(urls).await?;
+    let clients = crate::nodes::connect_all(endpoint).await?;
     let lock = Lock::new(&clients, args, lease)?;
     let outcome = run_under(&lock, &clients[0], args).await;
     // A Redlock's release returns at the majority; the other nodes' releases must be sent

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, HoldsState, LockKeys, LockState, Redlock, RedlockState};
+use redis_locks::{Client, ClientOptions, HoldsState, LockKeys, LockState, Redlock, RedlockState};
 use serde::Serialize;
 
+use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
 
 /// A lock's state, whichever kind of lock the name is in use as.
@@ -50,6 +51,29 @@ struct Status<'a> {
     waiting_processes: u64,
     fencing_counter: Option<u64>,
     lease_remaining_ms: Option<u64>,
+    #[serde(flatten)]
+    served: &'a Served,
+}
+
+/// Where the lock is served, in `status --json` of one lock service.
+#[derive(Debug, Serialize)]
+pub struct Served {
+    /// `"server"`, `"cluster"` or `"sentinel"`.
+    topology: &'static str,
+    /// `host:port` of the master of the lock's hash slot (a cluster), of the current master
+    /// (Sentinel), or the server's URL (its password hidden).
+    served_by: String,
+}
+
+impl Served {
+    /// The line of the text output, with what the node is.
+    fn line(&self) -> String {
+        match self.topology {
+            "cluster" => format!("{} (the master of the lock's hash slot)", self.served_by),
+            "sentinel" => format!("{} (the master the sentinels name now)", self.served_by),
+            _ => self.served_by.clone(),
+        }
+    }
 }
 
 /// What `status --json` prints for an `RwLock` or a `ReentrantMutex`.
@@ -65,6 +89,8 @@ struct HoldsStatus<'a> {
     waiting_readers: u64,
     waiting_writers: u64,
     fencing_counter: Option<u64>,
+    #[serde(flatten)]
+    served: &'a Served,
 }
 
 /// One hold in [`HoldsStatus`].
@@ -105,19 +131,24 @@ struct NodeStatus<'a> {
 }
 
 /// Prints the lock's state as a few lines, or one JSON object with `json`.
-pub async fn run(urls: &[String], name: &str, json: bool) -> Result<(), CliError> {
+pub async fn run(endpoint: &Endpoint, name: &str, json: bool) -> Result<(), CliError> {
     // A bad name is bad usage, whether or not Redis can be reached.
     LockKeys::new(name)?;
-    if urls.len() > 1 {
-        let clients = crate::nodes::connect_all(urls).await?;
+    if endpoint.is_redlock() {
+        let clients = crate::nodes::connect_all(endpoint).await?;
         let state = Redlock::new(&clients, name)?.state().await?;
         show_redlock(name, &state, json);
         return Ok(());
     }
-    let client = Client::connect(&urls[0]).await?;
-    match inspect(&client, name).await? {
-        Found::Mutex(state) => show_mutex(name, &state, json),
-        Found::Holds(state) => show_holds(name, &state, json),
+    let client = endpoint.connect(ClientOptions::default()).await?;
+    let found = inspect(&client, name).await?;
+    let served = Served {
+        topology: endpoint.kind(),
+        served_by: client.serving(name).await?,
+    };
+    match found {
+        Found::Mutex(state) => show_mutex(name, &state, &served, json),
+        Found::Holds(state) => show_holds(name, &state, &served, json),
     }
     Ok(())
 }
@@ -130,7 +161,7 @@ fn ms(duration: Duration) -> u64 {
     duration.as_millis() as u64
 }
 
-fn show_mutex(name: &str, state: &LockState, json: bool) {
+fn show_mutex(name: &str, state: &LockState, served: &Served, json: bool) {
     let holder = state.holder.as_ref();
     if json {
         return print_json(&Status {
@@ -142,9 +173,11 @@ fn show_mutex(name: &str, state: &LockState, json: bool) {
             waiting_processes: state.listeners,
             fencing_counter: state.fencing_counter.map(|t| t.get()),
             lease_remaining_ms: holder.and_then(|h| h.lease_remaining).map(ms),
+            served,
         });
     }
     println!("lock            {name}");
+    println!("served by       {}", served.line());
     match holder {
         Some(holder) => {
             println!("state           held");
@@ -176,7 +209,7 @@ fn show_mutex(name: &str, state: &LockState, json: bool) {
     );
 }
 
-fn show_holds(name: &str, state: &HoldsState, json: bool) {
+fn show_holds(name: &str, state: &HoldsState, served: &Served, json: bool) {
     if json {
         return print_json(&HoldsStatus {
             name,
@@ -196,9 +229,11 @@ fn show_holds(name: &str, state: &HoldsState, json: bool) {
             waiting_readers: state.waiting_readers,
             waiting_writers: state.waiting_writers,
             fencing_counter: state.fencing_counter.map(|t| t.get()),
+            served,
         });
     }
     println!("lock            {name}");
+    println!("served by       {}", served.line());
     let kind = state.kind.as_deref().unwrap_or("none");
     match kind {
         "rwlock" => println!("kind            rwlock (read-write lock)"),

@@ -1,10 +1,11 @@
 //! `redis-locks demo-worker`: one demo instance in its own OS process. The demo starts these
 //! and reads their JSON lines from stdout.
 
-use redis_locks::Client;
+use redis_locks::ClientOptions;
 use redis_locks::history::History;
 
 use crate::contend::{contend, lottery, wait_until};
+use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
 
 /// What a worker process does.
@@ -18,14 +19,14 @@ pub enum Role {
 
 /// Runs one worker and prints its result lines: `lottery {json}` or `interval {json}`…, then `done`.
 pub async fn run(
-    url: &str,
+    endpoint: &Endpoint,
     lock: &str,
     worker: String,
     role: Role,
     start_at_ms: u64,
     count: usize,
 ) -> Result<(), CliError> {
-    let client = Client::connect(url).await?;
+    let client = endpoint.connect(ClientOptions::default()).await?;
     wait_until(start_at_ms).await;
     match role {
         Role::Lottery => {

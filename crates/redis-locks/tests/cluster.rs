@@ -371,7 +371,8 @@ async fn a_held_waited_lock_keeps_through_a_manual_failover_and_a_slot_migration
         .unwrap()
         .wake_channel()
         .to_string();
-    let lease = Duration::from_millis(1500);
+    // Longer than a manual failover keeps the slot's writes paused (up to about 2 s here).
+    let lease = Duration::from_secs(4);
     let holder = connect(&seeds)
         .await
         .mutex_with(name, MutexOptions::default().lease(lease).watchdog(true))

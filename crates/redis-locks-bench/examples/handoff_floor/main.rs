@@ -460,8 +460,8 @@ pub async fn run(args: &Args) -> Result<Vec<Tally>, Box<dyn std::error::Error>> 
         Arc::new(Lock::new(&run, "each")),
     ];
     let mut layouts = vec![
-        Layout::Here(Some(shared(&target.url, &locks[0], args.workers).await?)),
-        Layout::Here(Some(each(&target.url, &locks[1], 0..args.workers).await?)),
+        Layout::Here(Some(shared(target.url(), &locks[0], args.workers).await?)),
+        Layout::Here(Some(each(target.url(), &locks[1], 0..args.workers).await?)),
     ];
     let mut names = vec![
         "shared: one connection + one subscriber".to_string(),
@@ -482,9 +482,9 @@ pub async fn run(args: &Args) -> Result<Vec<Tally>, Box<dyn std::error::Error>> 
         args.duration,
         target.describe()
     );
-    let measured = measure(args, &target.url, &run, &mut layouts, &locks, &scripts).await;
+    let measured = measure(args, target.url(), &run, &mut layouts, &locks, &scripts).await;
     // The run's keys go, whether or not it got through; the run's own error comes first.
-    let mut conn = connection(&target.url)
+    let mut conn = connection(target.url())
         .await
         .map_err(|err| err.to_string())?;
     let mut cleaned = Ok(());

@@ -306,11 +306,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// per second, in the order of the table (the bare one first).
 pub async fn run(args: &Args) -> Result<Vec<(&'static str, f64)>, Box<dyn std::error::Error>> {
     let target = RedisTarget::resolve(args.redis.clone()).map_err(|err| err.to_string())?;
-    let mut conn = connection(&target.url)
+    let mut conn = connection(target.url())
         .await
         .map_err(|err| err.to_string())?;
     let senders = Arc::new(Senders {
-        bare: BareLock::new(conn.clone(), Duration::from_secs(30)),
+        bare: BareLock::new(
+            cli_support::endpoint::SideConnection::Server(conn.clone()),
+            Duration::from_secs(30),
+        ),
         acquire: Script::new(include_str!("acquire.lua")),
         release: Script::new(include_str!("release.lua")),
     });

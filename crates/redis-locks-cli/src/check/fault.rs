@@ -170,6 +170,15 @@ impl Fault {
         matches!(self, Fault::Latency | Fault::LatencyHigh)
     }
 
+    /// Whether the fault runs against a Redis Cluster or a Sentinel-watched master: the
+    /// holder faults and the workers' clock step, which need no hand on a server.
+    pub fn runs_on_topology(self) -> bool {
+        matches!(
+            self,
+            Fault::None | Fault::HolderKill | Fault::HolderPause | Fault::ClientClockStep
+        )
+    }
+
     /// Whether the fault needs root and iptables.
     pub fn needs_iptables(self) -> bool {
         matches!(

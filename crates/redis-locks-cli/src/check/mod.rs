@@ -22,7 +22,10 @@ pub mod worker;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
+use cli_support::redis_target::RedisTarget;
+use cli_support::topology::{TopologyArgs, Wanted};
 use serde::Serialize;
 
 use fault::Fault;
@@ -74,6 +77,11 @@ pub struct CheckArgs {
     /// fault that applies (partition only as root) at the usual sizes.
     #[arg(long)]
     pub long: bool,
+    // `--cluster` / `--sentinel`: a Redis Cluster or a Sentinel-watched master (bare: private
+    // ones, started once for the whole check). Declared before `--redis`: it asks whether
+    // `--redis` came from the environment, and clap hands each field its values in turn.
+    #[command(flatten)]
+    pub topology: TopologyArgs,
     /// Lock servers to check against (several: a Redlock's nodes) instead of private ones;
     /// faults that need the server process (server-pause, server-restart*, redlock-*) are
     /// refused then. The resource always lives on a private server.
@@ -124,11 +132,22 @@ struct Run<'a> {
 /// Runs every scenario, prints the table (or JSON), writes the chart; fails (exit 1) when a
 /// check failed.
 pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
-    let scenarios = scenarios(args)?;
+    let wanted = args.topology.wanted(args.redis.clone())?;
+    let scenarios = scenarios(args, &wanted)?;
     // Listening from the start: a signal that comes while servers start is not lost either.
     let mut signals = Signals::new()?;
-    for url in &args.redis {
-        preflight(url).await?;
+    // The lock servers every scenario uses, unless each starts its own.
+    let target = match wanted {
+        Wanted::Servers(urls) if urls.is_empty() => None,
+        Wanted::Servers(urls) => Some(RedisTarget::at(Endpoint::Servers(urls))),
+        other => Some(RedisTarget::private_or(other, 1)?),
+    };
+    let given = target.as_ref().map(RedisTarget::endpoint);
+    if let Some(target) = &target {
+        if !args.json {
+            eprintln!("check: lock servers: {}", target.describe());
+        }
+        preflight(target.endpoint()).await?;
     }
     let mut done = Vec::new();
     for scenario in scenarios {
@@ -139,14 +158,14 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
         // Interrupted, the run is dropped: its workers are killed, its servers stopped, its
         // faults undone (a stopped server resumed, an iptables rule removed).
         let record = tokio::select! {
-            record = scenario::run(&scenario, &args.redis, &lock) => record,
+            record = scenario::run(&scenario, given, &lock) => record,
             signal = signals.next() => Err(CliError::CheckFailed(format!(
                 "interrupted by {signal}: nothing is proven; servers and workers stopped"
             ))),
         };
         // What the run left on the user's servers goes, whatever happened.
-        if !args.redis.is_empty() {
-            scenario::cleanup(&args.redis, &lock).await;
+        if let Some(given) = given {
+            scenario::cleanup(given, &lock).await;
         }
         let record = record?;
         let verdict = verdict::judge(&scenario, &record);
@@ -192,7 +211,14 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
 }
 
 /// The runs the arguments ask for.
-fn scenarios(args: &CheckArgs) -> Result<Vec<Scenario>, CliError> {
+fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliError> {
+    // Lock servers given (or a cluster or Sentinel set-up started once for the check).
+    let given = !matches!(wanted, Wanted::Servers(urls) if urls.is_empty());
+    let topology = match wanted {
+        Wanted::Servers(_) => None,
+        Wanted::Cluster(_) => Some("--cluster"),
+        Wanted::Sentinel { .. } => Some("--sentinel"),
+    };
     let default_faults = vec![
         vec![Fault::None],
         vec![Fault::HolderKill],
@@ -201,6 +227,7 @@ fn scenarios(args: &CheckArgs) -> Result<Vec<Scenario>, CliError> {
     let all_faults: Vec<Vec<Fault>> = <Fault as clap::ValueEnum>::value_variants()
         .iter()
         .filter(|f| !f.needs_iptables() || running_as_root())
+        .filter(|f| topology.is_none() || f.runs_on_topology())
         .map(|f| vec![*f])
         .collect();
     let fault_sets = if !args.fault.is_empty() {
@@ -219,32 +246,57 @@ fn scenarios(args: &CheckArgs) -> Result<Vec<Scenario>, CliError> {
     if args.timeout.is_zero() {
         return Err(CliError::Usage("--timeout: must be more than 0".into()));
     }
-    if !args.redis.is_empty()
+    if let Some(flag) = topology {
+        if let Some(fault) = fault_sets.iter().flatten().find(|f| !f.runs_on_topology()) {
+            return Err(CliError::Usage(format!(
+                "--fault {} needs a hand on one lock server: with {flag} the faults are none, \
+                 holder-kill, holder-pause and client-clock-step",
+                fault.label()
+            )));
+        }
+        if args.primitive.contains(&CheckPrimitive::Redlock) {
+            return Err(CliError::Usage(format!(
+                "--primitive redlock takes independent servers (--redis), not {flag}"
+            )));
+        }
+        if let Some(algorithm) = args.algorithm.iter().find(|a| **a != Algorithm::Ours) {
+            return Err(CliError::Usage(format!(
+                "--algorithm {} runs on one server: with {flag} only ours is checked",
+                algorithm.label()
+            )));
+        }
+    }
+    if given
         && let Some(fault) = fault_sets
             .iter()
             .flatten()
             .find(|f| f.needs_private_servers())
     {
         return Err(CliError::Usage(format!(
-            "--fault {} needs the lock servers' processes: leave out --redis to check against private ones",
+            "--fault {} needs the lock servers' processes: leave out --redis, --cluster and \
+             --sentinel to check against private ones",
             fault.label()
         )));
     }
     let primitives = if args.long {
-        vec![
+        let mut all = vec![
             CheckPrimitive::Mutex,
             CheckPrimitive::Fair,
             CheckPrimitive::Reentrant,
             CheckPrimitive::Rwlock,
             CheckPrimitive::Redlock,
-        ]
+        ];
+        if topology.is_some() {
+            all.pop();
+        }
+        all
     } else {
         args.primitive.clone()
     };
     if primitives.contains(&CheckPrimitive::Redlock)
         && args.algorithm.contains(&Algorithm::Ours)
-        && !args.redis.is_empty()
-        && (args.redis.len() < 3 || args.redis.len().is_multiple_of(2))
+        && matches!(wanted, Wanted::Servers(urls)
+            if !urls.is_empty() && (urls.len() < 3 || urls.len().is_multiple_of(2)))
     {
         return Err(CliError::Usage(format!(
             "--primitive redlock needs an odd number (3 or more) of --redis servers, or none for {REDLOCK_NODES} private ones"
@@ -329,14 +381,26 @@ impl Signals {
     }
 }
 
-/// Refuses a `--redis` server that cannot be reached or is not Redis, before any worker.
-async fn preflight(url: &str) -> Result<(), CliError> {
-    let mut con = cli_support::connection(url).await?;
-    redis::cmd("PING")
-        .query_async::<String>(&mut con)
-        .await
-        .map(drop)
-        .map_err(|err| CliError::Unavailable(format!("Redis at {url} does not answer PING: {err}")))
+/// Refuses lock servers that cannot be reached or are not Redis, before any worker: every
+/// `--redis` server, or a lock client of the cluster or Sentinel master.
+async fn preflight(endpoint: &Endpoint) -> Result<(), CliError> {
+    let Endpoint::Servers(urls) = endpoint else {
+        endpoint
+            .connect(redis_locks::ClientOptions::default())
+            .await?;
+        return Ok(());
+    };
+    for url in urls {
+        let mut con = cli_support::connection(url).await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut con)
+            .await
+            .map(drop)
+            .map_err(|err| {
+                CliError::Unavailable(format!("Redis at {url} does not answer PING: {err}"))
+            })?;
+    }
+    Ok(())
 }
 
 fn running_as_root() -> bool {

@@ -93,8 +93,8 @@ pub struct Trigger {
 /// Everything a worker process needs, passed as one JSON argument.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
-    /// The lock servers (several for a Redlock).
-    pub urls: Vec<String>,
+    /// The lock servers (several for a Redlock), a cluster, or a Sentinel-watched master.
+    pub endpoint: cli_support::endpoint::Endpoint,
     /// The server of the checked resource (never faulted).
     pub resource_url: String,
     /// The lock's name.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
 use nix::sys::signal::Signal;
 use redis::AsyncConnectionConfig;
@@ -149,6 +150,8 @@ pub struct Record {
 /// The servers of one run.
 struct Servers {
     nodes: Vec<Node>,
+    /// The cluster or Sentinel-watched master given instead of servers (`nodes` is empty).
+    topology: Option<Endpoint>,
     resource: RedisServer,
     /// The latency proxy in front of the first lock server, when a fault needs it.
     proxy: Option<Proxy>,
@@ -172,20 +175,26 @@ impl Node {
 }
 
 impl Servers {
-    fn start(scenario: &Scenario, urls: &[String]) -> Result<Servers, CliError> {
+    fn start(scenario: &Scenario, given: Option<&Endpoint>) -> Result<Servers, CliError> {
         cli_support::redis_target::ensure_installed()?;
         let unavailable = |err| CliError::Unavailable(format!("cannot start redis-server: {err}"));
         let resource = RedisServer::start().map_err(unavailable)?;
-        if !urls.is_empty() {
-            let nodes = urls
-                .iter()
-                .map(|url| Node {
-                    url: url.clone(),
-                    server: None,
-                })
-                .collect();
+        if let Some(given) = given {
+            let (nodes, topology) = match given {
+                Endpoint::Servers(urls) => (
+                    urls.iter()
+                        .map(|url| Node {
+                            url: url.clone(),
+                            server: None,
+                        })
+                        .collect(),
+                    None,
+                ),
+                topology => (Vec::new(), Some(topology.clone())),
+            };
             return Ok(Servers {
                 nodes,
+                topology,
                 resource,
                 proxy: None,
                 fake_clock: None,
@@ -230,6 +239,7 @@ impl Servers {
         }
         Ok(Servers {
             nodes,
+            topology: None,
             resource,
             proxy: None,
             fake_clock: None,
@@ -258,14 +268,26 @@ impl Servers {
         self.nodes.iter().map(|node| node.url.clone()).collect()
     }
 
+    /// The lock servers as they are, or the cluster or Sentinel master.
+    fn endpoint(&self) -> Endpoint {
+        match &self.topology {
+            Some(topology) => topology.clone(),
+            None => Endpoint::Servers(self.urls()),
+        }
+    }
+
     /// The lock servers as the workers reach them: the first through the proxy if there is
     /// one.
-    fn worker_urls(&self) -> Vec<String> {
+    fn worker_endpoint(&self) -> Endpoint {
         let mut urls = self.urls();
-        if let Some(proxy) = &self.proxy {
-            urls[0] = proxy.url();
+        match (&self.topology, &self.proxy) {
+            (Some(topology), _) => topology.clone(),
+            (None, Some(proxy)) => {
+                urls[0] = proxy.url();
+                Endpoint::Servers(urls)
+            }
+            (None, None) => Endpoint::Servers(urls),
         }
-        urls
     }
 }
 
@@ -299,9 +321,13 @@ pub fn lock_name() -> String {
     format!("redis-locks-check:{:08x}", rand::random::<u32>())
 }
 
-/// Runs one scenario on the lock `lock` against `urls` (private servers when empty).
-pub async fn run(scenario: &Scenario, urls: &[String], lock: &str) -> Result<Record, CliError> {
-    let mut servers = Servers::start(scenario, urls)?;
+/// Runs one scenario on the lock `lock` against `given` (private servers when `None`).
+pub async fn run(
+    scenario: &Scenario,
+    given: Option<&Endpoint>,
+    lock: &str,
+) -> Result<Record, CliError> {
+    let mut servers = Servers::start(scenario, given)?;
     if scenario.faults.iter().any(|f| f.needs_proxy()) {
         servers.add_proxy().await?;
     }
@@ -323,7 +349,7 @@ pub async fn run(scenario: &Scenario, urls: &[String], lock: &str) -> Result<Rec
     let mut pids = Vec::new();
     for (process, triggers) in plans.into_iter().enumerate() {
         let plan = Plan {
-            urls: servers.worker_urls(),
+            endpoint: servers.worker_endpoint(),
             resource_url: servers.resource.url(),
             lock: lock.clone(),
             resource: resource_prefix.clone(),
@@ -352,7 +378,7 @@ pub async fn run(scenario: &Scenario, urls: &[String], lock: &str) -> Result<Rec
     let watching = Arc::new(AtomicBool::new(true));
     let no_ttl = Arc::new(AtomicU64::new(0));
     let watch = tokio::spawn(watch_ttl(
-        servers.urls(),
+        servers.endpoint(),
         lock.clone(),
         watching.clone(),
         no_ttl.clone(),
@@ -725,7 +751,7 @@ fn strike(
     let fake_clock = servers.fake_clock.as_ref().map(FakeClock::path);
     let handles: Vec<Option<SharedServer>> =
         servers.nodes.iter().map(|n| n.server.clone()).collect();
-    let port = servers.nodes[0].port();
+    let port = servers.nodes.first().and_then(Node::port);
     tokio::spawn(async move {
         let start = now_nanos();
         let private = |n: usize| {
@@ -914,14 +940,14 @@ async fn admin(url: &str, outage: Duration) -> Result<MultiplexedConnection, Str
 /// Watches the lock key on every node until told to stop, counting looks that found it
 /// without a TTL (`PTTL` = -1).
 async fn watch_ttl(
-    urls: Vec<String>,
+    endpoint: Endpoint,
     lock: String,
     watching: Arc<AtomicBool>,
     no_ttl: Arc<AtomicU64>,
 ) {
     let mut cons = Vec::new();
-    for url in &urls {
-        if let Ok(con) = cli_support::connection(url).await {
+    for node in endpoint.nodes() {
+        if let Ok(con) = node.side().await {
             cons.push(con);
         }
     }
@@ -950,24 +976,24 @@ async fn watch_ttl(
     }
 }
 
-/// Deletes what a run left on a server it did not start (the fencing counter and the
-/// companions of the lock), found with `SCAN` (never `KEYS` on somebody's server).
-pub async fn cleanup(urls: &[String], lock: &str) {
-    for url in urls {
-        let Ok(mut con) = cli_support::connection(url).await else {
+/// Deletes what a run left on servers it did not start (the fencing counter and the
+/// companions of the lock), found with `SCAN` (never `KEYS` on somebody's server): on each
+/// server, or on the master of the lock's slot.
+pub async fn cleanup(endpoint: &Endpoint, lock: &str) {
+    for node in endpoint.nodes() {
+        let Ok(mut con) = node.side().await else {
             continue;
         };
         let mut cursor = 0u64;
         loop {
-            let Ok((next, keys)) = redis::cmd("SCAN")
+            let scan = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(format!("*{lock}*"))
                 .arg("COUNT")
                 .arg(1000)
-                .query_async::<(u64, Vec<String>)>(&mut con)
-                .await
-            else {
+                .clone();
+            let Ok((next, keys)) = con.query_at::<(u64, Vec<String>)>(lock, scan).await else {
                 break;
             };
             if !keys.is_empty() {

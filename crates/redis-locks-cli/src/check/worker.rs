@@ -9,7 +9,7 @@ use std::time::Duration;
 use cli_support::exit::CliError;
 use cli_support::primitive::{Guard, Handle, Primitive};
 use nix::sys::signal::{Signal, raise};
-use redis_locks::{Client, Error, LostReason};
+use redis_locks::{ClientOptions, Error, LostReason};
 
 use super::clock::{self, now as now_nanos};
 use super::legacy::LegacyLock;
@@ -35,15 +35,11 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
     );
     let clients = match plan.algorithm {
         Algorithm::Ours => {
-            let urls = match plan.primitive {
-                CheckPrimitive::Redlock => &plan.urls[..],
-                _ => &plan.urls[..1],
+            let endpoint = match plan.primitive {
+                CheckPrimitive::Redlock => plan.endpoint.clone(),
+                _ => plan.endpoint.first(),
             };
-            let mut clients = Vec::new();
-            for url in urls {
-                clients.push(Client::connect(url).await?);
-            }
-            clients
+            endpoint.connect_each(ClientOptions::default()).await?
         }
         _ => Vec::new(),
     };
@@ -59,7 +55,7 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
             )?),
             algorithm => Lock::Legacy(LegacyLock::new(
                 algorithm,
-                cli_support::connection(&plan.urls[0]).await?,
+                cli_support::connection(plan.endpoint.server_url().unwrap_or_default()).await?,
                 &plan.lock,
                 Duration::from_millis(plan.lease_ms),
             )),

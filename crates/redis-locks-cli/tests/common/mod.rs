@@ -3,10 +3,22 @@
 
 use std::process::{Command, Output};
 
-/// The binary, with `REDIS_URL` removed so that no test reaches a server it did not start.
+/// The variables that name a Redis: removed, so that no test reaches a server it did not
+/// start.
+pub const REDIS_VARIABLES: [&str; 4] = [
+    "REDIS_URL",
+    "REDIS_CLUSTER",
+    "REDIS_SENTINEL",
+    "REDIS_MASTER",
+];
+
+/// The binary, with the `REDIS_*` variables removed so that no test reaches a server it did
+/// not start.
 pub fn command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_redis-locks"));
-    cmd.env_remove("REDIS_URL");
+    for variable in REDIS_VARIABLES {
+        cmd.env_remove(variable);
+    }
     cmd
 }
 

@@ -93,7 +93,7 @@ impl Node {
         let connection = backend::cluster(seeds, &options).await?;
         let subscriber = backend::cluster_builder(seeds, &options)?;
         let pubsub = pubsub::Wakeups::start(
-            pubsub::Source::Cluster(subscriber),
+            pubsub::Source::Cluster(Box::new(subscriber)),
             options.get_connect_timeout(),
         );
         let url = seeds.join(" ");

@@ -46,7 +46,7 @@ pub(crate) enum Source {
     /// A cluster: `SSUBSCRIBE` on the shard of each channel's slot, over a RESP3 cluster
     /// connection of its own, which redis-rs keeps subscribed across reconnects and slot
     /// moves.
-    Cluster(redis::cluster::ClusterClientBuilder),
+    Cluster(Box<redis::cluster::ClusterClientBuilder>),
 }
 
 impl Source {
@@ -107,7 +107,7 @@ impl Wakeups {
             Source::Cluster(builder) => {
                 tokio::spawn(run_sharded(
                     shared.clone(),
-                    builder,
+                    *builder,
                     connect_timeout,
                     receiver,
                 ));

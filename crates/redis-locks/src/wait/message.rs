@@ -37,9 +37,7 @@ impl HandedOver {
 /// the message handed the lock to `me`.
 pub(crate) async fn woken(listener: &mut Listener, me: Option<&str>) -> Option<HandedOver> {
     loop {
-        let Some(payload) = listener.next().await else {
-            return None;
-        };
+        let payload = listener.next().await?;
         let me = me?;
         if &*payload == me || &*payload == WAKE_ALL {
             return None;
