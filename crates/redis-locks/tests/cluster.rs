@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::env;
-use redis_locks::history::{History, Interval, now_nanos};
-use redis_locks::{Client, ClientOptions, FencingToken, MutexOptions};
+use redis_locks::history::History;
+use redis_locks::{Client, ClientOptions, MutexOptions};
 use test_support::{ChildProcess, RedisCluster};
 use tokio::time::Instant;
 
@@ -51,63 +51,6 @@ fn names_on_every_master(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
     names.into_iter().map(Option::unwrap).collect()
 }
 
-/// Records one holding by `worker` of a lock with `token`, held for a few yields.
-async fn hold(history: &History, worker: &str, token: FencingToken) {
-    let start = now_nanos();
-    for _ in 0..3 {
-        tokio::task::yield_now().await;
-    }
-    history.record(Interval {
-        worker: worker.to_string(),
-        token: token.get(),
-        start,
-        end: now_nanos(),
-    });
-}
-
-/// `count` acquisitions of `name` as `kind` by `worker`, each recorded in `history`.
-async fn contend(
-    client: Client,
-    kind: String,
-    name: String,
-    worker: String,
-    count: usize,
-    history: Arc<History>,
-) {
-    let name = &name;
-    let options = MutexOptions::default().lease(Duration::from_secs(10));
-    for _ in 0..count {
-        match kind.as_str() {
-            "mutex" => {
-                let guard = client
-                    .mutex_with(name, options.clone())
-                    .unwrap()
-                    .lock()
-                    .await
-                    .unwrap();
-                hold(&history, &worker, guard.fencing_token()).await;
-                guard.release().await.unwrap();
-            }
-            "fair" => {
-                let guard = client.fair_mutex(name).unwrap().lock().await.unwrap();
-                hold(&history, &worker, guard.fencing_token()).await;
-                guard.release().await.unwrap();
-            }
-            "reentrant" => {
-                let guard = client.reentrant_mutex(name).unwrap().lock().await.unwrap();
-                hold(&history, &worker, guard.fencing_token()).await;
-                guard.release().await.unwrap();
-            }
-            "rwlock" => {
-                let guard = client.rwlock(name).unwrap().write().await.unwrap();
-                hold(&history, &worker, guard.fencing_token()).await;
-                guard.release().await.unwrap();
-            }
-            other => panic!("no primitive {other}"),
-        }
-    }
-}
-
 #[test]
 #[ignore = "runs only as a child process of every_primitive_excludes_on_every_master"]
 fn cluster_contender_child() {
@@ -124,7 +67,7 @@ fn cluster_contender_child() {
             .map(|lock| {
                 let (kind, name) = lock.split_once('=').unwrap();
                 let worker = format!("process-{pid}@{lock}");
-                contend(
+                common::contend_as(
                     client.clone(),
                     kind.into(),
                     name.into(),
@@ -181,7 +124,7 @@ async fn every_primitive_excludes_on_every_master() {
         let history = Arc::new(History::default());
         for worker in 0..WORKERS {
             let client = connect(&seeds).await;
-            tasks.push(tokio::spawn(contend(
+            tasks.push(tokio::spawn(common::contend_as(
                 client,
                 kind.to_string(),
                 name.clone(),

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::eventually;
-use redis_locks::history::{History, Interval, now_nanos};
-use redis_locks::{Client, ClientOptions, Error, FencingToken, LockKeys, MutexGuard, MutexOptions};
+use redis_locks::history::History;
+use redis_locks::{Client, ClientOptions, Error, LockKeys, MutexGuard, MutexOptions};
 use test_support::SentinelSet;
 use tokio::time::Instant;
 
@@ -86,63 +86,6 @@ async fn serves(client: &Client, port: u16) -> bool {
     client.serving("any").await.unwrap() == address(port)
 }
 
-/// Records one holding by `worker` of a lock with `token`, held for a few yields.
-async fn hold(history: &History, worker: &str, token: FencingToken) {
-    let start = now_nanos();
-    for _ in 0..3 {
-        tokio::task::yield_now().await;
-    }
-    history.record(Interval {
-        worker: worker.to_string(),
-        token: token.get(),
-        start,
-        end: now_nanos(),
-    });
-}
-
-/// `count` acquisitions of `name` as `kind` by `worker`, each recorded in `history`.
-async fn contend(
-    client: Client,
-    kind: &'static str,
-    name: String,
-    worker: String,
-    count: usize,
-    history: Arc<History>,
-) {
-    let name = &name;
-    let options = MutexOptions::default().lease(Duration::from_secs(10));
-    for _ in 0..count {
-        match kind {
-            "mutex" => {
-                let guard = client
-                    .mutex_with(name, options.clone())
-                    .unwrap()
-                    .lock()
-                    .await
-                    .unwrap();
-                hold(&history, &worker, guard.fencing_token()).await;
-                guard.release().await.unwrap();
-            }
-            "fair" => {
-                let guard = client.fair_mutex(name).unwrap().lock().await.unwrap();
-                hold(&history, &worker, guard.fencing_token()).await;
-                guard.release().await.unwrap();
-            }
-            "reentrant" => {
-                let guard = client.reentrant_mutex(name).unwrap().lock().await.unwrap();
-                hold(&history, &worker, guard.fencing_token()).await;
-                guard.release().await.unwrap();
-            }
-            "rwlock" => {
-                let guard = client.rwlock(name).unwrap().write().await.unwrap();
-                hold(&history, &worker, guard.fencing_token()).await;
-                guard.release().await.unwrap();
-            }
-            other => panic!("no primitive {other}"),
-        }
-    }
-}
-
 /// No failover here: the sentinels only name the master. One replica and one sentinel keep
 /// the start cheap (about a second less than 2 + 3) and still make the master a replicated
 /// one, as it is in production.
@@ -165,9 +108,9 @@ async fn every_primitive_excludes_through_sentinel() {
         let name = format!("{kind}:through-sentinel");
         let history = Arc::new(History::default());
         for (worker, client) in clients.iter().enumerate() {
-            tasks.push(tokio::spawn(contend(
+            tasks.push(tokio::spawn(common::contend_as(
                 client.clone(),
-                kind,
+                kind.into(),
                 name.clone(),
                 format!("client-{worker}@{kind}"),
                 PER_WORKER,

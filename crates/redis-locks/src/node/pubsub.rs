@@ -551,11 +551,7 @@ async fn run_sharded(
                     if !shared.is_wanted(&name) {
                         continue;
                     }
-                    shared.count_request();
-                    let both = shared.with_own(std::slice::from_ref(&name));
-                    if answered(connection.ssubscribe(both), connect_timeout).await {
-                        shared.subscribed(&name);
-                    } else {
+                    if !ssubscribe(&shared, &mut connection, &name, connect_timeout).await {
                         pending.push(name);
                     }
                 }
@@ -601,15 +597,11 @@ async fn run_sharded(
             command = commands.recv() => match command {
                 None => return,
                 Some(Command::Subscribe(name)) => {
-                    if shared.is_wanted(&name) {
-                        shared.count_request();
-                        let both = shared.with_own(std::slice::from_ref(&name));
-                        if answered(connection.ssubscribe(both), connect_timeout).await {
-                            shared.subscribed(&name);
-                        } else {
-                            pending.push(name);
-                            retry_at = Some(Instant::now() + RECONNECT_MIN);
-                        }
+                    if shared.is_wanted(&name)
+                        && !ssubscribe(&shared, &mut connection, &name, connect_timeout).await
+                    {
+                        pending.push(name);
+                        retry_at = Some(Instant::now() + RECONNECT_MIN);
                     }
                 }
                 Some(Command::Idle) => {
@@ -619,6 +611,24 @@ async fn run_sharded(
             }
         }
     }
+}
+
+/// `SSUBSCRIBE`s the lock channel `name` with this client's own channel of the lock (one
+/// slot, so one shard), within `limit`; live, and its waiters told to look again, once
+/// confirmed. False when it was not confirmed (to be asked again).
+async fn ssubscribe(
+    shared: &Shared,
+    connection: &mut redis::cluster_async::ClusterConnection,
+    name: &str,
+    limit: Duration,
+) -> bool {
+    shared.count_request();
+    let both = shared.with_own(&[name.to_string()]);
+    let confirmed = answered(connection.ssubscribe(both), limit).await;
+    if confirmed {
+        shared.subscribed(name);
+    }
+    confirmed
 }
 
 /// Sleeps until `at`, or for ever without one.

@@ -244,3 +244,65 @@ fn reported(
         .map(|line| serde_json::from_str(&line[marker.len()..]).unwrap())
         .collect()
 }
+
+/// Records one holding by `worker` of a lock with `token`, held for a few yields.
+pub async fn hold_recorded(
+    history: &redis_locks::history::History,
+    worker: &str,
+    token: redis_locks::FencingToken,
+) {
+    let start = redis_locks::history::now_nanos();
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    history.record(redis_locks::history::Interval {
+        worker: worker.to_string(),
+        token: token.get(),
+        start,
+        end: redis_locks::history::now_nanos(),
+    });
+}
+
+/// `count` acquisitions of `name` as `kind` (`mutex`, `fair`, `reentrant`, or `rwlock` for its
+/// writes) by `worker`, each recorded in `history`.
+pub async fn contend_as(
+    client: Client,
+    kind: String,
+    name: String,
+    worker: String,
+    count: usize,
+    history: std::sync::Arc<redis_locks::history::History>,
+) {
+    let name = &name;
+    let options = MutexOptions::default().lease(Duration::from_secs(10));
+    for _ in 0..count {
+        match kind.as_str() {
+            "mutex" => {
+                let guard = client
+                    .mutex_with(name, options.clone())
+                    .unwrap()
+                    .lock()
+                    .await
+                    .unwrap();
+                hold_recorded(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            "fair" => {
+                let guard = client.fair_mutex(name).unwrap().lock().await.unwrap();
+                hold_recorded(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            "reentrant" => {
+                let guard = client.reentrant_mutex(name).unwrap().lock().await.unwrap();
+                hold_recorded(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            "rwlock" => {
+                let guard = client.rwlock(name).unwrap().write().await.unwrap();
+                hold_recorded(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            other => panic!("no primitive {other}"),
+        }
+    }
+}
