@@ -518,3 +518,238 @@ async fn connect_cluster_refuses_bad_input_promptly() {
     );
     assert!(started.elapsed() < Duration::from_secs(20));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_released_while_their_slot_migrates_are_released_without_error() {
+    let cluster = RedisCluster::start(3, 0).unwrap();
+    let seeds = cluster.seed_urls();
+    let holder = connect(&seeds).await;
+    let waiter = connect(&seeds).await;
+    for (kind, name) in [("mutex", "moving:{m}"), ("rwlock", "moving:{r}")] {
+        let from = cluster.master_for_key(name);
+        let to = *cluster.masters().iter().find(|m| **m != from).unwrap();
+        let options = MutexOptions::default().lease(Duration::from_secs(30));
+        // Held, with a waiter in line (its queue keys live in the slot too).
+        let (release, waiting): (
+            tokio::task::JoinHandle<redis_locks::Result<()>>,
+            tokio::task::JoinHandle<redis_locks::FencingToken>,
+        ) = match kind {
+            "mutex" => {
+                let guard = holder
+                    .mutex_with(name, options.clone())
+                    .unwrap()
+                    .lock()
+                    .await
+                    .unwrap();
+                let mutex = waiter.mutex_with(name, options).unwrap();
+                let waiting = tokio::spawn(async move {
+                    let got = mutex.lock_timeout(Duration::from_secs(20)).await.unwrap();
+                    let token = got.fencing_token();
+                    got.release().await.unwrap();
+                    token
+                });
+                wait_in_line(&cluster, name).await;
+                let migration = cluster.begin_migration(cluster.slot_of(name), to).unwrap();
+                let release = tokio::spawn(async move { guard.release().await });
+                migration.move_keys().unwrap();
+                migration.finish().unwrap();
+                (release, waiting)
+            }
+            _ => {
+                let guard = holder.rwlock(name).unwrap().write().await.unwrap();
+                let rwlock = waiter.rwlock(name).unwrap();
+                let waiting = tokio::spawn(async move {
+                    let got = rwlock.write_timeout(Duration::from_secs(20)).await.unwrap();
+                    let token = got.fencing_token();
+                    got.release().await.unwrap();
+                    token
+                });
+                wait_in_line(&cluster, name).await;
+                let migration = cluster.begin_migration(cluster.slot_of(name), to).unwrap();
+                let release = tokio::spawn(async move { guard.release().await.map(|_| ()) });
+                migration.move_keys().unwrap();
+                migration.finish().unwrap();
+                (release, waiting)
+            }
+        };
+        release
+            .await
+            .unwrap()
+            .unwrap_or_else(|err| panic!("{kind}: the release during the migration: {err}"));
+        let started = Instant::now();
+        let token = tokio::time::timeout(Duration::from_secs(20), waiting)
+            .await
+            .expect("the waiter gets the lock")
+            .unwrap();
+        assert!(token.get() > 0);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{kind}: the waiter got in only after {:?}, by the lease's end",
+            started.elapsed()
+        );
+        assert_eq!(cluster.master_for_key(name), to);
+    }
+}
+
+/// Waits until somebody waits in `name`'s line (its queue key exists on the lock's shard).
+async fn wait_in_line(cluster: &RedisCluster, name: &str) {
+    let queue = redis_locks::LockKeys::new(name)
+        .unwrap()
+        .queue()
+        .to_string();
+    let lined = eventually(Duration::from_secs(5), || {
+        redis::cmd("EXISTS")
+            .arg(&queue)
+            .query::<i64>(&mut shard(cluster, name))
+            .unwrap()
+            == 1
+    })
+    .await;
+    assert!(lined, "a waiter stands in {name}'s line");
+}
+
+/// A plain connection to the node on `port`.
+fn node(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap()
+}
+
+/// Whether a client is subscribed to `channel` on the node on `port`.
+fn subscribed_on(port: u16, channel: &str) -> bool {
+    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query(&mut node(port))
+        .unwrap();
+    count > 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_dropped_on_another_shard_leaves_waiters_listening_not_polling() {
+    let cluster = RedisCluster::start(3, 0).unwrap();
+    let seeds = cluster.seed_urls();
+    let name = "elsewhere:{dropped}";
+    let channel = redis_locks::LockKeys::new(name)
+        .unwrap()
+        .wake_channel()
+        .to_string();
+    let home = cluster.master_for_key(name);
+    let other = *cluster.masters().iter().find(|m| **m != home).unwrap();
+    // The default retry delay: a waiter that believes its channel dead polls every 25 ms.
+    let holder = connect(&seeds).await.mutex(name).unwrap();
+    let waiter_client = connect(&seeds).await;
+    let waiter = waiter_client.mutex(name).unwrap();
+    let guard = holder.try_lock().await.unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock_timeout(Duration::from_secs(30)).await });
+    assert!(eventually(Duration::from_secs(5), || subscribed_on(home, &channel)).await);
+    // Every client connection of another master dropped (as its `timeout` setting drops idle
+    // ones): the waiter's client hears of a dropped connection, not which one.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut node(other))
+        .unwrap();
+    assert!(killed >= 1);
+    // Its channel is live again at once: the waiter listens, and sends next to nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = waiter_client.stats().requests;
+    let span = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sent = waiter_client.stats().requests - before;
+    assert!(
+        sent < 30,
+        "the waiter sent {sent} requests in {:?}: it polls",
+        span.elapsed()
+    );
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    assert!(released_at.elapsed() < Duration::from_millis(1500));
+    got.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_on_a_replica_promoted_after_its_master_was_killed() {
+    let mut cluster = RedisCluster::start(3, 1).unwrap();
+    let seeds = cluster.seed_urls();
+    let name = "promoted:{wake}";
+    let channel = redis_locks::LockKeys::new(name)
+        .unwrap()
+        .wake_channel()
+        .to_string();
+    let master = cluster.master_for_key(name);
+    let replica = cluster.replica_of(master).unwrap();
+    // A 20 s retry delay and place lease: only a wake-up gets the waiter in within 1.5 s.
+    let options =
+        common::slow_polling(Duration::from_secs(30)).place_lease(Duration::from_secs(20));
+    let holder = connect(&seeds).await;
+    let waiter = connect(&seeds).await;
+    // The waiter's client subscribes on the master before it dies: its wake-up connection
+    // knows the cluster as it was.
+    let warm = "promoted:{wake}:warm";
+    let held = holder.mutex(warm).unwrap().try_lock().await.unwrap();
+    let warming = {
+        let mutex = waiter.mutex_with(warm, options.clone()).unwrap();
+        tokio::spawn(async move { mutex.lock_timeout(Duration::from_secs(10)).await })
+    };
+    let warm_channel = redis_locks::LockKeys::new(warm)
+        .unwrap()
+        .wake_channel()
+        .to_string();
+    assert!(
+        eventually(Duration::from_secs(5), || subscribed_on(
+            master,
+            &warm_channel
+        ))
+        .await
+    );
+    held.release().await.unwrap();
+    warming.await.unwrap().unwrap().release().await.unwrap();
+
+    cluster.kill_node(master);
+    assert_eq!(cluster.wait_promoted(master).unwrap(), replica);
+    // A lock of the dead master's slots, held on the promoted replica, and waited for.
+    let until = Instant::now() + Duration::from_secs(15);
+    let guard = loop {
+        match holder
+            .mutex_with(name, options.clone())
+            .unwrap()
+            .try_lock()
+            .await
+        {
+            Ok(guard) => break guard,
+            Err(err) => assert!(Instant::now() < until, "never granted: {err}"),
+        }
+    };
+    let waiting = {
+        let mutex = waiter.mutex_with(name, options).unwrap();
+        tokio::spawn(async move {
+            // Until its client learns of the new master, an attempt may fail (an error it
+            // is told of): it waits again, as an application would.
+            loop {
+                match mutex.lock_timeout(Duration::from_secs(60)).await {
+                    Err(err) if err.is_connection() => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    other => return other,
+                }
+            }
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(15), || subscribed_on(replica, &channel)).await,
+        "the waiter subscribed on the promoted replica"
+    );
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    let waited = released_at.elapsed();
+    assert!(
+        waited < Duration::from_millis(1500),
+        "woken, not polled ({waited:?})"
+    );
+    got.release().await.unwrap();
+}

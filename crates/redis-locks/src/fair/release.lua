@@ -28,7 +28,7 @@
 
 local owner, channel = ARGV[1], ARGV[2]
 local wanted = {'string', 'zset', 'zset', 'string', 'hash'}
-for i = 1, (KEYS[5] and 5) or 4 do
+for i = 1, (given(5) and 5) or 4 do
   local kind = redis.call('TYPE', KEYS[i]).ok
   if kind ~= 'none' and kind ~= wanted[i] then
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind)
@@ -38,7 +38,7 @@ end
 local now = server_ms()
 queue_purge(KEYS[2], KEYS[3], now)
 queue_leave(KEYS[2], KEYS[3], KEYS[4], owner)
-if KEYS[5] and handover_owner(KEYS[5], owner) == owner then
+if given(5) and handover_owner(KEYS[5], owner) == owner then
   redis.call('HDEL', KEYS[5], owner)
 end
 
@@ -47,9 +47,9 @@ local holder, marked = holder_of(KEYS[1])
 local result = 0
 if holder == owner then
   redis.call('DEL', KEYS[1])
-  remember_release(KEYS[1], owner, 1)
+  remember_release(1)
   result = 1
-elseif released_before(KEYS[1], owner) then
+elseif released_before() then
   -- A second run of a release that succeeded (a retried request) says so again.
   return 1
 elseif holder then
@@ -57,7 +57,7 @@ elseif holder then
 end
 
 local head = queue_head(KEYS[2])
-if head and result == 1 and KEYS[5] and
+if head and result == 1 and given(5) and
     hand_over(KEYS[1], KEYS[5], redis.call('HGET', KEYS[5], head), KEYS[6], KEYS[2], KEYS[3],
       KEYS[4], channel, head, now) then
   return result

@@ -40,7 +40,7 @@
 local refused, marked = owner_refusal(KEYS[1], ARGV[1])
 if refused then
   -- A second run of a release that succeeded (a retried request) says so again.
-  return released_before(KEYS[1], ARGV[1]) or refused
+  return released_before() or refused
 end
 -- Somebody waits only if the key was marked: a waiter's refusal marks it, and so does a
 -- waiter's grant while others are still in line (see acquire.lua), and every handover. The
@@ -51,7 +51,7 @@ local head = nil
 local now = nil
 local registered = false
 local behind = false
-if KEYS[2] and marked then
+if given(2) and marked then
   now = server_ms()
   local expired, first
   expired, first, behind = queue_look(KEYS[2], KEYS[3], KEYS[4], now)
@@ -59,7 +59,7 @@ if KEYS[2] and marked then
     return first
   end
   head = first
-  if head and KEYS[5] then
+  if head and given(5) then
     local err
     registered, err = checked(KEYS[5], 'a handover hash', 'HGET', KEYS[5], head)
     if err then
@@ -73,14 +73,14 @@ if KEYS[2] and marked then
     redis.call('DEL', KEYS[4])
   end
 end
-if head and KEYS[5] and
+if head and given(5) and
     hand_over(KEYS[1], KEYS[5], registered, KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now,
       not behind) then
-  remember_release(KEYS[1], ARGV[1], 1)
+  remember_release(1)
   return 1
 end
 redis.call('DEL', KEYS[1])
-remember_release(KEYS[1], ARGV[1], 1)
+remember_release(1)
 if head then
   wake(ARGV[2], head)
 elseif marked then

@@ -420,6 +420,13 @@ impl Node {
         convert(phase, reply)
     }
 
+    /// Whether a request may run twice on the server (a cluster client retries after a
+    /// broken connection): releases then pass a tombstone key (see `released_before` in
+    /// `waiters.lua`).
+    pub(crate) fn may_run_twice(&self) -> bool {
+        self.inner.backend.cluster_form()
+    }
+
     /// Whether this node's requests all go over one connection it can name: the
     /// capability the `Mutex` fast path's vouching needs (see `mutex/acquire.lua`,
     /// `KEYS[3]`). Without it (a cluster: one connection per shard), the acquire script

@@ -484,8 +484,10 @@ async fn sleep_or_closed(commands: &mut mpsc::UnboundedReceiver<Command>, pause:
 /// (they share the lock's slot, so they reach one shard). Messages and subscription news
 /// arrive as pushes:
 /// - `smessage`: delivered to the channel's waiters;
-/// - a dropped connection to a shard (`Disconnection`): every channel is marked not live and
-///   every waiter woken, as on one server; redis-rs reconnects and subscribes again;
+/// - a dropped connection to a shard (`Disconnection`, which does not say which shard): every
+///   channel is marked not live, every waiter woken, as on one server, and every channel
+///   subscribed again (a channel whose shard is down is asked again each second; its request
+///   fails over to the promoted replica once redis-rs has refreshed its slot map);
 /// - `ssubscribe`, a (re)subscription confirmed: the channel is live again, and its waiters
 ///   look again (a release may have gone unheard meanwhile);
 /// - `sunsubscribe` from the server (its slot moved to another shard) for a channel still
@@ -572,8 +574,17 @@ async fn run_sharded(
                         shared.deliver(shared.lock_channel(&channel), Arc::from(payload));
                     }
                     redis::PushKind::Disconnection => {
-                        tracing::debug!("a shard's wake-up connection dropped; reconnecting");
+                        // Which shard dropped is not told, and redis-rs subscribes again only
+                        // on a shard it reconnects to (not on a replica promoted meanwhile):
+                        // every channel is asked for again.
+                        tracing::debug!("a shard's wake-up connection dropped; resubscribing");
                         shared.connection_lost();
+                        for name in shared.wanted() {
+                            if !pending.contains(&name) {
+                                pending.push(name);
+                            }
+                        }
+                        retry_at = Some(Instant::now() + RECONNECT_MIN);
                     }
                     redis::PushKind::SSubscribe => {
                         if let Some(name) = pushed_channel(&push.data) {

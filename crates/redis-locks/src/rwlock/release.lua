@@ -39,7 +39,7 @@ if released then
     state.reads_of[released.owner] = state.reads_of[released.owner] - 1
     left = state.reads_of[released.owner]
   end
-  remember_release(key, hold, left)
+  remember_release(left)
   if state.count == 0 then
     redis.call('DEL', key)
   elseif state.writes == 0 and released.mode == 'w' then
@@ -58,7 +58,7 @@ if released then
   return {1, left}
 end
 -- A second run of a release that succeeded (a retried request) says so again.
-local before = released_before(key, hold)
+local before = released_before()
 if before then
   return {1, before}
 end

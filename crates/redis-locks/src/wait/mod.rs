@@ -49,8 +49,8 @@ pub(crate) use placed::{Answer, Asker, Placed, answer_in_time, try_once};
 pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
 
 /// Runs `script` on a lock and its line of waiters: KEYS the lock key, the queue, the place
-/// leases and the ticket counter; ARGV `id` (an owner token, hold id or waiter id) and the
-/// wake channel. Every release (and leave, and downgrade) takes these, whatever primitive
+/// leases and the ticket counter (and, where a script may run twice, `id`'s tombstone key
+/// last); ARGV `id` (an owner token, hold id or waiter id) and the wake channel. Every release (and leave, and downgrade) takes these, whatever primitive
 /// (one that hands the lock over: [`run_handing_over`]).
 pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
     node: &Node,
@@ -59,13 +59,25 @@ pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
     keys: &LockKeys,
     id: &str,
 ) -> Result<T> {
-    node.run_script(
-        phase,
-        script,
-        &[keys.lock(), keys.queue(), keys.places(), keys.tickets()],
-        &[id, keys.wake_channel()],
-    )
-    .await
+    let tombstone = tombstone(node, keys, id);
+    let all = [
+        keys.lock(),
+        keys.queue(),
+        keys.places(),
+        keys.tickets(),
+        tombstone.as_deref().unwrap_or_default(),
+    ];
+    let count = if tombstone.is_some() { 5 } else { 4 };
+    node.run_script(phase, script, &all[..count], &[id, keys.wake_channel()])
+        .await
+}
+
+/// Where a node may run a script twice (a cluster client's retry): the key a release by `id`
+/// leaves its tombstone in, passed as the script's last KEY (see `released_before` in
+/// `waiters.lua`). None elsewhere: nothing is passed, nothing is written.
+fn tombstone(node: &Node, keys: &LockKeys, id: &str) -> Option<String> {
+    node.may_run_twice()
+        .then(|| keys.companion(&format!("released:{id}")))
 }
 
 /// As [`run_on_line`], for the scripts that may hand the lock to the next waiter (`hand_over`
@@ -83,20 +95,19 @@ pub(crate) async fn run_handing_over<T: redis::FromRedisValue>(
 ) -> Result<T> {
     let all = [id, keys.wake_channel(), owner.unwrap_or_default()];
     let args = &all[..if owner.is_some() { 3 } else { 2 }];
-    node.run_script(
-        phase,
-        script,
-        &[
-            keys.lock(),
-            keys.queue(),
-            keys.places(),
-            keys.tickets(),
-            keys.handover(),
-            keys.fence(),
-        ],
-        args,
-    )
-    .await
+    let tombstone = tombstone(node, keys, id);
+    let all_keys = [
+        keys.lock(),
+        keys.queue(),
+        keys.places(),
+        keys.tickets(),
+        keys.handover(),
+        keys.fence(),
+        tombstone.as_deref().unwrap_or_default(),
+    ];
+    let count = if tombstone.is_some() { 7 } else { 6 };
+    node.run_script(phase, script, &all_keys[..count], args)
+        .await
 }
 
 /// Gives a waiter's place in a lock's queue up (`leave.lua`): for a wait that ended without

@@ -48,16 +48,24 @@
 -- wake-ups go to that client alone, see wake). A waiter renews its place on every
 -- attempt; one that died loses it when its place lease runs out.
 --
--- released_before(key, id)
---   On a backend that may run a script twice (a cluster client retries a request after a
---   broken connection, see RETRIED below): the reply a release by id gave within the last
---   RELEASED_MS, if one did (this call is then a second run of that release); nil otherwise,
---   and always nil elsewhere.
+-- Where the client may run a script twice (a cluster client retries a request after a
+-- broken connection, see RETRIED below), a release is given one more KEY, last: its
+-- tombstone key '<companion prefix>:released:<ARGV[1]>' in the lock's slot (wait/mod.rs), so
+-- that a second run of the release can tell that the first one released.
 --
--- remember_release(key, id, reply)
---   On such a backend: records that id released key with reply, for RELEASED_MS, in the
---   companion key '{key}:released:<id>' (or 'key:released:<id>' when key has a hash tag),
---   which shares key's slot. Writes nothing elsewhere.
+-- tombstone()
+--   That key, when RETRIED and the last KEY is ARGV[1]'s tombstone; nil otherwise.
+--
+-- given(i)
+--   KEYS[i] as the caller gave it for the script's own use: nil for the tombstone key. A
+--   release tests its optional KEYS with it.
+--
+-- released_before()
+--   The reply this release gave within the last RELEASED_MS, if it ran before (this call is
+--   then its second run); nil otherwise, and always nil without a tombstone key.
+--
+-- remember_release(reply)
+--   Records reply in the tombstone key for RELEASED_MS. Writes nothing without one.
 --
 -- wrong_kind(key, wanted, what)
 --   Returns the error reply 'WRONGTYPE <key> holds a <type>, not <what>' when key exists with
@@ -219,31 +227,40 @@ local function wake_all(channel)
   redis.call(PUBLISH, channel, '*')
 end
 
-local function released_key(key, id)
-  local open = string.find(key, '{', 1, true)
-  if open then
-    local close = string.find(key, '}', open + 1, true)
-    if close and close > open + 1 then
-      return key .. ':released:' .. id
-    end
-  end
-  return '{' .. key .. '}:released:' .. id
-end
-
-local function released_before(key, id)
-  if not RETRIED then
+local function tombstone()
+  if not RETRIED or #KEYS < 2 then
     return nil
   end
-  local reply = redis.pcall('GET', released_key(key, id))
-  if type(reply) == 'string' then
+  local last, suffix = KEYS[#KEYS], ':released:' .. ARGV[1]
+  if string.sub(last, -#suffix) == suffix then
+    return last
+  end
+  return nil
+end
+
+local function given(i)
+  if i == #KEYS and tombstone() then
+    return nil
+  end
+  return KEYS[i]
+end
+
+local function released_before()
+  local key = tombstone()
+  if not key then
+    return nil
+  end
+  local reply = redis.call('GET', key)
+  if reply then
     return tonumber(reply)
   end
   return nil
 end
 
-local function remember_release(key, id, reply)
-  if RETRIED then
-    redis.call('SET', released_key(key, id), reply, 'PX', RELEASED_MS)
+local function remember_release(reply)
+  local key = tombstone()
+  if key then
+    redis.call('SET', key, reply, 'PX', RELEASED_MS)
   end
 end
 
