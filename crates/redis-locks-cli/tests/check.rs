@@ -284,6 +284,178 @@ fn redlock_survives_a_minority_down_and_tells_its_holder_when_the_majority_goes(
     assert_eq!(num(minority, "overlaps"), 0);
 }
 
+/// The short form of a topology fault: a private cluster (3 masters, a replica each) or
+/// Sentinel set-up started for the run, `processes` × 2 tasks × 15 acquisitions, one strike
+/// during a long hold of two leases of `lease`.
+fn topology_check(flag: &str, fault: &str, processes: &str, lease: &str) -> (i32, Value) {
+    check_sized(
+        &[flag, "--fault", fault],
+        &[
+            "--processes",
+            processes,
+            "--tasks",
+            "2",
+            "--count",
+            "15",
+            "--lease",
+            lease,
+            "--injections",
+            "1",
+            "--json",
+        ],
+    )
+}
+
+/// What the run's one strike said it did.
+fn strike_detail(report: &Value) -> String {
+    let injections = report["runs"][0]["injections"].as_array().unwrap();
+    assert_eq!(injections.len(), 1, "{report:#}");
+    injections[0]["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The long hold the strike came in.
+fn long_hold(report: &Value) -> &Value {
+    report["runs"][0]["struck"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["lingered"] == true)
+        .unwrap_or_else(|| panic!("no long hold: {report:#}"))
+}
+
+/// The checks every topology fault's run must pass whatever its window: no failure, nothing
+/// hung, fencing whole.
+fn fenced_and_done(v: &Value) {
+    assert_eq!(num(v, "injections"), 1, "{v:#}");
+    assert_eq!(v["failures"], serde_json::json!([]), "{v:#}");
+    assert_eq!(v["hung"], false, "{v:#}");
+    assert_eq!(num(v, "stale_writes"), 0, "{v:#}");
+    assert_eq!(num(v, "lost_updates"), 0, "{v:#}");
+    assert_eq!(num(v, "keys_without_ttl"), 0, "{v:#}");
+}
+
+#[test]
+fn a_manual_cluster_failover_loses_no_lock() {
+    // Writes to the slot pause while the replica takes over (up to about 2 s here): the
+    // lease outlasts that.
+    let (code, report) = topology_check("--cluster", "cluster-failover", "2", "4s");
+    let v = verdict(&report, "cluster-failover");
+    assert_eq!(code, 0, "{report:#}");
+    fenced_and_done(v);
+    assert!(
+        strike_detail(&report).contains("CLUSTER FAILOVER: replica"),
+        "{report:#}"
+    );
+    assert_eq!(num(v, "acquisitions"), 60, "{v:#}");
+    assert_eq!(num(v, "overlaps"), 0, "{v:#}");
+    assert_eq!(v["token_regressions"], 0, "{v:#}");
+    // The long holder renewed through MOVED, kept its lock, wrote and released it.
+    assert_eq!(num(v, "loss_signals"), 0, "{v:#}");
+    assert_eq!(num(v, "lost_locks"), 0, "{v:#}");
+    let long = long_hold(&report);
+    assert_eq!(long["write"], "accepted", "{long:#}");
+    assert_eq!(long["release"], "released", "{long:#}");
+}
+
+#[test]
+fn a_slot_migration_loses_no_lock() {
+    let (code, report) = topology_check("--cluster", "slot-migration", "2", "2s");
+    let v = verdict(&report, "slot-migration");
+    assert_eq!(code, 0, "{report:#}");
+    fenced_and_done(v);
+    let detail = strike_detail(&report);
+    assert!(detail.contains("moved from master"), "{detail}");
+    assert_eq!(num(v, "overlaps"), 0, "{v:#}");
+    assert_eq!(num(v, "loss_signals"), 0, "{v:#}");
+    assert_eq!(num(v, "lost_locks"), 0, "{v:#}");
+    let long = long_hold(&report);
+    assert_eq!(long["release"], "released", "{long:#}");
+}
+
+#[test]
+fn a_killed_cluster_master_opens_the_documented_window_and_fencing_covers_it() {
+    // The long holder's grant never reached the replica (cut off first); its master is
+    // killed while it holds. Promotion takes about 4 s (cluster-node-timeout 2000), so with
+    // a 6 s lease a second holder usually gets the lock on the promoted replica while the
+    // first one's lease still runs: the window is reported, not counted against the run,
+    // and fenced — the second token above the first, the first holder's next access
+    // refused. (When the first holder learns of the loss before anyone else gets in, there
+    // is no window to show, and the run says so.)
+    let (code, report) = topology_check("--cluster", "cluster-kill", "3", "6s");
+    let v = verdict(&report, "cluster-kill");
+    assert_eq!(code, 0, "{report:#}");
+    fenced_and_done(v);
+    let detail = strike_detail(&report);
+    assert!(
+        detail.contains("before the holder's grant, which it never had"),
+        "{detail}"
+    );
+    assert!(detail.contains("promoted"), "{detail}");
+    assert_eq!(v["overlaps_expected"], true);
+    assert_eq!(num(v, "overlaps"), 0, "{v:#}");
+    assert_eq!(v["token_regressions"], 0, "tokens never repeat: {v:#}");
+    // The first holder, unable to renew, was told before its lease could end.
+    assert!(num(v, "loss_signals") >= 1, "{v:#}");
+    assert!(v["loss_lead_ms"].as_f64().unwrap() > 0.0, "{v:#}");
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let notes = notes.join("\n");
+    if num(v, "excused_overlaps") > 0 {
+        assert!(
+            notes.contains("inside the documented failover window"),
+            "{notes}"
+        );
+        assert!(notes.contains("refused by its token"), "{notes}");
+        assert!(num(v, "fenced_refusals") >= 1, "{v:#}");
+    } else {
+        assert!(
+            notes.contains("no second holder inside the failover window"),
+            "{notes}"
+        );
+    }
+}
+
+#[test]
+fn a_frozen_sentinel_master_is_left_behind_and_its_zombie_refuses_grants() {
+    let (code, report) = topology_check("--sentinel", "sentinel-failover", "2", "2s");
+    let v = verdict(&report, "sentinel-failover");
+    fenced_and_done(v);
+    // The workers followed the new master; the zombie, asked for a lock by a client that
+    // was given its address, refused every grant (min-replicas-to-write 1).
+    let detail = strike_detail(&report);
+    assert!(detail.contains("the zombie refused all"), "{detail}");
+    assert!(num(v, "acquisitions") == 60, "{v:#}");
+    // A request in flight to the master when it froze is run by the zombie as it thaws,
+    // before it counts its replicas again (min-replicas-to-write does not stop it); the
+    // library voids such a reply (node/sentinel.rs, `Master::vouch`), so no two holders.
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(num(v, "overlaps"), 0, "{v:#}");
+    assert_eq!(num(v, "zombie_overlaps"), 0, "{v:#}");
+}
+
+#[test]
+fn a_killed_sentinel_master_is_followed_to_the_promoted_replica() {
+    let (code, report) = topology_check("--sentinel", "sentinel-kill", "2", "2s");
+    let v = verdict(&report, "sentinel-kill");
+    assert_eq!(code, 0, "{report:#}");
+    fenced_and_done(v);
+    let detail = strike_detail(&report);
+    assert!(
+        detail.contains("killed (SIGKILL); the sentinels named"),
+        "{detail}"
+    );
+    assert_eq!(num(v, "acquisitions"), 60, "{v:#}");
+    assert_eq!(num(v, "overlaps"), 0, "{v:#}");
+    assert_eq!(v["token_regressions"], 0, "{v:#}");
+}
+
 /// The legacy algorithms hold their leases in whole seconds (`EXPIRE`), so they run with 1 s;
 /// without a fault and with a holder killed (a paused one: [`legacy_pause_overtaken`]).
 fn legacy(algorithm: &str) -> (i32, Value) {
@@ -422,6 +594,52 @@ fn bad_input_is_refused_with_a_usage_or_unavailable_code() {
             "redlock only",
         ),
         (&["check", "--redis", "redis://127.0.0.1:1"], 69, "Redis"),
+        // The topology faults start a private cluster or Sentinel set-up of their own, and
+        // never touch servers check did not start.
+        (
+            &["check", "--fault", "cluster-failover"],
+            64,
+            "add a bare --cluster",
+        ),
+        (
+            &["check", "--sentinel", "--fault", "slot-migration"],
+            64,
+            "not with --sentinel",
+        ),
+        (
+            &[
+                "check",
+                "--cluster",
+                "redis://127.0.0.1:1",
+                "--fault",
+                "cluster-kill",
+            ],
+            64,
+            "never on servers it did not start",
+        ),
+        (
+            &[
+                "check",
+                "--sentinel",
+                "redis://127.0.0.1:1",
+                "--master",
+                "m",
+                "--fault",
+                "sentinel-failover",
+            ],
+            64,
+            "never on servers it did not start",
+        ),
+        (
+            &[
+                "check",
+                "--cluster",
+                "--fault",
+                "cluster-kill+cluster-failover",
+            ],
+            64,
+            "run of its own",
+        ),
     ];
     for (args, code, says) in cases {
         let out = redis_locks(args);

@@ -127,10 +127,12 @@ impl Client {
     /// - Each request, its redirections and reconnects included, is bounded by the
     ///   response timeout as a whole.
     /// - A request that met a broken connection may have run once already when its retry
-    ///   runs. Every script gives the same answer when it runs again for the same owner
-    ///   token: a second acquire by the holder is granted again, and a second release says
-    ///   released (a release leaves a tombstone in the lock's slot for 10 s, which the
-    ///   second run finds).
+    ///   runs. Every acquire, extend, downgrade and release gives the same answer when it
+    ///   runs again for the same owner token: a second acquire by the holder is granted
+    ///   again, and a second release says released (a release leaves a tombstone in the
+    ///   lock's slot for 10 s, which the second run finds). A [`FencedKey`](crate::FencedKey)
+    ///   write run twice writes the same value twice (an equal token writes); its reply
+    ///   then names its own token as the highest seen before.
     /// - Fencing tokens are numbered by the acquire script on every grant (the fast path's
     ///   vouching needs one connection, and a cluster has one per shard), from the
     ///   shard's clock, so they grow across a failover.

@@ -76,6 +76,57 @@ pub enum Fault {
     /// Redlock: 3 of 5 nodes frozen (SIGSTOP) for the lease and a bit more: no majority
     /// (row 9).
     RedlockMajority,
+    /// Redis Cluster: `CLUSTER FAILOVER` on the replica of the shard that serves the lock's
+    /// slot while a holder depends on its renewals. The replica catches up first, so no
+    /// grant is lost: holders renew and release through `MOVED`, none may lose its lock
+    /// (row 14; a private cluster with a replica per master).
+    ClusterFailover,
+    /// Redis Cluster: the lock's slot moved, keys and all, to another master while a holder
+    /// depends on its renewals: `MIGRATING`/`IMPORTING` (requests meet `ASK`), the keys
+    /// moved with `MIGRATE`, then the slot given to the new master (`MOVED`). None may lose
+    /// its lock (row 14).
+    SlotMigration,
+    /// Redis Cluster, an unreplicated lock: the replica of the lock's shard is cut off
+    /// (paused, its link killed by the master) before a holder's grant, then the master is
+    /// killed (SIGKILL) while it holds, the replica resumed and promoted without the grant.
+    /// A second holder may get the lock while the first's lease runs: the documented
+    /// failover window, which fencing must cover — tokens still grow, the stale holder's
+    /// accesses are refused (row 13). Strikes once per run (the killed master stays dead).
+    ClusterKill,
+    /// Sentinel: the master (`min-replicas-to-write 1`) frozen (SIGSTOP) until the sentinels
+    /// promote a replica, then resumed: a zombie master, which must grant nothing
+    /// (`NOREPLICAS`) while clients follow the new master (row 15).
+    SentinelFailover,
+    /// Sentinel: the master killed (SIGKILL), a replica promoted; clients follow it (row 15,
+    /// with a crash instead of a freeze). Strikes once per run (the killed master stays dead).
+    SentinelKill,
+}
+
+/// The private set-up a topology fault runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyKind {
+    /// A Redis Cluster (`--cluster`).
+    Cluster,
+    /// A Sentinel-watched master (`--sentinel`).
+    Sentinel,
+}
+
+impl TopologyKind {
+    /// What it is, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TopologyKind::Cluster => "Redis Cluster",
+            TopologyKind::Sentinel => "Sentinel set-up",
+        }
+    }
+
+    /// The flag that asks for it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            TopologyKind::Cluster => "--cluster",
+            TopologyKind::Sentinel => "--sentinel",
+        }
+    }
 }
 
 impl Fault {
@@ -101,6 +152,11 @@ impl Fault {
             Fault::BusyScript => "busy-script",
             Fault::RedlockMinority => "redlock-minority",
             Fault::RedlockMajority => "redlock-majority",
+            Fault::ClusterFailover => "cluster-failover",
+            Fault::SlotMigration => "slot-migration",
+            Fault::ClusterKill => "cluster-kill",
+            Fault::SentinelFailover => "sentinel-failover",
+            Fault::SentinelKill => "sentinel-kill",
         }
     }
 
@@ -118,7 +174,31 @@ impl Fault {
                 | Fault::Partition
                 | Fault::PacketBurst
                 | Fault::PacketLoss
-        )
+        ) || self.topology().is_some()
+    }
+
+    /// The private cluster or Sentinel set-up the fault needs (started for its run), if any.
+    pub fn topology(self) -> Option<TopologyKind> {
+        match self {
+            Fault::ClusterFailover | Fault::SlotMigration | Fault::ClusterKill => {
+                Some(TopologyKind::Cluster)
+            }
+            Fault::SentinelFailover | Fault::SentinelKill => Some(TopologyKind::Sentinel),
+            _ => None,
+        }
+    }
+
+    /// How many times the fault can strike in one run, if fewer than `--injections` asks:
+    /// the kills leave the shard without a replica to promote again.
+    pub fn max_strikes(self) -> Option<usize> {
+        matches!(self, Fault::ClusterKill | Fault::SentinelKill).then_some(1)
+    }
+
+    /// Whether its long holder works on the resource all through its hold (an increment
+    /// every eighth of the lease, at most 50 ms apart), so that a second holder let in beside it meets its
+    /// accesses and the resource refuses the stale one.
+    pub fn lingers_writing(self) -> bool {
+        self == Fault::ClusterKill
     }
 
     /// Whether a holder that depends on its renewals while this fault strikes must be told
@@ -139,13 +219,25 @@ impl Fault {
                 | Fault::BusyScript
                 | Fault::ServerRestart
                 | Fault::ServerClockJump
+                | Fault::ClusterKill
         )
     }
 
     /// Whether no holder may lose its lock to this fault: latency under the design threshold,
-    /// a step of the client's wall clock.
+    /// a step of the client's wall clock, a manual failover or a slot migration (the lock's
+    /// keys go along, and holders follow `MOVED` and `ASK`).
     pub fn keeps_holder(self) -> bool {
-        matches!(self, Fault::Latency | Fault::ClientClockStep)
+        matches!(
+            self,
+            Fault::Latency | Fault::ClientClockStep | Fault::ClusterFailover | Fault::SlotMigration
+        )
+    }
+
+    /// Whether a holder's release must succeed under this fault: a manual failover and a
+    /// slot migration lose no lock, so a release that fails or finds the lock gone is a lost
+    /// lock.
+    pub fn keeps_releases(self) -> bool {
+        matches!(self, Fault::ClusterFailover | Fault::SlotMigration)
     }
 
     /// Whether the fault applies to Redlock only.
@@ -159,10 +251,16 @@ impl Fault {
     }
 
     /// Whether two holders at once are the documented outcome of this fault on one server: a
-    /// server that restarts without its data, or whose clock jumps, forgets the lock. Fencing
-    /// must still hold. (A Redlock loses one node's lock only: its majority still holds.)
+    /// server that restarts without its data, or whose clock jumps, forgets the lock; a
+    /// cluster master killed before its replica had the grant loses it (the failover
+    /// window). Fencing must still hold. (A Redlock loses one node's lock only: its majority
+    /// still holds.)
     pub fn breaks_exclusion(self, redlock: bool) -> bool {
-        !redlock && matches!(self, Fault::ServerRestart | Fault::ServerClockJump)
+        !redlock
+            && matches!(
+                self,
+                Fault::ServerRestart | Fault::ServerClockJump | Fault::ClusterKill
+            )
     }
 
     /// Whether the fault needs the lock server behind the latency proxy.
@@ -170,13 +268,20 @@ impl Fault {
         matches!(self, Fault::Latency | Fault::LatencyHigh)
     }
 
-    /// Whether the fault runs against a Redis Cluster or a Sentinel-watched master: the
-    /// holder faults and the workers' clock step, which need no hand on a server.
-    pub fn runs_on_topology(self) -> bool {
-        matches!(
-            self,
-            Fault::None | Fault::HolderKill | Fault::HolderPause | Fault::ClientClockStep
-        )
+    /// Whether the fault runs against `kind` (`None`: one server or a Redlock's servers): on
+    /// a Redis Cluster or a Sentinel-watched master, the holder faults, the workers' clock
+    /// step, which need no hand on a server, and that set-up's own faults; on servers, all
+    /// but the topology faults.
+    pub fn runs_on(self, kind: Option<TopologyKind>) -> bool {
+        match kind {
+            None => self.topology().is_none(),
+            Some(kind) => {
+                matches!(
+                    self,
+                    Fault::None | Fault::HolderKill | Fault::HolderPause | Fault::ClientClockStep
+                ) || self.topology() == Some(kind)
+            }
+        }
     }
 
     /// Whether the fault needs root and iptables.

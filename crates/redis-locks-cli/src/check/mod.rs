@@ -10,6 +10,7 @@
 
 mod chart;
 mod clock;
+mod failover;
 mod fault;
 mod legacy;
 pub mod plan;
@@ -28,7 +29,7 @@ use cli_support::redis_target::RedisTarget;
 use cli_support::topology::{TopologyArgs, Wanted};
 use serde::Serialize;
 
-use fault::Fault;
+use fault::{Fault, TopologyKind};
 use plan::{Algorithm, CheckPrimitive};
 use scenario::{REDLOCK_NODES, Scenario};
 use verdict::Verdict;
@@ -48,7 +49,9 @@ pub struct CheckArgs {
     /// none, holder-kill, holder-pause, server-pause, server-sleep, client-pause, client-kill,
     /// server-restart, server-restart-aof, partition, server-clock-jump, client-clock-step,
     /// latency, latency-high, packet-burst, packet-loss, busy-script, redlock-minority,
-    /// redlock-majority (README: what each does).
+    /// redlock-majority; with a bare --cluster: cluster-failover, slot-migration,
+    /// cluster-kill; with a bare --sentinel: sentinel-failover, sentinel-kill (README: what
+    /// each does).
     #[arg(long, value_parser = parse_faults)]
     pub fault: Vec<Vec<Fault>>,
     /// Worker processes.
@@ -136,10 +139,15 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
     let scenarios = scenarios(args, &wanted)?;
     // Listening from the start: a signal that comes while servers start is not lost either.
     let mut signals = Signals::new()?;
-    // The lock servers every scenario uses, unless each starts its own.
+    // The lock servers every scenario uses, unless each starts its own (the runs of a
+    // topology fault start a private cluster or Sentinel set-up each).
+    let shared = scenarios
+        .iter()
+        .any(|s| s.faults.iter().all(|f| f.topology().is_none()));
     let target = match wanted {
         Wanted::Servers(urls) if urls.is_empty() => None,
         Wanted::Servers(urls) => Some(RedisTarget::at(Endpoint::Servers(urls))),
+        _ if !shared => None,
         other => Some(RedisTarget::private_or(other, 1)?),
     };
     let given = target.as_ref().map(RedisTarget::endpoint);
@@ -164,10 +172,16 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
             ))),
         };
         // What the run left on the user's servers goes, whatever happened.
-        if let Some(given) = given {
+        let own = scenario.faults.iter().any(|f| f.topology().is_some());
+        if let Some(given) = given
+            && !own
+        {
             scenario::cleanup(given, &lock).await;
         }
         let record = record?;
+        if let (Some(servers), false) = (&record.servers, args.json) {
+            eprintln!("check:   on {servers}, started for this run and stopped at its end");
+        }
         let verdict = verdict::judge(&scenario, &record);
         done.push((scenario, record, verdict));
     }
@@ -214,11 +228,17 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
 fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliError> {
     // Lock servers given (or a cluster or Sentinel set-up started once for the check).
     let given = !matches!(wanted, Wanted::Servers(urls) if urls.is_empty());
-    let topology = match wanted {
-        Wanted::Servers(_) => None,
-        Wanted::Cluster(_) => Some("--cluster"),
-        Wanted::Sentinel { .. } => Some("--sentinel"),
+    // Servers this check did not start: named by a URL.
+    let users = match wanted {
+        Wanted::Servers(urls) | Wanted::Cluster(urls) => !urls.is_empty(),
+        Wanted::Sentinel { sentinels, .. } => !sentinels.is_empty(),
     };
+    let kind = match wanted {
+        Wanted::Servers(_) => None,
+        Wanted::Cluster(_) => Some(TopologyKind::Cluster),
+        Wanted::Sentinel { .. } => Some(TopologyKind::Sentinel),
+    };
+    let topology = kind.map(TopologyKind::flag);
     let default_faults = vec![
         vec![Fault::None],
         vec![Fault::HolderKill],
@@ -227,7 +247,8 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
     let all_faults: Vec<Vec<Fault>> = <Fault as clap::ValueEnum>::value_variants()
         .iter()
         .filter(|f| !f.needs_iptables() || running_as_root())
-        .filter(|f| topology.is_none() || f.runs_on_topology())
+        .filter(|f| f.runs_on(kind))
+        .filter(|f| !(users && f.needs_private_servers()))
         .map(|f| vec![*f])
         .collect();
     let fault_sets = if !args.fault.is_empty() {
@@ -246,14 +267,33 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
     if args.timeout.is_zero() {
         return Err(CliError::Usage("--timeout: must be more than 0".into()));
     }
-    if let Some(flag) = topology {
-        if let Some(fault) = fault_sets.iter().flatten().find(|f| !f.runs_on_topology()) {
-            return Err(CliError::Usage(format!(
+    if let Some(fault) = fault_sets.iter().flatten().find(|f| !f.runs_on(kind)) {
+        return Err(CliError::Usage(match (fault.topology(), topology) {
+            (Some(needed), None) => format!(
+                "--fault {} runs on a private {} that check starts: add a bare {}",
+                fault.label(),
+                needed.describe(),
+                needed.flag()
+            ),
+            (Some(needed), Some(flag)) => format!(
+                "--fault {} runs on a private {} that check starts (a bare {}), not with \
+                 {flag}",
+                fault.label(),
+                needed.describe(),
+                needed.flag()
+            ),
+            (None, Some(flag)) => format!(
                 "--fault {} needs a hand on one lock server: with {flag} the faults are none, \
-                 holder-kill, holder-pause and client-clock-step",
-                fault.label()
-            )));
-        }
+                 holder-kill, holder-pause and client-clock-step, and on a private {} (a bare \
+                 {flag}) {}",
+                fault.label(),
+                kind.map(TopologyKind::describe).unwrap_or_default(),
+                own_faults(kind)
+            ),
+            (None, None) => format!("--fault {} cannot run here", fault.label()),
+        }));
+    }
+    if let Some(flag) = topology {
         if args.primitive.contains(&CheckPrimitive::Redlock) {
             return Err(CliError::Usage(format!(
                 "--primitive redlock takes independent servers (--redis), not {flag}"
@@ -266,17 +306,43 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
             )));
         }
     }
+    if let Some(fault) = fault_sets
+        .iter()
+        .flatten()
+        .find(|f| f.topology().is_some() && users)
+    {
+        return Err(CliError::Usage(format!(
+            "--fault {} kills, freezes or reconfigures the nodes of a {}: it runs only on a \
+             private one that check starts (a bare {}, without a URL), never on servers it \
+             did not start",
+            fault.label(),
+            kind.map(TopologyKind::describe).unwrap_or_default(),
+            topology.unwrap_or_default()
+        )));
+    }
     if given
         && let Some(fault) = fault_sets
             .iter()
             .flatten()
-            .find(|f| f.needs_private_servers())
+            .find(|f| f.needs_private_servers() && f.topology().is_none())
     {
         return Err(CliError::Usage(format!(
             "--fault {} needs the lock servers' processes: leave out --redis, --cluster and \
              --sentinel to check against private ones",
             fault.label()
         )));
+    }
+    for faults in &fault_sets {
+        let topological: Vec<&Fault> = faults.iter().filter(|f| f.topology().is_some()).collect();
+        if topological.len() > 1
+            && let Some(kill) = topological.iter().find(|f| f.max_strikes().is_some())
+        {
+            return Err(CliError::Usage(format!(
+                "--fault {} leaves the lock's shard without a replica to promote: give it a \
+                 run of its own, not joined with another failover",
+                kill.label()
+            )));
+        }
     }
     let primitives = if args.long {
         let mut all = vec![
@@ -403,6 +469,20 @@ async fn preflight(endpoint: &Endpoint) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The faults of a cluster or Sentinel set-up of its own, for a message.
+fn own_faults(kind: Option<TopologyKind>) -> String {
+    let names: Vec<&str> = <Fault as clap::ValueEnum>::value_variants()
+        .iter()
+        .filter(|f| kind.is_some() && f.topology() == kind)
+        .map(|f| f.label())
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
@@ -451,10 +531,16 @@ fn print_table(verdicts: &[&Verdict]) {
         ];
         println!("| {} |", cells.join(" | "));
     }
-    for v in verdicts.iter().filter(|v| !v.examples.is_empty()) {
+    for v in verdicts
+        .iter()
+        .filter(|v| !v.examples.is_empty() || !v.notes.is_empty())
+    {
         println!("\n{}:", v.label);
         for example in &v.examples {
             println!("  - {example}");
+        }
+        for note in &v.notes {
+            println!("  - note: {note}");
         }
     }
 }

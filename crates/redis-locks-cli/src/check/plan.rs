@@ -77,6 +77,18 @@ pub enum Action {
     /// Hold for twice the lease (the watchdog renewing it), and say so: `check` strikes its
     /// server-side faults while such a holder depends on its renewals.
     Linger,
+    /// As [`Action::Linger`], working on the resource all through the hold (an increment
+    /// every eighth of the lease, at most 50 ms apart) until it is told of a loss or the resource refuses it: a
+    /// holder that a failover lets a second one in beside (`cluster-kill`) meets the
+    /// newer holder's token there.
+    LingerWriting,
+}
+
+impl Action {
+    /// A long hold, during which `check` strikes a server-side fault.
+    pub fn lingers(self) -> bool {
+        matches!(self, Action::Linger | Action::LingerWriting)
+    }
 }
 
 /// One holder-side fault: task `task` of the worker does `action` at its acquisition `at`.
@@ -178,6 +190,14 @@ pub struct Holding {
     /// (ms): an hour under `client-clock-step`, about 0 otherwise.
     #[serde(default)]
     pub wall_step_ms: i64,
+    /// When the resource refused this holder's access (monotonic ns): its token was below
+    /// one a newer holder had shown it.
+    #[serde(default)]
+    pub refused_at: Option<u64>,
+    /// Increments the resource took from this holder during a long hold of
+    /// [`Action::LingerWriting`] (its last write not counted).
+    #[serde(default)]
+    pub increments: u32,
     /// The read of the resource.
     pub read: Access,
     /// The write of the resource.
@@ -190,6 +210,12 @@ pub struct Holding {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
+    /// The worker process has connected to the lock servers and waits for the common
+    /// start.
+    Connected {
+        /// The worker's number.
+        process: usize,
+    },
     /// A task acquired (sent at once, so a holder killed before it finishes is known).
     Acquired {
         /// `p<process>t<task>`.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use cli_support::endpoint::Endpoint;
+use cli_support::endpoint::{Endpoint, SideConnection};
 use cli_support::exit::CliError;
 use nix::sys::signal::Signal;
 use redis::AsyncConnectionConfig;
@@ -19,6 +19,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use super::clock::now as now_nanos;
+use super::failover::{self, Cut, Private};
 use super::fault::{self, DropRule, FakeClock, Fault};
 use super::plan::{Action, Algorithm, CheckPrimitive, Event, Holding, Plan, Trigger};
 use super::proxy::Proxy;
@@ -30,8 +31,13 @@ pub const REDLOCK_NODES: usize = 5;
 const TTL_WATCH: Duration = Duration::from_millis(5);
 /// The least time without any acquisition after which a run counts as hung.
 const STALL: Duration = Duration::from_secs(5);
+/// How often the TTL watch asks the sentinels which master to watch.
+const SENTINEL_ASK: Duration = Duration::from_millis(250);
 /// Time for worker processes to start and connect before the common start.
 const START_DELAY_MS: u64 = 700;
+/// The same when `check` has something to do between the workers' connections and the
+/// first acquisition (`cluster-kill` cuts a replica off then).
+const START_DELAY_CUT_MS: u64 = 2000;
 
 /// What one run does.
 #[derive(Debug, Clone, Serialize)]
@@ -117,6 +123,13 @@ pub struct Injection {
     pub start: u64,
     /// When it was undone.
     pub end: u64,
+    /// What it did, when there is more to say (a failover: which node took over, how long
+    /// it took, what the zombie master answered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// When a master it froze was resumed (monotonic ns): `sentinel-failover`'s zombie.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<u64>,
 }
 
 /// Everything one run recorded.
@@ -145,6 +158,9 @@ pub struct Record {
     /// How many faults the plan could strike (a holder killed before its own pause or long
     /// hold takes those with it).
     pub expected_injections: usize,
+    /// The private cluster or Sentinel set-up started for this run, if one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servers: Option<String>,
 }
 
 /// The servers of one run.
@@ -157,6 +173,8 @@ struct Servers {
     proxy: Option<Proxy>,
     /// The workers' fake wall clock, when a fault steps it.
     fake_clock: Option<FakeClock>,
+    /// The private cluster or Sentinel set-up of a run of topology faults, and what it is.
+    private: Option<(Private, String)>,
     _aof_dir: Option<tempfile::TempDir>,
 }
 
@@ -175,10 +193,23 @@ impl Node {
 }
 
 impl Servers {
-    fn start(scenario: &Scenario, given: Option<&Endpoint>) -> Result<Servers, CliError> {
+    async fn start(scenario: &Scenario, given: Option<&Endpoint>) -> Result<Servers, CliError> {
         cli_support::redis_target::ensure_installed()?;
         let unavailable = |err| CliError::Unavailable(format!("cannot start redis-server: {err}"));
         let resource = RedisServer::start().map_err(unavailable)?;
+        // A topology fault: a private set-up of its own for this run.
+        if let Some(kind) = scenario.faults.iter().find_map(|f| f.topology()) {
+            let (private, endpoint, describe) = Private::start(kind).await?;
+            return Ok(Servers {
+                nodes: Vec::new(),
+                topology: Some(endpoint),
+                resource,
+                proxy: None,
+                fake_clock: None,
+                private: Some((private, describe)),
+                _aof_dir: None,
+            });
+        }
         if let Some(given) = given {
             let (nodes, topology) = match given {
                 Endpoint::Servers(urls) => (
@@ -198,6 +229,7 @@ impl Servers {
                 resource,
                 proxy: None,
                 fake_clock: None,
+                private: None,
                 _aof_dir: None,
             });
         }
@@ -243,6 +275,7 @@ impl Servers {
             resource,
             proxy: None,
             fake_clock: None,
+            private: None,
             _aof_dir: aof_dir,
         })
     }
@@ -327,7 +360,7 @@ pub async fn run(
     given: Option<&Endpoint>,
     lock: &str,
 ) -> Result<Record, CliError> {
-    let mut servers = Servers::start(scenario, given)?;
+    let mut servers = Servers::start(scenario, given).await?;
     if scenario.faults.iter().any(|f| f.needs_proxy()) {
         servers.add_proxy().await?;
     }
@@ -340,7 +373,12 @@ pub async fn run(
         cli_support::connection(&servers.resource.url()).await?,
         &resource_prefix,
     );
-    let started_at = now_nanos() + START_DELAY_MS * 1_000_000;
+    let start_delay = if scenario.faults.contains(&Fault::ClusterKill) {
+        START_DELAY_CUT_MS
+    } else {
+        START_DELAY_MS
+    };
+    let started_at = now_nanos() + start_delay * 1_000_000;
 
     // The workers, and how many faults they will let strike.
     let plans = plan_triggers(scenario);
@@ -386,11 +424,11 @@ pub async fn run(
 
     // Collect, striking the server-side faults as the run goes.
     let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(START_DELAY_MS) + scenario.timeout;
+        tokio::time::Instant::now() + Duration::from_millis(start_delay) + scenario.timeout;
     // No acquisition for this long while a run should be going: it is stuck (a lock that
     // never expires, say), whatever its timeout.
     let stall = STALL.max(scenario.lease * 4 + fault::outage(scenario.lease));
-    let mut progress = tokio::time::Instant::now() + Duration::from_millis(START_DELAY_MS);
+    let mut progress = tokio::time::Instant::now() + Duration::from_millis(start_delay);
     let mut injections = Vec::new();
     let mut open: HashMap<String, Crashed> = HashMap::new();
     let mut holdings = Vec::new();
@@ -415,17 +453,38 @@ pub async fn run(
         .collect();
     let mut strikes = server_faults
         .iter()
-        .flat_map(|f| std::iter::repeat_n(*f, scenario.injections))
+        .flat_map(|f| std::iter::repeat_n(*f, strikes_of(scenario, *f)))
         .collect::<Vec<_>>()
         .into_iter();
+    // cluster-kill's first step: the replica of the lock's shard cut off once the workers
+    // have connected (a paused node would hold up their connections) and before the long
+    // hold, whose grant then reaches the master only.
+    let cut = CutSlot::default();
+    let mut cut_pending = scenario.faults.contains(&Fault::ClusterKill);
+    let mut connected = 0;
+    // The run's first acquisition (monotonic ns).
+    let mut first_grant: Option<u64> = None;
     let mut striking: Option<tokio::task::JoinHandle<Result<Injection, String>>> = None;
 
     while running > 0 {
         tokio::select! {
             message = rx.recv() => match message {
                 Some(Message::Event(event)) => match event {
+                    Event::Connected { .. } => {
+                        connected += 1;
+                        if connected == scenario.processes && cut_pending {
+                            cut_pending = false;
+                            cut_off(&servers, &cut, &lock);
+                        }
+                    }
                     Event::Acquired { worker, token, at, lease_end, .. } => {
                         progress = tokio::time::Instant::now();
+                        first_grant.get_or_insert(at);
+                        if cut_pending {
+                            // A worker that never said it connected: cut now, late.
+                            cut_pending = false;
+                            cut_off(&servers, &cut, &lock);
+                        }
                         open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end, releasing: None });
                     }
                     Event::Renewed { worker, lease_end } => {
@@ -465,10 +524,11 @@ pub async fn run(
                             overtaken: false,
                         });
                     }
-                    Event::Lingering { .. } => {
+                    Event::Lingering { worker } => {
                         if striking.is_none() {
                             if let Some(fault) = strikes.next() {
-                                striking = Some(strike(fault, &servers, &lock, scenario.lease));
+                                let holder = open.get(&worker).map(|h| h.acquired_at);
+                                striking = Some(strike(fault, &servers, &lock, scenario.lease, &cut, (holder, first_grant)));
                             }
                         } else {
                             waiting_strikes += 1;
@@ -492,7 +552,7 @@ pub async fn run(
                     }
                     if killed {
                         if scenario.faults.contains(&Fault::HolderKill) {
-                            injections.push(Injection { fault: Fault::HolderKill, start: at, end: at });
+                            injections.push(Injection { fault: Fault::HolderKill, start: at, end: at, detail: None, resumed_at: None });
                         }
                     } else if failed {
                         failures.push(format!("worker p{process} failed: {}", stderr.trim()));
@@ -506,7 +566,7 @@ pub async fn run(
                     let due = (stop.overtaken && now >= stop.earliest) || now >= stop.latest;
                     if due {
                         resumed.push((stop.pid, stop.worker.clone()));
-                        injections.push(Injection { fault: Fault::HolderPause, start: stop.start, end: now_nanos() });
+                        injections.push(Injection { fault: Fault::HolderPause, start: stop.start, end: now_nanos(), detail: None, resumed_at: None });
                     }
                     !due
                 });
@@ -527,7 +587,7 @@ pub async fn run(
                     && let Some(fault) = strikes.next()
                 {
                     waiting_strikes -= 1;
-                    striking = Some(strike(fault, &servers, &lock, scenario.lease));
+                    striking = Some(strike(fault, &servers, &lock, scenario.lease, &cut, (None, first_grant)));
                 }
             }
             _ = tokio::time::sleep_until(deadline.min(progress + stall)) => {
@@ -554,6 +614,13 @@ pub async fn run(
             fault::signal(stop.pid, Signal::SIGCONT);
         }
     }
+    // A replica cut off for a kill that never came (its long holder was killed first, say)
+    // runs again.
+    if let Some((Private::Cluster(cluster), _)) = &servers.private
+        && let Some(left) = settled(&cut).await.made()
+    {
+        failover::undo_cut(cluster.clone(), left).await;
+    }
     if hung {
         crashed.extend(open.into_values());
     }
@@ -577,7 +644,84 @@ pub async fn run(
         keys_without_ttl: no_ttl.load(Ordering::SeqCst),
         tally,
         expected_injections,
+        servers: servers
+            .private
+            .as_ref()
+            .map(|(_, describe)| describe.clone()),
     })
+}
+
+/// Starts `cluster-kill`'s first step, in a task: the replica of the lock's shard cut off.
+fn cut_off(servers: &Servers, slot: &CutSlot, lock: &str) {
+    let Some((Private::Cluster(cluster), _)) = &servers.private else {
+        return;
+    };
+    *slot.lock().expect("not poisoned") = CutState::Pending;
+    let (cluster, slot, key) = (cluster.clone(), slot.clone(), lock_key(lock));
+    tokio::spawn(async move {
+        let made = failover::cut_replica(cluster, key).await;
+        *slot.lock().expect("not poisoned") = match made {
+            Ok(made) => CutState::Made(made),
+            Err(err) => CutState::Failed(err),
+        };
+    });
+}
+
+/// Where `cluster-kill`'s first step stands.
+#[derive(Debug, Default)]
+enum CutState {
+    /// Not asked for (yet).
+    #[default]
+    None,
+    /// Under way.
+    Pending,
+    /// Made, the replica paused.
+    Made(Cut),
+    /// Could not be made.
+    Failed(String),
+    /// Taken by the strike, which resumes the replica.
+    Used,
+}
+
+impl CutState {
+    fn made(self) -> Option<Cut> {
+        match self {
+            CutState::Made(cut) => Some(cut),
+            _ => None,
+        }
+    }
+}
+
+type CutSlot = Arc<std::sync::Mutex<CutState>>;
+
+/// The cut's state once it is no longer under way (at most 5 s), taken out of `slot`
+/// (which says `Used` from then on).
+async fn settled(slot: &CutSlot) -> CutState {
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        {
+            let mut state = slot.lock().expect("not poisoned");
+            if !matches!(*state, CutState::Pending) || tokio::time::Instant::now() >= until {
+                return std::mem::replace(&mut *state, CutState::Used);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The key of the lock `name` (which names its slot on a cluster).
+fn lock_key(name: &str) -> String {
+    redis_locks::LockKeys::new(name)
+        .map(|keys| keys.lock().to_string())
+        .unwrap_or_else(|_| name.to_string())
+}
+
+/// How many times `fault` strikes in a run of `scenario`: `--injections`, or fewer for a
+/// fault that cannot strike again.
+fn strikes_of(scenario: &Scenario, fault: Fault) -> usize {
+    fault
+        .max_strikes()
+        .map_or(scenario.injections, |max| max.min(scenario.injections))
 }
 
 /// The faults every worker strikes itself, by process: the k-th holder kill strikes process
@@ -605,7 +749,14 @@ fn plan_triggers(scenario: &Scenario) -> Vec<Vec<Trigger>> {
             );
         }
     }
-    let strikes = scenario.injections * server_side(scenario);
+    let strikes = server_side(scenario);
+    // A long holder of a fault that may let a second holder in beside it works on the
+    // resource all through its hold.
+    let linger = if scenario.faults.iter().any(|f| f.lingers_writing()) {
+        Action::LingerWriting
+    } else {
+        Action::Linger
+    };
     let spared: Vec<usize> = (0..p)
         .filter(|&n| !plans[n].iter().any(|t| t.action == Action::Die))
         .collect();
@@ -622,19 +773,21 @@ fn plan_triggers(scenario: &Scenario) -> Vec<Vec<Trigger>> {
             scenario.count,
             task,
             at,
-            Action::Linger,
+            linger,
         );
     }
     plans
 }
 
-/// How many server-side faults a run strikes (each `--injections` times).
+/// How many strikes of server-side faults a run makes (each `--injections` times, or as
+/// often as it can).
 fn server_side(scenario: &Scenario) -> usize {
     scenario
         .faults
         .iter()
         .filter(|f| **f != Fault::None && !f.holder_side())
-        .count()
+        .map(|f| strikes_of(scenario, *f))
+        .sum()
 }
 
 /// How many faults can strike as planned: a kill per killed process, every pause and long
@@ -658,11 +811,11 @@ fn expected_injections(scenario: &Scenario, plans: &[Vec<Trigger>]) -> usize {
             .count();
         lingers += plan
             .iter()
-            .filter(|t| t.action == Action::Linger)
+            .filter(|t| t.action.lingers())
             .filter(lives)
             .count();
     }
-    kills + pauses + lingers.min(scenario.injections * server_side(scenario))
+    kills + pauses + lingers.min(server_side(scenario))
 }
 
 /// Adds a trigger for `task` at the first acquisition from `at` on that has none yet.
@@ -743,8 +896,12 @@ fn strike(
     servers: &Servers,
     lock: &str,
     lease: Duration,
+    cut: &CutSlot,
+    (holder_acquired_at, first_grant_at): (Option<u64>, Option<u64>),
 ) -> tokio::task::JoinHandle<Result<Injection, String>> {
     let outage = fault::outage(lease);
+    let private = servers.private.as_ref().map(|(private, _)| private.clone());
+    let cut = cut.clone();
     let urls = servers.urls();
     let lock = lock.to_string();
     let latency = servers.proxy.as_ref().map(Proxy::knob);
@@ -754,7 +911,9 @@ fn strike(
     let port = servers.nodes.first().and_then(Node::port);
     tokio::spawn(async move {
         let start = now_nanos();
-        let private = |n: usize| {
+        let mut detail = None;
+        let mut resumed_at = None;
+        let private_node = |n: usize| {
             handles
                 .get(n)
                 .cloned()
@@ -763,13 +922,13 @@ fn strike(
         };
         match fault {
             Fault::ServerPause => {
-                let server = private(0)?;
+                let server = private_node(0)?;
                 server.lock().expect("not poisoned").pause();
                 tokio::time::sleep(outage).await;
                 server.lock().expect("not poisoned").resume();
             }
             Fault::RedlockMajority => {
-                let majority = (0..3).map(private).collect::<Result<Vec<_>, _>>()?;
+                let majority = (0..3).map(private_node).collect::<Result<Vec<_>, _>>()?;
                 for server in &majority {
                     server.lock().expect("not poisoned").pause();
                 }
@@ -779,13 +938,13 @@ fn strike(
                 }
             }
             Fault::ServerRestart | Fault::ServerRestartAof => {
-                let server = private(0)?;
+                let server = private_node(0)?;
                 restart(server).await?;
             }
             Fault::RedlockMinority => {
                 // Killed now, restarted (empty) only after the lease, as a node that lost
                 // its data must be.
-                let minority = (3..5).map(private).collect::<Result<Vec<_>, _>>()?;
+                let minority = (3..5).map(private_node).collect::<Result<Vec<_>, _>>()?;
                 for server in &minority {
                     server.lock().expect("not poisoned").kill();
                 }
@@ -907,12 +1066,48 @@ fn strike(
                     .await
                     .map_err(|err| format!("PEXPIRE refused: {err}"))?;
             }
+            Fault::ClusterFailover
+            | Fault::SlotMigration
+            | Fault::ClusterKill
+            | Fault::SentinelFailover
+            | Fault::SentinelKill => {
+                let private =
+                    private.ok_or_else(|| format!("{} needs its private set-up", fault.label()))?;
+                let cut = if fault == Fault::ClusterKill {
+                    match settled(&cut).await {
+                        CutState::Made(cut) => Some(cut),
+                        CutState::Failed(err) => {
+                            return Err(format!(
+                                "cluster-kill: the replica was not cut off: {err}"
+                            ));
+                        }
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                let struck = failover::strike(failover::Strike {
+                    fault,
+                    private,
+                    lock: lock.clone(),
+                    lease,
+                    cut,
+                    holder_acquired_at,
+                    first_grant_at,
+                })
+                .await
+                .map_err(|err| format!("{}: {err}", fault.label()))?;
+                detail = Some(struck.detail);
+                resumed_at = struck.resumed_at;
+            }
             Fault::None | Fault::HolderKill | Fault::HolderPause => {}
         }
         Ok(Injection {
             fault,
             start,
             end: now_nanos(),
+            detail,
+            resumed_at,
         })
     })
 }
@@ -938,7 +1133,8 @@ async fn admin(url: &str, outage: Duration) -> Result<MultiplexedConnection, Str
 }
 
 /// Watches the lock key on every node until told to stop, counting looks that found it
-/// without a TTL (`PTTL` = -1).
+/// without a TTL (`PTTL` = -1). Under Sentinel the master the sentinels name is asked for
+/// every quarter of a second, and followed when it changes.
 async fn watch_ttl(
     endpoint: Endpoint,
     lock: String,
@@ -951,8 +1147,30 @@ async fn watch_ttl(
             cons.push(con);
         }
     }
+    let follow = matches!(endpoint, Endpoint::Sentinel { .. });
+    let mut master = if follow {
+        endpoint.master_url().await.ok()
+    } else {
+        None
+    };
+    let mut asked = tokio::time::Instant::now();
     let mut last = false;
     loop {
+        if follow && asked.elapsed() >= SENTINEL_ASK {
+            asked = tokio::time::Instant::now();
+            let named = tokio::time::timeout(Duration::from_millis(300), endpoint.master_url())
+                .await
+                .ok()
+                .and_then(Result::ok);
+            if let Some(named) = named.filter(|named| Some(named) != master.as_ref())
+                && let Ok(Ok(con)) =
+                    tokio::time::timeout(Duration::from_secs(1), cli_support::connection(&named))
+                        .await
+            {
+                cons = vec![SideConnection::Server(con)];
+                master = Some(named);
+            }
+        }
         for con in &mut cons {
             let pttl: redis::RedisResult<i64> = tokio::time::timeout(
                 Duration::from_millis(200),

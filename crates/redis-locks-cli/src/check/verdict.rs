@@ -19,7 +19,7 @@ use redis_locks::history::{History, Interval};
 use serde::Serialize;
 
 use super::fault::Fault;
-use super::plan::{Access, CheckPrimitive, Release};
+use super::plan::{Access, CheckPrimitive, Holding, Release};
 use super::scenario::{Injection, Record, Scenario};
 
 /// What the checks found in one run.
@@ -33,6 +33,10 @@ pub struct Verdict {
     pub crashed: usize,
     /// Pairs of holders at once that nobody was told about.
     pub overlaps: usize,
+    /// Of `overlaps`, those with a holder granted just after a frozen Sentinel master was
+    /// resumed: a request queued at it while it was frozen, granted by the zombie before it
+    /// recounted its replicas, beside the new master's holder.
+    pub zombie_overlaps: usize,
     /// Pairs of holders at once across a strike of a fault that makes the server forget the
     /// lock (the documented outcome of `server-restart` and `server-clock-jump` on one server).
     pub excused_overlaps: usize,
@@ -73,14 +77,22 @@ pub struct Verdict {
     /// out (the holder's deadline plus the drift allowance), in ms: positive, the holder was
     /// told before its lease ended on the server.
     pub loss_lead_ms: Option<f64>,
+    /// Locks lost under a fault that must lose none (a manual failover, a slot migration):
+    /// holders told of a loss, releases that failed or found the lock gone.
+    pub lost_locks: usize,
     /// Some of the violations, described.
     pub examples: Vec<String>,
+    /// What the run showed besides the checks: what each topology fault did, and how the
+    /// overlaps inside a documented failover window were fenced.
+    pub notes: Vec<String>,
     /// Every check held.
     pub passed: bool,
 }
 
 /// How many violations a verdict describes.
 const EXAMPLES: usize = 5;
+/// How long after a frozen master was resumed a grant may still be one it had queued.
+const ZOMBIE_TURN: Duration = Duration::from_millis(250);
 
 /// Checks one run.
 pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
@@ -141,12 +153,54 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
             .iter()
             .any(|i| a.start <= i.end && b.start >= i.start)
     });
+    let mut notes: Vec<String> = record
+        .injections
+        .iter()
+        .filter_map(|i| {
+            i.detail
+                .as_ref()
+                .map(|detail| format!("{} at {:.1} ms: {detail}", i.fault.label(), ms(i.start)))
+        })
+        .collect();
+    // The overlaps a fault lets in by design must still be fenced: the second holder's token
+    // above the first's, and (told below) the first one's later accesses refused.
+    let unfenced: Vec<_> = excused.iter().filter(|(a, b)| b.token <= a.token).collect();
+    let window = record
+        .injections
+        .iter()
+        .any(|i| i.fault == Fault::ClusterKill);
+    if window {
+        notes.extend(window_notes(record, &excused, &ms));
+    }
+    // A holder granted within this long after a frozen master was resumed may have been
+    // granted by it: a request it had queued while frozen.
+    let thaws: Vec<u64> = record
+        .injections
+        .iter()
+        .filter_map(|i| i.resumed_at)
+        .collect();
+    let at_thaw = |(a, b): &(Interval, Interval)| {
+        thaws.iter().any(|&r| {
+            [a.start, b.start]
+                .iter()
+                .any(|&t| t >= r && t - r <= ZOMBIE_TURN.as_nanos() as u64)
+        })
+    };
+    let zombie_overlaps = overlaps.iter().filter(|pair| at_thaw(pair)).count();
     let mut examples: Vec<String> = overlaps
         .iter()
         .take(EXAMPLES)
-        .map(|(a, b)| {
+        .map(|pair| {
+            let (a, b) = pair;
+            let zombie = if at_thaw(pair) {
+                " — at the zombie master's thaw: a request queued at it while it was frozen \
+                 was granted there (it recounts its replicas only after its first turns, so \
+                 min-replicas-to-write did not refuse it), beside the new master's holder"
+            } else {
+                ""
+            };
             format!(
-                "overlap: {} held {:.1}–{:.1} ms, {} from {:.1} ms",
+                "overlap: {} held {:.1}–{:.1} ms, {} from {:.1} ms{zombie}",
                 a.worker,
                 ms(a.start),
                 ms(a.end),
@@ -170,6 +224,13 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
                 }),
         );
     }
+    examples.extend(unfenced.iter().take(EXAMPLES).map(|(a, b)| {
+        format!(
+            "NOT fenced: {} (token {}) held beside {} (token {}) inside the window of a \
+             fault, and the second token is not the greater",
+            a.worker, a.token, b.worker, b.token
+        )
+    }));
     let tally = record.tally;
     let lost_updates = tally.writes.saturating_sub(tally.value);
     if lost_updates > 0 {
@@ -227,7 +288,36 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         ));
     }
     let overlaps_expected = scenario.faults.iter().any(|f| f.breaks_exclusion(redlock));
+    // A manual failover or a slot migration loses no lock: every holder keeps it and
+    // releases it.
+    let keeping = fenced && struck(&|f| f.keeps_releases());
+    let lost: Vec<&Holding> = if keeping {
+        record
+            .holdings
+            .iter()
+            .filter(|h| !h.paused)
+            .filter(|h| {
+                h.lost_at.is_some() || matches!(h.release, Release::NotHeld | Release::Failed)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    examples.extend(lost.iter().take(EXAMPLES).map(|h| {
+        format!(
+            "lost lock: {}#{} (acquired at {:.1} ms){}, its release {:?}",
+            h.worker,
+            h.seq,
+            ms(h.acquired_at),
+            h.lost_at
+                .map(|at| format!(" told of a loss at {:.1} ms", ms(at)))
+                .unwrap_or_default(),
+            h.release
+        )
+    }));
     let passed = overlaps.is_empty()
+        && unfenced.is_empty()
+        && lost.is_empty()
         && signal_ok
         && record.injections.len() >= record.expected_injections
         && token_regressions.unwrap_or(0) == 0
@@ -241,6 +331,7 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         acquisitions: record.holdings.len() + record.crashed.len(),
         crashed: record.crashed.len(),
         overlaps: overlaps.len(),
+        zombie_overlaps,
         excused_overlaps: excused.len(),
         overlaps_expected,
         shared_overlaps: report.shared_overlaps,
@@ -263,9 +354,94 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         loss_signals,
         loss_margin_ms,
         loss_lead_ms,
+        lost_locks: lost.len(),
         examples,
+        notes,
         passed,
     }
+}
+
+/// What `cluster-kill`'s window showed: each overlap inside it (the first holder's grant
+/// died with the master, a second holder took the lock on the promoted replica while the
+/// first's lease ran) and how it was fenced: the second token above the first, the first
+/// holder's next access refused by the resource (or none made), or, when no second holder
+/// came in time, that the window did not show.
+fn window_notes(
+    record: &Record,
+    excused: &[&(Interval, Interval)],
+    ms: &dyn Fn(u64) -> f64,
+) -> Vec<String> {
+    let holding = |label: &str| {
+        record
+            .holdings
+            .iter()
+            .find(|h| format!("{}#{}", h.worker, h.seq) == label)
+    };
+    if excused.is_empty() {
+        return vec![
+            "no second holder inside the failover window: the lock was granted again only \
+             after the first holder's lease had ended"
+                .to_string(),
+        ];
+    }
+    let mut notes = vec![format!(
+        "{} overlap(s) inside the documented failover window (a grant the replica never had \
+         died with its master: README, \"What a failover does to a lock\"), not counted \
+         against the run; how fencing covered them:",
+        excused.len()
+    )];
+    // Grouped by the first holder: each later holder let in beside it.
+    let mut firsts: Vec<&Interval> = Vec::new();
+    for (a, _) in excused {
+        if !firsts.iter().any(|f| f.worker == a.worker) {
+            firsts.push(a);
+        }
+    }
+    for a in firsts.into_iter().take(EXAMPLES) {
+        let beside: Vec<&Interval> = excused
+            .iter()
+            .filter(|(first, _)| first.worker == a.worker)
+            .map(|(_, b)| b)
+            .collect();
+        let Some(b) = beside.iter().min_by_key(|b| b.start) else {
+            continue;
+        };
+        let grew = beside.iter().all(|b| b.token > a.token);
+        let tokens = if grew {
+            format!("every token above {}", a.token)
+        } else {
+            format!("NOT every token above {}", a.token)
+        };
+        let access = match holding(&a.worker) {
+            Some(h) => match h.refused_at {
+                Some(at) if at >= b.start => format!(
+                    "its next access of the resource, {:.1} ms after the second grant, was \
+                     refused by its token (the stale write refused)",
+                    (at - b.start) as f64 / 1e6
+                ),
+                Some(at) => format!("its access was refused at {:.1} ms", ms(at)),
+                None => format!(
+                    "it made no access the resource refused ({} increments taken, all ordered \
+                     before the newer holders' by the resource's token check)",
+                    h.increments
+                ),
+            },
+            None => "it was killed".to_string(),
+        };
+        notes.push(format!(
+            "{} (token {}) held {:.1}–{:.1} ms; {} later holder(s) from {:.1} ms ({} first, \
+             token {}), {tokens}; {access}",
+            a.worker,
+            a.token,
+            ms(a.start),
+            ms(a.end),
+            beside.len(),
+            ms(b.start),
+            b.worker,
+            b.token
+        ));
+    }
+    notes
 }
 
 /// For every holder of ours that was told of a loss while it ran (not stopped itself): how
@@ -344,6 +520,8 @@ mod tests {
             paused: false,
             lingered: false,
             wall_step_ms: 0,
+            refused_at: None,
+            increments: 0,
             read: Access::Accepted,
             write: Access::Accepted,
             release: Release::Released,
@@ -368,6 +546,18 @@ mod tests {
                 stale_writes: 0,
             },
             expected_injections: 0,
+            servers: None,
+        }
+    }
+
+    /// A strike of `fault` from `start` to `end` ms.
+    fn injection(fault: Fault, start: u64, end: u64) -> Injection {
+        Injection {
+            fault,
+            start: start * MS,
+            end: end * MS,
+            detail: None,
+            resumed_at: None,
         }
     }
 
@@ -423,11 +613,8 @@ mod tests {
         // The server restarted between 30 and 35 ms: `a` held before, `b` came after.
         let struck = |at: u64| {
             let mut run = run();
-            run.injections.push(Injection {
-                fault: Fault::ServerRestart,
-                start: at * MS,
-                end: (at + 5) * MS,
-            });
+            run.injections
+                .push(injection(Fault::ServerRestart, at, at + 5));
             run.expected_injections = 1;
             run
         };
@@ -454,11 +641,7 @@ mod tests {
     fn fewer_faults_than_planned_or_a_missing_loss_signal_fail() {
         let mut run = record(vec![holding("a", 1, 0, 10, 100)]);
         run.expected_injections = 2;
-        run.injections.push(Injection {
-            fault: Fault::ServerPause,
-            start: 0,
-            end: 150 * MS,
-        });
+        run.injections.push(injection(Fault::ServerPause, 0, 150));
         let mut pause = scenario(Algorithm::Ours);
         pause.faults = vec![Fault::ServerPause];
         let verdict = judge(&pause, &run);
@@ -568,5 +751,158 @@ mod tests {
         // Drift allowance of a 100 ms lease: 1 ms + 2 ms.
         assert!((verdict.loss_lead_ms.unwrap() - 3.0).abs() < 1e-6);
         assert!((verdict.loss_margin_ms.unwrap() - 60.0).abs() < 1e-6);
+    }
+
+    /// `cluster-kill`: `a` (token 5) took the lock at 0 with a lease to 100 ms; its master was
+    /// killed at 10 ms and the replica, which never had the grant, promoted at 40 ms; `b`
+    /// took the lock there at 50 ms with `b_token`. `a` worked on until it was told at 90 ms,
+    /// its access at 55 ms refused by the resource.
+    fn failover_window(b_token: u64) -> (Scenario, Record) {
+        let mut kill = scenario(Algorithm::Ours);
+        kill.faults = vec![Fault::ClusterKill];
+        let mut a = holding("a", 5, 0, 95, 100);
+        a.lost_at = Some(90 * MS);
+        a.lingered = true;
+        a.refused_at = Some(55 * MS);
+        a.increments = 4;
+        a.write = Access::Refused;
+        a.release = Release::NotHeld;
+        let mut run = record(vec![a, holding("b", b_token, 50, 60, 150)]);
+        run.tally.writes = 5;
+        run.tally.value = 5;
+        run.injections.push(injection(Fault::ClusterKill, 10, 40));
+        run.expected_injections = 1;
+        (kill, run)
+    }
+
+    #[test]
+    fn a_fenced_overlap_inside_the_failover_window_passes_with_a_note() {
+        let (kill, run) = failover_window(7);
+        let verdict = judge(&kill, &run);
+        assert!(verdict.passed, "{verdict:#?}");
+        assert_eq!((verdict.overlaps, verdict.excused_overlaps), (0, 1));
+        assert!(verdict.overlaps_expected);
+        assert_eq!(verdict.fenced_refusals, 1);
+        let notes = verdict.notes.join("\n");
+        assert!(
+            notes.contains("inside the documented failover window"),
+            "{notes}"
+        );
+        assert!(notes.contains("every token above 5"), "{notes}");
+        assert!(
+            notes.contains("5.0 ms after the second grant, was refused by its token"),
+            "{notes}"
+        );
+        // No second holder in time: said so, and still a pass.
+        let (kill, mut run) = failover_window(7);
+        run.holdings[1].acquired_at = 120 * MS;
+        run.holdings[1].end = 130 * MS;
+        let verdict = judge(&kill, &run);
+        assert!(verdict.passed, "{verdict:#?}");
+        assert_eq!(verdict.excused_overlaps, 0);
+        assert!(
+            verdict
+                .notes
+                .join(" ")
+                .contains("no second holder inside the failover window")
+        );
+    }
+
+    #[test]
+    fn an_overlap_inside_the_failover_window_fails_when_not_fenced() {
+        // The second holder's token repeated the first's: no resource could tell them apart.
+        let (kill, run) = failover_window(5);
+        let verdict = judge(&kill, &run);
+        assert!(!verdict.passed, "{verdict:#?}");
+        assert!(
+            verdict
+                .examples
+                .iter()
+                .any(|e| e.starts_with("NOT fenced: a#0 (token 5)")),
+            "{:?}",
+            verdict.examples
+        );
+        assert!(verdict.notes.join(" ").contains("NOT every token above 5"));
+        // A lower one, likewise.
+        assert!(!judge(&kill, &failover_window(4).1).passed);
+        // The resource took the stale holder's write after the newer holder's access.
+        let (kill, mut run) = failover_window(7);
+        run.holdings[0].refused_at = None;
+        run.holdings[0].write = Access::Accepted;
+        run.tally.stale_writes = 1;
+        let verdict = judge(&kill, &run);
+        assert!(!verdict.passed, "{verdict:#?}");
+        assert_eq!(verdict.stale_writes, 1);
+        // Two holders at once before the master was killed are no failover's doing.
+        let (kill, mut run) = failover_window(7);
+        run.injections[0] = injection(Fault::ClusterKill, 70, 80);
+        let verdict = judge(&kill, &run);
+        assert_eq!((verdict.overlaps, verdict.excused_overlaps), (1, 0));
+        assert!(!verdict.passed);
+        // Nor are they under a manual failover, which loses no grant.
+        let (_, mut run) = failover_window(7);
+        run.injections[0].fault = Fault::ClusterFailover;
+        let mut manual = scenario(Algorithm::Ours);
+        manual.faults = vec![Fault::ClusterFailover];
+        assert!(!judge(&manual, &run).passed);
+    }
+
+    #[test]
+    fn a_lock_lost_to_a_manual_failover_or_a_slot_migration_fails() {
+        for fault in [Fault::ClusterFailover, Fault::SlotMigration] {
+            let mut keep = scenario(Algorithm::Ours);
+            keep.faults = vec![fault];
+            let mut long = holding("a", 1, 0, 200, 300);
+            long.lingered = true;
+            let mut run = record(vec![long, holding("b", 2, 210, 220, 310)]);
+            run.injections.push(injection(fault, 50, 60));
+            run.expected_injections = 1;
+            assert!(judge(&keep, &run).passed, "{fault:?}");
+            // Its release found the lock gone: it was lost on the way.
+            run.holdings[0].release = Release::NotHeld;
+            let verdict = judge(&keep, &run);
+            assert_eq!(verdict.lost_locks, 1);
+            assert!(!verdict.passed, "{fault:?}");
+            assert!(verdict.examples[0].starts_with("lost lock: a#0"));
+            // A release that failed leaves the lock to its lease: lost too.
+            run.holdings[0].release = Release::Failed;
+            assert!(!judge(&keep, &run).passed, "{fault:?}");
+            // Told of a loss (and so no longer writing): a false loss.
+            run.holdings[0].release = Release::Released;
+            run.holdings[0].lost_at = Some(100 * MS);
+            run.holdings[0].end = 100 * MS;
+            assert!(!judge(&keep, &run).passed, "{fault:?}");
+        }
+    }
+
+    #[test]
+    fn an_overlap_at_the_zombie_masters_thaw_is_named_and_fails() {
+        let mut failover = scenario(Algorithm::Ours);
+        failover.faults = vec![Fault::SentinelFailover];
+        let mut strike = injection(Fault::SentinelFailover, 10, 400);
+        strike.resumed_at = Some(300 * MS);
+        // Granted 2 ms after the thaw (a request the frozen master had queued), beside the
+        // new master's holder from 301 ms.
+        let mut run = record(vec![
+            holding("zombie", 3, 302, 305, 1302),
+            holding("new", 4, 301, 310, 1301),
+        ]);
+        run.injections.push(strike);
+        run.expected_injections = 1;
+        let verdict = judge(&failover, &run);
+        assert!(!verdict.passed);
+        assert_eq!((verdict.overlaps, verdict.zombie_overlaps), (1, 1));
+        assert!(verdict.examples[0].contains("at the zombie master's thaw"));
+        // Well after the thaw, an overlap is an overlap.
+        run.holdings[0].acquired_at = 900 * MS;
+        run.holdings[0].end = 910 * MS;
+        run.holdings[1].acquired_at = 905 * MS;
+        run.holdings[1].end = 915 * MS;
+        let verdict = judge(&failover, &run);
+        assert_eq!((verdict.overlaps, verdict.zombie_overlaps), (1, 0));
+        // Apart, they pass.
+        run.holdings[1].acquired_at = 920 * MS;
+        run.holdings[1].end = 925 * MS;
+        assert!(judge(&failover, &run).passed);
     }
 }

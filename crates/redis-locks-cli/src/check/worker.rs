@@ -43,6 +43,10 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
         }
         _ => Vec::new(),
     };
+    // Connected: `check` may now do what must come before the first acquisition.
+    emit_line(&Event::Connected {
+        process: plan.process,
+    });
     clock::sleep_until(plan.start_at).await;
     let mut tasks = Vec::new();
     for task in 0..plan.tasks {
@@ -188,7 +192,22 @@ impl Task {
         // The largest step of the wall clock a long holder saw (ms).
         let mut wall_step: i64 = 0;
         let (read, value) = self.resource.read(fencing, self.shared).await;
-        let linger = strike.is_some_and(|trigger| trigger.action == Action::Linger);
+        let read_refused_at = (read == Access::Refused).then(now_nanos);
+        let action = strike.map(|trigger| trigger.action);
+        let linger = action.is_some_and(Action::lingers);
+        // What a long hold of `LingerWriting` did to the resource meanwhile.
+        let mut work_state = Working {
+            value,
+            increments: 0,
+            refused_at: None,
+        };
+        if let (Some(Action::LingerWriting), Hold::Ours(guard)) = (action, &hold) {
+            // A lock handed over to a waiter runs for its place lease (2 s) until the
+            // watchdog's first extension gives it the lease asked for: the fault strikes in
+            // the lease asked for.
+            let lease = Duration::from_millis(self.plan.lease_ms);
+            extended_deadline(guard, lease).await;
+        }
         let work = if linger {
             self.emit(&Event::Lingering {
                 worker: self.worker.clone(),
@@ -225,8 +244,13 @@ impl Task {
                         }
                     }
                 };
+                let writing = action == Some(Action::LingerWriting)
+                    && !self.shared
+                    && read == Access::Accepted;
+                let working = self.work_on(fencing, &mut work_state);
                 tokio::select! {
                     _ = renewals, if linger => {}
+                    _ = working, if writing => {}
                     _ = tokio::time::sleep(work) => {}
                     reason = guard.lost() => {
                         if reason != LostReason::Released {
@@ -237,11 +261,12 @@ impl Task {
             }
             Hold::Legacy => tokio::time::sleep(work).await,
         }
+        let value = work_state.value;
         let knows_lost = match &hold {
             Hold::Ours(guard) => guard.lost_reason().is_some(),
             Hold::Legacy => false,
         };
-        if strike.is_some_and(|trigger| trigger.action == Action::Pause) {
+        if action == Some(Action::Pause) {
             // Stopped between its last look at the lease and its write: the worst moment.
             self.emit(&Event::Pausing {
                 worker: self.worker.clone(),
@@ -249,11 +274,16 @@ impl Task {
             .await;
             let _ = raise(Signal::SIGSTOP);
         }
-        let write = if self.shared || knows_lost || read != Access::Accepted {
+        let write = if work_state.refused_at.is_some() {
+            Access::Refused
+        } else if self.shared || knows_lost || read != Access::Accepted {
             Access::Skipped
         } else {
             self.resource.write(fencing, value + 1).await
         };
+        let refused_at = read_refused_at
+            .or(work_state.refused_at)
+            .or_else(|| (write == Access::Refused).then(now_nanos));
         let end = now_nanos();
         let lease_end = match &hold {
             Hold::Ours(guard) => Some(check_time(guard.lease_deadline())),
@@ -294,9 +324,11 @@ impl Task {
             lease_end,
             end,
             lost_at: lost_at.filter(|&at| at <= end),
-            paused: strike.is_some_and(|trigger| trigger.action == Action::Pause),
+            paused: action == Some(Action::Pause),
             lingered: linger,
             wall_step_ms: wall_step,
+            refused_at,
+            increments: work_state.increments,
             read,
             write,
             release,
@@ -320,10 +352,7 @@ impl Task {
                         let lease_end = check_time(guard.lease_deadline());
                         (Hold::Ours(Box::new(guard)), Some(lease_end))
                     })
-                    .map_err(|err| {
-                        let retry = err.is_connection() || matches!(err, Error::NoQuorum { .. });
-                        (retry, err.to_string())
-                    }),
+                    .map_err(|err| (passing(&err), err.to_string())),
                 Lock::Legacy(lock) => lock
                     .acquire(|| {
                         if die {
@@ -356,14 +385,73 @@ impl Task {
         }
     }
 
-    /// Prints one event line (stdout is flushed at every newline, so a line printed before
-    /// a SIGKILL reaches `check`).
-    async fn emit(&self, event: &Event) {
-        use std::io::Write;
-        let line = serde_json::to_string(event).expect("plain data serializes");
-        // A closed stdout means `check` is gone; the worker is killed with it.
-        let _ = writeln!(std::io::stdout().lock(), "{line}");
+    /// Works on the resource until it refuses: an increment (a write of the value plus one,
+    /// then a read of it) every eighth of the lease, or every 50 ms if that comes sooner.
+    /// Never ends.
+    async fn work_on(&self, fencing: u64, state: &mut Working) {
+        let every = Duration::from_millis(self.plan.lease_ms / 8)
+            .clamp(Duration::from_millis(5), Duration::from_millis(50));
+        loop {
+            tokio::time::sleep(every).await;
+            match self.resource.write(fencing, state.value + 1).await {
+                Access::Accepted => state.increments += 1,
+                Access::Refused => break,
+                // The resource's own server is never faulted; a failed request is tried again.
+                _ => continue,
+            }
+            match self.resource.read(fencing, false).await {
+                (Access::Accepted, value) => state.value = value,
+                (Access::Refused, _) => break,
+                _ => state.value += 1,
+            }
+        }
+        state.refused_at = Some(now_nanos());
+        // Refused: it holds on, touching nothing, until it is told of the loss (or its hold
+        // ends), as a holder of ours that depends on its renewals must be.
+        std::future::pending::<()>().await;
     }
+
+    /// Prints one event line.
+    async fn emit(&self, event: &Event) {
+        emit_line(event);
+    }
+}
+
+/// Prints one event line (stdout is flushed at every newline, so a line printed before a
+/// SIGKILL reaches `check`).
+fn emit_line(event: &Event) {
+    use std::io::Write;
+    let line = serde_json::to_string(event).expect("plain data serializes");
+    // A closed stdout means `check` is gone; the worker is killed with it.
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// Whether an acquire that failed with `err` is tried again: Redis unreachable or too slow,
+/// no Redlock majority, or a state of a cluster or Sentinel set-up that passes with a
+/// failover or a slot migration — the cluster down until a replica is promoted
+/// (`CLUSTERDOWN`), a multi-key request during a slot's migration (`TRYAGAIN`), a replica
+/// that lost its master (`MASTERDOWN`), a master demoted (`READONLY`), a master without the
+/// replicas its `min-replicas-to-write` asks for (`NOREPLICAS`, until its replica has
+/// caught up with it after a promotion).
+fn passing(err: &Error) -> bool {
+    match err {
+        Error::Connection { .. } | Error::NoQuorum { .. } => true,
+        Error::Redis { source, .. } => matches!(
+            source.code(),
+            Some("CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "NOREPLICAS")
+        ),
+        _ => false,
+    }
+}
+
+/// What a long holder did to the resource while it worked on it.
+struct Working {
+    /// The value it last read or wrote.
+    value: u64,
+    /// Increments the resource took.
+    increments: u32,
+    /// When the resource refused it.
+    refused_at: Option<u64>,
 }
 
 /// This process's wall clock (which `client-clock-step` fakes), in Unix ms.
@@ -386,6 +474,21 @@ async fn settled_deadline(
         let now = tokio::time::Instant::now();
         if deadline <= now + lease || now >= give_up {
             return deadline;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits (at most a second) until the guard's lease runs for about `lease` from now: at
+/// once, unless the lock was handed over with a shorter place lease and the watchdog's first
+/// extension has not gone out yet.
+async fn extended_deadline(guard: &cli_support::primitive::Guard, lease: Duration) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(1);
+    let slack = Duration::from_millis(100).min(lease / 4);
+    loop {
+        let now = tokio::time::Instant::now();
+        if guard.lease_deadline() + slack >= now + lease || now >= give_up {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

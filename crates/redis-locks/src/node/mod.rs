@@ -5,16 +5,16 @@
 //! and wake-up subscriptions ([`Node::subscribe`]), each failure sorted into the crate's
 //! [`Error`]. No primitive touches a connection.
 //!
-//! Today's node is one server: one multiplexed connection (redis-rs's `ConnectionManager`)
-//! for requests, and one subscriber connection ([`pubsub`]) opened the first time a lock must
-//! be waited for. What is pluggable here: a Redis Cluster node (a cluster connection routes
-//! each call by the lock's slot, since all keys of a lock share one; sharded pub/sub for the
-//! wake channel) and a Sentinel node (the current master) go behind these same calls. Two
-//! things stay per primitive: the `Mutex` fast path's vouching relies on one named connection
-//! per node ([`Node::connection_name`]; a cluster node would name one connection per shard or
-//! send every grant through the script), and a quorum over N independent nodes (Redlock) is
-//! N `Node`s that the primitive's [`Hold`](crate::lease::Hold) and attempt ask in parallel,
-//! not one node.
+//! A node stands on one of three backends ([`backend`]): one server (one multiplexed
+//! connection), a Redis Cluster (each call routed by the slot of its first key: all keys of a
+//! lock share one), or the master a set of sentinels names ([`sentinel`], followed across
+//! failovers). Each backend sends commands and single-slot pipelines and says what it can do:
+//! whether its scripts run in the cluster's form ([`LockScript`]: `SPUBLISH`, and releases that
+//! leave a tombstone because a request may run twice) and whether all its requests go over
+//! one connection it can name ([`Node::names_its_connection`], which the `Mutex` fast path's
+//! vouching needs). Wake-ups come through one subscriber per client ([`pubsub`]): `SUBSCRIBE`
+//! on one server or the current master, `SSUBSCRIBE` on the lock's shard of a cluster. A
+//! quorum over N independent nodes (a Redlock) is N `Node`s asked at once ([`quorum`]).
 
 mod backend;
 mod connect;

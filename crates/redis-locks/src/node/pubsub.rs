@@ -54,7 +54,11 @@ impl Source {
     fn current(&self) -> (redis::Client, Option<watch::Receiver<u64>>) {
         match self {
             Source::Server(client) => (client.clone(), None),
-            Source::Sentinel(master) => (master.client(), Some(master.switched())),
+            Source::Sentinel(master) => {
+                // The receiver first: a switch between the two is then seen as a change.
+                let switched = master.switched();
+                (master.client(), Some(switched))
+            }
             Source::Cluster(_) => unreachable!("a cluster subscribes in run_sharded"),
         }
     }
@@ -205,7 +209,7 @@ pub(crate) struct Subscription {
 
 impl Subscription {
     /// Whether the server has confirmed the subscription and the connection is up: a release
-    /// published from now on will reach [`Listener::woken`].
+    /// published from now on will reach [`Listener::next`].
     pub(crate) fn is_live(&self) -> bool {
         *self.live.borrow()
     }

@@ -4,10 +4,13 @@
 //! address (its issue #1438). This one asks the sentinels again:
 //! - when a sentinel announces `+switch-master` for the master's name (a task listens on one
 //!   sentinel at a time, moving to the next when it drops);
-//! - when a request finds the master read-only (`READONLY`: it was demoted) or unreachable;
+//! - when a request finds the master read-only (`READONLY`: it was demoted), without the
+//!   replicas its `min-replicas-to-write` asks for (`NOREPLICAS`), or unreachable;
 //! - once a second while the client lives, in case an announcement was missed.
 //!
-//! A new address gets a new connection, and the wake-up connection is told to reconnect
+//! Every sentinel is asked at once, and the address most of them name is taken (a sentinel on
+//! the minority side of a partition may still name the old master); the connections to them
+//! are kept between questions. A new address gets a new connection, and the wake-up connection is told to reconnect
 //! ([`Master::switched`]), so waiters resubscribe on the new master. No request is retried:
 //! the one that found the old master fails, and the next goes to the new one.
 
@@ -15,9 +18,10 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{RedisResult, Value};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::connect::{connect_error, manager, no_connection_within, open};
 use super::{ClientOptions, redact};
@@ -25,6 +29,9 @@ use crate::error::{Error, Phase, Result};
 
 /// How often the sentinels are asked for the master even when none announced a switch.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// A reply slower than this is checked against the sentinels before it counts (see
+/// [`Master::vouch`]).
+const SLOW_REPLY: Duration = Duration::from_millis(250);
 
 /// The current master of one Sentinel-watched name. Cheap to clone.
 #[derive(Clone)]
@@ -35,6 +42,8 @@ pub(super) struct Master {
 struct Shared {
     /// The sentinels, as URLs (their passwords are theirs).
     sentinels: Vec<String>,
+    /// The connections to them.
+    known: Sentinels,
     /// The master's name as the sentinels know it.
     name: String,
     /// The user name, password and database for the data node, from the first sentinel
@@ -46,6 +55,8 @@ struct Shared {
     generation: watch::Sender<u64>,
     /// One re-resolution at a time.
     resolving: tokio::sync::Mutex<()>,
+    /// When the sentinels last answered.
+    answered: std::sync::Mutex<Option<Instant>>,
 }
 
 #[derive(Clone, Default)]
@@ -67,8 +78,8 @@ impl Master {
     /// Asks `sentinels` for the master named `name` and connects to it.
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] for a bad sentinel URL or none; [`Error::NoMaster`]-like
-    /// [`Error::Connection`] when no sentinel answers or none knows the name; the errors of
+    /// [`Error::InvalidUrl`] for a bad sentinel URL or none; [`Error::Connection`] when no
+    /// sentinel answers or none knows the name; the errors of
     /// [`Client::connect`](crate::Client::connect) for the master itself.
     pub(super) async fn connect(
         sentinels: &[&str],
@@ -91,10 +102,12 @@ impl Master {
             open(sentinel, &options)?;
         }
         let auth = auth_of(first);
-        let address = resolve(sentinels, name, &options).await?;
+        let known = Sentinels::default();
+        let address = resolve(&known, sentinels, name, &options).await?;
         let (client, connection) = connect_to(&address, &auth, &options).await?;
         let shared = Arc::new(Shared {
             sentinels: sentinels.iter().map(|s| s.to_string()).collect(),
+            known,
             name: name.to_string(),
             auth,
             options,
@@ -105,6 +118,7 @@ impl Master {
             }),
             generation: watch::Sender::new(0),
             resolving: tokio::sync::Mutex::new(()),
+            answered: std::sync::Mutex::new(None),
         });
         tokio::spawn(watch_sentinels(Arc::downgrade(&shared)));
         Ok(Master { shared })
@@ -135,21 +149,63 @@ impl Master {
 
     /// Sends one command to the current master.
     pub(super) async fn command(&self, command: &redis::Cmd) -> RedisResult<Value> {
-        let reply = command.query_async(&mut self.current().connection).await;
+        let (sent_to, generation, started) = self.sending();
+        let reply = command.query_async(&mut sent_to.connection.clone()).await;
         self.after(&reply);
-        reply
+        self.vouch(reply, &sent_to.address, generation, started)
+            .await
     }
 
     /// Sends a pipeline to the current master.
     pub(super) async fn pipeline(&self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        let (sent_to, generation, started) = self.sending();
         let reply = pipe
-            .query_async::<Vec<Value>>(&mut self.current().connection)
+            .query_async::<Vec<Value>>(&mut sent_to.connection.clone())
             .await;
         match &reply {
             Ok(replies) if replies.iter().any(is_readonly_reply) => self.resolve_soon(),
             other => self.after(other),
         }
-        reply
+        self.vouch(reply, &sent_to.address, generation, started)
+            .await
+    }
+
+    /// The master a request goes to, the generation it belongs to, and when it was sent.
+    fn sending(&self) -> (Current, u64, Instant) {
+        let generation = *self.shared.generation.borrow();
+        (self.current(), generation, Instant::now())
+    }
+
+    /// A reply counts only if the master it came from was still the master when it came.
+    ///
+    /// A master frozen past the sentinels' patience (a zombie: paused, swapped out, cut off)
+    /// runs the requests queued while it was frozen the moment it thaws — before it has
+    /// counted its replicas again, so `min-replicas-to-write` does not stop them — while the
+    /// sentinels have promoted another. A grant it so gives must not count. A reply that came
+    /// after this client switched masters is void; so is a slow one (over [`SLOW_REPLY`])
+    /// when the sentinels, asked again now, name another master. Void is
+    /// [`Error::Connection`](crate::Error::Connection) for the caller: the outcome is unknown,
+    /// and an acquire's grant is given back by owner token.
+    async fn vouch<T>(
+        &self,
+        reply: RedisResult<T>,
+        address: &str,
+        generation: u64,
+        started: Instant,
+    ) -> RedisResult<T> {
+        let value = reply?;
+        let mut moved = *self.shared.generation.borrow() != generation;
+        if !moved && started.elapsed() > SLOW_REPLY {
+            self.shared.follow_since(started).await;
+            moved = *self.shared.generation.borrow() != generation || self.address() != address;
+        }
+        if moved {
+            return Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the sentinels named another master while this request was out: its reply is void",
+            )));
+        }
+        Ok(value)
     }
 
     /// Asks the sentinels again (in the background) when `reply` says the master may have
@@ -160,7 +216,8 @@ impl Master {
                 || err.is_connection_dropped()
                 || err.is_connection_refusal()
                 || err.is_timeout()
-                || err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
+                || err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                || err.code() == Some("NOREPLICAS"))
         {
             self.resolve_soon();
         }
@@ -178,15 +235,38 @@ impl Master {
 
 impl Shared {
     /// Asks the sentinels for the master and, when its address changed, connects to the new
-    /// one and bumps the generation.
+    /// one and bumps the generation; nothing when another such question is under way.
     async fn follow(&self) {
         let Ok(_one) = self.resolving.try_lock() else {
             return;
         };
+        self.resolve_and_switch().await;
+    }
+
+    /// As [`Shared::follow`], but waits for a question under way, and asks again unless one
+    /// was answered after `since`.
+    async fn follow_since(&self, since: Instant) {
+        let _one = self.resolving.lock().await;
+        let answered = *self
+            .answered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if answered.is_some_and(|at| at > since) {
+            return;
+        }
+        self.resolve_and_switch().await;
+    }
+
+    /// The question itself, in the `resolving` turn.
+    async fn resolve_and_switch(&self) {
         let sentinels: Vec<&str> = self.sentinels.iter().map(String::as_str).collect();
-        let Ok(address) = resolve(&sentinels, &self.name, &self.options).await else {
+        let Ok(address) = resolve(&self.known, &sentinels, &self.name, &self.options).await else {
             return;
         };
+        *self
+            .answered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
         let known = self
             .current
             .read()
@@ -236,11 +316,14 @@ async fn watch_sentinels(shared: Weak<Shared>) {
             Err(_) => None,
         };
         let mut pubsub = match pubsub {
-            Some(mut pubsub) => pubsub
-                .subscribe("+switch-master")
-                .await
-                .is_ok()
-                .then_some(pubsub),
+            Some(mut pubsub) => {
+                let subscribed = tokio::time::timeout(
+                    options.get_connect_timeout(),
+                    pubsub.subscribe("+switch-master"),
+                )
+                .await;
+                matches!(subscribed, Ok(Ok(()))).then_some(pubsub)
+            }
             None => None,
         };
         loop {
@@ -267,37 +350,120 @@ async fn watch_sentinels(shared: Weak<Shared>) {
     }
 }
 
-/// Asks each sentinel in turn for the address of the master named `name`.
-async fn resolve(sentinels: &[&str], name: &str, options: &ClientOptions) -> Result<String> {
-    let mut last = None;
-    for sentinel in sentinels {
+/// Connections to the sentinels, kept between questions (the sentinels are asked once a
+/// second); one that failed is opened again at the next question.
+#[derive(Default)]
+struct Sentinels {
+    open: std::sync::Mutex<std::collections::HashMap<String, MultiplexedConnection>>,
+}
+
+impl Sentinels {
+    /// What the sentinel at `url` says the master named `name` is (`host:port`), if it knows.
+    async fn ask(&self, url: &str, name: &str, options: &ClientOptions) -> Result<Option<String>> {
+        let kept = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(url)
+            .cloned();
+        let budget = options.get_connect_timeout() + options.get_response_timeout();
         let asked = async {
-            let client = redis::Client::open(*sentinel)?;
-            let mut connection = client.get_multiplexed_async_connection().await?;
-            redis::cmd("SENTINEL")
+            let mut connection = match kept {
+                Some(connection) => connection,
+                None => {
+                    redis::Client::open(url)?
+                        .get_multiplexed_async_connection()
+                        .await?
+                }
+            };
+            let reply = redis::cmd("SENTINEL")
                 .arg("get-master-addr-by-name")
                 .arg(name)
                 .query_async::<Option<(String, String)>>(&mut connection)
-                .await
+                .await?;
+            Ok::<_, redis::RedisError>((connection, reply))
         };
-        let budget = options.get_connect_timeout() + options.get_response_timeout();
+        let open = |connection: Option<MultiplexedConnection>| {
+            let mut kept = self
+                .open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match connection {
+                Some(connection) => kept.insert(url.to_string(), connection),
+                None => kept.remove(url),
+            };
+        };
         match tokio::time::timeout(budget, asked).await {
-            Ok(Ok(Some((host, port)))) => return Ok(format!("{host}:{port}")),
-            Ok(Ok(None)) => {
-                last = Some(Error::Connection {
-                    phase: Phase::Connect,
-                    source: redis::RedisError::from((
-                        redis::ErrorKind::Client,
-                        "the sentinels know no master of that name",
-                        name.to_string(),
-                    )),
-                })
+            Ok(Ok((connection, reply))) => {
+                open(Some(connection));
+                Ok(reply.map(|(host, port)| address_of(&host, &port)))
             }
-            Ok(Err(source)) => last = Some(connect_error(sentinel, source)),
-            Err(_) => last = Some(no_connection_within(budget)),
+            Ok(Err(source)) => {
+                open(None);
+                Err(connect_error(url, source))
+            }
+            Err(_) => {
+                open(None);
+                Err(no_connection_within(budget))
+            }
         }
     }
-    Err(last.unwrap_or_else(|| no_connection_within(Duration::ZERO)))
+}
+
+/// `host:port`, an IPv6 host in brackets.
+fn address_of(host: &str, port: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Asks every sentinel at once for the address of the master named `name`, and takes the
+/// address most of those that answered name (the first sentinel's, of equals): a sentinel cut
+/// off on the minority side of a partition may still name the old master.
+///
+/// # Errors
+/// When no sentinel names a master: the first sentinel's error, or [`Error::Connection`]
+/// when they answered but know no master of that name.
+async fn resolve(
+    known: &Sentinels,
+    sentinels: &[&str],
+    name: &str,
+    options: &ClientOptions,
+) -> Result<String> {
+    let answers = futures_util::future::join_all(
+        sentinels
+            .iter()
+            .map(|sentinel| known.ask(sentinel, name, options)),
+    )
+    .await;
+    let mut votes: Vec<(String, usize)> = Vec::new();
+    let mut first_error = None;
+    for answer in answers {
+        match answer {
+            Ok(Some(address)) => match votes.iter_mut().find(|(named, _)| *named == address) {
+                Some((_, count)) => *count += 1,
+                None => votes.push((address, 1)),
+            },
+            Ok(None) => {}
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    // The most votes; of equals, the first named (max_by_key keeps the last maximum).
+    if let Some((address, _)) = votes.iter().rev().max_by_key(|(_, count)| *count) {
+        return Ok(address.clone());
+    }
+    Err(first_error.unwrap_or_else(|| Error::Connection {
+        phase: Phase::Connect,
+        source: redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "the sentinels know no master of that name",
+            name.to_string(),
+        )),
+    }))
 }
 
 /// Connects to the data node at `address` with `auth`, checking that it is a master.
@@ -339,14 +505,21 @@ fn auth_of(url: &str) -> Auth {
     let Ok(url) = url::Url::parse(url) else {
         return Auth::default();
     };
+    // A unix socket's path is no database.
+    let db = match url.scheme() {
+        "redis" | "rediss" => url.path().trim_start_matches('/').to_string(),
+        _ => String::new(),
+    };
     Auth {
         user: url.username().to_string(),
         password: url.password().unwrap_or_default().to_string(),
-        db: url.path().trim_start_matches('/').to_string(),
+        db,
     }
 }
 
-/// Whether a pipeline's reply says the server is a read-only replica.
+/// Whether a pipeline's reply says the server is no longer the master to write to: a
+/// read-only replica, or a master without the replicas `min-replicas-to-write` asks for.
 fn is_readonly_reply(reply: &Value) -> bool {
-    matches!(reply, Value::ServerError(err) if err.kind() == Some(redis::ServerErrorKind::ReadOnly))
+    matches!(reply, Value::ServerError(err)
+        if err.kind() == Some(redis::ServerErrorKind::ReadOnly) || err.code() == "NOREPLICAS")
 }
