@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs what the tests need from Debian's packages when it is missing: redis-server and
-# redis-cli; as root, iptables (for `redis-locks check --fault partition` and the packet
+# Installs what the tests need from Debian's packages when it is missing: redis-server (also
+# run as a sentinel, redis-server --sentinel) and redis-cli; as root, iptables (for `redis-locks check --fault partition` and the packet
 # faults) and faketime (for `--fault client-clock-step`).
 # As root, or through sudo without a password; says clearly what to do when neither works.
 set -euo pipefail
 
 missing=()
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server redis-tools)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# redis-cli creates the test clusters (redis-cli --cluster create).
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 if [ "$(id -u)" -eq 0 ] && ! command -v iptables >/dev/null 2>&1; then
   missing+=(iptables)
 fi
