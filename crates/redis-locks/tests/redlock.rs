@@ -1251,7 +1251,21 @@ async fn a_node_back_with_an_old_counter_is_renumbered_from_the_clock_not_truste
     let (mut servers, clients) = nodes(3).await;
     let lock = Redlock::with_options(&clients, "rl:oldcounter", options(5_000, 300)).unwrap();
     let fence = lock.keys().fence().to_string();
-    cycles(&lock, &servers, 3).await;
+    let epoch = lock.keys().epoch().to_string();
+    // Until node 1's connection has vouched for its counter (its epoch is written): an
+    // attempt decided by the other two before node 1 was asked leaves none there, which a
+    // busy machine makes likely.
+    let vouched = Instant::now() + Duration::from_secs(10);
+    loop {
+        cycles(&lock, &servers, 3).await;
+        if common::exists(&servers[1], &epoch) {
+            break;
+        }
+        assert!(
+            Instant::now() < vouched,
+            "node 1 never vouched for its counter"
+        );
+    }
     let first = lock.try_lock().await.unwrap();
     let token = first.fencing_token().get();
     first.release().await.unwrap();
@@ -1260,7 +1274,6 @@ async fn a_node_back_with_an_old_counter_is_renumbered_from_the_clock_not_truste
     // node 2's counter lags (as if it missed attempts), and node 0 is down: the next majority
     // is 1 and 2, and neither counted up to `token`. (The gaps leave room for the attempts
     // that find node 1's old connection broken: each advances node 2's counter.)
-    let epoch = lock.keys().epoch().to_string();
     let epochs: Vec<u8> = redis::cmd("DUMP")
         .arg(&epoch)
         .query(&mut common::raw(&servers[1]))
