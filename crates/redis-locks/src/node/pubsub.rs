@@ -552,12 +552,19 @@ async fn run_sharded(
             }
             () = retry => {
                 retry_at = None;
-                let names = std::mem::take(&mut pending);
-                for name in names {
-                    if !shared.is_wanted(&name) {
-                        continue;
-                    }
-                    if !ssubscribe(&shared, &mut connection, &name, connect_timeout).await {
+                // All at once: a shard that does not answer holds the round up for one
+                // timeout, not one per channel.
+                let names: Vec<String> = std::mem::take(&mut pending)
+                    .into_iter()
+                    .filter(|name| shared.is_wanted(name))
+                    .collect();
+                let confirmed = futures_util::future::join_all(names.iter().map(|name| {
+                    let (shared, mut connection) = (&shared, connection.clone());
+                    async move { ssubscribe(shared, &mut connection, name, connect_timeout).await }
+                }))
+                .await;
+                for (name, confirmed) in names.into_iter().zip(confirmed) {
+                    if !confirmed {
                         pending.push(name);
                     }
                 }
