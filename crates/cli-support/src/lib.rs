@@ -13,6 +13,7 @@ pub mod exit;
 pub mod leftovers;
 pub mod primitive;
 pub mod redis_target;
+pub mod timeline;
 pub mod topology;
 
 use std::future::Future;

@@ -11,6 +11,7 @@ mod handoff;
 mod market;
 mod stats;
 mod throughput;
+pub mod timeline;
 
 use std::time::Duration;
 
@@ -42,6 +43,10 @@ pub enum Bench {
     /// One process's share of `handoff --processes N` (started by `handoff`).
     #[command(hide = true)]
     HandoffWorker(HandoffWorkerArgs),
+    /// Draws the timeline of a `redis-locks check` (JSON on standard input) into an SVG
+    /// file: what `redis-locks check --chart` runs. Needs no Redis.
+    #[command(hide = true)]
+    Timeline(timeline::TimelineArgs),
 }
 
 impl Bench {
@@ -83,6 +88,8 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
             market::run(&url, args, json).await
         }
         Bench::HandoffWorker(args) => handoff::worker_process(target.endpoint(), args).await,
+        // Drawn before any Redis is resolved (see main.rs); here for completeness.
+        Bench::Timeline(args) => timeline::run(args),
     }
 }
 

@@ -67,6 +67,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
+    if let redis_locks_bench::Bench::Timeline(args) = &cli.bench {
+        // A drawing: no Redis, no private server.
+        return redis_locks_bench::timeline::run(args).map(|()| 0);
+    }
     let wanted = cli.topology.wanted(cli.redis)?;
     cli.bench.check(&wanted)?;
     let target = RedisTarget::private_or(wanted, usize::from(cli.nodes))?;

@@ -23,23 +23,36 @@ const CALLED_AS: &str = "redis-locks bench";
 /// the program cannot be found or started: [`CliError::Unavailable`] (exit 69), saying what
 /// was looked for and how to build it.
 pub fn exec(args: Vec<OsString>) -> CliError {
+    let program = match program("bench") {
+        Ok(program) => program,
+        Err(err) => return err,
+    };
+    let err = Command::new(&program).arg0(CALLED_AS).args(args).exec();
+    CliError::Unavailable(format!("cannot run {}: {err}", program.display()))
+}
+
+/// The benchmarks program, found beside this program or else on `PATH`, for `command` (the
+/// `redis-locks` command that needs it: `bench`, or `check --chart`, which it draws).
+///
+/// # Errors
+/// [`CliError::Unavailable`] (exit 69) when it is found nowhere, saying where it was looked
+/// for and how to build it.
+pub fn program(command: &str) -> Result<PathBuf, CliError> {
     let here = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(Path::to_path_buf));
-    let Some(program) = find(here.as_deref(), std::env::var_os("PATH").as_deref()) else {
+    find(here.as_deref(), std::env::var_os("PATH").as_deref()).ok_or_else(|| {
         let beside = here.map_or_else(
             || "beside redis-locks".to_string(),
             |dir| format!("in {} (beside redis-locks)", dir.display()),
         );
-        return CliError::Unavailable(format!(
-            "`bench` runs the benchmarks program {PROGRAM}, which is neither {beside} nor \
+        CliError::Unavailable(format!(
+            "`{command}` runs the benchmarks program {PROGRAM}, which is neither {beside} nor \
              on PATH: build it with `cargo build --release -p {PROGRAM}` (it \
              lands beside target/release/redis-locks), or install it with `cargo install --path \
              crates/{PROGRAM}`"
-        ));
-    };
-    let err = Command::new(&program).arg0(CALLED_AS).args(args).exec();
-    CliError::Unavailable(format!("cannot run {}: {err}", program.display()))
+        ))
+    })
 }
 
 /// The benchmarks program in `here` (this program's directory), else in the first directory

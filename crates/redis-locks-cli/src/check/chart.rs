@@ -1,113 +1,109 @@
 //! `check --chart FILE.svg`: a timeline of every run, one panel each: a lane per task, a bar
-//! per holding (blue; green for readers; orange when the holder was told its lock was lost or
-//! was stopped; grey for a holder killed while holding, to its lease end), and each fault as
-//! a red band over the lanes.
+//! per holding, and each fault as a band over the lanes. This module says what to draw (a
+//! [`Timeline`]); the benchmarks program draws it (`redis-locks-bench timeline`, see
+//! `redis-locks-bench/src/timeline.rs` for the colours), so this binary links no plotting
+//! library.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
+use std::process::{Command, Stdio};
 
-use plotters::prelude::*;
+use cli_support::exit::CliError;
+use cli_support::timeline::{Bar, BarKind, Panel, Timeline};
 
 use super::scenario::{Record, Scenario};
 use super::verdict::Verdict;
 
-const PANEL_HEIGHT: u32 = 320;
-const WIDTH: u32 = 1400;
-
-/// Draws the runs into an SVG file at `path`.
+/// Draws the runs into an SVG file at `path`, through the benchmarks program.
 ///
 /// # Errors
-/// A message when the file cannot be written.
-pub fn draw(path: &Path, runs: &[(&Scenario, &Record, &Verdict)]) -> Result<(), String> {
-    let height = PANEL_HEIGHT * runs.len().max(1) as u32;
-    let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
-    let fail = |err: &dyn std::fmt::Display| format!("cannot write {}: {err}", path.display());
-    root.fill(&WHITE).map_err(|e| fail(&e))?;
-    let panels = root.split_evenly((runs.len().max(1), 1));
-    for (area, (scenario, record, verdict)) in panels.iter().zip(runs) {
-        panel(area, scenario, record, verdict).map_err(|e| fail(&e))?;
+/// [`CliError::Unavailable`] without the benchmarks program; [`CliError::CheckFailed`] when
+/// it could not write the file.
+pub fn draw(path: &Path, runs: &[(&Scenario, &Record, &Verdict)]) -> Result<(), CliError> {
+    let timeline = Timeline {
+        runs: runs
+            .iter()
+            .map(|(scenario, record, verdict)| panel(scenario, record, verdict))
+            .collect(),
+    };
+    let program = crate::bench::program("check --chart")?;
+    let failed = |what: String| CliError::CheckFailed(format!("chart {}: {what}", path.display()));
+    let mut child = Command::new(&program)
+        .arg("timeline")
+        .arg("--out")
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(|err| failed(format!("cannot run {}: {err}", program.display())))?;
+    let json = serde_json::to_vec(&timeline).expect("plain data serializes");
+    let written = child
+        .stdin
+        .take()
+        .expect("stdin was piped")
+        .write_all(&json);
+    let status = child
+        .wait()
+        .map_err(|err| failed(format!("{} did not finish: {err}", program.display())))?;
+    match (written, status.success()) {
+        (Ok(()), true) => Ok(()),
+        (Err(err), _) => Err(failed(format!("cannot hand it the timeline: {err}"))),
+        (_, false) => Err(failed(format!(
+            "{} exited with {status}",
+            program.display()
+        ))),
     }
-    root.present().map_err(|e| fail(&e))?;
-    Ok(())
 }
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
-
-fn panel(
-    area: &Area<'_>,
-    scenario: &Scenario,
-    record: &Record,
-    verdict: &Verdict,
-) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
+/// One run as its panel shows it.
+fn panel(scenario: &Scenario, record: &Record, verdict: &Verdict) -> Panel {
     let ms = |ns: u64| ns.saturating_sub(record.started_at) as f64 / 1e6;
-    let end = ms(record.ended_at).max(1.0);
-    let mut lanes: BTreeMap<String, usize> = BTreeMap::new();
-    for worker in record
+    // One lane per worker, in name order.
+    let lanes: BTreeMap<&str, usize> = record
         .holdings
         .iter()
-        .map(|h| &h.worker)
-        .chain(record.crashed.iter().map(|c| &c.worker))
-    {
-        let next = lanes.len();
-        lanes.entry(worker.clone()).or_insert(next);
-    }
-    let names: Vec<String> = lanes.keys().cloned().collect();
-    for (n, name) in names.iter().enumerate() {
-        lanes.insert(name.clone(), n);
-    }
-    let rows = lanes.len().max(1) as f64;
-    let caption = format!(
-        "{} — {} ({} acquisitions, {} overlaps)",
-        scenario.label(),
-        if verdict.passed { "pass" } else { "FAIL" },
-        verdict.acquisitions,
-        verdict.overlaps
-    );
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 16))
-        .margin(8)
-        .x_label_area_size(28)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..end, 0f64..rows)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .x_desc("ms since the workers started")
-        .y_labels(lanes.len().min(32))
-        .y_label_formatter(&|y| names.get(y.floor() as usize).cloned().unwrap_or_default())
-        .draw()?;
-    chart.draw_series(record.injections.iter().map(|i| {
-        let (start, stop) = (ms(i.start), ms(i.end).max(ms(i.start) + end / 500.0));
-        Rectangle::new([(start, 0.0), (stop, rows)], RED.mix(0.18).filled())
-    }))?;
-    let bar = |lane: usize, start: f64, stop: f64, color: RGBAColor| {
-        let y = lane as f64;
-        Rectangle::new(
-            [
-                (start, y + 0.15),
-                (stop.max(start + end / 2000.0), y + 0.85),
-            ],
-            color.filled(),
-        )
-    };
-    chart.draw_series(record.holdings.iter().map(|h| {
-        let color = if h.lost_at.is_some() || h.paused {
-            RGBColor(230, 140, 20).to_rgba()
+        .map(|h| h.worker.as_str())
+        .chain(record.crashed.iter().map(|c| c.worker.as_str()))
+        .map(|worker| (worker, 0))
+        .collect();
+    let lanes: BTreeMap<&str, usize> = lanes
+        .into_keys()
+        .enumerate()
+        .map(|(n, worker)| (worker, n))
+        .collect();
+    let held = record.holdings.iter().map(|h| Bar {
+        lane: lanes[h.worker.as_str()],
+        start_ms: ms(h.acquired_at),
+        end_ms: ms(h.end),
+        kind: if h.lost_at.is_some() || h.paused {
+            BarKind::Lost
         } else if h.shared {
-            RGBColor(60, 160, 90).to_rgba()
+            BarKind::Shared
         } else {
-            RGBColor(50, 100, 180).to_rgba()
-        };
-        bar(lanes[&h.worker], ms(h.acquired_at), ms(h.end), color)
-    }))?;
-    chart.draw_series(record.crashed.iter().map(|c| {
-        let end = c.releasing.map_or(c.lease_end, |releasing| releasing.at);
-        bar(
-            lanes[&c.worker],
-            ms(c.acquired_at),
-            ms(end),
-            RGBColor(140, 140, 140).to_rgba(),
-        )
-    }))?;
-    Ok(())
+            BarKind::Held
+        },
+    });
+    let crashed = record.crashed.iter().map(|c| Bar {
+        lane: lanes[c.worker.as_str()],
+        start_ms: ms(c.acquired_at),
+        end_ms: ms(c.releasing.map_or(c.lease_end, |releasing| releasing.at)),
+        kind: BarKind::Crashed,
+    });
+    Panel {
+        caption: format!(
+            "{} — {} ({} acquisitions, {} overlaps)",
+            scenario.label(),
+            if verdict.passed { "pass" } else { "FAIL" },
+            verdict.acquisitions,
+            verdict.overlaps
+        ),
+        span_ms: ms(record.ended_at),
+        lanes: lanes.keys().map(|worker| worker.to_string()).collect(),
+        bars: held.chain(crashed).collect(),
+        faults: record
+            .injections
+            .iter()
+            .map(|i| (ms(i.start), ms(i.end)))
+            .collect(),
+    }
 }

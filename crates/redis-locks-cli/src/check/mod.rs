@@ -213,7 +213,7 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
     }
     if let Some(path) = &args.chart {
         let runs: Vec<_> = done.iter().map(|(s, r, v)| (s, r, v)).collect();
-        chart::draw(path, &runs).map_err(CliError::CheckFailed)?;
+        chart::draw(path, &runs)?;
     }
     if passed {
         Ok(())
