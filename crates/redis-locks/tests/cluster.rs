@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::env;
+use common::{env, eventually};
 use redis_locks::history::History;
 use redis_locks::{Client, ClientOptions, MutexOptions};
 use test_support::{ChildProcess, RedisCluster};
@@ -183,11 +183,7 @@ async fn every_primitive_excludes_on_every_master() {
 
 /// The shard master serving `name`'s slot, as a plain connection.
 fn shard(cluster: &RedisCluster, name: &str) -> redis::Connection {
-    let port = cluster.master_for_key(name);
-    redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap()
+    node(cluster, cluster.master_for_key(name))
 }
 
 /// Whether a client is subscribed to `channel` on the shard serving it (`PUBSUB
@@ -199,18 +195,6 @@ fn shard_subscribed(cluster: &RedisCluster, name: &str, channel: &str) -> bool {
         .query(&mut shard(cluster, name))
         .unwrap();
     count > 0
-}
-
-/// Polls `condition` every 10 ms for up to `limit`.
-async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    condition()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,9 +227,9 @@ async fn a_waiter_is_woken_on_its_shard_after_its_subscriber_died_and_its_slot_m
             tokio::spawn(async move { waiter.lock_timeout(Duration::from_secs(5)).await })
         };
         assert!(
-            eventually(Duration::from_secs(5), || shard_subscribed(
-                &cluster, name, &channel
-            ))
+            eventually(Duration::from_secs(5), || async {
+                shard_subscribed(&cluster, name, &channel)
+            })
             .await,
             "{round}: the waiter subscribed on the lock's shard"
         );
@@ -269,9 +253,9 @@ async fn a_waiter_is_woken_on_its_shard_after_its_subscriber_died_and_its_slot_m
         }
         // Subscribed again (on the new shard, after a move) before the release.
         assert!(
-            eventually(Duration::from_secs(10), || shard_subscribed(
-                &cluster, name, &channel
-            ))
+            eventually(Duration::from_secs(10), || async {
+                shard_subscribed(&cluster, name, &channel)
+            })
             .await,
             "{round}: the waiter is subscribed again"
         );
@@ -297,7 +281,7 @@ async fn a_waiter_is_woken_on_its_shard_after_its_subscriber_died_and_its_slot_m
 /// Waits until `guard`'s lease was renewed to end at least `past` after `since`, with no
 /// loss: the watchdog renews it through whatever the cluster did meanwhile.
 async fn renewed_past(guard: &redis_locks::MutexGuard, since: Instant, past: Duration) {
-    let renewed = eventually(Duration::from_secs(15), || {
+    let renewed = eventually(Duration::from_secs(15), || async {
         assert_eq!(guard.lost_reason(), None, "the holder lost its lock");
         guard.lease_deadline() > since + past
     })
@@ -327,9 +311,9 @@ async fn a_held_waited_lock_keeps_through_a_manual_failover_and_a_slot_migration
         tokio::spawn(async move { waiter.lock_timeout(Duration::from_secs(60)).await })
     };
     assert!(
-        eventually(Duration::from_secs(5), || shard_subscribed(
-            &cluster, name, &channel
-        ))
+        eventually(Duration::from_secs(5), || async {
+            shard_subscribed(&cluster, name, &channel)
+        })
         .await,
         "the waiter waits"
     );
@@ -597,7 +581,7 @@ async fn wait_in_line(cluster: &RedisCluster, name: &str) {
         .unwrap()
         .queue()
         .to_string();
-    let lined = eventually(Duration::from_secs(5), || {
+    let lined = eventually(Duration::from_secs(5), || async {
         redis::cmd("EXISTS")
             .arg(&queue)
             .query::<i64>(&mut shard(cluster, name))
@@ -608,20 +592,21 @@ async fn wait_in_line(cluster: &RedisCluster, name: &str) {
     assert!(lined, "a waiter stands in {name}'s line");
 }
 
-/// A plain connection to the node on `port`.
-fn node(port: u16) -> redis::Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
+/// A plain connection to the cluster's node on `port`.
+fn node(cluster: &RedisCluster, port: u16) -> redis::Connection {
+    cluster
+        .node(port)
+        .expect("a node of the cluster")
+        .connection()
         .unwrap()
 }
 
-/// Whether a client is subscribed to `channel` on the node on `port`.
-fn subscribed_on(port: u16, channel: &str) -> bool {
+/// Whether a client is subscribed to `channel` on the cluster's node on `port`.
+fn subscribed_on(cluster: &RedisCluster, port: u16, channel: &str) -> bool {
     let (_, count): (String, i64) = redis::cmd("PUBSUB")
         .arg("SHARDNUMSUB")
         .arg(channel)
-        .query(&mut node(port))
+        .query(&mut node(cluster, port))
         .unwrap();
     count > 0
 }
@@ -643,14 +628,19 @@ async fn a_connection_dropped_on_another_shard_leaves_waiters_listening_not_poll
     let waiter = waiter_client.mutex(name).unwrap();
     let guard = holder.try_lock().await.unwrap();
     let waiting = tokio::spawn(async move { waiter.lock_timeout(Duration::from_secs(30)).await });
-    assert!(eventually(Duration::from_secs(5), || subscribed_on(home, &channel)).await);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            subscribed_on(&cluster, home, &channel)
+        })
+        .await
+    );
     // Every client connection of another master dropped (as its `timeout` setting drops idle
     // ones): the waiter's client hears of a dropped connection, not which one.
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
         .arg("normal")
-        .query(&mut node(other))
+        .query(&mut node(&cluster, other))
         .unwrap();
     assert!(killed >= 1);
     // Its channel is live again at once: the waiter listens, and sends next to nothing.
@@ -700,10 +690,9 @@ async fn waiters_are_woken_on_a_replica_promoted_after_its_master_was_killed() {
         .wake_channel()
         .to_string();
     assert!(
-        eventually(Duration::from_secs(5), || subscribed_on(
-            master,
-            &warm_channel
-        ))
+        eventually(Duration::from_secs(5), || async {
+            subscribed_on(&cluster, master, &warm_channel)
+        })
         .await
     );
     held.release().await.unwrap();
@@ -740,7 +729,10 @@ async fn waiters_are_woken_on_a_replica_promoted_after_its_master_was_killed() {
         })
     };
     assert!(
-        eventually(Duration::from_secs(15), || subscribed_on(replica, &channel)).await,
+        eventually(Duration::from_secs(15), || async {
+            subscribed_on(&cluster, replica, &channel)
+        })
+        .await,
         "the waiter subscribed on the promoted replica"
     );
     let released_at = Instant::now();

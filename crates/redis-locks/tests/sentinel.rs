@@ -71,16 +71,6 @@ fn replication(port: u16) -> HashMap<String, String> {
         .collect()
 }
 
-/// How many connections subscribe to `channel` on the node on `port` (`PUBSUB NUMSUB`).
-fn subscribers(port: u16, channel: &str) -> i64 {
-    let (_, count): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(&mut raw(port))
-        .unwrap();
-    count
-}
-
 /// Whether `client` names the data node on `port` as its master now.
 async fn serves(client: &Client, port: u16) -> bool {
     client.serving("any").await.unwrap() == address(port)
@@ -243,7 +233,7 @@ async fn a_killed_master_is_followed_without_a_restart() {
     ));
     assert!(
         eventually(Duration::from_secs(5), || async {
-            subscribers(old, &channel) >= 1
+            common::subscribers(set.server(old).unwrap(), &channel) >= 1
         })
         .await,
         "the waiter waits, subscribed on the master {old}"
@@ -323,9 +313,10 @@ async fn a_killed_master_is_followed_without_a_restart() {
 async fn woken_round(
     holder: &redis_locks::Mutex,
     waiter: &redis_locks::Mutex,
-    port: u16,
+    master: &test_support::RedisServer,
     round: &str,
 ) -> Duration {
+    let port = master.port();
     let channel = waiter.keys().wake_channel().to_string();
     let guard = holder.try_lock().await.unwrap();
     let first = guard.fencing_token();
@@ -335,7 +326,7 @@ async fn woken_round(
     };
     assert!(
         eventually(Duration::from_secs(5), || async {
-            subscribers(port, &channel) >= 1
+            common::subscribers(master, &channel) >= 1
         })
         .await,
         "{round}: the waiter subscribed on the master {port} (PUBSUB NUMSUB {channel} \
@@ -368,7 +359,13 @@ async fn waiters_resubscribe_on_the_new_master() {
     let waiter_client = connect(&set).await;
     let waiter = waiter_client.mutex_with(name, options).unwrap();
     // Before: the waiter's wake-up connection is open on the old master.
-    let waited = woken_round(&holder, &waiter, old, "on the first master").await;
+    let waited = woken_round(
+        &holder,
+        &waiter,
+        set.server(old).unwrap(),
+        "on the first master",
+    )
+    .await;
     assert!(
         waited < Duration::from_millis(1500),
         "on the first master: woken, not polled ({waited:?})"
@@ -390,7 +387,13 @@ async fn waiters_resubscribe_on_the_new_master() {
     // Not woken, a waiter looks again only when it rechecks its subscription (every 2 s):
     // a wake-up published on the new master while the waiter still listens on the frozen
     // one fails this bound (and so does a waiter that never subscribed there).
-    let waited = woken_round(&holder, &waiter, new, "on the new master").await;
+    let waited = woken_round(
+        &holder,
+        &waiter,
+        set.server(new).unwrap(),
+        "on the new master",
+    )
+    .await;
     eprintln!("woken on the new master {waited:?} after the release");
     assert!(
         waited < Duration::from_millis(1500),
