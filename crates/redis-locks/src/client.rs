@@ -1,5 +1,6 @@
-//! The handle every lock of a process is made from: one Redis node, the watchdog's renewal
-//! queue, and the local queues of this process's waiters.
+//! The handle every lock of a process is made from: one Redis node (a server, a cluster, or a
+//! Sentinel-watched master), the watchdog's renewal queue, and the local queues of this
+//! process's waiters.
 
 use std::sync::Arc;
 
@@ -8,24 +9,29 @@ use crate::lease::Renewals;
 use crate::node::{ClientOptions, Node};
 use crate::wait::{LocalQueues, WaitOn, WaitOptions};
 
-/// A connection to one Redis server, shared by every lock handle made from it. Cheap to clone.
+/// A connection to Redis — one server ([`Client::connect`]), a Redis Cluster
+/// ([`Client::connect_cluster`]) or the master a set of sentinels watches
+/// ([`Client::connect_sentinel`]) — shared by every lock handle made from it. Cheap to clone.
 ///
-/// Requests go over one multiplexed connection (redis-rs's `ConnectionManager`), so a process
-/// needs one `Client` per server, not one per lock.
+/// Requests go over one multiplexed connection (redis-rs's `ConnectionManager`; on a cluster,
+/// one per master), so a process needs one `Client` per Redis, not one per lock. What follows
+/// holds for all three; [`Client::connect_cluster`] and [`Client::connect_sentinel`] say what
+/// differs.
 ///
 /// # Behavior
 /// - A dropped connection is re-opened in the background; requests made meanwhile fail with
 ///   [`Error::Connection`](crate::Error::Connection) rather than wait.
-/// - No request is ever retried by this crate: a failed release or extension has an unknown
-///   outcome, and the lease bounds it.
+/// - No request is ever retried by this crate (a cluster client retries on its own, see
+///   [`Client::connect_cluster`]): a failed release or extension has an unknown outcome, and
+///   the lease bounds it.
 /// - An acquire that failed with a connection error may still have been granted; its owner
 ///   token is released in the background. If the connection was replaced meanwhile, that
 ///   release can reach the server before the late acquire does; the lease then ends the lock.
 /// - Waiters are woken through one extra subscriber connection, opened the first time a
 ///   lock must be waited for. If it drops, waiters poll (jittered) until it is back.
 /// - A request that gets no reply within the response timeout fails with [`Error::Connection`](crate::Error::Connection).
-/// - The client names its connection (`CLIENT SETNAME redis-locks:<random>`) the first time a
-///   lock is granted on it, so that fast acquisitions can trust the fencing counter (see the
+/// - The client names its connection (`CLIENT SETNAME redis-locks:<random>`; not on a cluster)
+///   the first time a lock is granted on it, so that fast acquisitions can trust the fencing counter (see the
 ///   crate README, "Fencing tokens"). The connection is the locks' own: for commands of your
 ///   application, open a connection of your own.
 ///
