@@ -137,6 +137,10 @@ struct Run<'a> {
 pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
     let wanted = args.topology.wanted(args.redis.clone())?;
     let scenarios = scenarios(args, &wanted)?;
+    if args.chart.is_some() {
+        // The benchmarks program draws the chart: say it is missing before the runs, not after.
+        crate::bench::program("check --chart")?;
+    }
     // Listening from the start: a signal that comes while servers start is not lost either.
     let mut signals = Signals::new()?;
     // The lock servers every scenario uses, unless each starts its own (the runs of a
