@@ -118,6 +118,7 @@ impl Client {
     /// # Cancel safety
     /// Dropping the future drops the half-made connection; nothing is left behind.
     pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Client> {
+        crate::key::check_namespace(options.get_namespace())?;
         Ok(Client::from_node(Node::connect(url, options).await?))
     }
 
@@ -167,6 +168,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn connect_cluster(seeds: &[&str], options: ClientOptions) -> Result<Client> {
+        crate::key::check_namespace(options.get_namespace())?;
         Ok(Client::from_node(
             Node::connect_cluster(seeds, options).await?,
         ))
@@ -213,6 +215,7 @@ impl Client {
         master: &str,
         options: ClientOptions,
     ) -> Result<Client> {
+        crate::key::check_namespace(options.get_namespace())?;
         Ok(Client::from_node(
             Node::connect_sentinel(sentinels, master, options).await?,
         ))
@@ -225,7 +228,7 @@ impl Client {
     /// [`Error::InvalidName`](crate::Error::InvalidName) for a name no lock can have; a
     /// failed request.
     pub async fn serving(&self, name: &str) -> Result<String> {
-        let keys = crate::key::LockKeys::new(name)?;
+        let keys = self.keys(name)?;
         self.inner.node.serving(keys.lock()).await
     }
 
@@ -257,6 +260,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn connect_lazy(url: &str, options: ClientOptions) -> Result<Client> {
+        crate::key::check_namespace(options.get_namespace())?;
         Ok(Client::from_node(Node::connect_lazy(url, options)?))
     }
 
@@ -268,6 +272,27 @@ impl Client {
                 renewals: Renewals::default(),
             }),
         }
+    }
+
+    /// The keys of the lock named `name` under this client's namespace (see
+    /// [`ClientOptions::namespace`]): where every primitive made from this client keeps it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = test_support::RedisServer::start()?;
+    /// use redis_locks::{Client, ClientOptions};
+    ///
+    /// let options = ClientOptions::default().namespace("locks");
+    /// let client = Client::connect_with(&server.url(), options).await?;
+    /// assert_eq!(client.keys("jobs:nightly")?.lock(), "locks:jobs:nightly");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName) for a name no lock can have.
+    pub fn keys(&self, name: &str) -> Result<crate::key::LockKeys> {
+        crate::key::LockKeys::with_namespace(self.options().get_namespace(), name)
     }
 
     /// The options this client was made with.

@@ -109,6 +109,39 @@ fn fmt_votes(votes: &[NodeVote]) -> String {
         .join("; ")
 }
 
+/// What went wrong in a TLS handshake: the `problem` of [`Error::Tls`].
+///
+/// ```
+/// use redis_locks::TlsProblem;
+/// assert_eq!(TlsProblem::NotTls.to_string(), "the server does not speak TLS");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsProblem {
+    /// The server's certificate was not accepted: signed by a CA this client does not trust,
+    /// issued for another host name, expired or not yet valid.
+    ServerCertificate,
+    /// The server refused this client's certificate, or wanted one and got none (mutual
+    /// TLS).
+    ClientCertificate,
+    /// The server does not speak TLS: a plaintext server behind a `rediss://` URL.
+    NotTls,
+    /// The TLS settings cannot be used: a CA or certificate that does not parse as PEM, a
+    /// key that does not match, TLS settings given with a `redis://` URL.
+    Settings,
+}
+
+impl std::fmt::Display for TlsProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsProblem::ServerCertificate => "the server's certificate is not trusted",
+            TlsProblem::ClientCertificate => "the server refused this client's certificate",
+            TlsProblem::NotTls => "the server does not speak TLS",
+            TlsProblem::Settings => "the TLS settings cannot be used",
+        })
+    }
+}
+
 /// What was being done when a request failed: the `phase` of [`Error::Connection`],
 /// [`Error::Auth`], [`Error::Redis`] and [`Error::UnexpectedReply`].
 ///
@@ -228,6 +261,20 @@ pub enum Error {
         /// The URL, its password hidden.
         url: String,
         /// What was seen.
+        detail: String,
+    },
+    /// A TLS connection (`rediss://`) could not be made: the server's certificate is not
+    /// trusted (an unknown CA, another host's name, expired), the server refused this
+    /// client's certificate or wanted one, the server does not speak TLS (a plaintext server
+    /// behind a `rediss://` URL), or the TLS settings themselves cannot be used (a CA or
+    /// certificate that is not PEM, TLS settings with a `redis://` URL). Nothing was sent.
+    #[error("TLS with {url} failed ({problem}): {detail}")]
+    Tls {
+        /// The URL, its password hidden.
+        url: String,
+        /// Which side of the handshake failed.
+        problem: TlsProblem,
+        /// What rustls or the server said.
         detail: String,
     },
     /// Redis refused this client: no password given where one is required (`NOAUTH`), a wrong
@@ -383,6 +430,11 @@ impl Error {
     /// Whether Redis could not be reached or did not answer ([`Error::Connection`]).
     pub fn is_connection(&self) -> bool {
         matches!(self, Error::Connection { .. })
+    }
+
+    /// Whether a TLS connection could not be made ([`Error::Tls`]).
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Error::Tls { .. })
     }
 
     /// Whether the lock was found gone or taken ([`Error::NotHeld`]).

@@ -37,6 +37,8 @@ pub(crate) const COMPANION_SUFFIXES: [&str; 8] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockKeys {
     name: String,
+    /// The lock key: the name, under the namespace if there is one.
+    key: String,
     prefix: String,
     fence: String,
     epoch: String,
@@ -57,6 +59,33 @@ impl LockKeys {
     /// without having a hash tag, is only a hash tag (`{x}`), or ends in a
     /// companion suffix (`:fence`, `:wake`, ...) and so would share keys with another lock.
     pub fn new(name: &str) -> Result<LockKeys> {
+        LockKeys::with_namespace("", name)
+    }
+
+    /// Checks a lock name and derives its keys under `namespace` (see
+    /// [`ClientOptions::namespace`](crate::ClientOptions::namespace)): the lock key is
+    /// `<namespace>:<name>`, and the companions follow the same rule as without a namespace,
+    /// applied to that key. An empty namespace is none ([`LockKeys::new`]).
+    ///
+    /// ```
+    /// use redis_locks::LockKeys;
+    ///
+    /// let keys = LockKeys::with_namespace("locks", "jobs:nightly").unwrap();
+    /// assert_eq!(keys.name(), "jobs:nightly");
+    /// assert_eq!(keys.lock(), "locks:jobs:nightly");
+    /// assert_eq!(keys.fence(), "{locks:jobs:nightly}:fence");
+    ///
+    /// let tagged = LockKeys::with_namespace("locks", "{tenant-7}:cart").unwrap();
+    /// assert_eq!(tagged.fence(), "locks:{tenant-7}:cart:fence");
+    ///
+    /// assert!(LockKeys::with_namespace("lo{cks", "x").is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// As [`LockKeys::new`] for the name; [`Error::InvalidName`] for a namespace over 128
+    /// bytes, with control characters, or with any of `{ } * ? [ ] \`.
+    pub fn with_namespace(namespace: &str, name: &str) -> Result<LockKeys> {
+        check_namespace(namespace)?;
         let invalid = |reason| Error::InvalidName {
             name: name.to_string(),
             reason,
@@ -87,18 +116,24 @@ impl LockKeys {
                  :fenced would be another lock's companion key",
             ));
         }
-        let prefix = if hash_tag(name).is_some() {
+        let key = if namespace.is_empty() {
             name.to_string()
+        } else {
+            format!("{namespace}:{name}")
+        };
+        let prefix = if hash_tag(name).is_some() {
+            key.clone()
         } else if name.contains('}') {
             return Err(invalid(
                 "a name with '}' but no hash tag cannot keep its keys in one cluster slot; \
                  wrap the part that names the lock in braces, like {my}lock",
             ));
         } else {
-            format!("{{{name}}}")
+            format!("{{{key}}}")
         };
         Ok(LockKeys {
             name: name.to_string(),
+            key,
             fence: format!("{prefix}:fence"),
             epoch: format!("{prefix}:epoch"),
             wake: format!("{prefix}:wake"),
@@ -115,9 +150,10 @@ impl LockKeys {
         &self.name
     }
 
-    /// The key that holds the owner token while the lock is held.
+    /// The key that holds the owner token while the lock is held: the name, under the
+    /// namespace if there is one.
     pub fn lock(&self) -> &str {
-        &self.name
+        &self.key
     }
 
     /// The fencing counter: an integer that only grows, at least one step per acquisition
@@ -172,6 +208,37 @@ impl LockKeys {
     pub fn companion(&self, suffix: &str) -> String {
         format!("{}:{suffix}", self.prefix)
     }
+}
+
+/// The longest namespace accepted, in bytes.
+pub const MAX_NAMESPACE_LEN: usize = 128;
+
+/// Checks a namespace (see [`ClientOptions::namespace`](crate::ClientOptions::namespace)).
+///
+/// # Errors
+/// [`Error::InvalidName`] as [`LockKeys::with_namespace`] says.
+pub(crate) fn check_namespace(namespace: &str) -> Result<()> {
+    let invalid = |reason| Error::InvalidName {
+        name: namespace.to_string(),
+        reason,
+    };
+    if namespace.len() > MAX_NAMESPACE_LEN {
+        return Err(invalid("a namespace must be at most 128 bytes"));
+    }
+    if namespace.chars().any(char::is_control) {
+        return Err(invalid("a namespace must not contain control characters"));
+    }
+    if namespace.contains(['{', '}']) {
+        return Err(invalid(
+            "a namespace must not contain { or }: they would move the locks' cluster slot",
+        ));
+    }
+    if namespace.contains(['*', '?', '[', ']', '\\']) {
+        return Err(invalid(
+            "a namespace must not contain * ? [ ] or \\: an ACL key pattern could not name it",
+        ));
+    }
+    Ok(())
 }
 
 /// The part of `key` Redis Cluster hashes: the hash tag's content, if `key` has a hash tag.

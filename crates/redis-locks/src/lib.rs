@@ -25,7 +25,7 @@ mod token;
 mod wait;
 
 pub use client::{Client, ClientStats};
-pub use error::{Error, LostReason, NodeVote, Phase, Result, Vote};
+pub use error::{Error, LostReason, NodeVote, Phase, Result, TlsProblem, Vote};
 pub use fair::{FairMutex, FairMutexOptions};
 pub use fenced::FencedKey;
 pub use key::LockKeys;

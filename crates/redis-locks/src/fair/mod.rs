@@ -145,7 +145,7 @@ impl Client {
     /// As [`Client::mutex_with`]; also [`Error::InvalidDuration`](crate::Error::InvalidDuration) for a place lease under
     /// 3 ms or over an hour.
     pub fn fair_mutex_with(&self, name: &str, options: FairMutexOptions) -> Result<FairMutex> {
-        FairMutex::new(self.clone(), LockKeys::new(name)?, options)
+        FairMutex::new(self.clone(), self.keys(name)?, options)
     }
 }
 

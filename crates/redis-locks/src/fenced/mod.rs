@@ -58,7 +58,7 @@ impl Client {
     pub fn fenced_key(&self, name: &str) -> Result<FencedKey> {
         Ok(FencedKey {
             node: self.node().clone(),
-            keys: LockKeys::new(name)?,
+            keys: self.keys(name)?,
         })
     }
 }

@@ -119,7 +119,7 @@ impl Client {
     /// As [`Client::mutex`]; also [`Error::InvalidDuration`] for a lease under 3 ms or over
     /// 100 years, a retry delay over 1 hour, or a place lease under 3 ms or over 1 hour.
     pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
-        Mutex::new(self.clone(), LockKeys::new(name)?, options)
+        Mutex::new(self.clone(), self.keys(name)?, options)
     }
 }
 

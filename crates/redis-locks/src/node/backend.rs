@@ -18,8 +18,9 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisResult, Value};
 
-use super::connect::{connect_error, no_connection_within, open};
+use super::connect::{connect_error, explained, no_connection_within, open};
 use super::sentinel::Master;
+use super::tls;
 use super::{ClientOptions, redact};
 use crate::error::{Error, Result};
 
@@ -101,11 +102,12 @@ pub(super) async fn cluster(seeds: &[&str], options: &ClientOptions) -> Result<C
     let budget = (options.get_connect_timeout() + Duration::from_secs(1))
         * (options.get_reconnect_attempts() as u32 + 1);
     let first = seeds.first().copied().unwrap_or_default();
-    match tokio::time::timeout(budget, client.get_async_connection()).await {
-        Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(source)) => Err(connect_error(first, source)),
-        Err(_) => Err(no_connection_within(budget)),
-    }
+    let failed = match tokio::time::timeout(budget, client.get_async_connection()).await {
+        Ok(Ok(connection)) => return Ok(connection),
+        Ok(Err(source)) => connect_error(first, source),
+        Err(_) => no_connection_within(budget),
+    };
+    Err(explained(first, failed, options).await)
 }
 
 /// The cluster client settings of `seeds` and `options`, each seed URL checked.
@@ -135,10 +137,22 @@ pub(super) fn cluster_builder(
             ),
         });
     }
-    Ok(ClusterClientBuilder::new(seeds.to_vec())
+    let urls = seeds
+        .iter()
+        .map(|seed| tls::effective_url(seed, options))
+        .collect::<Result<Vec<_>>>()?;
+    let mut builder = ClusterClientBuilder::new(urls)
         .connection_timeout(options.get_connect_timeout())
         .response_timeout(options.get_response_timeout())
-        .overall_response_timeout(Some(options.get_response_timeout())))
+        .overall_response_timeout(Some(options.get_response_timeout()));
+    if let Some(certificates) = tls::certificates(seeds[0], options)? {
+        // `certs` asks for checked certificates; `tls_insecure` says otherwise on purpose.
+        builder = builder.certs(certificates);
+        if options.get_tls_insecure() {
+            builder = builder.tls(redis::TlsMode::Insecure);
+        }
+    }
+    Ok(builder)
 }
 
 /// The `host:port` of the master serving `slot`, from a `CLUSTER SLOTS` reply.

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::ClientOptions;
+use super::tls;
 use super::url::{self as urls, redact};
 use crate::error::{Error, Phase, Result};
 
@@ -19,10 +20,7 @@ pub(super) fn open(
         url: redact(url),
         reason,
     })?;
-    let client = redis::Client::open(url).map_err(|source| Error::InvalidUrl {
-        url: redact(url),
-        reason: source.to_string(),
-    })?;
+    let client = tls::client(url, options)?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(options.get_connect_timeout()))
         .set_response_timeout(Some(options.get_response_timeout()))
@@ -43,11 +41,23 @@ pub(super) async fn manager(
     let budget = (options.get_connect_timeout() + Duration::from_secs(1))
         * (options.get_reconnect_attempts() as u32 + 1);
     let connect = ConnectionManager::new_with_config(client, config);
-    match tokio::time::timeout(budget, connect).await {
-        Ok(Ok(connection)) => Ok(connection),
-        Ok(Err(source)) => Err(connect_error(url, source)),
-        Err(_) => Err(no_connection_within(budget)),
+    let failed = match tokio::time::timeout(budget, connect).await {
+        Ok(Ok(connection)) => return Ok(connection),
+        Ok(Err(source)) => connect_error(url, source),
+        Err(_) => no_connection_within(budget),
+    };
+    Err(explained(url, failed, options).await)
+}
+
+/// `failed`, or the reason behind it when a `rediss://` connection timed out because a
+/// plaintext server listens there.
+pub(super) async fn explained(url: &str, failed: Error, options: &ClientOptions) -> Error {
+    if !failed.is_connection() {
+        return failed;
     }
+    tls::explain_timeout(url, options.get_connect_timeout())
+        .await
+        .unwrap_or(failed)
 }
 
 /// The error of a connection not made within `budget`.
@@ -61,9 +71,12 @@ pub(super) fn no_connection_within(budget: Duration) -> Error {
     }
 }
 
-/// What a failure to connect means: refused access, something that is not Redis, or no
-/// connection.
+/// What a failure to connect means: a failed TLS handshake, refused access, something that
+/// is not Redis, or no connection.
 pub(super) fn connect_error(url: &str, source: redis::RedisError) -> Error {
+    if let Some(tls) = tls::handshake_error(url, &source) {
+        return tls;
+    }
     if crate::error::is_auth_failure(&source) {
         return Error::Auth {
             phase: Phase::Connect,

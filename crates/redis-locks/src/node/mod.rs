@@ -24,6 +24,7 @@ mod pubsub;
 pub(crate) mod quorum;
 mod script;
 mod sentinel;
+mod tls;
 mod url;
 
 use std::collections::HashSet;
@@ -77,7 +78,7 @@ impl Node {
     pub(crate) async fn connect(url: &str, options: ClientOptions) -> Result<Node> {
         let (client, config) = open(url, &options)?;
         let pubsub = pubsub::Wakeups::start(
-            pubsub::Source::Server(client.clone()),
+            pubsub::Source::Server(Box::new(client.clone())),
             options.get_connect_timeout(),
         );
         let connection = connect::manager(url, client, config, &options).await?;
@@ -186,7 +187,7 @@ impl Node {
     pub(crate) fn connect_lazy(url: &str, options: ClientOptions) -> Result<Node> {
         let (client, config) = open(url, &options)?;
         let pubsub = pubsub::Wakeups::start(
-            pubsub::Source::Server(client.clone()),
+            pubsub::Source::Server(Box::new(client.clone())),
             options.get_connect_timeout(),
         );
         let connection = redis::aio::ConnectionManager::new_lazy_with_config(client, config)

@@ -1,8 +1,11 @@
-//! How a client talks to its Redis server: connect and reply timeouts, reconnects.
+//! How a client talks to its Redis server: connect and reply timeouts, reconnects, TLS, and
+//! the key namespace.
 
 use std::time::Duration;
 
-/// How a [`Client`](crate::Client) talks to Redis: bounded connect and response times, bounded reconnects.
+/// How a [`Client`](crate::Client) talks to Redis: bounded connect and response times,
+/// bounded reconnects, TLS settings for `rediss://` URLs, and the namespace its locks' keys
+/// live under.
 ///
 /// ```
 /// use std::time::Duration;
@@ -10,24 +13,64 @@ use std::time::Duration;
 ///
 /// let options = ClientOptions::default()
 ///     .connect_timeout(Duration::from_millis(500))
-///     .response_timeout(Duration::from_secs(1));
+///     .response_timeout(Duration::from_secs(1))
+///     .namespace("locks");
 /// assert_eq!(options.get_response_timeout(), Duration::from_secs(1));
+/// assert_eq!(options.get_namespace(), "locks");
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientOptions {
     connect_timeout: Duration,
     response_timeout: Duration,
     reconnect_attempts: usize,
+    namespace: String,
+    pub(super) tls: TlsSettings,
+}
+
+/// What a `rediss://` connection trusts and shows: PEM bytes, never printed.
+#[derive(Clone, Default)]
+pub(super) struct TlsSettings {
+    /// The CAs to trust instead of the system's.
+    pub(super) ca: Option<Vec<u8>>,
+    /// This client's certificate chain and key, for mutual TLS.
+    pub(super) client: Option<(Vec<u8>, Vec<u8>)>,
+    /// Whether a `rediss://` connection may skip checking the server's certificate.
+    pub(super) insecure: bool,
+}
+
+impl TlsSettings {
+    /// Whether anything was set that only a `rediss://` URL can use.
+    pub(super) fn any(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Certificates and keys are never printed, only whether they are set.
+        f.debug_struct("ClientOptions")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("reconnect_attempts", &self.reconnect_attempts)
+            .field("namespace", &self.namespace)
+            .field("tls_ca", &self.tls.ca.is_some())
+            .field("tls_client_cert", &self.tls.client.is_some())
+            .field("tls_insecure", &self.tls.insecure)
+            .finish()
+    }
 }
 
 impl Default for ClientOptions {
-    /// 2 s to connect, 2 s for each reply, 3 reconnect attempts.
+    /// 2 s to connect, 2 s for each reply, 3 reconnect attempts, no namespace, the system's
+    /// CAs for `rediss://`.
     fn default() -> Self {
         ClientOptions {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             reconnect_attempts: 3,
+            namespace: String::new(),
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -60,6 +103,61 @@ impl ClientOptions {
         self
     }
 
+    /// Puts every key and channel of this client's locks under `namespace`: the lock named
+    /// `K` lives at `<namespace>:K` (see [`LockKeys::with_namespace`](crate::LockKeys::with_namespace)),
+    /// so lock keys never meet the application's own keys, and an ACL can confine the
+    /// library to `~<namespace>:*` and `~{<namespace>:*` (the crate README gives the whole
+    /// ACL line). Empty (the default) means no namespace: the lock key is the name itself.
+    ///
+    /// Every process that contends for a lock must use the same namespace: two namespaces
+    /// are two different locks. That is why the default stays empty — a process upgraded
+    /// to a namespaced default would no longer see the locks its older peers hold.
+    /// The namespace is checked when the client connects: at most 128 bytes, no control
+    /// characters, none of `{`, `}` (they would move the lock's cluster slot) or the ACL
+    /// pattern characters `*`, `?`, `[`, `]`, `\`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Trusts the CAs in `pem` (one or more PEM certificates) for `rediss://` servers,
+    /// instead of the system's. Read the file yourself, or give `--tls-ca FILE` to the
+    /// command-line tool.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use redis_locks::{Client, ClientOptions};
+    ///
+    /// let options = ClientOptions::default().tls_ca(std::fs::read("/etc/redis/ca.crt")?);
+    /// let client = Client::connect_with("rediss://locks:secret@redis.internal:6380", options).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Shows `cert_pem` (a certificate chain) and proves it with `key_pem` (its private key)
+    /// to `rediss://` servers that ask for a client certificate (mutual TLS,
+    /// `tls-auth-clients yes`). The key is kept in memory and never printed.
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Lets `rediss://` connections skip checking the server's certificate, on purpose:
+    /// anyone who can reach the network path can then read and change the locks' traffic.
+    /// A URL ending in `#insecure` is refused unless this is set; with this set, every
+    /// `rediss://` URL of the client is used without the check.
+    pub fn tls_insecure(mut self, insecure: bool) -> Self {
+        self.tls.insecure = insecure;
+        self
+    }
+
     /// The connect timeout in force.
     pub fn get_connect_timeout(&self) -> Duration {
         self.connect_timeout
@@ -73,5 +171,15 @@ impl ClientOptions {
     /// The reconnect attempts in force.
     pub fn get_reconnect_attempts(&self) -> usize {
         self.reconnect_attempts
+    }
+
+    /// The namespace in force (empty: none).
+    pub fn get_namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Whether `rediss://` connections may skip the certificate check.
+    pub fn get_tls_insecure(&self) -> bool {
+        self.tls.insecure
     }
 }

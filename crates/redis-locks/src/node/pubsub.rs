@@ -39,7 +39,7 @@ const RECONNECT_MAX: Duration = Duration::from_secs(1);
 /// Where the subscriber connection goes.
 pub(crate) enum Source {
     /// One server: `SUBSCRIBE` there.
-    Server(redis::Client),
+    Server(Box<redis::Client>),
     /// The current master of a Sentinel-watched name: `SUBSCRIBE` there, and again on the new
     /// master after a switch.
     Sentinel(super::sentinel::Master),
@@ -53,7 +53,7 @@ impl Source {
     /// The client of the server to subscribe on now, and what says that it changed.
     fn current(&self) -> (redis::Client, Option<watch::Receiver<u64>>) {
         match self {
-            Source::Server(client) => (client.clone(), None),
+            Source::Server(client) => ((**client).clone(), None),
             Source::Sentinel(master) => {
                 // The receiver first: a switch between the two is then seen as a change.
                 let switched = master.switched();

@@ -61,6 +61,8 @@ struct Shared {
 
 #[derive(Clone, Default)]
 struct Auth {
+    /// `rediss` when the sentinels are reached over TLS (the data nodes are then too).
+    scheme: String,
     user: String,
     password: String,
     db: String,
@@ -306,7 +308,7 @@ async fn watch_sentinels(shared: Weak<Shared>) {
             return;
         };
         next += 1;
-        let pubsub = match redis::Client::open(sentinel.as_str()) {
+        let pubsub = match super::tls::client(&sentinel, &options) {
             Ok(client) => {
                 tokio::time::timeout(options.get_connect_timeout(), client.get_async_pubsub())
                     .await
@@ -371,7 +373,8 @@ impl Sentinels {
             let mut connection = match kept {
                 Some(connection) => connection,
                 None => {
-                    redis::Client::open(url)?
+                    super::tls::client(url, options)
+                        .map_err(|err| redis::RedisError::from(std::io::Error::other(err)))?
                         .get_multiplexed_async_connection()
                         .await?
                 }
@@ -472,13 +475,19 @@ async fn connect_to(
     auth: &Auth,
     options: &ClientOptions,
 ) -> Result<(redis::Client, ConnectionManager)> {
-    let Auth { user, password, db } = auth;
+    let Auth {
+        scheme,
+        user,
+        password,
+        db,
+    } = auth;
+    let scheme = if scheme.is_empty() { "redis" } else { scheme };
     let credentials = if password.is_empty() && user.is_empty() {
         String::new()
     } else {
         format!("{user}:{password}@")
     };
-    let url = format!("redis://{credentials}{address}/{db}");
+    let url = format!("{scheme}://{credentials}{address}/{db}");
     let (client, config) = open(&url, options)?;
     let mut connection = manager(&url, client.clone(), config, options).await?;
     let role: Value = redis::cmd("ROLE")
@@ -511,6 +520,12 @@ fn auth_of(url: &str) -> Auth {
         _ => String::new(),
     };
     Auth {
+        scheme: if url.scheme() == "rediss" {
+            "rediss"
+        } else {
+            "redis"
+        }
+        .to_string(),
         user: url.username().to_string(),
         password: url.password().unwrap_or_default().to_string(),
         db,

@@ -2,7 +2,7 @@
 //! its password.
 
 /// Says what is wrong with a URL that cannot name a Redis server, in words: empty, no scheme,
-/// a scheme other than `redis`, `rediss`, `unix` or `redis+unix`, no host, a bad port.
+/// a scheme other than `redis`, `rediss` (TLS), `unix` or `redis+unix`, no host, a bad port.
 pub(crate) fn check_url(text: &str) -> std::result::Result<(), String> {
     if text.trim().is_empty() {
         return Err("the URL is empty; write it like redis://host:6379".into());
@@ -15,10 +15,7 @@ pub(crate) fn check_url(text: &str) -> std::result::Result<(), String> {
         other => format!("{other}; write it like redis://host:6379"),
     })?;
     match url.scheme() {
-        "redis" => {}
-        "rediss" => {
-            return Err("rediss:// (TLS) is not supported by this build; use redis://".into());
-        }
+        "redis" | "rediss" => {}
         "unix" | "redis+unix" => return Ok(()),
         other => {
             return Err(format!(
@@ -41,14 +38,23 @@ pub(crate) fn check_url(text: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// The URL with any password replaced, for messages and `Debug`.
+/// The URL with any password replaced, for messages and `Debug`. Text of several URLs
+/// separated by spaces (a cluster's seeds, a set of sentinels) has every one replaced.
 pub(crate) fn redact(url: &str) -> String {
-    match url.split_once('@') {
-        Some((head, tail)) => match head.rsplit_once(':') {
-            Some((scheme_user, _password)) if scheme_user.contains("//") => {
-                format!("{scheme_user}:***@{tail}")
-            }
-            _ => url.to_string(),
+    url.split(' ').map(redact_one).collect::<Vec<_>>().join(" ")
+}
+
+/// One URL with its password replaced: the user information ends at the last `@` of the
+/// URL (a password written with a raw `@` is hidden whole), and the password starts after
+/// its first `:`.
+fn redact_one(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_string(),
         },
         None => url.to_string(),
     }
@@ -68,7 +74,6 @@ mod tests {
             ("redis://host:0", "1 to 65535"),
             ("redis://:6379", "host"),
             ("redis://host:6379/zero", "not a number"),
-            ("rediss://host", "TLS"),
         ] {
             let reason = super::check_url(url).unwrap_err();
             assert!(reason.contains(says), "{url:?}: {reason}");
@@ -77,6 +82,7 @@ mod tests {
             "redis://127.0.0.1:6380",
             "redis://:pw@host/2",
             "unix:///tmp/r.sock",
+            "rediss://user:pw@host:6380",
         ] {
             assert_eq!(super::check_url(good), Ok(()), "{good}");
         }
@@ -90,5 +96,13 @@ mod tests {
         );
         assert_eq!(redact("redis://user:secret@host"), "redis://user:***@host");
         assert_eq!(redact("redis://host:6000/2"), "redis://host:6000/2");
+        assert_eq!(
+            redact("rediss://u:p@ss:w@rd@host:1#insecure"),
+            "rediss://u:***@host:1#insecure"
+        );
+        assert_eq!(
+            redact("redis://:one@a:1 redis://b:2 redis://u:two@c:3"),
+            "redis://:***@a:1 redis://b:2 redis://u:***@c:3"
+        );
     }
 }

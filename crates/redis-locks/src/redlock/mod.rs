@@ -201,7 +201,7 @@ impl Redlock {
     ) -> Result<Redlock> {
         check_nodes(clients)?;
         options.check()?;
-        let keys = Arc::new(LockKeys::new(name)?);
+        let keys = Arc::new(clients[0].keys(name)?);
         let nodes: Vec<_> = clients.iter().map(|client| client.node().clone()).collect();
         let holds = nodes
             .iter()
@@ -746,6 +746,16 @@ fn check_nodes(clients: &[Client]) -> Result<()> {
     check_count(clients.len())?;
     // The same server may be reached by two URLs (127.0.0.1 and localhost, a database
     // number): each server's run_id, read when its client connected, tells.
+    let namespace = clients[0].options().get_namespace();
+    if let Some(other) = clients
+        .iter()
+        .find(|client| client.options().get_namespace() != namespace)
+    {
+        return invalid(format!(
+            "the nodes' clients use different namespaces ({namespace:?}, {:?}): a lock's keys must be the same on every node",
+            other.options().get_namespace()
+        ));
+    }
     let nodes: Vec<_> = clients.iter().map(Client::node).collect();
     for (index, node) in nodes.iter().enumerate() {
         let twice = nodes[..index].iter().find(|other| {

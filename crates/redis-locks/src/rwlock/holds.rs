@@ -174,7 +174,7 @@ impl HoldsLock {
         kind: Kind,
     ) -> Result<HoldsLock> {
         options.check()?;
-        let keys = Arc::new(LockKeys::new(name)?);
+        let keys = Arc::new(client.keys(name)?);
         Ok(HoldsLock {
             hold: Arc::new(HoldsHold {
                 node: client.node().clone(),
