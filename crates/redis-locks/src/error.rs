@@ -287,6 +287,39 @@ pub enum Error {
         /// The server's answer.
         source: redis::RedisError,
     },
+    /// A grant or renewal under a [`Replication`](crate::Replication) policy did not reach
+    /// the copies it asked for within its timeout. After an acquisition the grant has been
+    /// released; after a renewal the guard counts on its earlier deadline only (the
+    /// watchdog tries again while the lease lasts).
+    #[error(
+        "lock {name:?}: {acked} of {wanted} replicas acknowledged{}",
+        if *local { "" } else { ", and not on the master's disk" }
+    )]
+    NotReplicated {
+        /// The lock name.
+        name: String,
+        /// How many replicas were asked for.
+        wanted: u32,
+        /// How many acknowledged in time.
+        acked: u32,
+        /// Whether the master's own append-only file had it (always `true` for `WAIT`).
+        local: bool,
+    },
+    /// The server does not offer what was asked of it (`WAITAOF` before Redis 7.2, a
+    /// replicated acquisition on a `Redlock`); nothing was left held.
+    #[error("not supported here: {what} ({detail})")]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+        /// What the server or the library said.
+        detail: String,
+    },
+    /// A [`Replication`](crate::Replication) policy that cannot confirm anything.
+    #[error("invalid replication policy: {reason}")]
+    InvalidReplication {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// One attempt found the lock held by another owner.
     #[error("lock {name:?} is held by another owner{}", fmt_retry(*.retry_after))]
     Held {

@@ -31,7 +31,7 @@ pub use fenced::FencedKey;
 pub use key::LockKeys;
 pub use lease::{ClockDrift, DEFAULT_LEASE, LeaseOptions, MAX_LEASE, MIN_LEASE, Released};
 pub use mutex::{Mutex, MutexGuard, MutexOptions};
-pub use node::ClientOptions;
+pub use node::{ClientOptions, Replication};
 pub use options::LockOptions;
 pub use owner::OwnerId;
 pub use redlock::{

@@ -91,6 +91,12 @@ impl LockOptions {
         self
     }
 
+    /// Shorthand for [`LeaseOptions::replication`].
+    pub fn replication(mut self, replication: crate::Replication) -> Self {
+        self.lease = self.lease.replication(replication);
+        self
+    }
+
     /// Shorthand for [`WaitOptions::retry_delay`].
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.wait = self.wait.retry_delay(delay);
@@ -140,5 +146,16 @@ impl LockOptions {
     pub fn check(&self) -> Result<()> {
         self.lease.check()?;
         self.wait.check()
+    }
+
+    /// As [`check`](LockOptions::check), for a lock of a client with `client` options: a
+    /// replication timeout must also be under the client's response timeout (the reply
+    /// would be given up before the server's `WAIT` ends).
+    pub(crate) fn check_on(&self, client: &crate::ClientOptions) -> Result<()> {
+        self.check()?;
+        match self.lease.get_replication() {
+            Some(replication) => replication.check(client.get_response_timeout()),
+            None => Ok(()),
+        }
     }
 }

@@ -76,6 +76,15 @@ impl Hold for FairHold {
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
         self.lock.extend(owner, lease)
     }
+
+    fn extend_replicated<'a>(
+        &'a self,
+        owner: &'a OwnerToken,
+        lease: Duration,
+        replication: &'a crate::node::Replication,
+    ) -> HoldFuture<'a, u32> {
+        self.lock.extend_replicated(owner, lease, replication)
+    }
 }
 
 /// A distributed lock granted in first-come, first-served order, across every process.
@@ -151,7 +160,7 @@ impl Client {
 
 impl FairMutex {
     fn new(client: Client, keys: LockKeys, options: FairMutexOptions) -> Result<FairMutex> {
-        options.check()?;
+        options.check_on(client.options())?;
         let keys = Arc::new(keys);
         let lock = MutexHold {
             node: client.node().clone(),

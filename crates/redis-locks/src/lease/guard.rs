@@ -58,6 +58,14 @@ macro_rules! guard_methods {
                 self.lease.lost_reason()
             }
 
+            /// How many replicas acknowledged the last confirmed grant or renewal, when the
+            /// options ask for replicated acquisition
+            /// ([`LeaseOptions::replication`]($crate::LeaseOptions::replication)); `None`
+            /// otherwise.
+            pub fn replicas(&self) -> Option<u32> {
+                self.lease.replicas()
+            }
+
             /// Whether the watchdog renews this guard's lease.
             pub fn is_renewed(&self) -> bool {
                 self.lease.is_renewed()

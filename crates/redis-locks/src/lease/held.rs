@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Released;
 use super::options::LeaseOptions;
 use super::owed::OwedRelease;
 use super::state::LeaseState;
 use super::time::lease_millis;
 use super::watchdog::{First, Renewal, Renewals, Watchdog, Watched};
+use super::{HoldFuture, Released, extend_hold};
 use crate::error::{Error, LostReason, Result};
+use crate::node::Replication;
 use crate::token::{FencingToken, OwnerToken};
 
 /// A granted lock: its fencing token, its lease, the watchdog renewing it, and the release it
@@ -28,6 +29,9 @@ pub(crate) struct Lease {
     /// Whatever the acquire loop tied to this holding (a note for the waiters of this
     /// process queued behind it): dropped when the holding ends, before the release is sent.
     attached: Option<Box<dyn Send + Sync>>,
+    /// What every extension waits for, and the lease an acquisition confirms with, when the
+    /// options ask for replicas.
+    replication: Option<(Replication, Duration)>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -70,6 +74,7 @@ impl Lease {
             state,
             token,
             attached: None,
+            replication: options.replicated(),
         }
     }
 
@@ -105,6 +110,7 @@ impl Lease {
                     lease: options.get_lease(),
                     max_renewals: None,
                     max_hold: None,
+                    replication: options.get_replication().copied(),
                 }),
                 // The lock may have been handed over any time since: count a hold cap from
                 // the earliest it can have been.
@@ -118,6 +124,7 @@ impl Lease {
             state,
             token,
             attached: None,
+            replication: options.replicated(),
         }
     }
 
@@ -176,9 +183,14 @@ impl Lease {
         let sent_at = Instant::now();
         self.state.at_most(self.state.deadline_for(sent_at, lease));
         let owed = self.owed();
-        match owed.hold().extend(owed.owner(), lease).await {
-            Ok(()) => {
+        let replication = self
+            .replication
+            .as_ref()
+            .map(|(replication, _)| replication);
+        match extend_hold(owed.hold().as_ref(), owed.owner(), lease, replication).await {
+            Ok(replicas) => {
                 self.state.extended(self.state.deadline_for(sent_at, lease));
+                self.state.acknowledged(replicas);
                 if let Some(watchdog) = &self.watchdog {
                     watchdog.holder_extended();
                 }
@@ -191,6 +203,44 @@ impl Lease {
                 Err(err)
             }
         }
+    }
+
+    /// This grant, once it is replicated as the options ask (an owner-checked extension to
+    /// the full lease with `WAIT` after it, in one round trip); at once without a
+    /// replication policy. A grant that is not replicated enough is released.
+    ///
+    /// # Errors
+    /// [`Error::NotReplicated`] when too few replicas acknowledged, [`Error::Unsupported`]
+    /// when the server lacks the command; otherwise as [`Lease::extend`]. The grant was
+    /// released (or its release is owed in the background, if that failed too).
+    pub(crate) async fn replicated(self) -> Result<Lease> {
+        let Some((_, lease)) = self.replication else {
+            return Ok(self);
+        };
+        // Boxed as `dyn Future`: the acquire futures that await this one stay shallow enough
+        // for the compiler to prove them `Send` (a caller's `tokio::spawn(mutex.lock())`).
+        let confirmed: HoldFuture<'static, Lease> = Box::pin(self.confirmed(lease));
+        confirmed.await
+    }
+
+    /// [`Lease::replicated`]'s work: the extension that waits for the replicas, and the
+    /// release of a grant that did not get them.
+    async fn confirmed(self, lease: Duration) -> Result<Lease> {
+        match self.extend(lease).await {
+            Ok(()) => Ok(self),
+            Err(err) => {
+                if let Err(release) = self.release().await {
+                    tracing::debug!(%release, "release of a grant that was not replicated");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// How many replicas acknowledged the last confirmed grant or renewal, when the options
+    /// ask for replicas.
+    pub(crate) fn replicas(&self) -> Option<u32> {
+        self.state.replicas()
     }
 
     /// Releases the lock and says whether it was still this lease's. A renewal under way is

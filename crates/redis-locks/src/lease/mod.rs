@@ -62,6 +62,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::error::{Error, LostReason, Phase, Result};
+use crate::node::Replication;
 use crate::token::OwnerToken;
 
 pub(crate) use guard::guard_methods;
@@ -92,6 +93,24 @@ pub(crate) trait Hold: Send + Sync + 'static {
 
     /// Sets the lease to `lease` from now if `owner` holds the lock.
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()>;
+
+    /// As [`Hold::extend`], then waits for `replication` in the same round trip, and says
+    /// how many replicas acknowledged ([`Error::NotReplicated`] when too few). By default
+    /// refused: a primitive over several independent servers (a Redlock) has no replicas
+    /// to wait for.
+    fn extend_replicated<'a>(
+        &'a self,
+        _owner: &'a OwnerToken,
+        _lease: Duration,
+        replication: &'a Replication,
+    ) -> HoldFuture<'a, u32> {
+        Box::pin(async move {
+            Err(Error::Unsupported {
+                what: format!("{replication:?}"),
+                detail: format!("lock {:?} cannot wait for replicas", self.name()),
+            })
+        })
+    }
 
     /// Taken at once when a release of this hold is moved to a background task (a guard
     /// dropped without `release()`, a cancelled acquisition), and dropped when that task ends:
@@ -146,6 +165,24 @@ impl Released {
             Released::Freed => 0,
             Released::StillHeld { holds } => holds,
         }
+    }
+}
+
+/// Extends `owner`'s hold for `lease`, and with `replication` waits for it: the one way the
+/// lease core extends, for the holder's `extend` and the watchdog's renewals alike. Says how
+/// many replicas acknowledged, when asked.
+pub(crate) async fn extend_hold(
+    hold: &dyn Hold,
+    owner: &OwnerToken,
+    lease: Duration,
+    replication: Option<&Replication>,
+) -> Result<Option<u32>> {
+    match replication {
+        None => hold.extend(owner, lease).await.map(|()| None),
+        Some(replication) => hold
+            .extend_replicated(owner, lease, replication)
+            .await
+            .map(Some),
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::time::{ClockDrift, is_late, lease_millis};
 use super::watchdog::Renewal;
 use crate::error::{Error, Result};
+use crate::node::Replication;
 
 /// The lease a lock is granted when none is asked for.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -36,6 +37,7 @@ pub struct LeaseOptions {
     max_renewals: Option<u32>,
     max_hold: Option<Duration>,
     drift: Option<ClockDrift>,
+    replication: Option<Replication>,
 }
 
 impl LeaseOptions {
@@ -73,6 +75,30 @@ impl LeaseOptions {
     pub fn clock_drift(mut self, drift: ClockDrift) -> Self {
         self.drift = Some(drift);
         self
+    }
+
+    /// Counts an acquisition, and each renewal and extension, only once `replication` says
+    /// the write reached the replicas (or disks) it names: `WAIT` / `WAITAOF` in the same
+    /// round trip as an owner-checked extension right after the grant, and with each
+    /// renewal. Too few acknowledgements are [`Error::NotReplicated`]: an acquisition then
+    /// releases its grant, a renewal does not move the guard's deadline (the watchdog
+    /// tries again while the lease lasts). The guard's `replicas()` says how many
+    /// acknowledged. An acquisition costs one more round trip (plus the replicas' delay).
+    ///
+    /// This narrows one failover window and not another: a grant that the master lost
+    /// before any replica had it is no longer handed out as held (the replica promoted
+    /// has the key), but a replica that acknowledged may still not be the one promoted,
+    /// and `WAIT` does not make the write synchronous on the server — see the crate
+    /// README, "What a failover does to a lock". Not for a [`Redlock`](crate::Redlock),
+    /// whose nodes are independent masters ([`Error::Unsupported`]).
+    pub fn replication(mut self, replication: Replication) -> Self {
+        self.replication = Some(replication);
+        self
+    }
+
+    /// The replication policy in force, if any.
+    pub fn get_replication(&self) -> Option<&Replication> {
+        self.replication.as_ref()
     }
 
     /// The drift allowance in force.
@@ -113,7 +139,9 @@ impl LeaseOptions {
     ///
     /// # Errors
     /// [`Error::InvalidDuration`] for a lease under 3 ms or over 100 years, a lease the
-    /// clock drift allowance takes all of, or a lease under 30 ms with the watchdog on.
+    /// clock drift allowance takes all of, a lease under 30 ms with the watchdog on, or a
+    /// replication timeout under 1 ms or not under a third of the lease;
+    /// [`Error::InvalidReplication`] for a replication policy that confirms nothing.
     pub fn check(&self) -> Result<()> {
         let lease = self.get_lease();
         lease_millis(lease)?;
@@ -127,6 +155,20 @@ impl LeaseOptions {
                 ),
             });
         }
+        if let Some(replication) = &self.replication {
+            replication.check(Duration::MAX)?;
+            if replication.timeout() >= lease / 3 {
+                return Err(Error::InvalidDuration {
+                    what: "replication timeout",
+                    value: replication.timeout(),
+                    reason: format!(
+                        "under a third of the lease ({:?}), so a renewal that waits for it \
+                         still lands in time",
+                        lease / 3
+                    ),
+                });
+            }
+        }
         if self.get_watchdog() && lease < MIN_RENEWED_LEASE {
             return Err(Error::InvalidDuration {
                 what: "lease",
@@ -137,12 +179,19 @@ impl LeaseOptions {
         Ok(())
     }
 
+    /// The replication policy with the lease an acquisition confirms with, if any.
+    pub(crate) fn replicated(&self) -> Option<(Replication, Duration)> {
+        self.replication
+            .map(|replication| (replication, self.get_lease()))
+    }
+
     /// What the watchdog does, if it is on.
     pub(crate) fn renewal(&self) -> Option<Renewal> {
         self.get_watchdog().then(|| Renewal {
             lease: self.get_lease(),
             max_renewals: self.max_renewals,
             max_hold: self.max_hold,
+            replication: self.replication,
         })
     }
 }

@@ -30,6 +30,9 @@ pub(crate) struct LeaseState {
     pub(crate) gate: tokio::sync::Mutex<()>,
     /// How much of every lease (the first, and each renewal's) is not counted on.
     drift: ClockDrift,
+    /// How many replicas acknowledged the last confirmed grant or renewal, plus one (0:
+    /// never asked).
+    replicas: std::sync::atomic::AtomicU64,
 }
 
 impl LeaseState {
@@ -48,12 +51,33 @@ impl LeaseState {
             }),
             gate: tokio::sync::Mutex::new(()),
             drift,
+            replicas: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// Until when a lease of `lease` asked for at `sent_at` certainly holds.
     pub(crate) fn deadline_for(&self, sent_at: Instant, lease: std::time::Duration) -> Instant {
         self.drift.deadline(sent_at, lease)
+    }
+
+    /// Records how many replicas acknowledged the last confirmed grant or renewal (`None`:
+    /// none was asked for).
+    pub(crate) fn acknowledged(&self, replicas: Option<u32>) {
+        if let Some(replicas) = replicas {
+            self.replicas.store(
+                u64::from(replicas) + 1,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// How many replicas acknowledged the last confirmed grant or renewal, if any was asked
+    /// for.
+    pub(crate) fn replicas(&self) -> Option<u32> {
+        match self.replicas.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            plus_one => u32::try_from(plus_one - 1).ok(),
+        }
     }
 
     pub(crate) fn status(&self) -> Status {

@@ -17,9 +17,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::Hold;
 use super::state::LeaseState;
+use super::{Hold, extend_hold};
 use crate::error::{Error, LostReason};
+use crate::node::Replication;
 use crate::token::OwnerToken;
 
 /// The shortest pause between two renewal tries after a failed renewal.
@@ -34,6 +35,8 @@ pub(crate) struct Renewal {
     pub(crate) lease: Duration,
     pub(crate) max_renewals: Option<u32>,
     pub(crate) max_hold: Option<Duration>,
+    /// What each renewal waits for, if anything.
+    pub(crate) replication: Option<Replication>,
 }
 
 /// One client's renewal queue and its scheduler task. The scheduler ends when the client and
@@ -334,9 +337,10 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     };
     // After a longer `extend`, a renewal shortens the lease: count on that at once.
     state.at_most(state.deadline_for(sent_at, lease));
-    let next = match hold.extend(owner, lease).await {
-        Ok(()) => {
+    let next = match extend_hold(hold.as_ref(), owner, lease, renewal.replication.as_ref()).await {
+        Ok(replicas) => {
             state.extended(state.deadline_for(sent_at, lease));
+            state.acknowledged(replicas);
             if extending {
                 job.extending.store(false, Ordering::Relaxed);
                 if !job.renews {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, lease_millis, owner_reply};
-use crate::node::{LockScript, Node};
+use crate::node::{LockScript, Node, Replication};
 use crate::token::{FENCE_LUA, OwnerToken};
 use crate::wait::{WAITERS_LUA, run_handing_over, run_on_line};
 
@@ -91,6 +91,29 @@ impl Hold for MutexHold {
         Box::pin(async move {
             let reply = self.run_extend(owner, lease, false).await?;
             owner_reply(self.name(), Phase::Extend, reply)
+        })
+    }
+
+    fn extend_replicated<'a>(
+        &'a self,
+        owner: &'a OwnerToken,
+        lease: Duration,
+        replication: &'a Replication,
+    ) -> HoldFuture<'a, u32> {
+        Box::pin(async move {
+            let millis = lease_millis(lease)?.to_string();
+            let (reply, acked) = self
+                .node
+                .run_script_replicated(
+                    Phase::Extend,
+                    &EXTEND,
+                    &[self.keys.lock()],
+                    &[owner.as_str(), &millis, ""],
+                    replication,
+                )
+                .await?;
+            owner_reply(self.name(), Phase::Extend, reply)?;
+            replication.enough(self.name(), acked)
         })
     }
 }

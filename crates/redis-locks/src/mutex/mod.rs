@@ -125,7 +125,7 @@ impl Client {
 
 impl Mutex {
     fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Result<Mutex> {
-        options.check()?;
+        options.check_on(client.options())?;
         let keys = Arc::new(keys);
         Ok(Mutex {
             hold: Arc::new(MutexHold {
@@ -179,7 +179,7 @@ impl Mutex {
             .attempt(Ask::Fast { pttl: true }, Some(Instant::now()))
             .await?
         {
-            Try::Won(lease) => Ok(MutexGuard::new(lease)),
+            Try::Won(lease) => Ok(MutexGuard::new(lease.replicated().await?)),
             Try::Held(retry_after) => Err(refused(retry_after)),
         }
     }

@@ -22,6 +22,7 @@ mod naming;
 mod options;
 mod pubsub;
 pub(crate) mod quorum;
+mod replication;
 mod script;
 mod sentinel;
 mod tls;
@@ -40,6 +41,8 @@ use connect::{connect_error, open};
 pub(crate) use naming::NamingTurn;
 pub use options::ClientOptions;
 pub(crate) use pubsub::{Listener, Subscription, WAKE_ALL};
+pub(crate) use replication::Acked;
+pub use replication::Replication;
 pub(crate) use script::LockScript;
 pub(crate) use url::redact;
 
@@ -252,6 +255,73 @@ impl Node {
         }
         .map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
+    }
+
+    /// Runs one of the crate's scripts, then `replication`'s `WAIT` (or `WAITAOF`) in the
+    /// same round trip on the same connection, so that what it acknowledges includes the
+    /// script's write. Returns the script's reply and what was acknowledged; whether that is
+    /// enough is the caller's to judge ([`Replication`]'s `enough`).
+    ///
+    /// # Errors
+    /// As [`Node::run_script`]; [`Error::Unsupported`] when the server does not know the
+    /// command (the script has run: the caller undoes its write).
+    pub(crate) async fn run_script_replicated<T: FromRedisValue>(
+        &self,
+        phase: Phase,
+        script: &LockScript,
+        keys: &[&str],
+        args: &[&str],
+        replication: &Replication,
+    ) -> Result<(T, Acked)> {
+        let hash = self.hash_of(script);
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(hash).arg(keys.len()).arg(keys).arg(args);
+        // A script the server turned out not to have is loaded and the whole asked again,
+        // once: it did not run, so nothing was acknowledged for it.
+        for load in [!self.is_loaded(hash), true] {
+            self.count_request();
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            if load {
+                pipe.cmd("SCRIPT").arg("LOAD").arg(self.source_of(script));
+            }
+            pipe.add_command(evalsha.clone())
+                .add_command(replication.command());
+            let mut replies = self
+                .inner
+                .backend
+                .pipeline(&pipe)
+                .await
+                .map_err(|err| request_error(phase, keys, err))?
+                .into_iter()
+                .rev();
+            let (wait, reply) = (
+                replies.next().unwrap_or(Value::Nil),
+                replies.next().unwrap_or(Value::Nil),
+            );
+            let loaded = replies.next();
+            if load && !matches!(loaded, Some(Value::ServerError(_))) {
+                self.mark_loaded(&[script]);
+            }
+            match reply {
+                Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript) => {
+                    self.unmark_loaded(hash);
+                    if load {
+                        let err = match loaded {
+                            Some(Value::ServerError(load)) => load.into(),
+                            _ => err.into(),
+                        };
+                        return Err(request_error(phase, keys, err));
+                    }
+                }
+                Value::ServerError(err) => return Err(request_error(phase, keys, err.into())),
+                reply => return Ok((convert(phase, reply)?, replication.acked(wait)?)),
+            }
+        }
+        Err(Error::UnexpectedReply {
+            phase,
+            detail: "the script was not found even after it was loaded".into(),
+        })
     }
 
     /// The hash of `script` in the form this node's backend runs (the cluster's form on a

@@ -198,7 +198,12 @@ impl Master {
         let value = reply?;
         let mut moved = *self.shared.generation.borrow() != generation;
         if !moved && started.elapsed() > SLOW_REPLY {
-            self.shared.follow_since(started).await;
+            // Boxed as `dyn Future`: asking the sentinels (connecting to them, over TLS
+            // perhaps) is deep, and every request future would carry it inline — too deep
+            // for the compiler to prove a caller's `tokio::spawn(mutex.lock())` `Send`.
+            let follow: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> =
+                Box::pin(self.shared.follow_since(started));
+            follow.await;
             moved = *self.shared.generation.borrow() != generation || self.address() != address;
         }
         if moved {

@@ -201,6 +201,14 @@ impl Redlock {
     ) -> Result<Redlock> {
         check_nodes(clients)?;
         options.check()?;
+        if let Some(replication) = options.get_lease_options().get_replication() {
+            return Err(Error::Unsupported {
+                what: format!("{replication:?} on a Redlock"),
+                detail: "a Redlock's nodes are independent masters, each without replicas to \
+                         wait for; its majority is its replication"
+                    .into(),
+            });
+        }
         let keys = Arc::new(clients[0].keys(name)?);
         let nodes: Vec<_> = clients.iter().map(|client| client.node().clone()).collect();
         let holds = nodes

@@ -95,6 +95,18 @@ struct HoldsHold {
 }
 
 impl HoldsHold {
+    /// What the extend script's reply says: `1` extended, `0` the hold is gone.
+    fn extended(&self, reply: i64) -> Result<()> {
+        match reply {
+            1 => Ok(()),
+            0 => Err(self.gone()),
+            other => Err(Error::UnexpectedReply {
+                phase: Phase::Extend,
+                detail: other.to_string(),
+            }),
+        }
+    }
+
     fn gone(&self) -> Error {
         Error::NotHeld {
             name: self.keys.name().to_string(),
@@ -141,14 +153,30 @@ impl Hold for HoldsHold {
                     &[owner.as_str(), &millis],
                 )
                 .await?;
-            match reply {
-                1 => Ok(()),
-                0 => Err(self.gone()),
-                other => Err(Error::UnexpectedReply {
-                    phase: Phase::Extend,
-                    detail: other.to_string(),
-                }),
-            }
+            self.extended(reply)
+        })
+    }
+
+    fn extend_replicated<'a>(
+        &'a self,
+        owner: &'a OwnerToken,
+        lease: Duration,
+        replication: &'a crate::node::Replication,
+    ) -> HoldFuture<'a, u32> {
+        Box::pin(async move {
+            let millis = lease_millis(lease)?.to_string();
+            let (reply, acked) = self
+                .node
+                .run_script_replicated(
+                    Phase::Extend,
+                    &EXTEND,
+                    &[self.keys.lock()],
+                    &[owner.as_str(), &millis],
+                    replication,
+                )
+                .await?;
+            self.extended(reply)?;
+            replication.enough(self.keys.name(), acked)
         })
     }
 }
@@ -173,7 +201,7 @@ impl HoldsLock {
         options: LockOptions,
         kind: Kind,
     ) -> Result<HoldsLock> {
-        options.check()?;
+        options.check_on(client.options())?;
         let keys = Arc::new(client.keys(name)?);
         Ok(HoldsLock {
             hold: Arc::new(HoldsHold {

@@ -247,6 +247,16 @@ pub(crate) struct WaitOn<'a> {
 /// least one attempt); any error of an attempt, at once.
 pub(crate) async fn acquire<C: Contender>(
     on: WaitOn<'_>,
+    contender: C,
+    deadline: Option<Instant>,
+) -> Result<Lease> {
+    // A grant counts once it is replicated as the options ask (at once without a policy).
+    granted(on, contender, deadline).await?.replicated().await
+}
+
+/// The acquire loop itself: waits until `contender` is granted the lock or `deadline`.
+async fn granted<C: Contender>(
+    on: WaitOn<'_>,
     mut contender: C,
     deadline: Option<Instant>,
 ) -> Result<Lease> {

@@ -132,7 +132,7 @@ pub(crate) async fn try_once<A: Asker>(asker: &A, owed: OwedRelease) -> Result<L
         .ask(&owed, Duration::ZERO, Some(Instant::now()), 0)
         .await?
     {
-        Ok((token, sent_at)) => Ok(asker.lease(owed, token, sent_at)),
+        Ok((token, sent_at)) => asker.lease(owed, token, sent_at).replicated().await,
         Err(retry_after) => {
             owed.disarm();
             Err(Error::Held {
