@@ -142,6 +142,7 @@ impl Node {
             }
             Err(source) => return Err(connect_error(url, source)),
         }
+        may_wake(&backend, &options).await?;
         // Which server this is (a server that refuses INFO, or a proxy, says nothing; a
         // cluster is many servers).
         let run_id = match &backend {
@@ -578,6 +579,45 @@ impl Node {
 
     fn count_request(&self) {
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Checks that this client may publish on the locks' wake-up channels (an ACL user of Redis
+/// 7 gets no channel unless given some): without that right every release would fail in
+/// its script, and waiters could never be woken. One `PUBLISH` (`SPUBLISH` on a cluster) of
+/// an empty message on a channel under the namespace that no lock uses.
+///
+/// # Errors
+/// [`Error::Auth`] saying which channel patterns the user needs, when the server refuses.
+async fn may_wake(backend: &backend::Backend, options: &ClientOptions) -> Result<()> {
+    let namespace = options.get_namespace();
+    let probe = crate::key::LockKeys::with_namespace(namespace, "redis-locks:channel-check")?;
+    let publish = if backend.cluster_form() {
+        "SPUBLISH"
+    } else {
+        "PUBLISH"
+    };
+    let mut command = redis::cmd(publish);
+    command.arg(probe.wake_channel()).arg("");
+    match backend.command(&command).await {
+        Err(err) if err.code() == Some("NOPERM") => {
+            let patterns = if namespace.is_empty() {
+                "&*".to_string()
+            } else {
+                format!("&{namespace}:* &{{{namespace}:*")
+            };
+            Err(Error::Auth {
+                phase: Phase::Connect,
+                source: redis::RedisError::from((
+                    redis::ErrorKind::AuthenticationFailed,
+                    "this user may not publish on the locks' wake-up channels, so no waiter \
+                     could be woken; give it the channels",
+                    format!("{patterns} (the server said: {err})"),
+                )),
+            })
+        }
+        // Anything else (a proxy without PUBLISH, say) shows at the first lock instead.
+        _ => Ok(()),
     }
 }
 
