@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::probe::{self, field, info, query, replicating, run, wait_until};
 use crate::server::{Launch, RedisServer, SpawnError, free_port, tail};
+use crate::tls::{ServerTls, TlsFiles};
 
 /// The number of hash slots of a Redis Cluster.
 const SLOTS: usize = 16384;
@@ -44,6 +45,7 @@ pub struct RedisClusterBuilder {
     replicas_per_master: usize,
     node_timeout: Duration,
     args: Vec<String>,
+    tls: Option<ServerTls>,
 }
 
 impl RedisClusterBuilder {
@@ -69,6 +71,33 @@ impl RedisClusterBuilder {
     /// Extra `redis-server` arguments for every node, after (so overriding) the cluster's own.
     pub fn args(mut self, args: &[&str]) -> Self {
         self.args = args.iter().map(|a| a.to_string()).collect();
+        self
+    }
+
+    /// Every node speaks TLS only (`--tls-port`, `--port 0`), on the cluster bus and for
+    /// replication and `MIGRATE` too (`--tls-cluster yes`, `--tls-replication yes`), with the
+    /// good certificate of [`TlsFiles`]; clients need no certificate. The
+    /// [`seed_urls`](RedisCluster::seed_urls) are then `rediss://` URLs, and this crate's own
+    /// connections to the nodes use TLS.
+    ///
+    /// ```no_run
+    /// let cluster = test_support::RedisCluster::builder().tls().start().unwrap();
+    /// assert!(cluster.seed_urls()[0].starts_with("rediss://127.0.0.1:"));
+    /// ```
+    pub fn tls(mut self) -> Self {
+        self.tls = Some(ServerTls::topology(false));
+        self
+    }
+
+    /// As [`RedisClusterBuilder::tls`], and every node requires a client certificate signed
+    /// by the test CA (`--tls-auth-clients yes`), such as [`TlsFiles::client`].
+    ///
+    /// ```no_run
+    /// let cluster = test_support::RedisCluster::builder().mutual_tls().start().unwrap();
+    /// assert!(cluster.nodes().iter().all(|n| n.is_tls()));
+    /// ```
+    pub fn mutual_tls(mut self) -> Self {
+        self.tls = Some(ServerTls::topology(true));
         self
     }
 
@@ -121,12 +150,25 @@ impl RedisClusterBuilder {
                 .iter()
                 .map(|a| a.to_string())
                 .collect();
+                if self.tls.is_some() {
+                    args.extend(
+                        ["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from),
+                    );
+                }
                 args.extend(self.args.iter().cloned());
-                Launch { args, config: None }
+                Launch {
+                    args,
+                    config: None,
+                    tls: self.tls,
+                }
             })?);
         }
         let ports: Vec<u16> = nodes.iter().map(RedisServer::port).collect();
-        create(&ports, self.replicas_per_master)?;
+        let cli_args = match self.tls {
+            Some(_) => TlsFiles::get()?.redis_cli_args(),
+            None => Vec::new(),
+        };
+        create(&ports, self.replicas_per_master, &cli_args)?;
         let mut ids = HashMap::new();
         for &port in &ports {
             let id: String = run(port, "CLUSTER MYID", redis::cmd("CLUSTER").arg("MYID"))?;
@@ -208,6 +250,7 @@ impl RedisCluster {
             replicas_per_master: 1,
             node_timeout: Duration::from_millis(2000),
             args: Vec::new(),
+            tls: None,
         }
     }
 
@@ -244,8 +287,8 @@ impl RedisCluster {
         masters
     }
 
-    /// `redis://127.0.0.1:<port>` of every master that serves slots now (see
-    /// [`RedisCluster::masters`]): seeds for a cluster client.
+    /// `redis://127.0.0.1:<port>` (`rediss://` for a TLS cluster) of every master that serves
+    /// slots now (see [`RedisCluster::masters`]): seeds for a cluster client.
     ///
     /// # Panics
     /// When no live node answers.
@@ -889,11 +932,12 @@ fn cluster_nodes(port: u16) -> Result<HashMap<u16, NodeLine>, String> {
     Ok(nodes)
 }
 
-/// Runs `redis-cli --cluster create` over `ports` (killed if it takes more than 30 s).
-fn create(ports: &[u16], replicas: usize) -> Result<(), SpawnError> {
+/// Runs `redis-cli <cli_args> --cluster create` over `ports` (killed if it takes more than
+/// 30 s).
+fn create(ports: &[u16], replicas: usize, cli_args: &[String]) -> Result<(), SpawnError> {
     let output = tempfile::NamedTempFile::new()?;
     let mut cmd = Command::new("redis-cli");
-    cmd.arg("--cluster").arg("create");
+    cmd.args(cli_args).arg("--cluster").arg("create");
     cmd.args(ports.iter().map(|p| format!("127.0.0.1:{p}")));
     cmd.arg("--cluster-replicas")
         .arg(replicas.to_string())

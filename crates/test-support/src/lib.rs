@@ -20,6 +20,18 @@
 //!   (`SentinelSet::start(2, 3)`), with [`SentinelSet::master_port`] asked of the sentinels
 //!   and [`SentinelSet::wait_failover`] after the master is killed.
 //!
+//! Every server, cluster node and sentinel runs the same program: `redis-server`, or the one
+//! the environment variable [`SERVER_ENV`] (`REDIS_LOCKS_SERVER`) names, such as Valkey's
+//! `valkey-server`; [`server_flavor`] tells which it is and its version, for a test that
+//! depends on it.
+//!
+//! TLS: [`RedisServer::start_tls`] starts a server that speaks TLS only (`rediss://`), with
+//! mutual TLS or not and a good, wrong-host or expired certificate ([`TlsServerOptions`]);
+//! [`RedisClusterBuilder::tls`] and [`SentinelSetBuilder::tls`] do the same for a whole
+//! topology. The certificates ([`TlsFiles`]) are made once per process with `openssl`. The
+//! tests that use TLS live in test binaries named `tls` (a server program without TLS, such
+//! as a Valkey built without it, skips them with `-E 'not binary(tls)'`).
+//!
 //! Every start-up and every wait is bounded in time; a timeout is a
 //! [`SpawnError::Timeout`] with a tail of the servers' logs. Every process is killed (SIGKILL)
 //! when its owner is dropped.
@@ -33,13 +45,19 @@
 
 mod child;
 mod cluster;
+mod flavor;
 mod probe;
 mod sentinel;
 mod server;
+mod tls;
 
 pub use child::ChildProcess;
 pub use cluster::{Migration, RedisCluster, RedisClusterBuilder};
+pub use flavor::{
+    DEFAULT_SERVER, SERVER_ENV, ServerFlavor, ServerKind, server_flavor, server_program,
+};
 pub use sentinel::{SentinelSet, SentinelSetBuilder};
 pub use server::{
     RedisServer, SpawnError, redis_server_installed, start_many, url_or_private_server,
 };
+pub use tls::{CertFiles, ServerCert, TlsFiles, TlsServerOptions};

@@ -15,9 +15,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A new connection to `127.0.0.1:port` with short timeouts, so a paused or dead node makes a
-/// probe fail quickly instead of hanging.
+/// probe fail quickly instead of hanging; over TLS when this process's server there speaks it.
 pub(crate) fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    let client = crate::tls::helper_client(port)?;
     let con = client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
     con.set_read_timeout(Some(IO_TIMEOUT))?;
     con.set_write_timeout(Some(IO_TIMEOUT))?;
@@ -135,7 +135,7 @@ pub(crate) fn logs_tail<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) 
         .join(" ;; ")
 }
 
-/// The loopback URL of a port.
+/// The loopback URL of a port: `rediss://` when this process's server there speaks TLS.
 pub(crate) fn url(port: u16) -> String {
-    format!("redis://127.0.0.1:{port}")
+    crate::tls::url(port)
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::probe::{self, master_sees_online, query, replicating, wait_until};
 use crate::server::{Launch, RedisServer, SpawnError};
+use crate::tls::ServerTls;
 
 /// How long a new set may take until the replicas are in sync and every sentinel sees them all.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -31,6 +32,7 @@ pub struct SentinelSetBuilder {
     down_after: Duration,
     failover_timeout: Duration,
     data_args: Vec<String>,
+    tls: Option<ServerTls>,
 }
 
 impl SentinelSetBuilder {
@@ -78,6 +80,34 @@ impl SentinelSetBuilder {
         self
     }
 
+    /// Every process speaks TLS only (`--tls-port`, `--port 0`), with the good certificate of
+    /// [`TlsFiles`](crate::TlsFiles): the replicas replicate and the sentinels watch over TLS
+    /// (`tls-replication yes`); clients need no certificate. The
+    /// [`sentinel_urls`](SentinelSet::sentinel_urls) are then `rediss://` URLs, the master
+    /// the sentinels name speaks TLS, and this crate's own connections use TLS.
+    ///
+    /// ```no_run
+    /// let set = test_support::SentinelSet::builder().tls().start().unwrap();
+    /// assert!(set.sentinel_urls()[0].starts_with("rediss://127.0.0.1:"));
+    /// ```
+    pub fn tls(mut self) -> Self {
+        self.tls = Some(ServerTls::topology(false));
+        self
+    }
+
+    /// As [`SentinelSetBuilder::tls`], and every process (sentinels too) requires a client
+    /// certificate signed by the test CA (`tls-auth-clients yes`), such as
+    /// [`TlsFiles::client`](crate::TlsFiles::client).
+    ///
+    /// ```no_run
+    /// let set = test_support::SentinelSet::builder().mutual_tls().start().unwrap();
+    /// assert!(set.servers().iter().all(|s| s.is_tls()));
+    /// ```
+    pub fn mutual_tls(mut self) -> Self {
+        self.tls = Some(ServerTls::topology(true));
+        self
+    }
+
     /// Starts the master, the replicas (`--replicaof`) and the sentinels, and waits (at most
     /// 20 s) until every replica's link is up and every sentinel reports the master with all
     /// the replicas and all the other sentinels, so a failover test can start at once.
@@ -103,11 +133,15 @@ impl SentinelSetBuilder {
             .iter()
             .map(|a| a.to_string())
             .collect();
+        if self.tls.is_some() {
+            common.extend(["--tls-replication", "yes"].map(String::from));
+        }
         common.extend(self.data_args.iter().cloned());
         let start_data = |args: &[String]| {
             RedisServer::start_with(|_| Launch {
                 args: args.to_vec(),
                 config: None,
+                tls: self.tls,
             })
         };
         let master = start_data(&common)?;
@@ -144,15 +178,22 @@ impl SentinelSetBuilder {
         let name = &self.master_name;
         let quorum = self.quorum.unwrap_or(self.sentinels / 2 + 1);
         for _ in 0..self.sentinels {
+            // Over TLS, the port is the TLS one (the command line says so too).
+            let listen = |port: u16| match self.tls {
+                None => format!("port {port}\n"),
+                Some(_) => format!("port 0\ntls-port {port}\ntls-replication yes\n"),
+            };
             set.sentinels.push(RedisServer::start_with(|port| Launch {
                 args: vec!["--sentinel".to_owned()],
+                tls: self.tls,
                 config: Some(format!(
-                    "port {port}\n\
+                    "{}\
                      bind 127.0.0.1\n\
                      sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
                      sentinel down-after-milliseconds {name} {}\n\
                      sentinel failover-timeout {name} {}\n\
                      sentinel parallel-syncs {name} 1\n",
+                    listen(port),
                     self.down_after.as_millis().max(1),
                     self.failover_timeout.as_millis().max(1),
                 )),
@@ -249,6 +290,7 @@ impl SentinelSet {
             down_after: Duration::from_millis(1000),
             failover_timeout: Duration::from_millis(5000),
             data_args: Vec::new(),
+            tls: None,
         }
     }
 
@@ -257,7 +299,8 @@ impl SentinelSet {
         &self.master_name
     }
 
-    /// `redis://127.0.0.1:<port>` of every sentinel, killed ones included.
+    /// `redis://127.0.0.1:<port>` (`rediss://` for a TLS set) of every sentinel, killed ones
+    /// included.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
     }

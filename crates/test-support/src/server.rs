@@ -1,13 +1,17 @@
-//! A private `redis-server` process on a free loopback port.
+//! A private `redis-server` process on a free loopback port (or the program
+//! `REDIS_LOCKS_SERVER` names: see [`crate::server_program`]).
 
 use std::io;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use redis_test::server::RedisServer as SpawnedServer;
+
+use crate::flavor::{server_name, server_program};
+use crate::tls::{self, ServerTls, TlsServerOptions};
 
 /// How long a new server may take to answer `PING` before it counts as failed.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -22,16 +26,19 @@ static NODE_FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsi
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpawnError {
-    /// `redis-server` is not on `PATH`.
+    /// The server program ([`crate::server_program`]: `redis-server` unless
+    /// `REDIS_LOCKS_SERVER` names another) does not run.
     #[error(
-        "redis-server is not installed (on Debian: apt-get install -y redis-server, or run scripts/test)"
+        "{} is not installed (it is the server program: set REDIS_LOCKS_SERVER to another, or \
+         on Debian: apt-get install -y redis-server, or run scripts/test)",
+        server_name()
     )]
     NotInstalled,
     /// The server process could not be spawned.
-    #[error("could not spawn redis-server: {0}")]
+    #[error("could not spawn {program}: {err}", program = server_name(), err = .0)]
     Spawn(#[from] io::Error),
     /// The server did not answer `PING` in time, or exited early, on every port tried.
-    #[error("redis-server did not become ready on port {port}: {detail}")]
+    #[error("{} did not become ready on port {port}: {detail}", server_name())]
     NotReady {
         /// The last port tried.
         port: u16,
@@ -56,6 +63,11 @@ pub enum SpawnError {
     /// than 3 masters, a port that is not one of its nodes' masters, ...).
     #[error("invalid topology request: {0}")]
     InvalidTopology(String),
+    /// The test certificates ([`TlsFiles`]) could not be made with `openssl`.
+    ///
+    /// [`TlsFiles`]: crate::TlsFiles
+    #[error("could not make the test TLS certificates: {0}")]
+    Certificates(String),
     /// A command a topology helper sent (`redis-cli --cluster create`, `CLUSTER FAILOVER`,
     /// `MIGRATE`, ...) failed, or was refused by the node.
     #[error("{command} (port {port}) failed: {detail}")]
@@ -69,14 +81,15 @@ pub enum SpawnError {
     },
 }
 
-/// Whether `redis-server` can be found on `PATH`.
+/// Whether the server program ([`crate::server_program`]: `redis-server` on `PATH`, or what
+/// `REDIS_LOCKS_SERVER` names) runs.
 ///
 /// ```
 /// // The test scripts install it before any test runs.
 /// assert!(test_support::redis_server_installed());
 /// ```
 pub fn redis_server_installed() -> bool {
-    Command::new("redis-server")
+    Command::new(server_program())
         .arg("--version")
         .output()
         .map(|out| out.status.success())
@@ -105,6 +118,8 @@ pub struct RedisServer {
     /// empty one and nothing leaks into (or out of) the test's working directory. A `--dir`
     /// among the extra arguments overrides it.
     _dir: Option<tempfile::TempDir>,
+    /// The server's TLS, when it speaks TLS only (`--port 0`).
+    tls: Option<ServerTls>,
 }
 
 impl std::fmt::Debug for RedisServer {
@@ -120,7 +135,7 @@ impl RedisServer {
     /// Starts a server on a free loopback port and waits until it answers `PING`.
     ///
     /// # Errors
-    /// [`SpawnError::NotInstalled`] without `redis-server`; [`SpawnError::NotReady`] when no
+    /// [`SpawnError::NotInstalled`] without the server program; [`SpawnError::NotReady`] when no
     /// port tried gave a server that answered within 10 s.
     pub fn start() -> Result<RedisServer, SpawnError> {
         Self::start_with_args(&[])
@@ -136,6 +151,37 @@ impl RedisServer {
         Self::start_with(|_| Launch {
             args: args.clone(),
             config: None,
+            tls: None,
+        })
+    }
+
+    /// Starts a server that speaks TLS only (`--tls-port <port> --port 0`, the certificates
+    /// of [`TlsFiles`](crate::TlsFiles)) on a free loopback port, and waits until it answers
+    /// `PING` over TLS. [`url`](RedisServer::url) is then `rediss://127.0.0.1:<port>`, and
+    /// [`client`](RedisServer::client) trusts the test CA (and shows the client certificate).
+    /// A restart keeps the options.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`]; [`SpawnError::Certificates`] without `openssl`.
+    ///
+    /// ```
+    /// use test_support::{RedisServer, TlsServerOptions};
+    ///
+    /// let server = RedisServer::start_tls(TlsServerOptions::new().mutual(true)).unwrap();
+    /// assert_eq!(server.url(), format!("rediss://127.0.0.1:{}", server.port()));
+    /// let mut con = server.connection().unwrap();
+    /// let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    /// assert_eq!(pong, "PONG");
+    /// ```
+    pub fn start_tls(options: TlsServerOptions) -> Result<RedisServer, SpawnError> {
+        let tls = ServerTls {
+            mutual: options.mutual,
+            cert: options.cert,
+        };
+        Self::start_with(|_| Launch {
+            args: options.args.clone(),
+            config: None,
+            tls: Some(tls),
         })
     }
 
@@ -144,7 +190,7 @@ impl RedisServer {
     /// # Errors
     /// As [`RedisServer::start`]; also [`SpawnError::NotReady`] for port 6379, which is never used.
     pub fn start_on(port: u16) -> Result<RedisServer, SpawnError> {
-        Self::spawn_on(port, Vec::new(), None)
+        Self::spawn_on(port, Vec::new(), None, None)
     }
 
     /// Starts a server on a free loopback port with what `launch` makes for that port (extra
@@ -154,8 +200,8 @@ impl RedisServer {
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
-            let Launch { args, config } = launch(port);
-            match Self::spawn_on(port, args, config) {
+            let Launch { args, config, tls } = launch(port);
+            match Self::spawn_on(port, args, config, tls) {
                 Ok(server) => return Ok(server),
                 Err(err @ SpawnError::NotReady { .. }) => last = Some(err),
                 Err(err) => return Err(err),
@@ -189,6 +235,7 @@ impl RedisServer {
         port: u16,
         args: Vec<String>,
         config: Option<String>,
+        tls: Option<ServerTls>,
     ) -> Result<RedisServer, SpawnError> {
         if port == FORBIDDEN_PORT {
             return Err(SpawnError::NotReady {
@@ -199,7 +246,19 @@ impl RedisServer {
         if !redis_server_installed() {
             return Err(SpawnError::NotInstalled);
         }
-        let addr = redis::ConnectionAddr::Tcp("127.0.0.1".into(), port);
+        // With a TLS address, `redis-test` passes `--tls-port <port> --port 0` and the files.
+        let (addr, tls_paths) = match tls {
+            None => (redis::ConnectionAddr::Tcp("127.0.0.1".into(), port), None),
+            Some(tls) => (
+                redis::ConnectionAddr::TcpTls {
+                    host: "127.0.0.1".into(),
+                    port,
+                    insecure: false,
+                    tls_params: None,
+                },
+                Some(tls.paths()?),
+            ),
+        };
         let dir = tempfile::Builder::new()
             .prefix("redis-locks-server-")
             .tempdir()?;
@@ -215,11 +274,12 @@ impl RedisServer {
         let spawned = SpawnedServer::new_with_addr_tls_modules_and_spawner(
             addr,
             config_file.as_deref(),
-            None,
-            false,
+            tls_paths,
+            tls.is_some_and(|tls| tls.mutual),
             None,
             &[],
             |cmd| {
+                use_server_program(cmd);
                 cmd.current_dir(dir.path())
                     .arg("--dir")
                     .arg(dir.path())
@@ -243,7 +303,11 @@ impl RedisServer {
             args,
             config,
             _dir: Some(dir),
+            tls,
         };
+        if let Some(tls) = tls {
+            tls::register(port, tls);
+        }
         server.wait_ready()?;
         Ok(server)
     }
@@ -253,9 +317,25 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or `rediss://127.0.0.1:<port>` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the server speaks TLS (only): started by [`RedisServer::start_tls`], or a node
+    /// of a TLS cluster or Sentinel set.
+    ///
+    /// ```
+    /// let server = test_support::RedisServer::start().unwrap();
+    /// assert!(!server.is_tls());
+    /// ```
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The server's process id, or `None` once it was killed.
@@ -263,9 +343,16 @@ impl RedisServer {
         self.inner.as_ref().map(|s| s.process.id())
     }
 
-    /// A `redis::Client` for this server.
+    /// A `redis::Client` for this server; for a TLS server, one that trusts the test CA and
+    /// shows the test client certificate when asked (so it fails against a server with a
+    /// wrong-host or expired certificate, as any checking client does).
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("a loopback URL is valid")
+        match self.tls {
+            None => redis::Client::open(self.url()).expect("a loopback URL is valid"),
+            Some(tls) => tls
+                .client(self.port, true)
+                .expect("the test certificates were made before the server started"),
+        }
     }
 
     /// A new synchronous connection (1 s connect timeout), for checks a test makes directly.
@@ -296,6 +383,7 @@ impl RedisServer {
     pub fn kill(&mut self) {
         if let Some(mut server) = self.inner.take() {
             server.stop();
+            tls::forget(self.port);
         }
     }
 
@@ -305,7 +393,7 @@ impl RedisServer {
     /// As [`RedisServer::start_on`].
     pub fn restart(&mut self) -> Result<(), SpawnError> {
         self.kill();
-        let fresh = Self::spawn_on(self.port, self.args.clone(), self.config.clone())?;
+        let fresh = Self::spawn_on(self.port, self.args.clone(), self.config.clone(), self.tls)?;
         *self = fresh;
         Ok(())
     }
@@ -339,9 +427,18 @@ impl RedisServer {
                 self.kill();
                 return Err(SpawnError::NotReady { port, detail });
             }
-            let answer = self
-                .connection()
-                .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
+            // Over TLS, a connection that checks no certificate: the server's may be one a
+            // test wants refused.
+            let client = match self.tls {
+                None => Ok(self.client()),
+                Some(tls) => tls.client(port, false),
+            };
+            let answer = client
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+                .and_then(|mut con| {
+                    con.set_read_timeout(Some(Duration::from_secs(5)))?;
+                    redis::cmd("PING").query::<String>(&mut con)
+                });
             match answer {
                 Ok(_) => return Ok(()),
                 // A server started with `--requirepass` answers, if only to say so.
@@ -399,6 +496,16 @@ pub fn start_many(n: usize) -> Result<Vec<RedisServer>, SpawnError> {
     (0..n).map(|_| RedisServer::start()).collect()
 }
 
+/// Makes `cmd` (the command `redis-test` built, for `redis-server`) run the server program
+/// ([`crate::server_program`]) with the same arguments and piped output.
+fn use_server_program(cmd: &mut Command) {
+    let mut ours = Command::new(server_program());
+    ours.args(cmd.get_args())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    *cmd = ours;
+}
+
 /// What to start on a port [`RedisServer::start_with`] picked.
 pub(crate) struct Launch {
     /// Extra `redis-server` arguments.
@@ -406,6 +513,8 @@ pub(crate) struct Launch {
     /// The contents of a config file, passed as the first argument (a sentinel needs one it
     /// can rewrite).
     pub(crate) config: Option<String>,
+    /// TLS only, with these settings (`--tls-port <port> --port 0`).
+    pub(crate) tls: Option<ServerTls>,
 }
 
 /// A free loopback port other than 6379 (free when picked: another process may take it).
