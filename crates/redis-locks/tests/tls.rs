@@ -154,8 +154,16 @@ async fn each_failed_handshake_is_a_typed_error_in_bounded_time() {
         ),
         (
             "a plaintext server",
-            plaintext_as_tls,
+            plaintext_as_tls.clone(),
             trusting(),
+            TlsProblem::NotTls,
+        ),
+        (
+            // The default 3 reconnect attempts would each time out: it is said after the
+            // first connect timeout instead.
+            "a plaintext server, default reconnects",
+            plaintext_as_tls,
+            ClientOptions::default().tls_ca(files.ca_pem().to_vec()),
             TlsProblem::NotTls,
         ),
         (

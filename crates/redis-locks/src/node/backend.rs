@@ -18,7 +18,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisResult, Value};
 
-use super::connect::{connect_error, explained, no_connection_within, open};
+use super::connect::{connect_error, explained, no_connection_within, open, watched};
 use super::sentinel::Master;
 use super::tls;
 use super::{ClientOptions, redact};
@@ -102,7 +102,8 @@ pub(super) async fn cluster(seeds: &[&str], options: &ClientOptions) -> Result<C
     let budget = (options.get_connect_timeout() + Duration::from_secs(1))
         * (options.get_reconnect_attempts() as u32 + 1);
     let first = seeds.first().copied().unwrap_or_default();
-    let failed = match tokio::time::timeout(budget, client.get_async_connection()).await {
+    let connecting = tokio::time::timeout(budget, client.get_async_connection());
+    let failed = match watched(first, options, connecting).await? {
         Ok(Ok(connection)) => return Ok(connection),
         Ok(Err(source)) => connect_error(first, source),
         Err(_) => no_connection_within(budget),

@@ -41,12 +41,41 @@ pub(super) async fn manager(
     let budget = (options.get_connect_timeout() + Duration::from_secs(1))
         * (options.get_reconnect_attempts() as u32 + 1);
     let connect = ConnectionManager::new_with_config(client, config);
-    let failed = match tokio::time::timeout(budget, connect).await {
+    let failed = match watched(url, options, tokio::time::timeout(budget, connect)).await? {
         Ok(Ok(connection)) => return Ok(connection),
         Ok(Err(source)) => connect_error(url, source),
         Err(_) => no_connection_within(budget),
     };
     Err(explained(url, failed, options).await)
+}
+
+/// Runs `connecting`; for a `rediss://` URL whose handshake has not come back within one
+/// connect timeout, looks whether a plaintext server listens there (which never answers a
+/// TLS greeting, so the connection's own retries would only time out, one after another),
+/// and says so at once.
+///
+/// # Errors
+/// [`Error::Tls`] ([`TlsProblem::NotTls`](crate::TlsProblem::NotTls)) when a plaintext
+/// server answers.
+pub(super) async fn watched<T>(
+    url: &str,
+    options: &ClientOptions,
+    connecting: impl std::future::Future<Output = T>,
+) -> Result<T> {
+    if !tls::is_tls(url) {
+        return Ok(connecting.await);
+    }
+    let plaintext = async {
+        tokio::time::sleep(options.get_connect_timeout()).await;
+        match tls::explain_timeout(url, options.get_connect_timeout()).await {
+            Some(err) => err,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        done = connecting => Ok(done),
+        err = plaintext => Err(err),
+    }
 }
 
 /// `failed`, or the reason behind it when a `rediss://` connection timed out because a

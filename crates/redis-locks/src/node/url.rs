@@ -46,8 +46,9 @@ pub(crate) fn redact(url: &str) -> String {
 
 /// One URL with its password replaced: the user information ends at the last `@` of the
 /// URL (a password written with a raw `@` is hidden whole), and the password starts after
-/// its first `:`.
+/// its first `:`; a `pass=` or `password=` query value (a `unix://` socket's) is hidden too.
 fn redact_one(url: &str) -> String {
+    let url = &redact_query(url);
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
@@ -57,6 +58,29 @@ fn redact_one(url: &str) -> String {
             None => url.to_string(),
         },
         None => url.to_string(),
+    }
+}
+
+/// `url` with the value of every `pass=` or `password=` query parameter replaced.
+fn redact_query(url: &str) -> String {
+    let Some((head, query)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (query, None),
+    };
+    let query = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if name == "pass" || name == "password" => format!("{name}=***"),
+            _ => pair.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&");
+    match fragment {
+        Some(fragment) => format!("{head}?{query}#{fragment}"),
+        None => format!("{head}?{query}"),
     }
 }
 
@@ -99,6 +123,14 @@ mod tests {
         assert_eq!(
             redact("rediss://u:p@ss:w@rd@host:1#insecure"),
             "rediss://u:***@host:1#insecure"
+        );
+        assert_eq!(
+            redact("unix:///s.sock?db=1&pass=hush&user=u"),
+            "unix:///s.sock?db=1&pass=***&user=u"
+        );
+        assert_eq!(
+            redact("redis+unix:///s.sock?password=hush#x"),
+            "redis+unix:///s.sock?password=***#x"
         );
         assert_eq!(
             redact("redis://:one@a:1 redis://b:2 redis://u:two@c:3"),
