@@ -2,25 +2,36 @@
 
 use std::process::ExitCode;
 
+use redis_locks::TlsProblem;
+
 /// A check failed: the demo found an overlap, a token that did not grow, or two winners; a
 /// benchmark found an overlap or a broken market invariant; a chart could not be written.
 pub const CHECK_FAILED: u8 = 1;
-/// Bad usage: unknown flag, malformed duration, empty lock name.
+/// Bad usage: unknown flag, malformed duration, empty lock name; TLS settings that cannot be
+/// used (a CA or certificate that is not PEM, `--tls-cert` without `--tls-key`, TLS files
+/// with a `redis://` URL, a `#insecure` URL without `--tls-insecure`).
 pub const USAGE: u8 = 64;
 /// A key of the lock holds something that is not this lock's: another Redis type, a name in
 /// use as another kind of lock (an `RwLock` taken as a `Mutex`, say), or a fencing counter
 /// that is not an integer (`EX_DATAERR`).
 pub const DATA: u8 = 65;
+/// A file named on the command line cannot be read: the `--tls-ca`, `--tls-cert` or
+/// `--tls-key` file (`EX_NOINPUT`).
+pub const NO_INPUT: u8 = 66;
 /// Redis cannot be reached, is not Redis, answers too slowly, or refuses the command
-/// (read-only replica, out of memory); or a private server could not be started; or
-/// `redis-locks bench` found no `redis-locks-bench` program to run.
+/// (read-only replica, out of memory, no `WAIT` or `WAITAOF`); a `rediss://` URL names a
+/// server that does not speak TLS; fewer replicas than `--replicas` acknowledged a grant in
+/// time (it was released); or a private server could not be started; or `redis-locks bench`
+/// found no `redis-locks-bench` program to run.
 pub const UNAVAILABLE: u8 = 69;
 /// The lock was lost while the command ran, or Redis gave a reply the lock never expects.
 pub const LOST: u8 = 70;
 /// The lock was not acquired within `--wait`.
 pub const NOT_ACQUIRED: u8 = 75;
 /// Redis refused this client: no password, a wrong one, or an ACL that forbids what the lock
-/// needs (`NOAUTH`, `WRONGPASS`, `NOPERM`; `EX_NOPERM`).
+/// needs (`NOAUTH`, `WRONGPASS`, `NOPERM`); or the TLS handshake failed on a certificate: the
+/// server's is not trusted (another CA, another host name, expired), or the server refused
+/// this client's or wanted one (`EX_NOPERM`).
 pub const NO_PERMISSION: u8 = 77;
 /// The command to run could not be started.
 pub const CANNOT_RUN: u8 = 127;
@@ -31,6 +42,9 @@ pub enum CliError {
     /// The command line or an argument is wrong.
     #[error("{0}")]
     Usage(String),
+    /// A file named on the command line cannot be read.
+    #[error("{0}")]
+    NoInput(String),
     /// Redis is out of reach, or no private server could be started.
     #[error("{0}")]
     Unavailable(String),
@@ -64,14 +78,24 @@ impl From<redis_locks::Error> for CliError {
             err if err.is_held() => CliError::NotAcquired(err.to_string()),
             err if err.is_not_held() => CliError::Lost(err.to_string()),
             err if err.is_auth() => CliError::NoPermission(err.to_string()),
+            err @ redis_locks::Error::Tls { problem, .. } => match problem {
+                TlsProblem::ServerCertificate | TlsProblem::ClientCertificate => {
+                    CliError::NoPermission(err.to_string())
+                }
+                TlsProblem::NotTls => CliError::Unavailable(err.to_string()),
+                _ => CliError::Usage(err.to_string()),
+            },
             err @ (redis_locks::Error::InvalidName { .. }
             | redis_locks::Error::InvalidDuration { .. }
             | redis_locks::Error::InvalidUrl { .. }
-            | redis_locks::Error::InvalidNodes { .. }) => CliError::Usage(err.to_string()),
+            | redis_locks::Error::InvalidNodes { .. }
+            | redis_locks::Error::InvalidReplication { .. }) => CliError::Usage(err.to_string()),
             err @ redis_locks::Error::WrongType { .. } => CliError::Data(err.to_string()),
             err @ (redis_locks::Error::NotRedis { .. }
             | redis_locks::Error::Redis { .. }
-            | redis_locks::Error::NoQuorum { .. }) => CliError::Unavailable(err.to_string()),
+            | redis_locks::Error::NoQuorum { .. }
+            | redis_locks::Error::NotReplicated { .. }
+            | redis_locks::Error::Unsupported { .. }) => CliError::Unavailable(err.to_string()),
             err => CliError::Lock(err),
         }
     }
@@ -82,6 +106,7 @@ impl CliError {
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
             CliError::Usage(_) => USAGE,
+            CliError::NoInput(_) => NO_INPUT,
             CliError::Unavailable(_) => UNAVAILABLE,
             CliError::CheckFailed(_) => CHECK_FAILED,
             CliError::NotAcquired(_) => NOT_ACQUIRED,

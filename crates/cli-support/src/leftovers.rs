@@ -3,14 +3,13 @@
 //! at their end, whether or not they got through (`run` keeps its lock's counter on purpose:
 //! the next holder's token must be greater).
 
-use redis_locks::LockKeys;
-
 use crate::endpoint::Endpoint;
 use crate::exit::CliError;
 
-/// Deletes the fencing counters of `locks` and their epochs, over connections of its own
-/// ([`Endpoint::sides`]): on every server of a Redlock, on the master of each lock's slot in
-/// a cluster, on the current master under Sentinel.
+/// Deletes the fencing counters of `locks` and their epochs (under the endpoint's
+/// namespace), over connections of its own ([`Endpoint::sides`]): on every server of a
+/// Redlock, on the master of each lock's slot in a cluster, on the current master under
+/// Sentinel.
 ///
 /// # Errors
 /// [`CliError::Unavailable`] when Redis refused or did not answer: the counters stay, and
@@ -18,17 +17,18 @@ use crate::exit::CliError;
 pub async fn delete_counters(endpoint: &Endpoint, locks: &[&str]) -> Result<(), CliError> {
     let mut outcome = Ok(());
     for connection in endpoint.sides().await? {
-        outcome = outcome.and(delete_on(connection, locks).await);
+        outcome = outcome.and(delete_on(endpoint, connection, locks).await);
     }
     outcome
 }
 
 async fn delete_on(
+    endpoint: &Endpoint,
     mut connection: crate::endpoint::SideConnection,
     locks: &[&str],
 ) -> Result<(), CliError> {
     for lock in locks {
-        let keys = LockKeys::new(lock)?;
+        let keys = endpoint.keys(lock)?;
         redis::cmd("DEL")
             .arg(keys.fence())
             .arg(keys.epoch())

@@ -2,7 +2,7 @@
 //! so that both say the same things the same way: the exit codes and the error type that
 //! carries them ([`exit`]), the Redis a command uses ([`topology`]: `--cluster`, `--sentinel`
 //! beside `--redis`; [`redis_target`]: the one named, or private servers; [`endpoint`]: how
-//! every process connects to it), the cleanup of fencing counters ([`leftovers`]), a connection of their
+//! every process connects to it; [`settings`]: TLS and the key namespace), the cleanup of fencing counters ([`leftovers`]), a connection of their
 //! own beside the lock client's ([`connection`]), durations on the command line
 //! ([`parse_duration`]), and the frame of `main` ([`parse`], [`block_on`]).
 //!
@@ -13,6 +13,7 @@ pub mod exit;
 pub mod leftovers;
 pub mod primitive;
 pub mod redis_target;
+pub mod settings;
 pub mod timeline;
 pub mod topology;
 
@@ -53,8 +54,18 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// [`CliError::Usage`] for a URL that cannot name a server; [`CliError::Unavailable`] when
 /// no connection could be opened.
 pub async fn connection(url: &str) -> Result<ConnectionManager, CliError> {
-    let client = redis::Client::open(url)
-        .map_err(|err| CliError::Usage(format!("invalid Redis URL: {err}")))?;
+    connection_with(url, &settings::ClientSettings::default()).await
+}
+
+/// As [`connection`], with the TLS settings of `settings` (those the lock clients use).
+///
+/// # Errors
+/// As [`connection`]; also [`CliError::NoInput`] for a TLS file that cannot be read.
+pub async fn connection_with(
+    url: &str,
+    settings: &settings::ClientSettings,
+) -> Result<ConnectionManager, CliError> {
+    let client = settings.redis_client(url)?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECTION_TIMEOUT))
         .set_response_timeout(Some(CONNECTION_TIMEOUT))
@@ -63,6 +74,64 @@ pub async fn connection(url: &str) -> Result<ConnectionManager, CliError> {
         .get_connection_manager_with_config(config)
         .await
         .map_err(|err| CliError::Unavailable(format!("cannot open a connection to Redis: {err}")))
+}
+
+/// `text` with the password of every URL in it hidden (`redis://user:***@host`), as the
+/// library hides them: for every message and report that shows a URL. The user information
+/// ends at the last `@` (a password with a raw `@` is hidden whole); a `unix://` URL's
+/// `pass=` (or `password=`) query value is hidden too. URLs are found as words separated by
+/// spaces or commas.
+///
+/// ```
+/// use cli_support::redact;
+/// assert_eq!(redact("redis://u:secret@h:6379/0"), "redis://u:***@h:6379/0");
+/// assert_eq!(redact("rediss://:p@ss@h:1#insecure"), "rediss://:***@h:1#insecure");
+/// assert_eq!(redact("redis://h:1, redis://:two@h:2"), "redis://h:1, redis://:***@h:2");
+/// assert_eq!(redact("unix:///tmp/r.sock?user=u&pass=secret"), "unix:///tmp/r.sock?user=u&pass=***");
+/// assert_eq!(redact("redis://h:1"), "redis://h:1");
+/// ```
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    for c in text.chars() {
+        if c == ' ' || c == ',' {
+            out.push_str(&redact_one(&word));
+            word.clear();
+            out.push(c);
+        } else {
+            word.push(c);
+        }
+    }
+    out.push_str(&redact_one(&word));
+    out
+}
+
+/// One URL with its password hidden.
+fn redact_one(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let rest = match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => rest.to_string(),
+        },
+        None => rest.to_string(),
+    };
+    let rest = match rest.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key == "pass" || key == "password" => format!("{key}=***"),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => rest,
+    };
+    format!("{scheme}://{rest}")
 }
 
 /// Parses the command line as `C`. On bad usage the error goes to stderr and the exit code
@@ -80,7 +149,8 @@ pub fn parse<C: clap::Parser>() -> Result<C, ExitCode> {
 
 /// Runs `command` to its end on a multi-threaded Tokio runtime, with the libraries' logs on
 /// stderr (level `warn`, or `RUST_LOG`), and turns its outcome into the exit code: the code it
-/// returned, or its error's, printed after `program: `.
+/// returned, or its error's, printed after `program: ` (with every URL's password hidden,
+/// [`redact`]).
 pub fn block_on(program: &str, command: impl Future<Output = Result<u8, CliError>>) -> ExitCode {
     block_on_with(program, Flavor::MultiThread, command)
 }
@@ -121,7 +191,9 @@ pub fn block_on_with(
     match runtime.block_on(command) {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("{program}: {err}");
+            // Every URL in the message with its password hidden, whatever said it (the
+            // library hides them too; this also covers a `unix://` URL's `pass=`).
+            eprintln!("{program}: {}", redact(&err.to_string()));
             err.exit_code()
         }
     }

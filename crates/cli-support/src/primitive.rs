@@ -11,7 +11,7 @@ use redis_locks::LostReason;
 
 use redis_locks::{
     Client, FairMutex, LockOptions, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockOptions,
-    ReentrantGuard, ReentrantMutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    ReentrantGuard, ReentrantMutex, Replication, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 use serde::Serialize;
 
@@ -104,18 +104,20 @@ impl Handle {
         primitive: Primitive,
         lease: Option<Duration>,
     ) -> redis_locks::Result<Handle> {
-        Self::build(clients, name, primitive, lease, false)
+        Self::build(clients, name, primitive, lease, false, None)
     }
 
     /// A handle as [`Handle::new`] makes it, with a `lease` that the watchdog renews while a
-    /// guard lives (as a long-running holder uses the library).
+    /// guard lives (as a long-running holder uses the library), and the acquisitions and
+    /// renewals confirmed by `replication` when it is given.
     pub fn renewed(
         clients: &[Client],
         name: &str,
         primitive: Primitive,
         lease: Duration,
+        replication: Option<Replication>,
     ) -> redis_locks::Result<Handle> {
-        Self::build(clients, name, primitive, Some(lease), true)
+        Self::build(clients, name, primitive, Some(lease), true, replication)
     }
 
     fn build(
@@ -124,10 +126,17 @@ impl Handle {
         primitive: Primitive,
         lease: Option<Duration>,
         watchdog: bool,
+        replication: Option<Replication>,
     ) -> redis_locks::Result<Handle> {
-        let options = || match lease {
-            Some(lease) => LockOptions::default().lease(lease).watchdog(watchdog),
-            None => LockOptions::default(),
+        let options = || {
+            let options = match lease {
+                Some(lease) => LockOptions::default().lease(lease).watchdog(watchdog),
+                None => LockOptions::default(),
+            };
+            match replication {
+                Some(replication) => options.replication(replication),
+                None => options,
+            }
         };
         let client = &clients[0];
         Ok(match primitive {

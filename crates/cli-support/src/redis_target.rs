@@ -6,11 +6,12 @@
 
 use std::process::Command;
 
-use redis_locks::{Client, ClientOptions};
+use redis_locks::Client;
 use test_support::{RedisCluster, RedisServer, SentinelSet, redis_server_installed};
 
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, Place};
 use crate::exit::CliError;
+use crate::settings::ClientSettings;
 use crate::topology::Wanted;
 
 /// Where `run` and `status` look for Redis when no URL is given.
@@ -42,12 +43,18 @@ impl RedisTarget {
     /// What `wanted` names, with private servers started for what it leaves open: servers
     /// (`nodes` of them, each on its own free port) when no `--redis` is given, a cluster of
     /// 3 masters for a bare `--cluster`, a master with 2 replicas and 3 sentinels for a bare
-    /// `--sentinel`.
+    /// `--sentinel`; every client reaches them with `settings`. Private servers are
+    /// plaintext: TLS files are refused with them.
     ///
     /// # Errors
-    /// [`CliError::Usage`] for `nodes` other than 1 with a cluster or Sentinel;
+    /// [`CliError::Usage`] for `nodes` other than 1 with a cluster or Sentinel, or TLS
+    /// files with private servers; [`CliError::NoInput`] for a TLS file that cannot be read;
     /// [`CliError::Unavailable`] when the private servers cannot be started.
-    pub fn private_or(wanted: Wanted, nodes: usize) -> Result<RedisTarget, CliError> {
+    pub fn private_or(
+        wanted: Wanted,
+        nodes: usize,
+        settings: ClientSettings,
+    ) -> Result<RedisTarget, CliError> {
         if nodes > 1 && !matches!(wanted, Wanted::Servers(_)) {
             return Err(CliError::Usage(
                 "--nodes starts independent servers for a Redlock; not with --cluster or \
@@ -58,13 +65,29 @@ impl RedisTarget {
         let unavailable = |what: &str, err: test_support::SpawnError| {
             CliError::Unavailable(format!("could not start {what}: {err}"))
         };
+        settings.check_files()?;
+        let private = match &wanted {
+            Wanted::Servers(urls) | Wanted::Cluster(urls) => urls.is_empty(),
+            Wanted::Sentinel { sentinels, .. } => sentinels.is_empty(),
+        };
+        if private && settings.has_tls_files() {
+            return Err(CliError::Usage(
+                "--tls-ca, --tls-cert and --tls-key are for rediss:// servers; the private \
+                 servers this command starts are plaintext: name your TLS servers with \
+                 --redis, --cluster or --sentinel"
+                    .into(),
+            ));
+        }
         match wanted {
             Wanted::Servers(urls) if urls.is_empty() => {
                 ensure_installed()?;
                 let servers = test_support::start_many(nodes.max(1))
                     .map_err(|err| unavailable("a private redis-server", err))?;
                 Ok(RedisTarget {
-                    endpoint: Endpoint::Servers(servers.iter().map(RedisServer::url).collect()),
+                    endpoint: Endpoint::servers(
+                        servers.iter().map(RedisServer::url).collect(),
+                        settings,
+                    ),
                     private: Private::Servers(servers),
                 })
             }
@@ -73,7 +96,7 @@ impl RedisTarget {
                 let cluster = RedisCluster::start(PRIVATE_CLUSTER_MASTERS, 0)
                     .map_err(|err| unavailable("a private Redis Cluster", err))?;
                 Ok(RedisTarget {
-                    endpoint: Endpoint::Cluster(cluster.seed_urls()),
+                    endpoint: Endpoint::new(Place::Cluster(cluster.seed_urls()), settings),
                     private: Private::Cluster(cluster),
                 })
             }
@@ -88,24 +111,29 @@ impl RedisTarget {
                     .start()
                     .map_err(|err| unavailable("a private Sentinel set-up", err))?;
                 Ok(RedisTarget {
-                    endpoint: Endpoint::Sentinel {
-                        sentinels: set.sentinel_urls(),
-                        master,
-                    },
+                    endpoint: Endpoint::new(
+                        Place::Sentinel {
+                            sentinels: set.sentinel_urls(),
+                            master,
+                        },
+                        settings,
+                    ),
                     private: Private::Sentinel(set),
                 })
             }
-            wanted => RedisTarget::local_or(wanted),
+            wanted => RedisTarget::local_or(wanted, settings),
         }
     }
 
     /// What `wanted` names, with this machine's default ports for what it leaves open:
     /// redis://127.0.0.1:6379 for a server or a cluster seed, redis://127.0.0.1:26379 for a
-    /// sentinel.
+    /// sentinel; every client reaches it with `settings`.
     ///
     /// # Errors
-    /// [`CliError::Usage`] for a Sentinel without a master name.
-    pub fn local_or(wanted: Wanted) -> Result<RedisTarget, CliError> {
+    /// [`CliError::Usage`] for a Sentinel without a master name; [`CliError::NoInput`] for a
+    /// TLS file that cannot be read.
+    pub fn local_or(wanted: Wanted, settings: ClientSettings) -> Result<RedisTarget, CliError> {
+        settings.check_files()?;
         let or_default = |urls: Vec<String>, default: &str| {
             if urls.is_empty() {
                 vec![default.to_string()]
@@ -113,10 +141,10 @@ impl RedisTarget {
                 urls
             }
         };
-        let endpoint = match wanted {
-            Wanted::Servers(urls) => Endpoint::Servers(or_default(urls, DEFAULT_URL)),
-            Wanted::Cluster(seeds) => Endpoint::Cluster(or_default(seeds, DEFAULT_URL)),
-            Wanted::Sentinel { sentinels, master } => Endpoint::Sentinel {
+        let place = match wanted {
+            Wanted::Servers(urls) => Place::Servers(or_default(urls, DEFAULT_URL)),
+            Wanted::Cluster(seeds) => Place::Cluster(or_default(seeds, DEFAULT_URL)),
+            Wanted::Sentinel { sentinels, master } => Place::Sentinel {
                 sentinels: or_default(sentinels, DEFAULT_SENTINEL_URL),
                 master: master.ok_or_else(|| {
                     CliError::Usage(
@@ -127,15 +155,20 @@ impl RedisTarget {
                 })?,
             },
         };
-        Ok(RedisTarget::at(endpoint))
+        Ok(RedisTarget::at(Endpoint::new(place, settings)))
     }
 
-    /// The server `url` names, or a private one: what `--redis URL` alone gives.
+    /// The server `url` names, or a private one: what `--redis URL` alone gives, with the
+    /// default settings (no TLS files, no namespace).
     ///
     /// # Errors
     /// [`CliError::Unavailable`] when no private server can be started.
     pub fn resolve(url: Option<String>) -> Result<RedisTarget, CliError> {
-        RedisTarget::private_or(Wanted::Servers(url.into_iter().collect()), 1)
+        RedisTarget::private_or(
+            Wanted::Servers(url.into_iter().collect()),
+            1,
+            ClientSettings::default(),
+        )
     }
 
     /// The first server's URL; empty for a cluster or Sentinel (see
@@ -166,12 +199,23 @@ impl RedisTarget {
     ///
     /// # Errors
     /// As [`Endpoint::connect`].
-    pub async fn connect(&self, options: ClientOptions) -> Result<Client, CliError> {
-        self.endpoint.connect(options).await
+    pub async fn connect(&self) -> Result<Client, CliError> {
+        self.endpoint.connect().await
     }
 
-    /// One line that says which Redis this is, for a report's header.
+    /// One line that says which Redis this is, for a report's header (passwords hidden; the
+    /// namespace, if there is one, named).
     pub fn describe(&self) -> String {
+        let namespace = self.endpoint.settings().namespace();
+        let described = self.describe_place();
+        if namespace.is_empty() {
+            described
+        } else {
+            format!("{described}; keys under the namespace {namespace:?}")
+        }
+    }
+
+    fn describe_place(&self) -> String {
         let ports = |servers: &[RedisServer]| {
             servers
                 .iter()
@@ -180,7 +224,7 @@ impl RedisTarget {
                 .join(", ")
         };
         let private = "started for this run and stopped at its end";
-        match (&self.private, &self.endpoint) {
+        match (&self.private, self.endpoint.place()) {
             (Private::Servers(servers), _) if servers.len() > 1 => format!(
                 "{} private redis-servers ({}) on 127.0.0.1 ports {}, {private}",
                 servers.len(),
@@ -198,7 +242,7 @@ impl RedisTarget {
                 server_version(),
                 ports(cluster.nodes())
             ),
-            (Private::Sentinel(set), Endpoint::Sentinel { master, .. }) => format!(
+            (Private::Sentinel(set), Place::Sentinel { master, .. }) => format!(
                 "a private Sentinel set-up ({}): master {master} on 127.0.0.1:{} with {} \
                  replicas, watched by {} sentinels on ports {}, {private}",
                 server_version(),
@@ -207,42 +251,51 @@ impl RedisTarget {
                 set.sentinels().len(),
                 ports(set.sentinels())
             ),
-            (_, Endpoint::Servers(urls)) => {
-                format!("{} (from --redis / REDIS_URL)", urls.join(", "))
+            (_, Place::Servers(urls)) => {
+                format!(
+                    "{} (from --redis / REDIS_URL)",
+                    crate::redact(&urls.join(", "))
+                )
             }
-            (_, Endpoint::Cluster(seeds)) => format!(
+            (_, Place::Cluster(seeds)) => format!(
                 "a Redis Cluster via {} (from --cluster / REDIS_CLUSTER)",
-                seeds.join(", ")
+                crate::redact(&seeds.join(", "))
             ),
-            (_, Endpoint::Sentinel { sentinels, master }) => format!(
+            (_, Place::Sentinel { sentinels, master }) => format!(
                 "Sentinel master {master} via {} (from --sentinel / REDIS_SENTINEL)",
-                sentinels.join(", ")
+                crate::redact(&sentinels.join(", "))
             ),
         }
     }
 }
 
+/// The private servers' program and version (`Redis 7.0.15`, `Valkey 9.1.2`: the program
+/// `REDIS_LOCKS_SERVER` names, else `redis-server`).
 fn server_version() -> String {
-    Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .and_then(|text| {
-            text.split_whitespace()
-                .find_map(|word| word.strip_prefix("v=").map(|v| format!("v{v}")))
-        })
-        .unwrap_or_else(|| "unknown version".into())
+    test_support::server_flavor()
+        .map(|flavor| flavor.to_string())
+        .unwrap_or_else(|_| "unknown version".into())
 }
 
 /// Installs `redis-server` from Debian's packages when it is not on `PATH`: as root directly,
-/// otherwise through `sudo -n`; a clear error when neither can work.
+/// otherwise through `sudo -n`; a clear error when neither can work. When `REDIS_LOCKS_SERVER`
+/// names another server program (see [`test_support::server_program`]), that one must run:
+/// nothing is installed for it.
 ///
 /// # Errors
 /// [`CliError::Unavailable`] when it is missing and cannot be installed here.
 pub fn ensure_installed() -> Result<(), CliError> {
     if redis_server_installed() {
         return Ok(());
+    }
+    let program = test_support::server_program();
+    if program.as_os_str() != test_support::DEFAULT_SERVER {
+        return Err(CliError::Unavailable(format!(
+            "{} (from {}) does not run: point it at a redis-server or valkey-server, or pass \
+             --redis URL",
+            program.display(),
+            test_support::SERVER_ENV
+        )));
     }
     let manual = "install it yourself (sudo apt-get install -y redis-server redis-tools), or pass --redis URL";
     if Command::new("apt-get").arg("--version").output().is_err() {

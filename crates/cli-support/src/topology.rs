@@ -66,20 +66,30 @@ struct Flags {
     master: Option<String>,
 }
 
-/// Parses a URL given to `--cluster` or `--sentinel`: one the redis client can use. A word
-/// that is no URL is most likely a name or subcommand that a bare flag took as its value:
-/// the message says how to write the flag.
+/// Parses a word given to `--cluster` or `--sentinel`: a word that is no URL is most likely
+/// a name or subcommand that a bare flag took as its value, and the message says how to
+/// write the flag. A URL is checked by [`TopologyArgs::wanted`] ([`check_url`]), not here:
+/// clap's message would repeat the value, password and all.
 fn parse_url(text: &str) -> Result<String, String> {
-    use redis::IntoConnectionInfo;
     if !text.contains("://") {
         return Err(format!(
             "{text:?} is not a Redis URL (redis://host:port); a bare --cluster or --sentinel \
              takes the next word as its URL: put it last or before another option"
         ));
     }
-    text.into_connection_info()
-        .map(|_| text.to_string())
-        .map_err(|err| format!("invalid Redis URL {text:?}: {err}"))
+    Ok(text.to_string())
+}
+
+/// Checks a URL given to `--cluster` or `--sentinel`: one the redis client can use. The
+/// message shows it with its password hidden.
+fn check_url(text: &str) -> Result<(), CliError> {
+    use redis::IntoConnectionInfo;
+    text.into_connection_info().map(drop).map_err(|err| {
+        CliError::Usage(format!(
+            "invalid Redis URL {:?}: {err}",
+            crate::redact(text)
+        ))
+    })
 }
 
 /// Which values came from the environment rather than the command line.
@@ -147,6 +157,9 @@ impl TopologyArgs {
     /// What the user asked for, `redis` being the command's `--redis` values; bad
     /// combinations are [`CliError::Usage`].
     pub fn wanted(&self, redis: Vec<String>) -> Result<Wanted, CliError> {
+        for url in self.cluster.iter().chain(&self.sentinel).flatten() {
+            check_url(url)?;
+        }
         let kinds = [
             (
                 "--redis",

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis_locks::history::{Interval, check_modes, now_nanos};
-use redis_locks::{Client, ClientOptions, OwnerToken};
+use redis_locks::{Client, OwnerToken};
 use serde::Serialize;
 
 use super::baseline::BareLock;
@@ -646,7 +646,7 @@ async fn workers(
     };
     let mut clients: Vec<Vec<Client>> = Vec::with_capacity(sets);
     for _ in 0..sets {
-        clients.push(endpoint.connect_each(ClientOptions::default()).await?);
+        clients.push(endpoint.connect_each().await?);
     }
     let bare = BareLock::new(endpoint.side().await?, lease);
     let occupancy = Arc::new(Occupancy::default());

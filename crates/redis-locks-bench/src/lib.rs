@@ -12,10 +12,11 @@ mod market;
 mod stats;
 mod throughput;
 pub mod timeline;
+pub mod transports;
 
 use std::time::Duration;
 
-use cli_support::endpoint::Endpoint;
+use cli_support::endpoint::Place;
 use cli_support::exit::CliError;
 use cli_support::parse_duration;
 use cli_support::redis_target::RedisTarget;
@@ -40,6 +41,10 @@ pub enum Bench {
     /// The market of "Redis in Action" 6.2: WATCH vs a coarse lock vs fine-grained locks,
     /// scenarios 1/1, 5/1, 5/5; table, JSON, an SVG chart, invariants checked.
     Market(MarketArgs),
+    /// What TLS and replicated acquisition (WAIT 1) cost an uncontended Mutex, each beside
+    /// its plain form on private servers started for the run (a plaintext and a TLS server,
+    /// a master with one replica).
+    Transports(transports::TransportsArgs),
     /// One process's share of `handoff --processes N` (started by `handoff`).
     #[command(hide = true)]
     HandoffWorker(HandoffWorkerArgs),
@@ -80,16 +85,18 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
         Bench::Throughput(args) => throughput::run(target, args, json).await,
         Bench::Handoff(args) => handoff::run(target.endpoint(), args, json).await,
         Bench::Market(args) => {
-            let url = match target.endpoint() {
+            let endpoint = target.endpoint();
+            let url = match endpoint.place() {
                 // The market's own connections go to the master the sentinels name now.
-                endpoint @ Endpoint::Sentinel { .. } => endpoint.master_url().await?,
-                endpoint => endpoint.server_url().unwrap_or_default().to_string(),
+                Place::Sentinel { .. } => endpoint.master_url().await?,
+                _ => endpoint.server_url().unwrap_or_default().to_string(),
             };
-            market::run(&url, args, json).await
+            market::run(&url, endpoint.settings(), args, json).await
         }
         Bench::HandoffWorker(args) => handoff::worker_process(target.endpoint(), args).await,
         // Drawn before any Redis is resolved (see main.rs); here for completeness.
         Bench::Timeline(args) => timeline::run(args),
+        Bench::Transports(args) => transports::run(args, json).await.map(drop),
     }
 }
 

@@ -12,6 +12,7 @@ use clap::Parser;
 use cli_support::Flavor;
 use cli_support::exit::CliError;
 use cli_support::redis_target::RedisTarget;
+use cli_support::settings::SettingsArgs;
 use cli_support::topology::TopologyArgs;
 use redis_locks_bench::Bench;
 
@@ -29,6 +30,8 @@ struct Cli {
     /// kinds use the first.
     #[arg(long, env = "REDIS_URL", global = true, value_delimiter = ',')]
     redis: Vec<String>,
+    #[command(flatten)]
+    settings: SettingsArgs,
     /// Without --redis: how many private redis-servers to start (the nodes of
     /// `--kind redlock`; an odd number).
     #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=15))]
@@ -50,14 +53,17 @@ const EXIT_CODES: &str = "Redis: --redis URL (REDIS_URL), --cluster URL... (REDI
 wins over the environment); without any, a private redis-server. A bare --cluster starts a private \
 cluster of 3 masters, a bare --sentinel a private master with 2 replicas and 3 sentinels; \
 `throughput` then also runs on one private server in the same run (--compare-single asks for it \
-with URLs) and prints both rows and their ratio. `market` does not run on a cluster.
+with URLs) and prints both rows and their ratio. `market` does not run on a cluster. A rediss:// \
+URL connects with TLS (--tls-ca, --tls-cert and --tls-key, --tls-insecure: as `redis-locks \
+--help` says); --namespace NS (REDIS_LOCKS_NAMESPACE) keeps the locks' keys under NS:.
 
 Exit codes: 0 success; 1 a check failed (an overlap, a broken market \
 invariant) or the chart cannot be written; 64 bad usage (--cluster with --redis or --sentinel, \
 --sentinel without --master, --master without --sentinel, a Redlock with either, a URL that is \
-not one); 69 Redis unreachable, not Redis, too \
+not one, TLS settings that cannot be used, TLS files with private servers); 66 a TLS file \
+cannot be read; 69 Redis unreachable, not Redis, a plaintext server behind rediss://, too \
 slow, or refusing the command, or no private server; 77 Redis refused access (NOAUTH, \
-WRONGPASS, NOPERM); 65 and 70 as `redis-locks --help` says.";
+WRONGPASS, NOPERM) or a TLS certificate; 65 and 70 as `redis-locks --help` says.";
 
 fn main() -> ExitCode {
     match cli_support::parse::<Cli>() {
@@ -71,9 +77,14 @@ async fn run(cli: Cli) -> Result<u8, CliError> {
         // A drawing: no Redis, no private server.
         return redis_locks_bench::timeline::run(args).map(|()| 0);
     }
+    if let redis_locks_bench::Bench::Transports(args) = &cli.bench {
+        // Its own private servers: a plaintext, a TLS one, a master with a replica.
+        return redis_locks_bench::transports::run(args, cli.json).await;
+    }
     let wanted = cli.topology.wanted(cli.redis)?;
+    let settings = cli.settings.settings()?;
     cli.bench.check(&wanted)?;
-    let target = RedisTarget::private_or(wanted, usize::from(cli.nodes))?;
+    let target = RedisTarget::private_or(wanted, usize::from(cli.nodes), settings)?;
     redis_locks_bench::run(&target, &cli.bench, cli.json)
         .await
         .map(|()| 0)

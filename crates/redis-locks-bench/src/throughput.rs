@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, ClientOptions, LockKeys, OwnerToken};
+use redis_locks::{Client, OwnerToken};
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::baseline::{BareLock, BareQuorum};
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};
-use cli_support::endpoint::{Endpoint, SideConnection};
+use cli_support::endpoint::{Endpoint, Place, SideConnection};
 use cli_support::exit::CliError;
 use cli_support::leftovers::delete_counters;
 use cli_support::primitive::{Handle, Primitive};
@@ -138,12 +138,16 @@ pub async fn run(target: &RedisTarget, args: &ThroughputArgs, json: bool) -> Res
         Primitive::Redlock => target.endpoint().clone(),
         _ => target.endpoint().first(),
     };
-    let clients = endpoint.connect_each(ClientOptions::default()).await?;
+    let clients = endpoint.connect_each().await?;
     // One private server beside a cluster or Sentinel, asked for or by default with private
-    // ones.
-    let topology = matches!(endpoint, Endpoint::Cluster(_) | Endpoint::Sentinel { .. });
+    // ones (plaintext: the namespace only of the settings).
+    let topology = matches!(endpoint.place(), Place::Cluster(_) | Place::Sentinel { .. });
     let single = if topology && (args.compare_single || target.is_private()) {
-        let single = RedisTarget::private_or(Wanted::Servers(Vec::new()), 1)?;
+        let single = RedisTarget::private_or(
+            Wanted::Servers(Vec::new()),
+            1,
+            endpoint.settings().plaintext(),
+        )?;
         if !json {
             println!("Beside it: {}\n", single.describe());
         }
@@ -152,7 +156,7 @@ pub async fn run(target: &RedisTarget, args: &ThroughputArgs, json: bool) -> Res
         None
     };
     let single_client = match &single {
-        Some(single) => Some(single.connect(ClientOptions::default()).await?),
+        Some(single) => Some(single.connect().await?),
         None => None,
     };
     let run_id = format!("{:08x}", rand::random::<u32>());
@@ -285,10 +289,10 @@ async fn measure(
                 requests_per_acquisition: *requests as f64 / (*count).max(1) as f64,
             }
         };
-    let place = match endpoint {
-        Endpoint::Cluster(_) => " on the Redis Cluster",
-        Endpoint::Sentinel { .. } => " on the Sentinel master",
-        Endpoint::Servers(_) => "",
+    let place = match endpoint.place() {
+        Place::Cluster(_) => " on the Redis Cluster",
+        Place::Sentinel { .. } => " on the Sentinel master",
+        Place::Servers(_) => "",
     };
     let ours = variant(
         format!("redis-locks {}{place}", args.kind.label()),
@@ -365,7 +369,8 @@ async fn phase(
             Side::OneNode => Handle::new(clients, &key, Primitive::Mutex, args.lease)?,
             _ => Handle::new(clients, &key, args.kind, args.lease)?,
         };
-        let keys = LockKeys::new(&key)?;
+        // The keys our locks use (under the namespace): the bare lock takes the same.
+        let keys = clients[0].keys(&key)?;
         let (bare, quorum) = (bare.clone(), quorum.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Latencies::default();
@@ -455,7 +460,7 @@ async fn memory(
     run_id: &str,
 ) -> Result<Option<Memory>, CliError> {
     let name = memory_key(run_id);
-    let keys = LockKeys::new(&name)?;
+    let keys = clients[0].keys(&name)?;
     let guard = Handle::new(clients, &name, kind, None)?.acquire().await?;
     let usage = |key: String| {
         let mut connection = connection.clone();

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use cli_support::settings::ClientSettings;
 use rand::Rng;
 use redis_locks::history::{History, Interval, now_nanos};
-use redis_locks::{Client, MutexOptions};
+use redis_locks::{Client, LeaseOptions, MutexOptions};
 use serde::{Deserialize, Serialize};
 
 /// The lease every demo lock asks for: long enough that nothing expires mid-demo.
@@ -38,8 +39,9 @@ pub async fn lottery(
     client: &Client,
     lock: &str,
     worker: String,
+    settings: &ClientSettings,
 ) -> Result<LotteryOutcome, redis_locks::Error> {
-    let mutex = client.mutex_with(lock, MutexOptions::default().lease(DEMO_LEASE))?;
+    let mutex = client.mutex_with(lock, MutexOptions::default().lease_options(lease(settings)))?;
     match mutex.try_lock().await {
         Ok(guard) => {
             let number = rand::rng().random_range(1..=49);
@@ -71,11 +73,12 @@ pub async fn contend(
     worker: &str,
     count: usize,
     history: &History,
+    settings: &ClientSettings,
 ) -> Result<(), redis_locks::Error> {
     // Waiters mark the lock, so the release wakes them; the short retry delay only matters
     // while the wake-up connection is down.
     let options = MutexOptions::default()
-        .lease(DEMO_LEASE)
+        .lease_options(lease(settings))
         .retry_delay(Duration::from_millis(2));
     let mutex = client.mutex_with(lock, options)?;
     for _ in 0..count {
@@ -92,4 +95,9 @@ pub async fn contend(
         guard.release().await?;
     }
     Ok(())
+}
+
+/// The demo's lease, with the replicated acquisition of `--replicas` if given.
+fn lease(settings: &ClientSettings) -> LeaseOptions {
+    settings.lease_options(LeaseOptions::default().lease(DEMO_LEASE))
 }

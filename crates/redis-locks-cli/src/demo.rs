@@ -6,8 +6,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis_locks::Client;
 use redis_locks::history::{History, Interval, now_nanos};
-use redis_locks::{Client, ClientOptions};
 use test_support::ChildProcess;
 
 use crate::contend::{LotteryOutcome, contend, lottery, wait_until};
@@ -41,7 +41,7 @@ const WORKER_TIMEOUT: Duration = Duration::from_secs(120);
 pub async fn run(target: &RedisTarget, args: &DemoArgs) -> Result<(), CliError> {
     println!("redis-locks demo: distributed locks on Redis\n");
     println!("Redis: {}\n", target.describe());
-    let client = target.connect(ClientOptions::default()).await?;
+    let client = target.connect().await?;
     let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
     let lottery_lock = format!("redis-locks-demo:{run_id}:lottery");
     let contended_lock = format!("redis-locks-demo:{run_id}:counter");
@@ -86,9 +86,10 @@ async fn lottery_round(
     let tasks: Vec<_> = (0..LOTTERY_TASKS)
         .map(|i| {
             let (client, lock) = (client.clone(), lock.to_string());
+            let settings = target.endpoint().settings().clone();
             tokio::spawn(async move {
                 wait_until(start_at).await;
-                lottery(&client, &lock, format!("task-{}", i + 1)).await
+                lottery(&client, &lock, format!("task-{}", i + 1), &settings).await
             })
         })
         .collect();
@@ -158,6 +159,7 @@ async fn contention_round(
     let tasks: Vec<_> = (0..args.tasks)
         .map(|i| {
             let (client, lock, history) = (client.clone(), lock.to_string(), history.clone());
+            let settings = target.endpoint().settings().clone();
             tokio::spawn(async move {
                 wait_until(start_at).await;
                 contend(
@@ -166,6 +168,7 @@ async fn contention_round(
                     &format!("task-{}", i + 1),
                     per_worker,
                     &history,
+                    &settings,
                 )
                 .await
             })

@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use cli_support::exit::CliError;
 use cli_support::redis_target::RedisTarget;
+use cli_support::settings::{ReplicationArgs, SettingsArgs};
 use cli_support::topology::TopologyArgs;
 
 /// Distributed locks on Redis: owner tokens, leases, fencing tokens.
@@ -36,18 +37,30 @@ const EXIT_CODES: &str = "Redis: --redis URL (REDIS_URL; several: a Redlock's se
 (REDIS_SENTINEL, REDIS_MASTER: a master watched by Redis Sentinels), one of the three; the command \
 line wins over the environment. A bare --cluster or --sentinel starts a private cluster of 3 \
 masters or a private master with 2 replicas and 3 sentinels for demo, bench and check, and means \
-redis://127.0.0.1:6379 or redis://127.0.0.1:26379 for run and status.
+redis://127.0.0.1:6379 or redis://127.0.0.1:26379 for run and status. A rediss:// URL connects \
+with TLS: --tls-ca FILE (REDIS_TLS_CA), --tls-cert FILE and --tls-key FILE (REDIS_TLS_CERT, \
+REDIS_TLS_KEY: mutual TLS), --tls-insecure (REDIS_TLS_INSECURE: no certificate check, needed for \
+a #insecure URL). redis://USER:PASSWORD@host logs in as an ACL user; passwords are never printed. \
+--namespace NS (REDIS_LOCKS_NAMESPACE; default none) keeps the locks' keys under NS:. --replicas N \
+[--replicas-timeout 100ms] (REDIS_LOCKS_REPLICAS, REDIS_LOCKS_REPLICAS_TIMEOUT; run, demo, check) \
+counts a grant only once N replicas have it.
 
 Exit codes: 0 success (run: the command's own code, or 128+N if a \
 signal N ended it); 1 a check failed (demo, bench, check) or a chart could not be written; 64 bad \
 usage (among others: --cluster with --redis or --sentinel, a Redlock with either, --sentinel \
-without --master, --master without --sentinel, a URL that is not one); 65 a key of the lock holds something that is not this lock's (another type, a \
-fencing counter that is not a number), or the name is held as another kind of lock (run \
---shared on a Mutex, run on an RwLock); 69 Redis unreachable, not Redis, too slow, or \
-refusing the command (read-only replica, out of memory), or no private server, or (bench) no \
+without --master, --master without --sentinel, a URL that is not one, --tls-cert without \
+--tls-key, a CA or certificate that is not PEM, TLS files with a redis:// URL, a #insecure URL \
+without --tls-insecure, a bad namespace, --replicas with a Redlock); 65 a key of the lock holds \
+something that is not this lock's (another type, a fencing counter that is not a number), or the \
+name is held as another kind of lock (run --shared on a Mutex, run on an RwLock); 66 a --tls-ca, \
+--tls-cert or --tls-key file cannot be read; 69 Redis unreachable, not Redis, a plaintext server \
+behind rediss://, too slow, or refusing the command (read-only replica, out of memory), fewer \
+replicas than --replicas acknowledged in time, or no private server, or (bench) no \
 redis-locks-bench program to run (cargo build --release -p redis-locks-bench builds it); 70 \
-the lock was lost during the run (or Redis gave a reply the lock never expects); 69 also when no majority of the --redis servers of a Redlock answers; 75 the lock \
-was not acquired within --wait; 77 Redis refused access (NOAUTH, WRONGPASS, NOPERM); 127 the \
+the lock was lost during the run (or Redis gave a reply the lock never expects); 69 also when no \
+majority of the --redis servers of a Redlock answers; 75 the lock was not acquired within --wait; \
+77 Redis refused access (NOAUTH, WRONGPASS, NOPERM) or a TLS certificate (the server's not \
+trusted: another CA, another host name, expired; or this client's refused or missing); 127 the \
 command could not be started.";
 
 #[derive(Debug, Subcommand)]
@@ -57,6 +70,10 @@ enum Commands {
     Demo {
         #[command(flatten)]
         topology: TopologyArgs,
+        #[command(flatten)]
+        settings: SettingsArgs,
+        #[command(flatten)]
+        replication: ReplicationArgs,
         /// Redis to use; without it a private redis-server is started (and installed from
         /// Debian's packages when missing).
         #[arg(long, env = "REDIS_URL")]
@@ -74,6 +91,10 @@ enum Commands {
     Run {
         #[command(flatten)]
         topology: TopologyArgs,
+        #[command(flatten)]
+        settings: SettingsArgs,
+        #[command(flatten)]
+        replication: ReplicationArgs,
         /// Redis to use [default: redis://127.0.0.1:6379]. Give it several times (or a comma
         /// list in REDIS_URL), an odd number of independent servers, to take a Redlock: the
         /// lock is held while a majority grants it (plain runs only, not --shared/--exclusive;
@@ -92,6 +113,8 @@ enum Commands {
         name: String,
         #[command(flatten)]
         topology: TopologyArgs,
+        #[command(flatten)]
+        settings: SettingsArgs,
         /// Redis to use [default: redis://127.0.0.1:6379]. Several (or a comma list in
         /// REDIS_URL): the Redlock NAME on those servers, each node's view and whether a
         /// majority agrees on the holder.
@@ -140,6 +163,10 @@ enum Commands {
         role: worker::Role,
         #[command(flatten)]
         topology: TopologyArgs,
+        #[command(flatten)]
+        settings: SettingsArgs,
+        #[command(flatten)]
+        replication: ReplicationArgs,
         #[arg(long)]
         redis: Vec<String>,
         #[arg(long)]
@@ -165,27 +192,34 @@ async fn run(command: Commands) -> Result<u8, CliError> {
         Commands::Demo {
             redis,
             topology,
+            settings,
+            replication,
             args,
         } => {
             let wanted = topology.wanted(redis.into_iter().collect())?;
-            let target = RedisTarget::private_or(wanted, 1)?;
+            let settings = settings.settings()?.with_replication(&replication);
+            let target = RedisTarget::private_or(wanted, 1, settings)?;
             demo::run(&target, &args).await.map(|()| 0)
         }
         Commands::Run {
             redis,
             topology,
+            settings,
+            replication,
             args,
         } => {
-            let target = RedisTarget::local_or(topology.wanted(redis)?)?;
+            let settings = settings.settings()?.with_replication(&replication);
+            let target = RedisTarget::local_or(topology.wanted(redis)?, settings)?;
             run::run(target.endpoint(), &args).await
         }
         Commands::Status {
             name,
             redis,
             topology,
+            settings,
             json,
         } => {
-            let target = RedisTarget::local_or(topology.wanted(redis)?)?;
+            let target = RedisTarget::local_or(topology.wanted(redis)?, settings.settings()?)?;
             status::run(target.endpoint(), &name, json)
                 .await
                 .map(|()| 0)
@@ -198,12 +232,15 @@ async fn run(command: Commands) -> Result<u8, CliError> {
             role,
             redis,
             topology,
+            settings,
+            replication,
             lock,
             worker,
             start_at_ms,
             count,
         } => {
-            let target = RedisTarget::local_or(topology.wanted(redis)?)?;
+            let settings = settings.settings()?.with_replication(&replication);
+            let target = RedisTarget::local_or(topology.wanted(redis)?, settings)?;
             worker::run(target.endpoint(), &lock, worker, role, start_at_ms, count)
                 .await
                 .map(|()| 0)
@@ -230,6 +267,14 @@ mod tests {
                 "--cluster",
                 "--sentinel",
                 "--master",
+                "--tls-ca",
+                "--tls-cert",
+                "--tls-key",
+                "--tls-insecure",
+                "--namespace",
+                "--replicas",
+                "--replicas-timeout",
+                "rediss://127.0.0.1:1#insecure",
                 "--ttl",
                 "--wait",
                 "--grace",

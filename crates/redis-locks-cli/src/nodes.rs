@@ -2,14 +2,14 @@
 //! master, or the independent servers of a Redlock (several `--redis`), of which a minority
 //! may be down when the command starts.
 
-use redis_locks::{Client, ClientOptions, NODE_GRACE, NodeStart, Redlock};
+use redis_locks::{Client, NODE_GRACE, NodeStart, Redlock};
 
-use cli_support::endpoint::Endpoint;
+use cli_support::endpoint::{Endpoint, Place};
 use cli_support::exit::CliError;
 
 /// A client per server of a Redlock; otherwise the one client of `endpoint`, which must be
-/// reachable. With several (a Redlock's nodes),
-/// [`Redlock::connect_nodes`]: all at once, each client with no reconnect attempts, going on
+/// reachable; each with the endpoint's settings (TLS, namespace). With several (a Redlock's
+/// nodes), [`Redlock::connect_nodes_with`]: all at once, each client with no reconnect attempts, going on
 /// once a majority has connected and the others have connected, failed, or had
 /// [`NODE_GRACE`] more; each node down or late is named on stderr, and gets the holder's key
 /// at a renewal once it answers.
@@ -19,12 +19,13 @@ use cli_support::exit::CliError;
 /// connection error of the first node (in the order given) that could not be reached (exit
 /// 69), after a line on stderr that says no majority could be reached.
 pub async fn connect_all(endpoint: &Endpoint) -> Result<Vec<Client>, CliError> {
-    let urls = match endpoint {
-        Endpoint::Servers(urls) if urls.len() > 1 => urls,
-        _ => return Ok(vec![endpoint.connect(ClientOptions::default()).await?]),
+    let urls = match endpoint.place() {
+        Place::Servers(urls) if urls.len() > 1 => urls,
+        _ => return Ok(vec![endpoint.connect().await?]),
     };
     let count = urls.len();
-    let nodes = match Redlock::connect_nodes(urls).await {
+    let options = endpoint.settings().apply(Redlock::node_options())?;
+    let nodes = match Redlock::connect_nodes_with(urls, options).await {
         Ok(nodes) => nodes,
         Err(err) if err.is_connection() => {
             eprintln!("redis-locks: no majority of the {count} nodes could be reached");
@@ -36,6 +37,7 @@ pub async fn connect_all(endpoint: &Endpoint) -> Result<Vec<Client>, CliError> {
         let node = index + 1;
         match start {
             NodeStart::Down(err) => {
+                let err = cli_support::redact(&err.to_string());
                 eprintln!(
                     "redis-locks: node {node} of {count} is down ({err}); going on with the others"
                 );

@@ -13,9 +13,9 @@ use std::io::IsTerminal;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redis_locks::{
-    Client, FencingToken, HoldsState, LeaseOptions, LockKeys, LockState, LostReason, Mutex,
-    MutexGuard, MutexOptions, Redlock, RedlockGuard, RedlockOptions, RedlockState, RwLock,
-    RwLockOptions, RwLockReadGuard, RwLockWriteGuard,
+    Client, FencingToken, HoldsState, LeaseOptions, LockState, LostReason, Mutex, MutexGuard,
+    MutexOptions, Redlock, RedlockGuard, RedlockOptions, RedlockState, RwLock, RwLockOptions,
+    RwLockReadGuard, RwLockWriteGuard,
 };
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -73,13 +73,22 @@ pub struct RunArgs {
 /// Runs the command under the lock and returns the exit code to leave with.
 pub async fn run(endpoint: &Endpoint, args: &RunArgs) -> Result<u8, CliError> {
     // Bad input is bad usage, whether or not Redis can be reached.
-    LockKeys::new(&args.name)?;
-    let lease = LeaseOptions::default().lease(args.ttl).watchdog(true);
+    endpoint.keys(&args.name)?;
+    let lease = endpoint
+        .settings()
+        .lease_options(LeaseOptions::default().lease(args.ttl).watchdog(true));
     lease.check()?;
     if endpoint.is_redlock() && (args.shared || args.exclusive) {
         return Err(CliError::Usage(
             "--shared and --exclusive take one Redis: several --redis make a Redlock, which \
              has no read side"
+                .into(),
+        ));
+    }
+    if endpoint.is_redlock() && endpoint.settings().replicas().is_some() {
+        return Err(CliError::Usage(
+            "--replicas waits for a master's replicas: several --redis make a Redlock over \
+             independent masters, whose majority is its own answer to a lost server"
                 .into(),
         ));
     }
@@ -118,6 +127,10 @@ async fn run_under(lock: &Lock, client: &Client, args: &RunArgs) -> Result<u8, C
         .env("REDIS_LOCKS_TOKEN", guard.fencing_token().to_string())
         .env("REDIS_LOCKS_NAME", &args.name)
         .stdin(Stdio::inherit());
+    if let Some(acked) = guard.replicas() {
+        // How many replicas acknowledged the grant (--replicas).
+        command.env("REDIS_LOCKS_REPLICAS_ACKED", acked.to_string());
+    }
     let terminal = interactive();
     let group = !args.foreground && !terminal;
     if group {
@@ -317,6 +330,11 @@ impl Guard {
 
     fn fencing_token(&self) -> FencingToken {
         each_guard!(self, guard => guard.fencing_token())
+    }
+
+    /// How many replicas acknowledged the grant, with `--replicas`.
+    fn replicas(&self) -> Option<u32> {
+        each_guard!(self, guard => guard.replicas())
     }
 
     fn lost(&self) -> Pin<Box<dyn Future<Output = LostReason> + Send>> {

@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, ClientOptions, HoldsState, LockKeys, LockState, Redlock, RedlockState};
+use redis_locks::{Client, HoldsState, LockState, Redlock, RedlockState};
 use serde::Serialize;
 
-use cli_support::endpoint::Endpoint;
+use cli_support::endpoint::{Endpoint, Place, user_of};
 use cli_support::exit::CliError;
+use cli_support::settings::is_tls;
 
 /// A lock's state, whichever kind of lock the name is in use as.
 pub enum Found {
@@ -55,7 +56,8 @@ struct Status<'a> {
     served: &'a Served,
 }
 
-/// Where the lock is served, in `status --json` of one lock service.
+/// Where the lock is served and how this connection reaches it, in `status --json` of one
+/// lock service.
 #[derive(Debug, Serialize)]
 pub struct Served {
     /// `"server"`, `"cluster"` or `"sentinel"`.
@@ -63,6 +65,51 @@ pub struct Served {
     /// `host:port` of the master of the lock's hash slot (a cluster), of the current master
     /// (Sentinel), or the server's URL (its password hidden).
     served_by: String,
+    #[serde(flatten)]
+    access: Access,
+}
+
+/// How the connection reaches the lock: TLS or not, as which user, under which namespace.
+#[derive(Debug, Serialize)]
+struct Access {
+    /// Whether the connection is TLS (`rediss://`).
+    tls: bool,
+    /// The user the connection logged in as: the URL's user name, or `default`.
+    user: String,
+    /// The key namespace; `None` when there is none.
+    namespace: Option<String>,
+    /// The lock key: the name, under the namespace if there is one.
+    key: String,
+}
+
+impl Access {
+    fn of(endpoint: &Endpoint, name: &str) -> Result<Access, CliError> {
+        let namespace = endpoint.settings().namespace();
+        Ok(Access {
+            tls: endpoint.is_tls(),
+            user: endpoint.user(),
+            namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
+            key: endpoint.keys(name)?.lock().to_string(),
+        })
+    }
+
+    /// The lines of the text output.
+    fn print(&self) {
+        println!("key             {}", self.key);
+        match &self.namespace {
+            Some(namespace) => println!("namespace       {namespace}"),
+            None => println!("namespace       none (the lock key is the name itself)"),
+        }
+        println!(
+            "connection      {} as user {}",
+            if self.tls {
+                "TLS (rediss://)"
+            } else {
+                "plaintext (redis://)"
+            },
+            self.user
+        );
+    }
 }
 
 impl Served {
@@ -109,6 +156,10 @@ struct RedlockStatus<'a> {
     name: &'a str,
     /// Always `"redlock"`.
     kind: &'static str,
+    /// The key namespace; `None` when there is none.
+    namespace: Option<&'a str>,
+    /// The lock key on every node.
+    key: &'a str,
     /// How many nodes must agree.
     quorum: usize,
     /// The owner a majority of nodes agree holds the lock, if any.
@@ -121,7 +172,12 @@ struct RedlockStatus<'a> {
 /// One node in [`RedlockStatus`].
 #[derive(Debug, Serialize)]
 struct NodeStatus<'a> {
-    url: &'a str,
+    /// The node's URL, its password hidden.
+    url: String,
+    /// Whether the connection to the node is TLS (`rediss://`).
+    tls: bool,
+    /// The user the connection logged in as: the URL's user name, or `default`.
+    user: String,
     held: bool,
     holder_owner: Option<&'a str>,
     lease_remaining_ms: Option<u64>,
@@ -133,18 +189,25 @@ struct NodeStatus<'a> {
 /// Prints the lock's state as a few lines, or one JSON object with `json`.
 pub async fn run(endpoint: &Endpoint, name: &str, json: bool) -> Result<(), CliError> {
     // A bad name is bad usage, whether or not Redis can be reached.
-    LockKeys::new(name)?;
+    let access = Access::of(endpoint, name)?;
     if endpoint.is_redlock() {
         let clients = crate::nodes::connect_all(endpoint).await?;
         let state = Redlock::new(&clients, name)?.state().await?;
-        show_redlock(name, &state, json);
+        let urls = match endpoint.place() {
+            Place::Servers(urls) => urls.as_slice(),
+            _ => &[],
+        };
+        show_redlock(name, &access, urls, &state, json);
         return Ok(());
     }
-    let client = endpoint.connect(ClientOptions::default()).await?;
+    let client = endpoint.connect().await?;
     let found = inspect(&client, name).await?;
     let served = Served {
         topology: endpoint.kind(),
-        served_by: client.serving(name).await?,
+        // Hidden by the library already; once more for what it may not know (a unix://
+        // URL's pass= query).
+        served_by: cli_support::redact(&client.serving(name).await?),
+        access,
     };
     match found {
         Found::Mutex(state) => show_mutex(name, &state, &served, json),
@@ -178,6 +241,7 @@ fn show_mutex(name: &str, state: &LockState, served: &Served, json: bool) {
     }
     println!("lock            {name}");
     println!("served by       {}", served.line());
+    served.access.print();
     match holder {
         Some(holder) => {
             println!("state           held");
@@ -234,6 +298,7 @@ fn show_holds(name: &str, state: &HoldsState, served: &Served, json: bool) {
     }
     println!("lock            {name}");
     println!("served by       {}", served.line());
+    served.access.print();
     let kind = state.kind.as_deref().unwrap_or("none");
     match kind {
         "rwlock" => println!("kind            rwlock (read-write lock)"),
@@ -268,21 +333,28 @@ fn show_holds(name: &str, state: &HoldsState, served: &Served, json: bool) {
     );
 }
 
-fn show_redlock(name: &str, state: &RedlockState, json: bool) {
+/// The Redlock's state; `urls` are its nodes' URLs in the order of `state.nodes`.
+fn show_redlock(name: &str, access: &Access, urls: &[String], state: &RedlockState, json: bool) {
+    let url_of = |index: usize| urls.get(index).map_or("", String::as_str);
     if json {
         return print_json(&RedlockStatus {
             name,
             kind: "redlock",
+            namespace: access.namespace.as_deref(),
+            key: &access.key,
             quorum: state.quorum,
             majority_holder: state.holder(),
             fencing_counter: state.fencing_counter().map(|t| t.get()),
             nodes: state
                 .nodes
                 .iter()
-                .map(|node| {
+                .enumerate()
+                .map(|(index, node)| {
                     let holder = node.state.as_ref().ok().and_then(|s| s.holder.as_ref());
                     NodeStatus {
-                        url: &node.url,
+                        url: cli_support::redact(&node.url),
+                        tls: is_tls(url_of(index)),
+                        user: user_of(url_of(index)),
                         held: holder.is_some(),
                         holder_owner: holder.map(|h| h.owner.as_str()),
                         lease_remaining_ms: holder.and_then(|h| h.lease_remaining).map(ms),
@@ -292,13 +364,22 @@ fn show_redlock(name: &str, state: &RedlockState, json: bool) {
                             .ok()
                             .and_then(|s| s.fencing_counter)
                             .map(|t| t.get()),
-                        error: node.state.as_ref().err().map(ToString::to_string),
+                        error: node
+                            .state
+                            .as_ref()
+                            .err()
+                            .map(|err| cli_support::redact(&err.to_string())),
                     }
                 })
                 .collect(),
         });
     }
     println!("lock            {name}");
+    println!("key             {}", access.key);
+    match &access.namespace {
+        Some(namespace) => println!("namespace       {namespace}"),
+        None => println!("namespace       none (the lock key is the name itself)"),
+    }
     println!(
         "kind            redlock over {} nodes (a majority is {})",
         state.nodes.len(),
@@ -308,9 +389,9 @@ fn show_redlock(name: &str, state: &RedlockState, json: bool) {
         Some(owner) => println!("state           held: a majority agrees on owner {owner}"),
         None => println!("state           free: no owner holds a majority"),
     }
-    for node in &state.nodes {
+    for (index, node) in state.nodes.iter().enumerate() {
         let view = match &node.state {
-            Err(err) => format!("unreachable ({err})"),
+            Err(err) => format!("unreachable ({})", cli_support::redact(&err.to_string())),
             Ok(LockState {
                 holder: Some(holder),
                 ..
@@ -327,7 +408,16 @@ fn show_redlock(name: &str, state: &RedlockState, json: bool) {
             },
             Ok(_) => "free".to_string(),
         };
-        println!("node            {}  {view}", node.url);
+        println!(
+            "node            {}  ({}, user {})  {view}",
+            cli_support::redact(&node.url),
+            if is_tls(url_of(index)) {
+                "TLS"
+            } else {
+                "plaintext"
+            },
+            user_of(url_of(index))
+        );
     }
     print_counter(
         state.fencing_counter().map(|t| t.get()),

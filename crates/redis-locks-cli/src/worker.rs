@@ -1,7 +1,6 @@
 //! `redis-locks demo-worker`: one demo instance in its own OS process. The demo starts these
 //! and reads their JSON lines from stdout.
 
-use redis_locks::ClientOptions;
 use redis_locks::history::History;
 
 use crate::contend::{contend, lottery, wait_until};
@@ -26,16 +25,16 @@ pub async fn run(
     start_at_ms: u64,
     count: usize,
 ) -> Result<(), CliError> {
-    let client = endpoint.connect(ClientOptions::default()).await?;
+    let client = endpoint.connect().await?;
     wait_until(start_at_ms).await;
     match role {
         Role::Lottery => {
-            let outcome = lottery(&client, lock, worker).await?;
+            let outcome = lottery(&client, lock, worker, endpoint.settings()).await?;
             println!("lottery {}", json(&outcome));
         }
         Role::Contend => {
             let history = History::default();
-            contend(&client, lock, &worker, count, &history).await?;
+            contend(&client, lock, &worker, count, &history, endpoint.settings()).await?;
             for interval in history.intervals() {
                 println!("interval {}", json(&interval));
             }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use redis::AsyncCommands;
-use redis_locks::Client;
+use redis_locks::{Client, ClientOptions};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -19,6 +19,7 @@ use self::invariants::Ledger;
 use self::model::{BUYER_FUNDS, Keys, Strategy, Worker, price_of, redis_failed};
 use super::stats::{Latencies, Ticker, print_table, progress};
 use cli_support::exit::CliError;
+use cli_support::settings::ClientSettings;
 
 /// Options of `bench market`.
 #[derive(Debug, Clone, clap::Args)]
@@ -81,13 +82,19 @@ struct WorkerResult {
 
 /// Runs every scenario × strategy, prints the table (or JSON lines), draws the chart, and
 /// fails loudly if any run broke an invariant.
-pub async fn run(url: &str, args: &MarketArgs, json: bool) -> Result<(), CliError> {
+pub async fn run(
+    url: &str,
+    settings: &ClientSettings,
+    args: &MarketArgs,
+    json: bool,
+) -> Result<(), CliError> {
     let scenarios: Vec<(u16, u16)> = match (args.sellers, args.buyers) {
         (None, None) => vec![(1, 1), (5, 1), (5, 5)],
         (sellers, buyers) => vec![(sellers.unwrap_or(1), buyers.unwrap_or(1))],
     };
-    let redis = redis::Client::open(url)
-        .map_err(|err| CliError::Usage(format!("invalid Redis URL {url:?}: {err}")))?;
+    // The data connections and the lock clients both with the settings (TLS, namespace).
+    let redis = settings.redis_client(url)?;
+    let options = settings.client_options()?;
     // Before a minute of benchmarks, not after it: can the chart be written?
     chart::check_writable(&args.chart)?;
     let run_id = format!("{:08x}", rand::random::<u32>());
@@ -105,6 +112,7 @@ pub async fn run(url: &str, args: &MarketArgs, json: bool) -> Result<(), CliErro
             let report = OneRun {
                 redis: &redis,
                 url,
+                options: &options,
                 keys: &keys,
                 strategy: *strategy,
                 sellers,
@@ -158,6 +166,7 @@ pub async fn run(url: &str, args: &MarketArgs, json: bool) -> Result<(), CliErro
 struct OneRun<'a> {
     redis: &'a redis::Client,
     url: &'a str,
+    options: &'a ClientOptions,
     keys: &'a Keys,
     strategy: Strategy,
     sellers: u16,
@@ -186,6 +195,7 @@ impl OneRun<'_> {
         let OneRun {
             redis,
             url,
+            options,
             keys,
             strategy,
             sellers,
@@ -211,7 +221,7 @@ impl OneRun<'_> {
             for index in 0..count as usize {
                 let worker = Worker {
                     data: connect(redis, Duration::from_secs(10)).await?,
-                    locks: Client::connect(url).await?,
+                    locks: Client::connect_with(url, options.clone()).await?,
                     keys: keys.clone(),
                     strategy,
                 };

@@ -10,10 +10,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cli_support::endpoint::Endpoint;
+use cli_support::endpoint::{Endpoint, Place};
 use cli_support::exit::CliError;
 use cli_support::redis_target::PRIVATE_MASTER;
-use redis_locks::{Client, ClientOptions, Error};
+use cli_support::settings::ClientSettings;
+use redis_locks::{Client, Error};
 use test_support::{RedisCluster, SentinelSet};
 
 use super::clock::now as now_nanos;
@@ -43,11 +44,15 @@ pub enum Private {
 
 impl Private {
     /// Starts the set-up `kind` names (on a blocking thread: a cluster takes a few
-    /// seconds), and says where it is.
+    /// seconds), and says where it is (its clients with `settings`).
     ///
     /// # Errors
     /// [`CliError::Unavailable`] when it cannot be started.
-    pub async fn start(kind: TopologyKind) -> Result<(Private, Endpoint, String), CliError> {
+    pub async fn start(
+        kind: TopologyKind,
+        settings: &ClientSettings,
+    ) -> Result<(Private, Endpoint, String), CliError> {
+        let settings = settings.clone();
         let started = tokio::task::spawn_blocking(move || -> Result<_, String> {
             match kind {
                 TopologyKind::Cluster => {
@@ -56,7 +61,7 @@ impl Private {
                         .replicas_per_master(1)
                         .start()
                         .map_err(|err| format!("a private Redis Cluster: {err}"))?;
-                    let endpoint = Endpoint::Cluster(cluster.seed_urls());
+                    let endpoint = Endpoint::new(Place::Cluster(cluster.seed_urls()), settings);
                     let ports: Vec<String> = cluster
                         .nodes()
                         .iter()
@@ -86,10 +91,13 @@ impl Private {
                         ])
                         .start()
                         .map_err(|err| format!("a private Sentinel set-up: {err}"))?;
-                    let endpoint = Endpoint::Sentinel {
-                        sentinels: set.sentinel_urls(),
-                        master: PRIVATE_MASTER.to_string(),
-                    };
+                    let endpoint = Endpoint::new(
+                        Place::Sentinel {
+                            sentinels: set.sentinel_urls(),
+                            master: PRIVATE_MASTER.to_string(),
+                        },
+                        settings,
+                    );
                     let describe = format!(
                         "a private master {PRIVATE_MASTER} on port {} with 2 replicas \
                      (min-replicas-to-write 1, min-replicas-max-lag 2), 3 sentinels \
@@ -181,6 +189,8 @@ pub struct Strike {
     pub private: Private,
     /// The lock's name.
     pub lock: String,
+    /// How the run's clients reach the set-up (its key namespace).
+    pub settings: ClientSettings,
     /// The lease of every acquisition.
     pub lease: Duration,
     /// For `cluster-kill`: the replica cut off before the long holder's grant.
@@ -212,7 +222,9 @@ impl From<String> for Struck {
 /// happened, or why the fault could not be injected (or, for the zombie master, what it
 /// granted).
 pub async fn strike(strike: Strike) -> Result<Struck, String> {
-    let key = redis_locks::LockKeys::new(&strike.lock)
+    let key = strike
+        .settings
+        .keys(&strike.lock)
         .map_err(|err| err.to_string())?
         .lock()
         .to_string();
@@ -319,7 +331,7 @@ pub async fn strike(strike: Strike) -> Result<Struck, String> {
             .map(Struck::from)
         }
         (Fault::SentinelFailover, Private::Sentinel(set)) => {
-            sentinel_failover(set, &strike.lock).await
+            sentinel_failover(set, &strike.lock, &strike.settings).await
         }
         (Fault::SentinelKill, Private::Sentinel(set)) => blocking(move || {
             let mut set = set.lock().map_err(|_| "poisoned")?;
@@ -353,7 +365,11 @@ pub async fn strike(strike: Strike) -> Result<Struck, String> {
 /// told of the failover) tries to take a lock there: every attempt must be refused
 /// (`NOREPLICAS`: its replicas follow the new master). Ends when the new master has a
 /// replica in sync again (until then it refuses grants too).
-async fn sentinel_failover(set: SharedSentinel, lock: &str) -> Result<Struck, String> {
+async fn sentinel_failover(
+    set: SharedSentinel,
+    lock: &str,
+    settings: &ClientSettings,
+) -> Result<Struck, String> {
     let (old, ports) = {
         let set = set.clone();
         blocking(move || {
@@ -367,7 +383,8 @@ async fn sentinel_failover(set: SharedSentinel, lock: &str) -> Result<Struck, St
     };
     let old_url = format!("redis://127.0.0.1:{old}");
     // Connected before the freeze: a zombie's client that nobody tells of the failover.
-    let stale = Client::connect_with(&old_url, ClientOptions::default())
+    let options = settings.client_options().map_err(|err| err.to_string())?;
+    let stale = Client::connect_with(&old_url, options)
         .await
         .map_err(|err| format!("a client of master {old}: {err}"))?;
     let probe = stale

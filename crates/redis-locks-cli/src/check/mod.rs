@@ -26,6 +26,7 @@ use std::time::Duration;
 use cli_support::endpoint::Endpoint;
 use cli_support::exit::CliError;
 use cli_support::redis_target::RedisTarget;
+use cli_support::settings::{ReplicationArgs, SettingsArgs};
 use cli_support::topology::{TopologyArgs, Wanted};
 use serde::Serialize;
 
@@ -90,6 +91,12 @@ pub struct CheckArgs {
     /// refused then. The resource always lives on a private server.
     #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
     pub redis: Vec<String>,
+    /// TLS (for lock servers named by URL) and the key namespace.
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// Replicated acquisition (a lock server with replicas: a bare --sentinel, or yours).
+    #[command(flatten)]
+    pub replication: ReplicationArgs,
     /// Print one JSON object (the scenarios and their verdicts) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -136,7 +143,38 @@ struct Run<'a> {
 /// check failed.
 pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
     let wanted = args.topology.wanted(args.redis.clone())?;
+    let settings = args
+        .settings
+        .settings()?
+        .with_replication(&args.replication);
+    settings.check_files()?;
     let scenarios = scenarios(args, &wanted)?;
+    if settings.replicas().is_some() {
+        if scenarios.iter().any(Scenario::redlock) {
+            return Err(CliError::Usage(
+                "--replicas: a Redlock's nodes are independent masters with no replicas to \
+                 wait for; check another --primitive"
+                    .into(),
+            ));
+        }
+        if let Some(algorithm) = args.algorithm.iter().find(|a| **a != Algorithm::Ours) {
+            return Err(CliError::Usage(format!(
+                "--replicas is this library's replicated acquisition: --algorithm {} has none",
+                algorithm.label()
+            )));
+        }
+    }
+    let private = match &wanted {
+        Wanted::Servers(urls) | Wanted::Cluster(urls) => urls.is_empty(),
+        Wanted::Sentinel { sentinels, .. } => sentinels.is_empty(),
+    };
+    if settings.has_tls_files() && private {
+        return Err(CliError::Usage(
+            "--tls-ca, --tls-cert and --tls-key are for rediss:// lock servers named with \
+             --redis, --cluster or --sentinel; the private servers check starts are plaintext"
+                .into(),
+        ));
+    }
     if args.chart.is_some() {
         // The benchmarks program draws the chart: say it is missing before the runs, not after.
         crate::bench::program("check --chart")?;
@@ -150,9 +188,9 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
         .any(|s| s.faults.iter().all(|f| f.topology().is_none()));
     let target = match wanted {
         Wanted::Servers(urls) if urls.is_empty() => None,
-        Wanted::Servers(urls) => Some(RedisTarget::at(Endpoint::Servers(urls))),
+        Wanted::Servers(urls) => Some(RedisTarget::at(Endpoint::servers(urls, settings.clone()))),
         _ if !shared => None,
-        other => Some(RedisTarget::private_or(other, 1)?),
+        other => Some(RedisTarget::private_or(other, 1, settings.clone())?),
     };
     let given = target.as_ref().map(RedisTarget::endpoint);
     if let Some(target) = &target {
@@ -170,7 +208,7 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
         // Interrupted, the run is dropped: its workers are killed, its servers stopped, its
         // faults undone (a stopped server resumed, an iptables rule removed).
         let record = tokio::select! {
-            record = scenario::run(&scenario, given, &lock) => record,
+            record = scenario::run(&scenario, given, &settings, &lock) => record,
             signal = signals.next() => Err(CliError::CheckFailed(format!(
                 "interrupted by {signal}: nothing is proven; servers and workers stopped"
             ))),
@@ -451,24 +489,12 @@ impl Signals {
     }
 }
 
-/// Refuses lock servers that cannot be reached or are not Redis, before any worker: every
-/// `--redis` server, or a lock client of the cluster or Sentinel master.
+/// Refuses lock servers that cannot be reached, are not Redis, refuse this client or its
+/// TLS, before any worker: a lock client of every `--redis` server, of the cluster or of the
+/// Sentinel master, with the settings the workers use.
 async fn preflight(endpoint: &Endpoint) -> Result<(), CliError> {
-    let Endpoint::Servers(urls) = endpoint else {
-        endpoint
-            .connect(redis_locks::ClientOptions::default())
-            .await?;
-        return Ok(());
-    };
-    for url in urls {
-        let mut con = cli_support::connection(url).await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut con)
-            .await
-            .map(drop)
-            .map_err(|err| {
-                CliError::Unavailable(format!("Redis at {url} does not answer PING: {err}"))
-            })?;
+    for node in endpoint.nodes() {
+        node.connect().await?;
     }
     Ok(())
 }

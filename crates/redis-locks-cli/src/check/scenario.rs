@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use cli_support::endpoint::{Endpoint, SideConnection};
+use cli_support::endpoint::{Endpoint, Place, SideConnection};
 use cli_support::exit::CliError;
+use cli_support::settings::ClientSettings;
 use nix::sys::signal::Signal;
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
@@ -81,7 +82,8 @@ impl Scenario {
         }
     }
 
-    fn redlock(&self) -> bool {
+    /// Whether it checks this library's Redlock.
+    pub fn redlock(&self) -> bool {
         self.algorithm == Algorithm::Ours && self.primitive == CheckPrimitive::Redlock
     }
 }
@@ -175,6 +177,8 @@ struct Servers {
     fake_clock: Option<FakeClock>,
     /// The private cluster or Sentinel set-up of a run of topology faults, and what it is.
     private: Option<(Private, String)>,
+    /// How every client reaches the lock servers (TLS, the key namespace).
+    settings: ClientSettings,
     _aof_dir: Option<tempfile::TempDir>,
 }
 
@@ -193,13 +197,17 @@ impl Node {
 }
 
 impl Servers {
-    async fn start(scenario: &Scenario, given: Option<&Endpoint>) -> Result<Servers, CliError> {
+    async fn start(
+        scenario: &Scenario,
+        given: Option<&Endpoint>,
+        settings: &ClientSettings,
+    ) -> Result<Servers, CliError> {
         cli_support::redis_target::ensure_installed()?;
         let unavailable = |err| CliError::Unavailable(format!("cannot start redis-server: {err}"));
         let resource = RedisServer::start().map_err(unavailable)?;
         // A topology fault: a private set-up of its own for this run.
         if let Some(kind) = scenario.faults.iter().find_map(|f| f.topology()) {
-            let (private, endpoint, describe) = Private::start(kind).await?;
+            let (private, endpoint, describe) = Private::start(kind, settings).await?;
             return Ok(Servers {
                 nodes: Vec::new(),
                 topology: Some(endpoint),
@@ -207,12 +215,13 @@ impl Servers {
                 proxy: None,
                 fake_clock: None,
                 private: Some((private, describe)),
+                settings: settings.clone(),
                 _aof_dir: None,
             });
         }
         if let Some(given) = given {
-            let (nodes, topology) = match given {
-                Endpoint::Servers(urls) => (
+            let (nodes, topology) = match given.place() {
+                Place::Servers(urls) => (
                     urls.iter()
                         .map(|url| Node {
                             url: url.clone(),
@@ -221,7 +230,7 @@ impl Servers {
                         .collect(),
                     None,
                 ),
-                topology => (Vec::new(), Some(topology.clone())),
+                _ => (Vec::new(), Some(given.clone())),
             };
             return Ok(Servers {
                 nodes,
@@ -230,6 +239,7 @@ impl Servers {
                 proxy: None,
                 fake_clock: None,
                 private: None,
+                settings: given.settings().clone(),
                 _aof_dir: None,
             });
         }
@@ -276,6 +286,7 @@ impl Servers {
             proxy: None,
             fake_clock: None,
             private: None,
+            settings: settings.clone(),
             _aof_dir: aof_dir,
         })
     }
@@ -305,7 +316,7 @@ impl Servers {
     fn endpoint(&self) -> Endpoint {
         match &self.topology {
             Some(topology) => topology.clone(),
-            None => Endpoint::Servers(self.urls()),
+            None => Endpoint::servers(self.urls(), self.settings.clone()),
         }
     }
 
@@ -317,9 +328,9 @@ impl Servers {
             (Some(topology), _) => topology.clone(),
             (None, Some(proxy)) => {
                 urls[0] = proxy.url();
-                Endpoint::Servers(urls)
+                Endpoint::servers(urls, self.settings.clone())
             }
-            (None, None) => Endpoint::Servers(urls),
+            (None, None) => Endpoint::servers(urls, self.settings.clone()),
         }
     }
 }
@@ -354,13 +365,15 @@ pub fn lock_name() -> String {
     format!("redis-locks-check:{:08x}", rand::random::<u32>())
 }
 
-/// Runs one scenario on the lock `lock` against `given` (private servers when `None`).
+/// Runs one scenario on the lock `lock` against `given` (private servers when `None`, their
+/// clients with `settings`).
 pub async fn run(
     scenario: &Scenario,
     given: Option<&Endpoint>,
+    settings: &ClientSettings,
     lock: &str,
 ) -> Result<Record, CliError> {
-    let mut servers = Servers::start(scenario, given).await?;
+    let mut servers = Servers::start(scenario, given, settings).await?;
     if scenario.faults.iter().any(|f| f.needs_proxy()) {
         servers.add_proxy().await?;
     }
@@ -657,7 +670,8 @@ fn cut_off(servers: &Servers, slot: &CutSlot, lock: &str) {
         return;
     };
     *slot.lock().expect("not poisoned") = CutState::Pending;
-    let (cluster, slot, key) = (cluster.clone(), slot.clone(), lock_key(lock));
+    let key = lock_key(&servers.settings, lock);
+    let (cluster, slot) = (cluster.clone(), slot.clone());
     tokio::spawn(async move {
         let made = failover::cut_replica(cluster, key).await;
         *slot.lock().expect("not poisoned") = match made {
@@ -709,9 +723,11 @@ async fn settled(slot: &CutSlot) -> CutState {
     }
 }
 
-/// The key of the lock `name` (which names its slot on a cluster).
-fn lock_key(name: &str) -> String {
-    redis_locks::LockKeys::new(name)
+/// The key of the lock `name` under the namespace of `settings` (which names its slot on a
+/// cluster).
+fn lock_key(settings: &ClientSettings, name: &str) -> String {
+    settings
+        .keys(name)
         .map(|keys| keys.lock().to_string())
         .unwrap_or_else(|_| name.to_string())
 }
@@ -904,6 +920,8 @@ fn strike(
     let cut = cut.clone();
     let urls = servers.urls();
     let lock = lock.to_string();
+    let key = lock_key(&servers.settings, &lock);
+    let settings = servers.settings.clone();
     let latency = servers.proxy.as_ref().map(Proxy::knob);
     let fake_clock = servers.fake_clock.as_ref().map(FakeClock::path);
     let handles: Vec<Option<SharedServer>> =
@@ -1059,7 +1077,7 @@ fn strike(
                 let mut con = admin(&urls[0], outage).await?;
                 // The key's TTL cut short, as a server clock jumping a lease ahead would.
                 redis::cmd("PEXPIRE")
-                    .arg(&lock)
+                    .arg(&key)
                     .arg(1)
                     .arg("XX")
                     .query_async::<()>(&mut con)
@@ -1090,6 +1108,7 @@ fn strike(
                     fault,
                     private,
                     lock: lock.clone(),
+                    settings: settings.clone(),
                     lease,
                     cut,
                     holder_acquired_at,
@@ -1132,9 +1151,10 @@ async fn admin(url: &str, outage: Duration) -> Result<MultiplexedConnection, Str
         .map_err(|err| format!("cannot connect to inject the fault: {err}"))
 }
 
-/// Watches the lock key on every node until told to stop, counting looks that found it
-/// without a TTL (`PTTL` = -1). Under Sentinel the master the sentinels name is asked for
-/// every quarter of a second, and followed when it changes.
+/// Watches the key of the lock `lock` (under the endpoint's namespace) on every node until
+/// told to stop, counting looks that found it without a TTL (`PTTL` = -1). Under Sentinel
+/// the master the sentinels name is asked for every quarter of a second, and followed when
+/// it changes.
 async fn watch_ttl(
     endpoint: Endpoint,
     lock: String,
@@ -1147,7 +1167,8 @@ async fn watch_ttl(
             cons.push(con);
         }
     }
-    let follow = matches!(endpoint, Endpoint::Sentinel { .. });
+    let lock = lock_key(endpoint.settings(), &lock);
+    let follow = matches!(endpoint.place(), Place::Sentinel { .. });
     let mut master = if follow {
         endpoint.master_url().await.ok()
     } else {
@@ -1163,9 +1184,11 @@ async fn watch_ttl(
                 .ok()
                 .and_then(Result::ok);
             if let Some(named) = named.filter(|named| Some(named) != master.as_ref())
-                && let Ok(Ok(con)) =
-                    tokio::time::timeout(Duration::from_secs(1), cli_support::connection(&named))
-                        .await
+                && let Ok(Ok(con)) = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    cli_support::connection_with(&named, endpoint.settings()),
+                )
+                .await
             {
                 cons = vec![SideConnection::Server(con)];
                 master = Some(named);
@@ -1198,6 +1221,8 @@ async fn watch_ttl(
 /// companions of the lock), found with `SCAN` (never `KEYS` on somebody's server): on each
 /// server, or on the master of the lock's slot.
 pub async fn cleanup(endpoint: &Endpoint, lock: &str) {
+    // The master of the slot of the lock key (under the namespace) holds every key of it.
+    let key = lock_key(endpoint.settings(), lock);
     for node in endpoint.nodes() {
         let Ok(mut con) = node.side().await else {
             continue;
@@ -1211,7 +1236,7 @@ pub async fn cleanup(endpoint: &Endpoint, lock: &str) {
                 .arg("COUNT")
                 .arg(1000)
                 .clone();
-            let Ok((next, keys)) = con.query_at::<(u64, Vec<String>)>(lock, scan).await else {
+            let Ok((next, keys)) = con.query_at::<(u64, Vec<String>)>(&key, scan).await else {
                 break;
             };
             if !keys.is_empty() {

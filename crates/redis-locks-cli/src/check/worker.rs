@@ -9,7 +9,7 @@ use std::time::Duration;
 use cli_support::exit::CliError;
 use cli_support::primitive::{Guard, Handle, Primitive};
 use nix::sys::signal::{Signal, raise};
-use redis_locks::{ClientOptions, Error, LostReason};
+use redis_locks::{Error, LostReason};
 
 use super::clock::{self, now as now_nanos};
 use super::legacy::LegacyLock;
@@ -39,7 +39,7 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
                 CheckPrimitive::Redlock => plan.endpoint.clone(),
                 _ => plan.endpoint.first(),
             };
-            endpoint.connect_each(ClientOptions::default()).await?
+            endpoint.connect_each().await?
         }
         _ => Vec::new(),
     };
@@ -56,11 +56,17 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
                 &plan.lock,
                 primitive(plan.primitive, task),
                 Duration::from_millis(plan.lease_ms),
+                plan.endpoint.settings().replication(),
             )?),
             algorithm => Lock::Legacy(LegacyLock::new(
                 algorithm,
-                cli_support::connection(plan.endpoint.server_url().unwrap_or_default()).await?,
-                &plan.lock,
+                cli_support::connection_with(
+                    plan.endpoint.server_url().unwrap_or_default(),
+                    plan.endpoint.settings(),
+                )
+                .await?,
+                // The key our locks would have: under the namespace, where `check` watches.
+                plan.endpoint.keys(&plan.lock)?.lock(),
                 Duration::from_millis(plan.lease_ms),
             )),
         };

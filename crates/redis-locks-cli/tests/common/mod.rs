@@ -3,13 +3,19 @@
 
 use std::process::{Command, Output};
 
-/// The variables that name a Redis: removed, so that no test reaches a server it did not
-/// start.
-pub const REDIS_VARIABLES: [&str; 4] = [
+/// The variables that name a Redis, or say how to reach it (TLS, the key namespace):
+/// removed, so that no test reaches a server it did not start, or with settings it did not
+/// give.
+pub const REDIS_VARIABLES: [&str; 9] = [
     "REDIS_URL",
     "REDIS_CLUSTER",
     "REDIS_SENTINEL",
     "REDIS_MASTER",
+    "REDIS_TLS_CA",
+    "REDIS_TLS_CERT",
+    "REDIS_TLS_KEY",
+    "REDIS_TLS_INSECURE",
+    "REDIS_LOCKS_NAMESPACE",
 ];
 
 /// The binary, with the `REDIS_*` variables removed so that no test reaches a server it did
@@ -35,4 +41,18 @@ pub fn stdout(out: &Output) -> String {
 /// What it printed on stderr.
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Whether `check` holds within `limit`, looked at every 20 ms.
+pub fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
