@@ -6,8 +6,9 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::error::SpawnError;
 use crate::probe::{self, field, info, query, replicating, run, wait_until};
-use crate::server::{Launch, RedisServer, SpawnError, free_port, tail};
+use crate::server::{Launch, RedisServer, free_port, tail};
 use crate::tls::{ServerTls, TlsFiles};
 
 /// The number of hash slots of a Redis Cluster.

@@ -45,19 +45,19 @@
 
 mod child;
 mod cluster;
+mod error;
 mod flavor;
 mod probe;
+mod program;
 mod sentinel;
 mod server;
 mod tls;
 
 pub use child::ChildProcess;
 pub use cluster::{Migration, RedisCluster, RedisClusterBuilder};
-pub use flavor::{
-    DEFAULT_SERVER, SERVER_ENV, ServerFlavor, ServerKind, server_flavor, server_program,
-};
+pub use error::SpawnError;
+pub use flavor::{ServerFlavor, ServerKind, server_flavor};
+pub use program::{DEFAULT_SERVER, SERVER_ENV, server_program};
 pub use sentinel::{SentinelSet, SentinelSetBuilder};
-pub use server::{
-    RedisServer, SpawnError, redis_server_installed, start_many, url_or_private_server,
-};
+pub use server::{RedisServer, redis_server_installed, start_many, url_or_private_server};
 pub use tls::{CertFiles, ServerCert, TlsFiles, TlsServerOptions};

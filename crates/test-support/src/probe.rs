@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use redis::FromRedisValue;
 
-use crate::server::{RedisServer, SpawnError, tail};
+use crate::error::SpawnError;
+use crate::server::{RedisServer, tail};
 
 /// How often a wait looks again.
 const POLL: Duration = Duration::from_millis(50);

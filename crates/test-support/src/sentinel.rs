@@ -4,8 +4,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::error::SpawnError;
 use crate::probe::{self, master_sees_online, query, replicating, wait_until};
-use crate::server::{Launch, RedisServer, SpawnError};
+use crate::server::{Launch, RedisServer};
 use crate::tls::ServerTls;
 
 /// How long a new set may take until the replicas are in sync and every sentinel sees them all.

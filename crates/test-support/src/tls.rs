@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::server::SpawnError;
+use crate::error::SpawnError;
 
 /// The certificates of this process, made on first use (or why they could not be made).
 static FILES: OnceLock<Result<TlsFiles, String>> = OnceLock::new();
