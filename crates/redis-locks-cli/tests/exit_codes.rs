@@ -5,19 +5,10 @@
 mod common;
 
 use std::io::Write;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{command, redis_locks, stderr, stdout};
+use common::{command, expect, redis_locks, stderr, stdout};
 use test_support::{ChildProcess, RedisServer};
-
-/// Asserts the exit code, and that stderr says `words`; returns stderr.
-fn expect(out: &Output, code: i32, words: &str) -> String {
-    let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "{err}");
-    assert!(err.contains(words), "{words:?} not in: {err}");
-    err
-}
 
 fn raw(server: &RedisServer) -> redis::Connection {
     server.connection().unwrap()

@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::process::Output;
 use std::time::Duration;
 
-use common::{command, redis_locks, stderr, stdout};
+use common::{command, exists, expect, redis_locks, stderr, stdout};
 use test_support::RedisServer;
 
 /// A master and one replica of it, the replica acknowledging writes.
@@ -34,27 +33,6 @@ fn master_and_replica() -> (RedisServer, RedisServer) {
     assert!(acknowledged, "the replica never acknowledged a write");
     let _: () = redis::cmd("DEL").arg("probe").query(&mut con).unwrap();
     (master, replica)
-}
-
-/// Asserts the exit code and that stderr says `words`; returns stderr.
-fn expect(out: &Output, code: i32, words: &str) -> String {
-    let err = stderr(out);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "stdout: {}\nstderr: {err}",
-        stdout(out)
-    );
-    assert!(err.contains(words), "{words:?} not in: {err}");
-    err
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<i64>(&mut server.connection().unwrap())
-        .unwrap()
-        == 1
 }
 
 #[test]

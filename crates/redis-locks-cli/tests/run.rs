@@ -5,7 +5,7 @@ mod common;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::command;
+use common::{command, exists};
 use test_support::{ChildProcess, RedisServer};
 
 fn run(server: &RedisServer, args: &[&str], command: &[&str]) -> Command {
@@ -19,14 +19,6 @@ fn run(server: &RedisServer, args: &[&str], command: &[&str]) -> Command {
 
 fn output(mut cmd: Command) -> Output {
     cmd.output().expect("run redis-locks")
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    let n: i64 = redis::cmd("EXISTS")
-        .arg(key)
-        .query(&mut server.connection().unwrap())
-        .unwrap();
-    n == 1
 }
 
 #[test]

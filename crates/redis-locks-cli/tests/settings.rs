@@ -5,32 +5,10 @@
 
 mod common;
 
-use std::process::Output;
 use std::time::Duration;
 
-use common::{command, eventually, redis_locks, stderr, stdout};
+use common::{command, eventually, exists, expect, redis_locks, stderr, stdout};
 use test_support::{ChildProcess, RedisServer};
-
-/// Asserts the exit code and that stderr says `words`; returns stderr.
-fn expect(out: &Output, code: i32, words: &str) -> String {
-    let err = stderr(out);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "stdout: {}\nstderr: {err}",
-        stdout(out)
-    );
-    assert!(err.contains(words), "{words:?} not in: {err}");
-    err
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<i64>(&mut server.connection().unwrap())
-        .unwrap()
-        == 1
-}
 
 fn status_json(args: &[&str]) -> serde_json::Value {
     let out = redis_locks(args);

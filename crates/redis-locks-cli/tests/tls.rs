@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{command, stderr, stdout};
+use common::{command, expect, stderr, stdout};
 use test_support::{RedisServer, ServerCert, TlsFiles, TlsServerOptions};
 
 /// The test CA's file.
@@ -30,19 +30,6 @@ fn redis_locks(args: &[&str]) -> Output {
 /// `--tls-ca <the test CA>`, as strings.
 fn with_ca() -> [String; 2] {
     ["--tls-ca".into(), ca_path().display().to_string()]
-}
-
-/// Asserts the exit code and that stderr says `words`; returns stderr.
-fn expect(out: &Output, code: i32, words: &str) -> String {
-    let err = stderr(out);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "stdout: {}\nstderr: {err}",
-        stdout(out)
-    );
-    assert!(err.contains(words), "{words:?} not in: {err}");
-    err
 }
 
 /// `parts` with `extra` added to the options (before a `--` and the command after it).

@@ -80,7 +80,12 @@ async fn every_primitive_takes_and_releases_its_lock_over_tls() {
         .await
         .unwrap();
     // A waiter is woken over the TLS subscriber connection too.
-    let mutex = client.mutex("tls:woken").unwrap();
+    a_waiter_gets_the_lock_after_its_holder(&client, "tls:woken").await;
+}
+
+/// A holder of the lock `name`, a waiter behind it, the release: the waiter takes the lock.
+async fn a_waiter_gets_the_lock_after_its_holder(client: &Client, name: &str) {
+    let mutex = client.mutex(name).unwrap();
     let holder = mutex.lock().await.unwrap();
     let waiter = {
         let mutex = mutex.clone();
@@ -237,15 +242,7 @@ async fn a_cluster_over_tls() {
     assert!(seeds[0].starts_with("rediss://"));
     let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
     let client = Client::connect_cluster(&seeds, trusting()).await.unwrap();
-    let mutex = client.mutex("tls:cluster").unwrap();
-    let holder = mutex.lock().await.unwrap();
-    let waiter = {
-        let mutex = mutex.clone();
-        tokio::spawn(async move { mutex.lock_timeout(Duration::from_secs(10)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    holder.release().await.unwrap();
-    waiter.await.unwrap().unwrap().release().await.unwrap();
+    a_waiter_gets_the_lock_after_its_holder(&client, "tls:cluster").await;
 }
 
 #[tokio::test]

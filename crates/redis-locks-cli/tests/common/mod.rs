@@ -56,3 +56,25 @@ pub fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Asserts the exit code and that stderr says `words`; returns stderr.
+pub fn expect(out: &Output, code: i32, words: &str) -> String {
+    let err = stderr(out);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {err}",
+        stdout(out)
+    );
+    assert!(err.contains(words), "{words:?} not in: {err}");
+    err
+}
+
+/// Whether `key` exists on `server`, read over a fresh connection.
+pub fn exists(server: &test_support::RedisServer, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(&mut server.connection().unwrap())
+        .unwrap()
+        == 1
+}

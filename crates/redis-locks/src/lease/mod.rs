@@ -186,6 +186,26 @@ pub(crate) async fn extend_hold(
     }
 }
 
+/// Runs an owner-checked extend `script` on the lock key `key` with `replication`'s wait
+/// after it (the shared body of every [`Hold::extend_replicated`]): `reply` reads the
+/// script's reply (gone, another owner's), then the acknowledgements are judged for the
+/// lock `name`.
+pub(crate) async fn extend_replicated_by(
+    node: &crate::node::Node,
+    script: &crate::node::LockScript,
+    key: &str,
+    args: &[&str],
+    replication: &Replication,
+    name: &str,
+    reply: impl FnOnce(i64) -> Result<()>,
+) -> Result<u32> {
+    let (value, acked) = node
+        .run_script_replicated(Phase::Extend, script, &[key], args, replication)
+        .await?;
+    reply(value)?;
+    replication.enough(name, acked)
+}
+
 /// Maps the `1 / 0 / -1` reply of an owner-checked script: done, the lock is gone, the lock
 /// is another owner's.
 pub(crate) fn owner_reply(name: &str, phase: Phase, reply: i64) -> Result<()> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
-use crate::lease::{Hold, HoldFuture, Released, lease_millis, owner_reply};
+use crate::lease::{Hold, HoldFuture, Released, extend_replicated_by, lease_millis, owner_reply};
 use crate::node::{LockScript, Node, Replication};
 use crate::token::{FENCE_LUA, OwnerToken};
 use crate::wait::{WAITERS_LUA, run_handing_over, run_on_line};
@@ -102,18 +102,17 @@ impl Hold for MutexHold {
     ) -> HoldFuture<'a, u32> {
         Box::pin(async move {
             let millis = lease_millis(lease)?.to_string();
-            let (reply, acked) = self
-                .node
-                .run_script_replicated(
-                    Phase::Extend,
-                    &EXTEND,
-                    &[self.keys.lock()],
-                    &[owner.as_str(), &millis, ""],
-                    replication,
-                )
-                .await?;
-            owner_reply(self.name(), Phase::Extend, reply)?;
-            replication.enough(self.name(), acked)
+            let args = [owner.as_str(), &millis, ""];
+            extend_replicated_by(
+                &self.node,
+                &EXTEND,
+                self.keys.lock(),
+                &args,
+                replication,
+                self.name(),
+                |reply| owner_reply(self.name(), Phase::Extend, reply),
+            )
+            .await
         })
     }
 }

@@ -11,7 +11,9 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::key::LockKeys;
-use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis};
+use crate::lease::{
+    Hold, HoldFuture, Lease, OwedRelease, Released, extend_replicated_by, lease_millis,
+};
 use crate::node::{LockScript, Node};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
@@ -165,18 +167,17 @@ impl Hold for HoldsHold {
     ) -> HoldFuture<'a, u32> {
         Box::pin(async move {
             let millis = lease_millis(lease)?.to_string();
-            let (reply, acked) = self
-                .node
-                .run_script_replicated(
-                    Phase::Extend,
-                    &EXTEND,
-                    &[self.keys.lock()],
-                    &[owner.as_str(), &millis],
-                    replication,
-                )
-                .await?;
-            self.extended(reply)?;
-            replication.enough(self.keys.name(), acked)
+            let args = [owner.as_str(), &millis];
+            extend_replicated_by(
+                &self.node,
+                &EXTEND,
+                self.keys.lock(),
+                &args,
+                replication,
+                self.keys.name(),
+                |reply| self.extended(reply),
+            )
+            .await
         })
     }
 }
