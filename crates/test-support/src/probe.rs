@@ -82,7 +82,10 @@ pub(crate) fn replicating(port: u16) -> Result<Option<(u16, bool)>, String> {
     }
 }
 
-/// Whether the master on `port` lists every one of `replicas` as `state=online`.
+/// Whether the master on `port` lists every one of `replicas` as `state=online`, and they
+/// acknowledge its writes (a replica just synced may be online a moment before it does: a
+/// `WAIT` for it would time out). The write is a `PUBLISH` on a channel nobody listens to: it
+/// moves the replication offset and leaves no key.
 pub(crate) fn master_sees_online(port: u16, replicas: &[u16]) -> Result<(), String> {
     let info = info(port, "replication")?;
     if field(&info, "role") != "master" {
@@ -99,7 +102,27 @@ pub(crate) fn master_sees_online(port: u16, replicas: &[u16]) -> Result<(), Stri
             ));
         }
     }
-    Ok(())
+    if replicas.is_empty() {
+        return Ok(());
+    }
+    let acknowledged = connect(port).and_then(|mut con| {
+        redis::cmd("PUBLISH")
+            .arg("test-support:replication-probe")
+            .arg("")
+            .query::<i64>(&mut con)?;
+        redis::cmd("WAIT")
+            .arg(replicas.len())
+            .arg(100)
+            .query::<usize>(&mut con)
+    });
+    match acknowledged {
+        Ok(count) if count >= replicas.len() => Ok(()),
+        Ok(count) => Err(format!(
+            "master {port}: {count} of {} replicas acknowledge writes",
+            replicas.len()
+        )),
+        Err(err) => Err(format!("port {port}: {err}")),
+    }
 }
 
 /// Calls `check` until it gives a value or `timeout` passed; on timeout the error says what
