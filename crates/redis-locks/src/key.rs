@@ -83,7 +83,7 @@ impl LockKeys {
     ///
     /// # Errors
     /// As [`LockKeys::new`] for the name; [`Error::InvalidName`] for a namespace over 128
-    /// bytes, with control characters, or with any of `{ } * ? [ ] \`.
+    /// bytes, with blanks or control characters, or with any of `{ } * ? [ ] \`.
     pub fn with_namespace(namespace: &str, name: &str) -> Result<LockKeys> {
         check_namespace(namespace)?;
         let invalid = |reason| Error::InvalidName {
@@ -225,8 +225,14 @@ pub(crate) fn check_namespace(namespace: &str) -> Result<()> {
     if namespace.len() > MAX_NAMESPACE_LEN {
         return Err(invalid("a namespace must be at most 128 bytes"));
     }
-    if namespace.chars().any(char::is_control) {
-        return Err(invalid("a namespace must not contain control characters"));
+    if namespace
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace())
+    {
+        return Err(invalid(
+            "a namespace must not contain blanks or control characters (an ACL pattern could \
+             not name it)",
+        ));
     }
     if namespace.contains(['{', '}']) {
         return Err(invalid(

@@ -154,7 +154,7 @@ impl LockOptions {
     pub(crate) fn check_on(&self, client: &crate::ClientOptions) -> Result<()> {
         self.check()?;
         match self.lease.get_replication() {
-            Some(replication) => replication.check(client.get_response_timeout()),
+            Some(replication) => replication.check(Some(client.get_response_timeout())),
             None => Ok(()),
         }
     }

@@ -272,3 +272,45 @@ async fn policies_that_cannot_work_are_refused_when_the_handle_is_made() {
         Err(Error::Unsupported { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_a_slow_replica_delays_no_other_lock_of_the_client() {
+    let (master, replica) = master_and_replica(&[]);
+    let client = client(&master).await;
+    replica.pause();
+    let replicated = client
+        .mutex_with(
+            "repl:slow",
+            LockOptions::default().replication(Replication::Wait {
+                replicas: 1,
+                timeout: Duration::from_millis(800),
+            }),
+        )
+        .unwrap();
+    let waiting = tokio::spawn(async move { replicated.try_lock().await });
+    // The replicated acquisition is waiting for the paused replica (its WAIT was sent) ...
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query(&mut master.connection().unwrap())
+                .unwrap();
+            clients.contains("cmd=wait")
+        })
+        .await,
+        "the WAIT never reached the master"
+    );
+    // ... and meanwhile a plain lock of the same client is taken and released: its requests
+    // do not queue behind the WAIT.
+    let plain = client.mutex("repl:unrelated").unwrap();
+    plain.try_lock().await.unwrap().release().await.unwrap();
+    assert!(
+        !waiting.is_finished(),
+        "the plain lock came back only after the WAIT had returned"
+    );
+    assert!(matches!(
+        waiting.await.unwrap(),
+        Err(Error::NotReplicated { .. })
+    ));
+    replica.resume();
+}

@@ -212,7 +212,8 @@ impl Lease {
     /// # Errors
     /// [`Error::NotReplicated`] when too few replicas acknowledged, [`Error::Unsupported`]
     /// when the server lacks the command; otherwise as [`Lease::extend`]. The grant was
-    /// released (or its release is owed in the background, if that failed too).
+    /// released; a release that failed too (Redis unreachable) leaves the key to its lease,
+    /// as every failed release does.
     pub(crate) async fn replicated(self) -> Result<Lease> {
         let Some((_, lease)) = self.replication else {
             return Ok(self);

@@ -91,6 +91,10 @@ impl LeaseOptions {
     /// and `WAIT` does not make the write synchronous on the server — see the crate
     /// README, "What a failover does to a lock". Not for a [`Redlock`](crate::Redlock),
     /// whose nodes are independent masters ([`Error::Unsupported`]).
+    ///
+    /// The confirmation comes after the grant, so a `lock_timeout` may return up to the
+    /// replication timeout (and a round trip) after its wait; a holder's own `extend` waits
+    /// too, so extend by more than the replication timeout.
     pub fn replication(mut self, replication: Replication) -> Self {
         self.replication = Some(replication);
         self
@@ -156,7 +160,7 @@ impl LeaseOptions {
             });
         }
         if let Some(replication) = &self.replication {
-            replication.check(Duration::MAX)?;
+            replication.check(None)?;
             if replication.timeout() >= lease / 3 {
                 return Err(Error::InvalidDuration {
                     what: "replication timeout",

@@ -84,6 +84,44 @@ impl Backend {
     }
 }
 
+/// How a backend was made, to make another like it: the connection replicated requests go
+/// over (see [`Node::run_script_replicated`](super::Node::run_script_replicated)).
+pub(super) enum Recipe {
+    /// One server at this URL.
+    Server(String),
+    /// The cluster of these seeds.
+    Cluster(Vec<String>),
+    /// The master these sentinels know under this name.
+    Sentinel(Vec<String>, String),
+}
+
+impl Recipe {
+    /// A new backend like the first, with connections of its own.
+    ///
+    /// # Errors
+    /// As connecting the first did.
+    pub(super) async fn build(&self, options: &ClientOptions) -> Result<Backend> {
+        match self {
+            Recipe::Server(url) => {
+                let (client, config) = open(url, options)?;
+                Ok(Backend::Server(
+                    super::connect::manager(url, client, config, options).await?,
+                ))
+            }
+            Recipe::Cluster(seeds) => {
+                let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+                Ok(Backend::Cluster(cluster(&seeds, options).await?))
+            }
+            Recipe::Sentinel(sentinels, name) => {
+                let sentinels: Vec<&str> = sentinels.iter().map(String::as_str).collect();
+                Ok(Backend::Sentinel(
+                    Master::connect(&sentinels, name, options.clone()).await?,
+                ))
+            }
+        }
+    }
+}
+
 /// Connects to the cluster that `seeds` (one or more of its nodes' URLs) belong to.
 ///
 /// Every request is bounded by the response timeout as a whole, retries after a `MOVED`,

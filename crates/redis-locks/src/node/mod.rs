@@ -55,6 +55,12 @@ pub(crate) struct Node {
 
 struct Inner {
     backend: backend::Backend,
+    /// How `backend` was made, for `replicated`.
+    recipe: backend::Recipe,
+    /// A second backend like `backend`, made at the first replicated request: a `WAIT` holds
+    /// up every later request on its connection until it returns, so replicated requests go
+    /// over connections of their own and never delay the other locks of the client.
+    replicated: tokio::sync::OnceCell<backend::Backend>,
     /// The URL, its password hidden.
     url: String,
     options: ClientOptions,
@@ -85,7 +91,15 @@ impl Node {
             options.get_connect_timeout(),
         );
         let connection = connect::manager(url, client, config, &options).await?;
-        Node::checked(url, backend::Backend::Server(connection), options, pubsub).await
+        let recipe = backend::Recipe::Server(url.to_string());
+        Node::checked(
+            url,
+            backend::Backend::Server(connection),
+            recipe,
+            options,
+            pubsub,
+        )
+        .await
     }
 
     /// Connects to the Redis Cluster that `seeds` (one or more of its nodes' URLs) belong to,
@@ -100,8 +114,21 @@ impl Node {
             pubsub::Source::Cluster(Box::new(subscriber)),
             options.get_connect_timeout(),
         );
-        let url = seeds.join(" ");
-        Node::checked(&url, backend::Backend::Cluster(connection), options, pubsub).await
+        // Each URL hidden on its own (a password may hold a blank).
+        let url = seeds
+            .iter()
+            .map(|seed| redact(seed))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let recipe = backend::Recipe::Cluster(seeds.iter().map(|s| s.to_string()).collect());
+        Node::checked(
+            &url,
+            backend::Backend::Cluster(connection),
+            recipe,
+            options,
+            pubsub,
+        )
+        .await
     }
 
     /// Connects to the master that `sentinels` know as `name`, and follows it across
@@ -119,14 +146,33 @@ impl Node {
             pubsub::Source::Sentinel(master.clone()),
             options.get_connect_timeout(),
         );
-        let url = format!("{} (master {name:?})", sentinels.join(" "));
-        Node::checked(&url, backend::Backend::Sentinel(master), options, pubsub).await
+        let url = format!(
+            "{} (master {name:?})",
+            sentinels
+                .iter()
+                .map(|sentinel| redact(sentinel))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let recipe = backend::Recipe::Sentinel(
+            sentinels.iter().map(|s| s.to_string()).collect(),
+            name.to_string(),
+        );
+        Node::checked(
+            &url,
+            backend::Backend::Sentinel(master),
+            recipe,
+            options,
+            pubsub,
+        )
+        .await
     }
 
     /// A node on `backend`, after one `PING` says that what answers is Redis and lets us in.
     async fn checked(
         url: &str,
         backend: backend::Backend,
+        recipe: backend::Recipe,
         options: ClientOptions,
         pubsub: pubsub::Wakeups,
     ) -> Result<Node> {
@@ -158,12 +204,13 @@ impl Node {
                         .map(|id| id.trim().to_string())
                 }),
         };
-        Ok(Node::new(url, backend, options, pubsub, run_id))
+        Ok(Node::new(url, backend, recipe, options, pubsub, run_id))
     }
 
     fn new(
         url: &str,
         backend: backend::Backend,
+        recipe: backend::Recipe,
         options: ClientOptions,
         pubsub: pubsub::Wakeups,
         run_id: Option<String>,
@@ -171,6 +218,8 @@ impl Node {
         Node {
             inner: Arc::new(Inner {
                 backend,
+                recipe,
+                replicated: tokio::sync::OnceCell::new(),
                 url: redact(url),
                 options,
                 pubsub,
@@ -199,6 +248,7 @@ impl Node {
         Ok(Node::new(
             url,
             backend::Backend::Server(connection),
+            backend::Recipe::Server(url.to_string()),
             options,
             pubsub,
             None,
@@ -260,7 +310,8 @@ impl Node {
 
     /// Runs one of the crate's scripts, then `replication`'s `WAIT` (or `WAITAOF`) in the
     /// same round trip on the same connection, so that what it acknowledges includes the
-    /// script's write. Returns the script's reply and what was acknowledged; whether that is
+    /// script's write. Replicated requests have connections of their own (made at the first
+    /// one), so a `WAIT` waiting for slow replicas holds up no other lock's requests. Returns the script's reply and what was acknowledged; whether that is
     /// enough is the caller's to judge ([`Replication`]'s `enough`).
     ///
     /// # Errors
@@ -274,6 +325,11 @@ impl Node {
         args: &[&str],
         replication: &Replication,
     ) -> Result<(T, Acked)> {
+        let backend = self
+            .inner
+            .replicated
+            .get_or_try_init(|| self.inner.recipe.build(&self.inner.options))
+            .await?;
         let hash = self.hash_of(script);
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha.arg(hash).arg(keys.len()).arg(keys).arg(args);
@@ -288,9 +344,7 @@ impl Node {
             }
             pipe.add_command(evalsha.clone())
                 .add_command(replication.command());
-            let mut replies = self
-                .inner
-                .backend
+            let mut replies = backend
                 .pipeline(&pipe)
                 .await
                 .map_err(|err| request_error(phase, keys, err))?
@@ -611,7 +665,7 @@ async fn may_wake(backend: &backend::Backend, options: &ClientOptions) -> Result
                 source: redis::RedisError::from((
                     redis::ErrorKind::AuthenticationFailed,
                     "this user may not publish on the locks' wake-up channels, so no waiter \
-                     could be woken; give it the channels",
+                     could be woken; give it +publish and the channels",
                     format!("{patterns} (the server said: {err})"),
                 )),
             })

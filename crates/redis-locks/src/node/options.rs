@@ -111,10 +111,13 @@ impl ClientOptions {
     ///
     /// Every process that contends for a lock must use the same namespace: two namespaces
     /// are two different locks. That is why the default stays empty — a process upgraded
-    /// to a namespaced default would no longer see the locks its older peers hold.
-    /// The namespace is checked when the client connects: at most 128 bytes, no control
-    /// characters, none of `{`, `}` (they would move the lock's cluster slot) or the ACL
-    /// pattern characters `*`, `?`, `[`, `]`, `\`.
+    /// to a namespaced default would no longer see the locks its older peers hold. The
+    /// namespace is a prefix, so namespaces that nest meet: the lock `b:c` under `a` is the
+    /// lock `c` under `a:b`, and the lock `locks:x` without a namespace is the lock `x`
+    /// under `locks`; give unrelated applications namespaces that are not prefixes of each
+    /// other. The namespace is checked when the client connects: at most 128 bytes, no
+    /// blanks or control characters, none of `{`, `}` (they would move the lock's cluster
+    /// slot) or the ACL pattern characters `*`, `?`, `[`, `]`, `\`.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
         self

@@ -81,14 +81,24 @@ impl Replication {
     /// not under the response timeout (the reply would be given up before the server
     /// answers); [`Error::InvalidReplication`] for a `WAIT` of no replica or a `WAITAOF` of
     /// nothing.
-    pub(crate) fn check(&self, response_timeout: Duration) -> Result<()> {
+    pub(crate) fn check(&self, response_timeout: Option<Duration>) -> Result<()> {
         let timeout = self.timeout();
-        if timeout < Duration::from_millis(1) || timeout >= response_timeout {
+        if timeout < Duration::from_millis(1) {
+            return Err(Error::InvalidDuration {
+                what: "replication timeout",
+                value: timeout,
+                reason: "at least 1 ms (WAIT 0 would block for ever)".into(),
+            });
+        }
+        if let Some(response_timeout) = response_timeout
+            && timeout >= response_timeout
+        {
             return Err(Error::InvalidDuration {
                 what: "replication timeout",
                 value: timeout,
                 reason: format!(
-                    "from 1 ms to under the client's response timeout ({response_timeout:?})"
+                    "under the client's response timeout ({response_timeout:?}), or the reply \
+                     would be given up before the server's wait ends"
                 ),
             });
         }
@@ -141,6 +151,13 @@ impl Replication {
                 Replication::Wait { .. } => "WAIT",
                 Replication::WaitAof { .. } => "WAITAOF",
             };
+            if err.code() == "NOPERM" {
+                // An ACL without the command: refused access, not a server without it.
+                return Err(Error::Auth {
+                    phase: crate::error::Phase::Extend,
+                    source: redis::RedisError::from(err.clone()),
+                });
+            }
             return Err(Error::Unsupported {
                 what: format!("{command} (replicated acquisition)"),
                 detail: format!("{}: {}", err.code(), err.details().unwrap_or_default()),
@@ -163,7 +180,8 @@ impl Replication {
             _ => None,
         };
         acked.ok_or_else(|| Error::UnexpectedReply {
-            phase: crate::error::Phase::Acquire,
+            // Always asked after an owner-checked extension.
+            phase: crate::error::Phase::Extend,
             detail: format!("a replication acknowledgement of another shape: {reply:?}"),
         })
     }
@@ -173,9 +191,10 @@ impl Replication {
     /// # Errors
     /// [`Error::NotReplicated`] for the lock `name` when it is not.
     pub(crate) fn enough(&self, name: &str, acked: Acked) -> Result<u32> {
-        let local_ok = match self {
-            Replication::WaitAof { local: true, .. } => acked.local,
-            _ => true,
+        let (local_ok, local) = match self {
+            Replication::WaitAof { local: true, .. } => (acked.local, acked.local),
+            // Not asked for: not reported as missing.
+            _ => (true, true),
         };
         if acked.replicas >= self.replicas() && local_ok {
             return Ok(acked.replicas);
@@ -184,7 +203,7 @@ impl Replication {
             name: name.to_string(),
             wanted: self.replicas(),
             acked: acked.replicas,
-            local: acked.local,
+            local,
         })
     }
 }

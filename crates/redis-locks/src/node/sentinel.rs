@@ -23,7 +23,7 @@ use redis::{RedisResult, Value};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::connect::{connect_error, manager, no_connection_within, open};
+use super::connect::{connect_error, explained, manager, no_connection_within, open};
 use super::{ClientOptions, redact};
 use crate::error::{Error, Phase, Result};
 
@@ -408,11 +408,11 @@ impl Sentinels {
             }
             Ok(Err(source)) => {
                 open(None);
-                Err(connect_error(url, source))
+                Err(explained(url, connect_error(url, source), options).await)
             }
             Err(_) => {
                 open(None);
-                Err(no_connection_within(budget))
+                Err(explained(url, no_connection_within(budget), options).await)
             }
         }
     }

@@ -11,9 +11,15 @@ use super::ClientOptions;
 use super::url::redact;
 use crate::error::{Error, Result, TlsProblem};
 
-/// Whether `url` asks for TLS.
+/// Whether `url` asks for TLS: its scheme, as the URL parser (and so redis-rs) reads it
+/// (`REDISS://`, surrounding blanks).
 pub(super) fn is_tls(url: &str) -> bool {
-    url.trim_start().starts_with("rediss://")
+    url::Url::parse(url).is_ok_and(|parsed| parsed.scheme() == "rediss")
+}
+
+/// Whether `url` asks for no certificate check (`#insecure`), as the URL parser reads it.
+fn asks_insecure(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|parsed| parsed.fragment() == Some("insecure"))
 }
 
 /// `url` as redis-rs should see it: `#insecure` kept only when `options` allow it on
@@ -23,7 +29,7 @@ pub(super) fn is_tls(url: &str) -> bool {
 /// [`Error::InvalidUrl`] for `#insecure` without [`ClientOptions::tls_insecure`];
 /// [`Error::Tls`] ([`TlsProblem::Settings`]) for TLS settings given with a plaintext URL.
 pub(super) fn effective_url(url: &str, options: &ClientOptions) -> Result<String> {
-    let insecure_fragment = url.ends_with("#insecure");
+    let insecure_fragment = asks_insecure(url);
     if !is_tls(url) {
         if options.tls.any() {
             return Err(Error::Tls {
@@ -45,7 +51,12 @@ pub(super) fn effective_url(url: &str, options: &ClientOptions) -> Result<String
         });
     }
     if options.tls.insecure && !insecure_fragment {
-        return Ok(format!("{}#insecure", url.trim_end_matches('#')));
+        let mut parsed = url::Url::parse(url).map_err(|err| Error::InvalidUrl {
+            url: redact(url),
+            reason: err.to_string(),
+        })?;
+        parsed.set_fragment(Some("insecure"));
+        return Ok(parsed.to_string());
     }
     Ok(url.to_string())
 }
@@ -149,9 +160,9 @@ pub(super) fn handshake_error(url: &str, err: &redis::RedisError) -> Option<Erro
             | rustls::AlertDescription::UnknownCA
             | rustls::AlertDescription::CertificateExpired
             | rustls::AlertDescription::CertificateUnknown
-            | rustls::AlertDescription::HandshakeFailure
             | rustls::AlertDescription::AccessDenied => TlsProblem::ClientCertificate,
-            _ => TlsProblem::NotTls,
+            // No version or cipher both sides speak, and the like: the settings do not fit.
+            _ => TlsProblem::Settings,
         },
         rustls::Error::InvalidMessage(_)
         | rustls::Error::InappropriateMessage { .. }
@@ -265,6 +276,17 @@ mod tests {
             effective_url("rediss://h:1#insecure", &insecure).unwrap(),
             "rediss://h:1#insecure"
         );
+        // What the URL parser (and redis-rs) reads as TLS and #insecure is refused as such.
+        for sneaky in [
+            "REDISS://h:1#insecure",
+            "rediss://h:1#insecure\n",
+            " rediss://h:1#insecure",
+        ] {
+            assert!(
+                matches!(effective_url(sneaky, &plain), Err(Error::InvalidUrl { .. })),
+                "{sneaky:?}"
+            );
+        }
         // No certificate to check on a plaintext URL: insecure changes nothing there.
         assert_eq!(
             effective_url("redis://h:1", &insecure).unwrap(),

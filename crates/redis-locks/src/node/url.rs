@@ -50,7 +50,12 @@ pub(crate) fn redact(url: &str) -> String {
 fn redact_one(url: &str) -> String {
     let url = &redact_query(url);
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+        // No `//` (`redis:user:secret@host`, a mistake): everything between the scheme's
+        // `:` and the last `@` is hidden.
+        return match (url.split_once(':'), url.rsplit_once('@')) {
+            (Some((scheme, _)), Some((_, host))) => format!("{scheme}:***@{host}"),
+            _ => url.to_string(),
+        };
     };
     match rest.rsplit_once('@') {
         Some((userinfo, host)) => match userinfo.split_once(':') {
@@ -124,6 +129,7 @@ mod tests {
             redact("rediss://u:p@ss:w@rd@host:1#insecure"),
             "rediss://u:***@host:1#insecure"
         );
+        assert_eq!(redact("redis:u:secret@h:1"), "redis:***@h:1");
         assert_eq!(
             redact("unix:///s.sock?db=1&pass=hush&user=u"),
             "unix:///s.sock?db=1&pass=***&user=u"
