@@ -154,19 +154,19 @@ pub(super) fn handshake_error(url: &str, err: &redis::RedisError) -> Option<Erro
     };
     let problem = match rustls {
         rustls::Error::InvalidCertificate(_) => TlsProblem::ServerCertificate,
-        rustls::Error::AlertReceived(alert) => match alert {
+        rustls::Error::AlertReceived(
             rustls::AlertDescription::CertificateRequired
             | rustls::AlertDescription::BadCertificate
             | rustls::AlertDescription::UnknownCA
             | rustls::AlertDescription::CertificateExpired
             | rustls::AlertDescription::CertificateUnknown
-            | rustls::AlertDescription::AccessDenied => TlsProblem::ClientCertificate,
-            // No version or cipher both sides speak, and the like: the settings do not fit.
-            _ => TlsProblem::Settings,
-        },
+            | rustls::AlertDescription::AccessDenied,
+        ) => TlsProblem::ClientCertificate,
         rustls::Error::InvalidMessage(_)
         | rustls::Error::InappropriateMessage { .. }
         | rustls::Error::InappropriateHandshakeMessage { .. } => TlsProblem::NotTls,
+        // Other alerts (no version or cipher both sides speak, ...) and the rest: the
+        // settings do not fit.
         _ => TlsProblem::Settings,
     };
     let detail = match problem {
