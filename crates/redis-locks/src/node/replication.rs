@@ -30,8 +30,8 @@ pub enum Replication {
         /// How many replicas must acknowledge (at least 1).
         replicas: u32,
         /// How long the server waits for them (at least 1 ms, under the client's response
-        /// timeout). The client's connection waits too: requests of other locks of the same
-        /// client queue behind it meanwhile.
+        /// timeout and a third of the lease). Replicated requests have connections of their
+        /// own, so the wait holds up no other lock of the client.
         timeout: Duration,
     },
     /// `WAITAOF local replicas timeout` (Redis 7.2+, Valkey): the write reached the
