@@ -175,12 +175,8 @@ pub async fn run(args: &TransportsArgs, json: bool) -> Result<u8, CliError> {
     let plain = RedisServer::start().map_err(|err| unavailable("a redis-server", err))?;
     let tls = RedisServer::start_tls(TlsServerOptions::new())
         .map_err(|err| unavailable("a TLS redis-server", err))?;
-    let master = RedisServer::start_with_args(&["--repl-diskless-sync-delay", "0"])
-        .map_err(|err| unavailable("a master", err))?;
-    let port = master.port().to_string();
-    let _replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port])
-        .map_err(|err| unavailable("a replica", err))?;
-    wait_for_replica(&master)?;
+    let (master, _replica) = RedisServer::start_master_and_replica(&[])
+        .map_err(|err| unavailable("a master and its replica", err))?;
 
     let client_options = ClientOptions::default().response_timeout(Duration::from_secs(2));
     let fixed = LockOptions::default().lease(Duration::from_secs(10));
@@ -272,31 +268,4 @@ pub async fn run(args: &TransportsArgs, json: bool) -> Result<u8, CliError> {
         report.replicated_added_p50_ms
     );
     Ok(0)
-}
-
-/// Waits until the master's replica acknowledges writes.
-fn wait_for_replica(master: &RedisServer) -> Result<(), CliError> {
-    let failed = |err: redis::RedisError| CliError::Unavailable(format!("the master: {err}"));
-    let mut connection = master.connection().map_err(failed)?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let _: () = redis::cmd("SET")
-            .arg("bench:probe")
-            .arg(1)
-            .query(&mut connection)
-            .map_err(failed)?;
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(100)
-            .query(&mut connection)
-            .map_err(failed)?;
-        if acked >= 1 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(CliError::Unavailable(
-                "the replica never acknowledged a write".into(),
-            ));
-        }
-    }
 }

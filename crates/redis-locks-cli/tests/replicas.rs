@@ -6,33 +6,12 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{command, exists, expect, redis_locks, stderr, stdout};
+use common::{command, exists, expect, redis_locks, stderr, stdout, succeeded};
 use test_support::RedisServer;
 
 /// A master and one replica of it, the replica acknowledging writes.
 fn master_and_replica() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start_with_args(&["--repl-diskless-sync-delay", "0"]).unwrap();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]).unwrap();
-    let mut con = master.connection().unwrap();
-    let acknowledged = common::eventually(Duration::from_secs(10), || {
-        let _: () = redis::cmd("SET")
-            .arg("probe")
-            .arg(1)
-            .query(&mut con)
-            .unwrap();
-        redis::cmd("WAIT")
-            .arg(1)
-            .arg(100)
-            .query::<i64>(&mut con)
-            .unwrap()
-            == 1
-    });
-    assert!(acknowledged, "the replica never acknowledged a write");
-    let _: () = redis::cmd("DEL").arg("probe").query(&mut con).unwrap();
-    (master, replica)
+    RedisServer::start_master_and_replica(&[]).expect("start a master and its replica")
 }
 
 #[test]
@@ -130,13 +109,7 @@ fn demo_and_check_take_their_locks_replicated() {
         "--per-worker",
         "5",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    succeeded(&out);
     let out = redis_locks(&[
         "check",
         "--redis",
@@ -153,13 +126,7 @@ fn demo_and_check_take_their_locks_replicated() {
         "5",
         "--json",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    succeeded(&out);
 
     // The replica paused: the demo's locks (its tasks' and its worker processes') are
     // refused, and it fails saying why (69 from a task, or 1 when a worker process gave up

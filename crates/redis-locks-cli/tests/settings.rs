@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{command, eventually, exists, expect, redis_locks, stderr, stdout};
+use common::{command, eventually, exists, expect, redis_locks, stderr, stdout, succeeded};
 use test_support::{ChildProcess, RedisServer};
 
 fn status_json(args: &[&str]) -> serde_json::Value {
@@ -137,13 +137,7 @@ fn the_namespace_reaches_the_nodes_of_a_redlock_and_the_demo_workers() {
         "--per-worker",
         "5",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    succeeded(&out);
     assert!(
         stdout(&out).contains("namespace \"ns\""),
         "{}",

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{command, expect, stderr, stdout};
+use common::{command, expect, stderr, stdout, succeeded};
 use test_support::{RedisServer, ServerCert, TlsFiles, TlsServerOptions};
 
 /// The test CA's file.
@@ -364,13 +364,7 @@ fn a_tls_cluster_and_a_tls_sentinel_master() {
         ],
         &ca,
     ));
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    succeeded(&out);
     drop(cluster);
 
     let set = test_support::SentinelSet::builder()

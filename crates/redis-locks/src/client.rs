@@ -14,7 +14,9 @@ use crate::wait::{LocalQueues, WaitOn, WaitOptions};
 /// ([`Client::connect_sentinel`]) — shared by every lock handle made from it. Cheap to clone.
 ///
 /// Requests go over one multiplexed connection (redis-rs's `ConnectionManager`; on a cluster,
-/// one per master), so a process needs one `Client` per Redis, not one per lock. What follows
+/// one per master), so a process needs one `Client` per Redis, not one per lock. Locks that
+/// ask for replicated acquisition send their confirmations and renewals over a second one,
+/// opened at the first such request, so a `WAIT` never delays the other locks. What follows
 /// holds for all three; [`Client::connect_cluster`] and [`Client::connect_sentinel`] say what
 /// differs.
 ///

@@ -30,7 +30,9 @@ pub struct LockState {
     /// whose process exited or was killed stops counting as soon as the server sees its
     /// connection close, at once on the same host; a host that vanished from the network
     /// counts until the server's `tcp-keepalive` notices (300 s by default). Unlike
-    /// [`Holder::waited_for`], which stays for the holder's whole tenure.
+    /// [`Holder::waited_for`], which stays for the holder's whole tenure. On a Redis Cluster
+    /// it is 0: waiters there listen on sharded channels (`SSUBSCRIBE`), which `PUBSUB
+    /// NUMSUB` does not count.
     pub listeners: u64,
 }
 

@@ -155,16 +155,7 @@ async fn every_primitive_excludes_on_every_master() {
     let mut total = 0;
     for ((kind, name), history) in &histories {
         let report = history.check();
-        assert!(
-            report.overlaps.is_empty(),
-            "{kind} {name}: overlaps {:?}",
-            report.overlaps
-        );
-        assert!(
-            report.token_regressions.is_empty(),
-            "{kind} {name}: tokens went back {:?}",
-            report.token_regressions
-        );
+        assert!(report.is_ok(), "{kind} {name}: {report}");
         assert_eq!(
             report.acquisitions,
             (WORKERS + 2) * PER_WORKER,

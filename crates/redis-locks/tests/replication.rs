@@ -12,46 +12,7 @@ use common::eventually;
 
 /// A master and one replica of it (both with `args`), the replica acknowledging writes.
 fn master_and_replica(args: &[&str]) -> (RedisServer, RedisServer) {
-    // No 5 s wait before the first full sync (the default diskless sync delay).
-    let mut master_args = vec!["--repl-diskless-sync-delay", "0"];
-    master_args.extend_from_slice(args);
-    let master = RedisServer::start_with_args(&master_args).expect("start the master");
-    let port = master.port().to_string();
-    // The replica runs with the master's arguments too (`--appendonly yes`, for WAITAOF).
-    let mut replica_args = vec!["--replicaof", "127.0.0.1", &port];
-    replica_args.extend_from_slice(args);
-    let replica = RedisServer::start_with_args(&replica_args).expect("start the replica");
-    // Online, and acknowledging writes (a replica just synced may take a moment more).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut con = master.connection().unwrap();
-    loop {
-        let _: () = redis::cmd("SET")
-            .arg("probe")
-            .arg(1)
-            .query(&mut con)
-            .unwrap();
-        let acked: i64 = redis::cmd("WAIT").arg(1).arg(100).query(&mut con).unwrap();
-        // With an append-only file, the replica's disk must keep up too (it rewrites its
-        // file after the first sync).
-        let on_disk = !args.contains(&"--appendonly") || !flavor().has_waitaof() || {
-            let (_, replicas): (i64, i64) = redis::cmd("WAITAOF")
-                .arg(0)
-                .arg(1)
-                .arg(100)
-                .query(&mut con)
-                .unwrap();
-            replicas == 1
-        };
-        if acked == 1 && on_disk {
-            let _: () = redis::cmd("DEL").arg("probe").query(&mut con).unwrap();
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the replica never acknowledged a write"
-        );
-    }
-    (master, replica)
+    RedisServer::start_master_and_replica(args).expect("start a master and its replica")
 }
 
 fn flavor() -> test_support::ServerFlavor {

@@ -118,16 +118,7 @@ async fn every_primitive_excludes_through_sentinel() {
     let mut con = raw(master);
     for (name, history) in &histories {
         let report = history.check();
-        assert!(
-            report.overlaps.is_empty(),
-            "{name}: overlaps {:?}",
-            report.overlaps
-        );
-        assert!(
-            report.token_regressions.is_empty(),
-            "{name}: tokens went back {:?}",
-            report.token_regressions
-        );
+        assert!(report.is_ok(), "{name}: {report}");
         assert_eq!(report.acquisitions, WORKERS * PER_WORKER, "{name}");
         // The grants were made by the master the sentinels name: its fencing counter is
         // there; and the lock ends free.

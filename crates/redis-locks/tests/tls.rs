@@ -83,7 +83,9 @@ async fn every_primitive_takes_and_releases_its_lock_over_tls() {
     a_waiter_gets_the_lock_after_its_holder(&client, "tls:woken").await;
 }
 
-/// A holder of the lock `name`, a waiter behind it, the release: the waiter takes the lock.
+/// A holder of the lock `name`, a waiter refused by it, the release: the waiter takes the
+/// lock. The holder's lease (30 s, renewed) outlasts the waiter's 10 s budget, so only the
+/// release's wake-up can let it in.
 async fn a_waiter_gets_the_lock_after_its_holder(client: &Client, name: &str) {
     let mutex = client.mutex(name).unwrap();
     let holder = mutex.lock().await.unwrap();
@@ -91,7 +93,15 @@ async fn a_waiter_gets_the_lock_after_its_holder(client: &Client, name: &str) {
         let mutex = mutex.clone();
         tokio::spawn(async move { mutex.lock_timeout(Duration::from_secs(10)).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let watched = &mutex;
+    let refused = common::eventually(Duration::from_secs(5), || async move {
+        watched
+            .state()
+            .await
+            .is_ok_and(|state| state.holder.is_some_and(|holder| holder.waited_for))
+    })
+    .await;
+    assert!(refused, "the waiter never asked for the lock");
     holder.release().await.unwrap();
     waiter.await.unwrap().unwrap().release().await.unwrap();
 }

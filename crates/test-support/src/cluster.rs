@@ -657,13 +657,7 @@ impl RedisCluster {
     fn agreed_view(&self) -> Result<Vec<Option<u16>>, String> {
         let mut agreed: Option<(u16, Vec<Option<u16>>)> = None;
         for port in self.live_ports() {
-            let state = info(port, "cluster-info")?;
-            if field(&state, "cluster_state") != "ok" {
-                return Err(format!(
-                    "port {port} has cluster_state:{}",
-                    field(&state, "cluster_state")
-                ));
-            }
+            cluster_ok(port)?;
             let view = owners(port)?;
             match &agreed {
                 None => agreed = Some((port, view)),
@@ -736,13 +730,7 @@ impl RedisCluster {
     fn check_ready(&self, masters: usize, total: usize) -> Result<(), String> {
         let mut master_count = 0;
         for port in self.live_ports() {
-            let state = info(port, "cluster-info")?;
-            if field(&state, "cluster_state") != "ok" {
-                return Err(format!(
-                    "port {port} has cluster_state:{}",
-                    field(&state, "cluster_state")
-                ));
-            }
+            let state = cluster_ok(port)?;
             if field(&state, "cluster_known_nodes") != total.to_string() {
                 return Err(format!(
                     "port {port} knows {} nodes of {total}",
@@ -971,5 +959,14 @@ fn create(ports: &[u16], replicas: usize, cli_args: &[String]) -> Result<(), Spa
             });
         }
         thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `CLUSTER INFO` of the node on `port`, if it reports `cluster_state:ok`.
+fn cluster_ok(port: u16) -> Result<std::collections::HashMap<String, String>, String> {
+    let state = info(port, "cluster-info")?;
+    match field(&state, "cluster_state") {
+        "ok" => Ok(state),
+        other => Err(format!("port {port} has cluster_state:{other}")),
     }
 }

@@ -49,6 +49,7 @@ mod error;
 mod flavor;
 mod probe;
 mod program;
+mod replica;
 mod sentinel;
 mod server;
 mod tls;

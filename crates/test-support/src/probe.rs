@@ -84,8 +84,7 @@ pub(crate) fn replicating(port: u16) -> Result<Option<(u16, bool)>, String> {
 
 /// Whether the master on `port` lists every one of `replicas` as `state=online`, and they
 /// acknowledge its writes (a replica just synced may be online a moment before it does: a
-/// `WAIT` for it would time out). The write is a `PUBLISH` on a channel nobody listens to: it
-/// moves the replication offset and leaves no key.
+/// `WAIT` for it would time out; see [`acknowledging`]).
 pub(crate) fn master_sees_online(port: u16, replicas: &[u16]) -> Result<(), String> {
     let info = info(port, "replication")?;
     if field(&info, "role") != "master" {
@@ -102,7 +101,15 @@ pub(crate) fn master_sees_online(port: u16, replicas: &[u16]) -> Result<(), Stri
             ));
         }
     }
-    if replicas.is_empty() {
+    acknowledging(port, replicas.len(), false)
+}
+
+/// Whether `replicas` replicas of the master on `port` acknowledge its writes within 100 ms
+/// (`WAIT`), and with `on_disk` their append-only files too (`WAITAOF 0`). The write is a
+/// `PUBLISH` on a channel nobody listens to: it moves the replication offset and leaves no
+/// key.
+pub(crate) fn acknowledging(port: u16, replicas: usize, on_disk: bool) -> Result<(), String> {
+    if replicas == 0 {
         return Ok(());
     }
     let acknowledged = connect(port).and_then(|mut con| {
@@ -110,16 +117,24 @@ pub(crate) fn master_sees_online(port: u16, replicas: &[u16]) -> Result<(), Stri
             .arg("test-support:replication-probe")
             .arg("")
             .query::<i64>(&mut con)?;
-        redis::cmd("WAIT")
-            .arg(replicas.len())
+        let mut count = redis::cmd("WAIT")
+            .arg(replicas)
             .arg(100)
-            .query::<usize>(&mut con)
+            .query::<usize>(&mut con)?;
+        if on_disk {
+            let (_, replicas_on_disk): (usize, usize) = redis::cmd("WAITAOF")
+                .arg(0)
+                .arg(replicas)
+                .arg(100)
+                .query(&mut con)?;
+            count = count.min(replicas_on_disk);
+        }
+        Ok(count)
     });
     match acknowledged {
-        Ok(count) if count >= replicas.len() => Ok(()),
+        Ok(count) if count >= replicas => Ok(()),
         Ok(count) => Err(format!(
-            "master {port}: {count} of {} replicas acknowledge writes",
-            replicas.len()
+            "master {port}: {count} of {replicas} replicas acknowledge writes"
         )),
         Err(err) => Err(format!("port {port}: {err}")),
     }

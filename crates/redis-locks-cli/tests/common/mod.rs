@@ -78,3 +78,14 @@ pub fn exists(server: &test_support::RedisServer, key: &str) -> bool {
         .unwrap()
         == 1
 }
+
+/// Asserts that the command exited 0, showing its output when it did not.
+pub fn succeeded(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(out),
+        stderr(out)
+    );
+}

@@ -24,7 +24,9 @@
 //! 2. **A [`Hold`]**: release and extend by owner token, one script call each, mapping the
 //!    `1 / 0 / -1` reply with [`owner_reply`]. It owns what it needs to reach the server
 //!    (a [`Node`](crate::node::Node), or N of them for a quorum) and the keys. One `Hold` per
-//!    handle is shared by all its guards (`Arc<dyn Hold>`).
+//!    handle is shared by all its guards (`Arc<dyn Hold>`). For replicated acquisition it
+//!    also implements [`Hold::extend_replicated`] through [`extend_replicated_by`] (the
+//!    default refuses it, as a Redlock does).
 //! 3. **A [`Contender`](crate::wait::Contender)**: one acquire attempt (granted, or held and
 //!    for how long), and optionally a cheaper first attempt, a place to give up on timeout,
 //!    and a wake-up address. [`acquire`](crate::wait::acquire) runs the one acquire loop

@@ -12,7 +12,9 @@
 //! whether its scripts run in the cluster's form ([`LockScript`]: `SPUBLISH`, and releases that
 //! leave a tombstone because a request may run twice) and whether all its requests go over
 //! one connection it can name ([`Node::names_its_connection`], which the `Mutex` fast path's
-//! vouching needs). Wake-ups come through one subscriber per client ([`pubsub`]): `SUBSCRIBE`
+//! vouching needs). Requests that wait for replicas ([`Node::run_script_replicated`]) go over
+//! a second backend like the first, made at the first of them ([`replication`]). Wake-ups
+//! come through one subscriber per client ([`pubsub`]): `SUBSCRIBE`
 //! on one server or the current master, `SSUBSCRIBE` on the lock's shard of a cluster. A
 //! quorum over N independent nodes (a Redlock) is N `Node`s asked at once ([`quorum`]).
 
