@@ -7,7 +7,14 @@ use std::process::Command;
 #[test]
 fn transports_measures_every_mode_and_the_ratios() {
     let out = Command::new(env!("CARGO_BIN_EXE_redis-locks-bench"))
-        .args(["transports", "--duration", "200ms", "--rounds", "1", "--json"])
+        .args([
+            "transports",
+            "--duration",
+            "200ms",
+            "--rounds",
+            "1",
+            "--json",
+        ])
         .env_remove("REDIS_URL")
         .output()
         .expect("run redis-locks-bench");
