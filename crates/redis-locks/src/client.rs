@@ -179,8 +179,8 @@ impl Client {
     /// Connects to the master that the sentinels at `sentinels` (one or more URLs) watch
     /// under `master`, and follows it across failovers.
     ///
-    /// The user name, password and database of the first sentinel URL are used for the
-    /// master too.
+    /// The user name, password, database and scheme (`rediss://` for TLS) of the first
+    /// sentinel URL are used for the master too.
     ///
     /// # Behavior
     /// - The sentinels are asked again when one announces `+switch-master`, when a request
