@@ -320,6 +320,32 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// A number of semaphore permits cannot be used: N of 0 or over
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS), or an acquisition of 0 permits or of more than N.
+    #[error("semaphore {}: invalid {value} permits: {reason}", fmt_name(name))]
+    InvalidPermits {
+        /// The semaphore's name.
+        name: String,
+        /// The number given.
+        value: u32,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The semaphore is in use with another number of permits than this handle was opened
+    /// with: every process must agree on N while anybody holds or waits. Nothing was
+    /// written; open it with `permits`, or change N on purpose with
+    /// [`Semaphore::set_permits`](crate::Semaphore::set_permits).
+    #[error(
+        "semaphore {name:?} is in use with {permits} permits, not {asked}: open it with {permits}, or change it with set_permits"
+    )]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// N as the server keeps it.
+        permits: u32,
+        /// N this handle was opened with.
+        asked: u32,
+    },
     /// One attempt found the lock held by another owner.
     #[error("lock {name:?} is held by another owner{}", fmt_retry(*.retry_after))]
     Held {

@@ -229,6 +229,118 @@ pub fn check_modes(exclusive: Vec<Interval>, shared: Vec<Interval>) -> Report {
     report
 }
 
+/// What [`check_permits`] found in the holdings of a semaphore's permits.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PermitReport {
+    /// How many holdings were checked.
+    pub acquisitions: usize,
+    /// N, the most permits that may be held at once.
+    pub limit: u32,
+    /// The most permits held at once.
+    pub most_at_once: u32,
+    /// Each time more than N permits were held at once: the holdings open then.
+    pub over_limit: Vec<Vec<Interval>>,
+    /// Pairs of holdings with the same token: every grant must have a token of its own.
+    pub repeated_tokens: Vec<(Interval, Interval)>,
+    /// Pairs of one worker's holdings, the second begun after the first ended, whose tokens
+    /// do not strictly increase.
+    pub token_regressions: Vec<(Interval, Interval)>,
+}
+
+impl PermitReport {
+    /// Never more than N at once, and every token its own and growing per worker.
+    pub fn is_ok(&self) -> bool {
+        self.over_limit.is_empty()
+            && self.repeated_tokens.is_empty()
+            && self.token_regressions.is_empty()
+    }
+}
+
+impl std::fmt::Display for PermitReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} acquisitions, at most {} of {} permits at once, {} times over, {} repeated tokens, {} token regressions",
+            self.acquisitions,
+            self.most_at_once,
+            self.limit,
+            self.over_limit.len(),
+            self.repeated_tokens.len(),
+            self.token_regressions.len()
+        )
+    }
+}
+
+/// Checks the holdings of a semaphore with `limit` permits, each with the number of permits
+/// it held: the permits held at once never exceed `limit`; no two holdings share a token
+/// (one per grant); of one worker's holdings, a later one carries the greater token. (Two
+/// workers' holdings are not compared by token: a holder granted first may start acting
+/// after a later grant's holder is done.)
+///
+/// ```
+/// use redis_locks::history::{Interval, check_permits};
+///
+/// let iv = |worker: &str, token, start, end| Interval { worker: worker.into(), token, start, end };
+/// let two = vec![(iv("a", 1, 0, 10), 1), (iv("b", 2, 5, 15), 1)];
+/// assert!(check_permits(two.clone(), 2).is_ok());
+/// let report = check_permits(two, 1);
+/// assert_eq!((report.most_at_once, report.over_limit.len()), (2, 1));
+/// ```
+pub fn check_permits(holdings: Vec<(Interval, u32)>, limit: u32) -> PermitReport {
+    let mut report = PermitReport {
+        acquisitions: holdings.len(),
+        limit,
+        ..PermitReport::default()
+    };
+    // Ends before starts at the same instant: a holding recorded as ending when another
+    // begins did not overlap it.
+    let mut events: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * holdings.len());
+    for (i, (interval, _)) in holdings.iter().enumerate() {
+        events.push((interval.start, true, i));
+        events.push((interval.end, false, i));
+    }
+    events.sort_by_key(|&(at, starts, i)| (at, starts, i));
+    let mut open = std::collections::BTreeSet::new();
+    let mut held = 0u32;
+    let mut over = false;
+    for (_, starts, i) in events {
+        let permits = holdings[i].1;
+        if starts {
+            open.insert(i);
+            held = held.saturating_add(permits);
+        } else {
+            open.remove(&i);
+            held = held.saturating_sub(permits);
+        }
+        report.most_at_once = report.most_at_once.max(held);
+        // Each time the count goes over, once (not at every start while it stays over).
+        if held > limit && !over {
+            report
+                .over_limit
+                .push(open.iter().map(|&j| holdings[j].0.clone()).collect());
+        }
+        over = held > limit;
+    }
+    let mut by_token: Vec<&Interval> = holdings.iter().map(|(interval, _)| interval).collect();
+    by_token.sort_by_key(|interval| interval.token);
+    for pair in by_token.windows(2) {
+        if pair[0].token == pair[1].token {
+            report
+                .repeated_tokens
+                .push((pair[0].clone(), pair[1].clone()));
+        }
+    }
+    let mut by_worker: Vec<&Interval> = holdings.iter().map(|(interval, _)| interval).collect();
+    by_worker.sort_by(|a, b| (&a.worker, a.start).cmp(&(&b.worker, b.start)));
+    for pair in by_worker.windows(2) {
+        let (first, then) = (pair[0], pair[1]);
+        if first.worker == then.worker && then.start >= first.end && then.token <= first.token {
+            report.token_regressions.push((first.clone(), then.clone()));
+        }
+    }
+    report
+}
+
 /// Makes `interval` the greatest if its token is greater.
 fn raise<'a>(greatest: &mut Option<&'a Interval>, interval: &'a Interval) {
     if greatest.is_none_or(|g| interval.token > g.token) {
@@ -304,6 +416,36 @@ mod tests {
         assert!(report.is_ok(), "{report:?}");
         let report = check_modes(vec![iv("w", 9, 0, 10)], vec![iv("r", 3, 21, 25)]);
         assert_eq!(report.token_regressions.len(), 1);
+    }
+
+    #[test]
+    fn permits_over_the_limit_repeated_tokens_and_falling_tokens_are_found() {
+        let weighted =
+            |worker, token, start, end, permits| (iv(worker, token, start, end), permits);
+        // Two of three permits, then three: at the limit, never over.
+        let fine = vec![
+            weighted("a", 1, 0, 10, 1),
+            weighted("b", 2, 0, 10, 1),
+            weighted("c", 3, 10, 20, 3),
+        ];
+        let report = check_permits(fine.clone(), 3);
+        assert!(report.is_ok(), "{report:?}");
+        assert_eq!(report.most_at_once, 3);
+        // A weighted holding that opens while two others hold: 4 of 3.
+        let mut over = fine.clone();
+        over.push(weighted("d", 4, 5, 6, 2));
+        let report = check_permits(over, 3);
+        assert_eq!(report.over_limit.len(), 1, "{report:?}");
+        assert_eq!(report.over_limit[0].len(), 3);
+        assert_eq!(report.most_at_once, 4);
+        // A token given twice; one worker's later holding with a smaller token.
+        let mut tokens = fine;
+        tokens.push(weighted("e", 3, 30, 40, 1));
+        tokens.push(weighted("a", 0, 50, 60, 1));
+        let report = check_permits(tokens, 3);
+        assert_eq!(report.repeated_tokens.len(), 1);
+        assert_eq!(report.token_regressions.len(), 1);
+        assert!(!report.is_ok());
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod owner;
 mod redlock;
 mod reentrant;
 mod rwlock;
+mod semaphore;
 mod state;
 mod token;
 mod wait;
@@ -40,6 +41,9 @@ pub use redlock::{
 };
 pub use reentrant::{ReentrantGuard, ReentrantMutex, ReentrantMutexOptions};
 pub use rwlock::{RwLock, RwLockOptions, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{
+    MAX_PERMITS, PermitHolder, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreState,
+};
 pub use state::{HoldInfo, HoldMode, Holder, HoldsState, LockState};
 pub use token::{FencingToken, OwnerToken};
 pub use wait::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};

@@ -1,0 +1,105 @@
+-- acquire.lua: take permits of a semaphore, first come, first served (after the preludes
+-- fence.lua: server_micros, next_token; waiters.lua: wake, the queue; permits.lua).
+--
+-- KEYS[1]  the holders: sorted set, owner token -> lease end (server ms). See permits.lua.
+-- KEYS[2]  the permits hash: 'limit' -> N, owner token -> permits held.
+-- KEYS[3]  the fencing counter.
+-- KEYS[4]  the queue (sorted set of waiter owner tokens by ticket).
+-- KEYS[5]  the places (sorted set of waiter owner tokens by place-lease end, server ms).
+-- KEYS[6]  the ticket counter.
+-- ARGV[1]  the owner token (32 lowercase hex characters, '@' and its client's wake-up
+--          address: see wake in waiters.lua); it names this acquisition's permits.
+-- ARGV[2]  how many permits (an integer, 1 <= ARGV[2] <= ARGV[3]).
+-- ARGV[3]  N, the number of permits the caller opened the semaphore with (a positive
+--          integer).
+-- ARGV[4]  the lease in ms (a positive integer).
+-- ARGV[5]  the place lease in ms; 0 means "try once": never join the queue, and take the
+--          permits only if enough are free and nobody waits.
+-- ARGV[6]  the wake channel.
+--
+-- Replies:
+--   {1, token}  granted: ARGV[2] permits are ARGV[1]'s until now + ARGV[4] (server clock);
+--               token is the new fencing token (fence.lua's next_token), one per grant. The
+--               waiter left the queue; if permits are still free, the next waiter is woken.
+--               Also the reply when ARGV[1] holds already (a retried request, or a grant that
+--               came back too late): the lease is set again, with a new token.
+--   {0, ms}     not granted: too few permits are free; ms is how long until the earliest
+--               holder's lease ends (when a permit comes back at the latest).
+--   {0, -2}     not granted: permits are free but other waiters are ahead (they are served
+--               first); the first of them is woken.
+--               With ARGV[5] > 0 the caller now has a place in the queue (its old one if it
+--               had one), leased until now + ARGV[5].
+-- Errors (nothing written):
+--   PERMITS <n>  the semaphore is in use with n permits, not ARGV[3].
+--   WRONGTYPE <key> ...  a key holds another Redis type (a Mutex of the same name, say), or
+--                        the fencing counter is not an integer.
+--   others       as the server raised them (NOPERM, OOM, READONLY).
+
+local owner, wanted, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local lease, place_lease, channel = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local kinds = {'zset', 'hash', 'string', 'zset', 'zset', 'string'}
+for i = 1, 6 do
+  local wrong = wrong_kind(KEYS[i], kinds[i], 'a semaphore')
+  if wrong then
+    return wrong
+  end
+end
+local counter = redis.call('GET', KEYS[3])
+if counter and not (string.match(counter, '^%-?%d+$') and string.len(counter) <= 19) then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' is not a fencing counter: not an integer')
+end
+
+local micros = server_micros()
+local now = math.floor(micros / 1000)
+local stored = permits_limit(KEYS[2])
+if stored and stored ~= limit then
+  return redis.error_reply('PERMITS ' .. stored)
+end
+
+permits_reclaim(KEYS[1], KEYS[2], now)
+queue_purge(KEYS[4], KEYS[5], now)
+
+local function grant()
+  local token, err = next_token(KEYS[3], micros)
+  if not token then
+    return err
+  end
+  redis.call('ZADD', KEYS[1], now + lease, owner)
+  redis.call('HSET', KEYS[2], owner, wanted, 'limit', limit)
+  return {1, token}
+end
+
+if redis.call('ZSCORE', KEYS[1], owner) then
+  local reply = grant()
+  permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
+  return reply
+end
+
+local used = permits_used(KEYS[2])
+local head = queue_head(KEYS[4])
+if (head == nil or head == owner) and used + wanted <= limit then
+  local reply = grant()
+  if reply[1] ~= 1 then
+    return reply
+  end
+  queue_leave(KEYS[4], KEYS[5], KEYS[6], owner)
+  permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
+  local next = queue_head(KEYS[4])
+  if next and used + wanted < limit then
+    -- Permits are left: the next in line may take them now.
+    wake(channel, next)
+  end
+  return reply
+end
+
+if place_lease > 0 then
+  queue_join(KEYS[4], KEYS[5], KEYS[6], owner, now, place_lease)
+  redis.call('HSET', KEYS[2], 'limit', limit)
+  permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
+end
+if head and head ~= owner and used < limit then
+  -- Permits are free, but the first waiter has not taken them: prod it.
+  wake(channel, head)
+  return {0, -2}
+end
+return {0, permits_first_lease(KEYS[1], now)}

@@ -1,0 +1,567 @@
+//! `Semaphore`: at most N holders at once, each permit leased and fenced by the server.
+//!
+//! Its keys (`permits.lua` says what each holds): the semaphore's name is a sorted set of
+//! holders by the server time their lease ends, a companion hash keeps N and how many
+//! permits each holder has, the fencing counter gives every grant a token of its own, and the
+//! line of waiters is the one every queued primitive uses. Expired permits are reclaimed
+//! inside the scripts, by the server's clock only: a crashed holder's permits come back when
+//! its lease ends — never before, never for ever — and no client clock takes part.
+//!
+//! The primitive is its scripts, a [`Hold`] (release, extend), an [`Asker`] per acquisition
+//! (how many permits, with the acquire loop's [`Placed`] contender: first come, first served,
+//! woken by a release) and its guard.
+
+mod guard;
+mod state;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::error::{Error, Phase, Result};
+use crate::key::LockKeys;
+use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
+use crate::node::{LockScript, Node, Replication};
+use crate::options::LockOptions;
+use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
+use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
+
+pub use guard::SemaphoreGuard;
+pub use state::{PermitHolder, SemaphoreState};
+
+/// The semaphore's own prelude: reclaiming expired permits, counting, TTLs.
+const PERMITS_LUA: &str = include_str!("permits.lua");
+
+/// Take permits, first come, first served: `{1, token}`, `{0, ms}` or `{0, -2}`.
+static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        PERMITS_LUA,
+        include_str!("acquire.lua"),
+    ])
+});
+
+/// Give permits back (or a place up), waking the first waiter: `1` or `0`.
+static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        PERMITS_LUA,
+        include_str!("release.lua"),
+    ])
+});
+
+/// Renew a holder's lease: `1` or `0`.
+static EXTEND: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, PERMITS_LUA, include_str!("extend.lua")]));
+
+/// Read N, the counter, the line and the holders.
+static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        PERMITS_LUA,
+        include_str!("inspect.lua"),
+    ])
+});
+
+/// Change N: the N it replaced, or `0`.
+static RESIZE: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, PERMITS_LUA, include_str!("resize.lua")]));
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 1_000_000_000;
+
+/// How a [`Semaphore`] acquires: the options every primitive takes ([`LockOptions`]): each
+/// permit's lease and watchdog, and the place lease of a waiter in line (how long a dead
+/// waiter at the head can hold up the line).
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_locks::SemaphoreOptions;
+///
+/// let options = SemaphoreOptions::default().lease(Duration::from_secs(10));
+/// assert!(!options.get_watchdog());
+/// ```
+pub type SemaphoreOptions = LockOptions;
+
+/// How a semaphore's permits are released and extended, by owner token.
+struct SemaphoreHold {
+    node: Node,
+    keys: Arc<LockKeys>,
+    /// The permits hash (see `permits.lua`).
+    permits: String,
+}
+
+impl SemaphoreHold {
+    /// The keys and args of an extension by `owner` to `lease`.
+    fn extend_request(&self, lease: Duration) -> Result<([&str; 3], String)> {
+        let keys = [self.keys.lock(), &self.permits, self.keys.queue()];
+        Ok((keys, lease_millis(lease)?.to_string()))
+    }
+}
+
+impl Hold for SemaphoreHold {
+    fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
+        Box::pin(async move {
+            let id = owner.as_str();
+            let tombstone = self
+                .node
+                .may_run_twice()
+                .then(|| self.keys.companion(&format!("released:{id}")));
+            let all = [
+                self.keys.lock(),
+                &self.permits,
+                self.keys.queue(),
+                self.keys.places(),
+                self.keys.tickets(),
+                tombstone.as_deref().unwrap_or_default(),
+            ];
+            let keys = &all[..if tombstone.is_some() { 6 } else { 5 }];
+            let args = [id, self.keys.wake_channel()];
+            let reply = self
+                .node
+                .run_script(Phase::Release, &RELEASE, keys, &args)
+                .await?;
+            owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
+        })
+    }
+
+    fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
+        Box::pin(async move {
+            let (keys, lease) = self.extend_request(lease)?;
+            let args = [owner.as_str(), &lease];
+            let reply = self
+                .node
+                .run_script(Phase::Extend, &EXTEND, &keys, &args)
+                .await?;
+            owner_reply(self.name(), Phase::Extend, reply)
+        })
+    }
+
+    fn extend_replicated<'a>(
+        &'a self,
+        owner: &'a OwnerToken,
+        lease: Duration,
+        replication: &'a Replication,
+    ) -> HoldFuture<'a, u32> {
+        Box::pin(async move {
+            let (keys, lease) = self.extend_request(lease)?;
+            let args = [owner.as_str(), &lease];
+            let (reply, acked) = self
+                .node
+                .run_script_replicated(Phase::Extend, &EXTEND, &keys, &args, replication)
+                .await?;
+            owner_reply(self.name(), Phase::Extend, reply)?;
+            replication.enough(self.name(), acked)
+        })
+    }
+}
+
+/// At most N holders at once, across every process: a distributed counting semaphore whose
+/// permits are leased and fenced.
+///
+/// Every acquisition takes one permit ([`acquire`](Semaphore::acquire)) or several
+/// ([`acquire_many`](Semaphore::acquire_many)) and gets a [`SemaphoreGuard`] with a fencing
+/// token of its own (every grant's token is greater than every earlier grant's) and a lease
+/// kept by the server's clock: the watchdog renews it while the guard lives,
+/// [`lost`](SemaphoreGuard::lost) fires the moment it is lost, and dropping the guard gives
+/// the permits back. A holder that crashed frees its permits when its lease ends, never
+/// before; a client clock that jumps changes nothing, as only the server's clock times
+/// leases.
+///
+/// Waiters are served first come, first served in one line across processes (the line a
+/// [`FairMutex`](crate::FairMutex) uses): the first waiter takes its permits as soon as
+/// enough are free, and nobody behind it goes first, so `acquire_many(5)` is not starved by
+/// a stream of single permits. A release wakes the first waiter (no polling); a grant that
+/// leaves permits free wakes the next.
+///
+/// N is part of the semaphore: every process must open it with the same N while anybody
+/// holds or waits ([`Error::PermitsMismatch`] otherwise); change it on purpose with
+/// [`set_permits`](Semaphore::set_permits). A semaphore nobody holds or waits for keeps
+/// nothing on the server, so the next acquirer's N counts.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let server = test_support::RedisServer::start()?;
+/// let client = redis_locks::Client::connect(&server.url()).await?;
+/// let api = client.semaphore("partner-api", 3)?; // at most 3 calls at once
+/// let a = api.acquire().await?;
+/// let b = api.acquire_many(2).await?;
+/// assert_eq!(api.available().await?, 0);
+/// assert!(api.try_acquire().await.unwrap_err().is_held());
+/// assert!(b.fencing_token() > a.fencing_token());
+/// a.release().await?;
+/// assert_eq!(api.available().await?, 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    client: Client,
+    keys: Arc<LockKeys>,
+    hold: Arc<SemaphoreHold>,
+    options: SemaphoreOptions,
+    permits: u32,
+    /// The lease in milliseconds, as the acquire script takes it.
+    lease_ms: Arc<str>,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name())
+            .field("permits", &self.permits)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Client {
+    /// A [`Semaphore`] handle for the name `name` with `permits` permits, with default
+    /// options (a 30 s lease renewed by the watchdog, 2 s place leases).
+    ///
+    /// # Errors
+    /// [`Error::InvalidPermits`] for 0 permits or more than [`MAX_PERMITS`]; as
+    /// [`Client::mutex`] for the name.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        self.semaphore_with(name, permits, SemaphoreOptions::default())
+    }
+
+    /// A [`Semaphore`] handle with the given options.
+    ///
+    /// # Errors
+    /// As [`Client::semaphore`]; as [`Client::mutex_with`] for the options.
+    pub fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        options: SemaphoreOptions,
+    ) -> Result<Semaphore> {
+        Semaphore::new(self.clone(), self.keys(name)?, permits, options)
+    }
+}
+
+impl Semaphore {
+    fn new(
+        client: Client,
+        keys: LockKeys,
+        permits: u32,
+        options: SemaphoreOptions,
+    ) -> Result<Semaphore> {
+        options.check_on(client.options())?;
+        check_permits(keys.name(), permits, "permits")?;
+        let keys = Arc::new(keys);
+        Ok(Semaphore {
+            hold: Arc::new(SemaphoreHold {
+                node: client.node().clone(),
+                permits: keys.companion("permits"),
+                keys: keys.clone(),
+            }),
+            lease_ms: lease_millis(options.get_lease())?.to_string().into(),
+            client,
+            keys,
+            options,
+            permits,
+        })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.keys.name()
+    }
+
+    /// N, the number of permits this handle opened the semaphore with.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Takes one permit, waiting in line as long as it takes.
+    ///
+    /// # Errors
+    /// [`Error::PermitsMismatch`] when the semaphore is in use with another N;
+    /// [`Error::WrongType`] when its keys hold something else (a `Mutex` of the same name);
+    /// [`Error::Connection`] when Redis is unreachable.
+    ///
+    /// # Cancel safety
+    /// Dropping the future at any point gives up the place in line and gives back permits
+    /// the caller never saw, in the background.
+    pub async fn acquire(&self) -> Result<SemaphoreGuard> {
+        self.acquire_many_until(1, None).await
+    }
+
+    /// Takes one permit only if one is free and nobody waits; never joins the line.
+    ///
+    /// # Errors
+    /// [`Error::Held`] when no permit is free (`retry_after`: when the earliest holder's
+    /// lease ends) or others wait first (`retry_after` is `None`); otherwise as
+    /// [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn try_acquire(&self) -> Result<SemaphoreGuard> {
+        self.try_acquire_many(1).await
+    }
+
+    /// Takes one permit, waiting at most `wait`; on timeout the place in line is given up.
+    ///
+    /// # Errors
+    /// [`Error::WaitTimeout`] when no permit came within `wait`; otherwise as
+    /// [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn acquire_timeout(&self, wait: Duration) -> Result<SemaphoreGuard> {
+        self.acquire_many_until(1, Instant::now().checked_add(wait))
+            .await
+    }
+
+    /// Takes `permits` permits at once (all or none), waiting in line as long as it takes.
+    /// Nobody behind this caller in line is served first, so it is not starved by callers
+    /// of fewer permits.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPermits`] for 0 or more than N permits; otherwise as
+    /// [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn acquire_many(&self, permits: u32) -> Result<SemaphoreGuard> {
+        self.acquire_many_until(permits, None).await
+    }
+
+    /// Takes `permits` permits at once only if enough are free and nobody waits.
+    ///
+    /// # Errors
+    /// As [`Semaphore::try_acquire`] and [`Semaphore::acquire_many`].
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn try_acquire_many(&self, permits: u32) -> Result<SemaphoreGuard> {
+        let asking = self.asking(permits)?;
+        let owed = OwedRelease::addressed(self.hold.clone(), self.client.node().address());
+        let lease = try_once(&asking, owed).await?;
+        Ok(SemaphoreGuard::new(lease, permits))
+    }
+
+    /// Takes `permits` permits at once, waiting at most `wait`.
+    ///
+    /// # Errors
+    /// As [`Semaphore::acquire_timeout`] and [`Semaphore::acquire_many`].
+    ///
+    /// # Cancel safety
+    /// As [`Semaphore::acquire`].
+    pub async fn acquire_many_timeout(
+        &self,
+        permits: u32,
+        wait: Duration,
+    ) -> Result<SemaphoreGuard> {
+        self.acquire_many_until(permits, Instant::now().checked_add(wait))
+            .await
+    }
+
+    /// How many permits are free right now (N less those held by holders whose lease has not
+    /// ended). Waiters in line may take them before this caller could.
+    ///
+    /// # Errors
+    /// As [`Semaphore::state`].
+    pub async fn available(&self) -> Result<u32> {
+        Ok(self.state().await?.available(self.permits))
+    }
+
+    /// N as the server keeps it, the holders with their remaining leases, the waiters and
+    /// the fencing counter, read in one step.
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when a key holds something else; [`Error::Connection`].
+    pub async fn state(&self) -> Result<SemaphoreState> {
+        let keys = [
+            self.keys.lock(),
+            &self.hold.permits,
+            self.keys.fence(),
+            self.keys.places(),
+        ];
+        let reply: Vec<redis::Value> = self
+            .client
+            .node()
+            .run_script(Phase::Inspect, &INSPECT, &keys, &[])
+            .await?;
+        SemaphoreState::from_reply(reply)
+    }
+
+    /// Changes N to `permits` for everyone, on purpose, and makes this handle use it; says
+    /// which N it replaced (`None` when nobody held or waited: nothing is kept then, and the
+    /// next acquirer's N counts). Holders keep their permits when N shrinks below what they
+    /// hold; nobody is granted more until enough are released. When N grows, the first
+    /// waiter is woken. Other handles opened with the old N get
+    /// [`Error::PermitsMismatch`] from then on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidPermits`] as [`Client::semaphore`]; as [`Semaphore::state`].
+    pub async fn set_permits(&mut self, permits: u32) -> Result<Option<u32>> {
+        check_permits(self.name(), permits, "permits")?;
+        let keys = [
+            self.keys.lock(),
+            &self.hold.permits,
+            self.keys.queue(),
+            self.keys.places(),
+        ];
+        let limit = permits.to_string();
+        let before: u32 = self
+            .client
+            .node()
+            .run_script(
+                Phase::Acquire,
+                &RESIZE,
+                &keys,
+                &[&limit, self.keys.wake_channel()],
+            )
+            .await?;
+        self.permits = permits;
+        Ok((before > 0).then_some(before))
+    }
+
+    /// An acquisition of `permits` permits, checked against N.
+    fn asking(&self, permits: u32) -> Result<Asking<'_>> {
+        check_permits(self.name(), permits, "permits asked for")?;
+        if permits > self.permits {
+            return Err(Error::InvalidPermits {
+                name: self.name().to_string(),
+                value: permits,
+                reason: format!("more than the semaphore's {} permits", self.permits),
+            });
+        }
+        Ok(Asking {
+            semaphore: self,
+            permits,
+            count: permits.to_string(),
+            limit: self.permits.to_string(),
+        })
+    }
+
+    async fn acquire_many_until(
+        &self,
+        permits: u32,
+        deadline: Option<Instant>,
+    ) -> Result<SemaphoreGuard> {
+        let asking = self.asking(permits)?;
+        // One owner token for the whole wait: this caller's place in line, then the name of
+        // its permits.
+        let owed = OwedRelease::addressed(self.hold.clone(), self.client.node().address());
+        let address = owed.owner().as_str().to_string();
+        let on = self.client.wait_on(self.options.get_wait_options());
+        let lease = acquire(on, Placed::new(&asking, owed, address), deadline).await?;
+        Ok(SemaphoreGuard::new(lease, permits))
+    }
+}
+
+/// N, or a number of permits asked for, checked.
+fn check_permits(name: &str, permits: u32, what: &'static str) -> Result<()> {
+    let reason = match permits {
+        0 => format!("{what} must be at least 1"),
+        permits if permits > MAX_PERMITS => format!("{what} must be at most {MAX_PERMITS}"),
+        _ => return Ok(()),
+    };
+    Err(Error::InvalidPermits {
+        name: name.to_string(),
+        value: permits,
+        reason,
+    })
+}
+
+/// One acquisition of a number of permits: the acquire loop's [`Asker`].
+struct Asking<'a> {
+    semaphore: &'a Semaphore,
+    permits: u32,
+    /// `permits`, as the script takes it.
+    count: String,
+    /// N, as the script takes it.
+    limit: String,
+}
+
+impl Asking<'_> {
+    /// The acquire script's `PERMITS <n>` refusal as [`Error::PermitsMismatch`].
+    fn mismatch(&self, err: Error) -> Error {
+        let stored = match &err {
+            Error::Redis { source, .. } if source.code() == Some("PERMITS") => source
+                .detail()
+                .and_then(|detail| detail.trim().parse::<u32>().ok()),
+            _ => None,
+        };
+        match stored {
+            Some(permits) => Error::PermitsMismatch {
+                name: self.semaphore.name().to_string(),
+                permits,
+                asked: self.semaphore.permits,
+            },
+            None => err,
+        }
+    }
+}
+
+impl Asker for Asking<'_> {
+    fn name(&self) -> &str {
+        self.semaphore.name()
+    }
+
+    fn channel(&self) -> &str {
+        self.semaphore.keys.wake_channel()
+    }
+
+    fn place_lease(&self) -> Duration {
+        self.semaphore.options.get_place_lease()
+    }
+
+    fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease {
+        let semaphore = self.semaphore;
+        let options = semaphore.options.get_lease_options();
+        Lease::new(owed, token, sent_at, options, semaphore.client.renewals())
+    }
+
+    /// One attempt (see [`answer_in_time`] for late grants).
+    async fn ask(
+        &self,
+        owed: &OwedRelease,
+        place_lease: Duration,
+        deadline: Option<Instant>,
+        _nonce: u64,
+    ) -> Result<Answer> {
+        let semaphore = self.semaphore;
+        let keys = &semaphore.keys;
+        let key_list = [
+            keys.lock(),
+            &semaphore.hold.permits,
+            keys.fence(),
+            keys.queue(),
+            keys.places(),
+            keys.tickets(),
+        ];
+        let place = place_lease.as_millis().to_string();
+        let args = [
+            owed.owner().as_str(),
+            &self.count,
+            &self.limit,
+            &semaphore.lease_ms,
+            &place,
+            keys.wake_channel(),
+        ];
+        debug_assert!(self.permits >= 1);
+        answer_in_time(semaphore.options.get_lease_options(), deadline, || async {
+            semaphore
+                .client
+                .node()
+                .run_script(Phase::Acquire, &ACQUIRE, &key_list, &args)
+                .await
+                .map_err(|err| self.mismatch(err))
+        })
+        .await
+    }
+}
