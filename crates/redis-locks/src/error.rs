@@ -320,6 +320,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The names given to a [`MultiLock`](crate::MultiLock) cannot be used together: none,
+    /// more than [`MAX_MULTILOCK_NAMES`](crate::MAX_MULTILOCK_NAMES), or a name given twice.
+    #[error("invalid MultiLock names: {reason}")]
+    InvalidNames {
+        /// What is wrong.
+        reason: String,
+    },
     /// A number of semaphore permits cannot be used: N of 0 or over
     /// [`MAX_PERMITS`](crate::MAX_PERMITS), or an acquisition of 0 permits or of more than N.
     #[error("semaphore {}: invalid {value} permits: {reason}", fmt_name(name))]

@@ -555,6 +555,12 @@ impl Node {
         self.inner.backend.cluster_form()
     }
 
+    /// Whether the keys of one request must share a cluster slot (a Redis Cluster); one
+    /// server (or Sentinel's master) takes any keys together.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.inner.backend.cluster_form()
+    }
+
     /// Whether this node's requests all go over one connection it can name: the
     /// capability the `Mutex` fast path's vouching needs (see `mutex/acquire.lua`,
     /// `KEYS[3]`). Without it (a cluster: one connection per shard), the acquire script

@@ -208,6 +208,11 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
+    /// The channel subscribed to.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
     /// Whether the server has confirmed the subscription and the connection is up: a release
     /// published from now on will reach [`Listener::next`].
     pub(crate) fn is_live(&self) -> bool {

@@ -164,7 +164,9 @@ pub(crate) trait Contender: Send {
     /// The lock's name, for [`Error::WaitTimeout`].
     fn name(&self) -> &str;
 
-    /// The lock's wake channel.
+    /// The lock's wake channel: where the wake-up that ends the next wait comes from. It
+    /// may change after a refused attempt (a MultiLock listens on the lock that refused
+    /// it); the loop then listens there before the next attempt.
     fn channel(&self) -> &str;
 
     /// One attempt, made while listening for wake-ups, standing in `line`. `deadline` is the
@@ -370,10 +372,17 @@ async fn granted<C: Contender>(
         let subscription = match &queue {
             // Kept while any waiter of this process queues.
             Some(queue) => queue.subscribe(on.node, channel, confirm_within).await,
-            None => match &mut own {
-                Some(own) => &*own,
-                none => &*none.insert(on.node.subscribe(channel, confirm_within).await),
-            },
+            None => {
+                // A contender whose attempts may be refused by several locks (a
+                // MultiLock's) listens on the channel of the one that refused it last.
+                if own.as_ref().is_some_and(|own| own.channel() != channel) {
+                    own = None;
+                }
+                match &mut own {
+                    Some(own) => &*own,
+                    none => &*none.insert(on.node.subscribe(channel, confirm_within).await),
+                }
+            }
         };
         // Listen before the attempt, so a release right after it still wakes us.
         let mut listener = subscription.listen();
