@@ -16,12 +16,13 @@
 local owner, lease = ARGV[1], ARGV[2]
 local count = #KEYS / 3
 for i = 1, count do
-  local lock = KEYS[3 * i - 2]
-  local wrong = wrong_kind(lock, 'string', 'a lock')
+  local wrong = wrong_kind(KEYS[3 * i - 2], 'string', 'a lock')
   if wrong then
     return wrong
   end
-  local holder = holder_of(lock)
+end
+for i = 1, count do
+  local holder = holder_of(KEYS[3 * i - 2])
   if not holder then
     return {0, i}
   end

@@ -1,0 +1,194 @@
+//! The MultiLock's scripts, called directly on a real server: every branch and reply of
+//! their headers.
+
+mod common;
+
+use common::{
+    FENCE_LUA, WAITERS_LUA, lua, next_message, nothing_more, pttl, raw, server, subscribed,
+};
+use redis::Connection;
+
+/// Per name: the lock key, its fencing counter, its queue.
+fn keys(names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .flat_map(|name| {
+            [
+                name.to_string(),
+                format!("{{{name}}}:fence"),
+                format!("{{{name}}}:queue"),
+            ]
+        })
+        .collect()
+}
+
+fn acquire(
+    con: &mut Connection,
+    names: &[&str],
+    owner: &str,
+    mark: bool,
+) -> redis::RedisResult<Vec<i64>> {
+    lua(&[
+        FENCE_LUA,
+        WAITERS_LUA,
+        include_str!("../src/multilock/acquire.lua"),
+    ])
+    .key(keys(names))
+    .arg(owner)
+    .arg(10_000)
+    .arg(if mark { "1" } else { "0" })
+    .invoke(con)
+}
+
+fn release(con: &mut Connection, names: &[&str], owner: &str) -> redis::RedisResult<Vec<i64>> {
+    let channels: Vec<String> = names
+        .iter()
+        .map(|name| format!("{{{name}}}:wake"))
+        .collect();
+    lua(&[WAITERS_LUA, include_str!("../src/multilock/release.lua")])
+        .key(keys(names))
+        .arg(owner)
+        .arg(channels)
+        .invoke(con)
+}
+
+fn extend(con: &mut Connection, names: &[&str], owner: &str) -> redis::RedisResult<Vec<i64>> {
+    lua(&[WAITERS_LUA, include_str!("../src/multilock/extend.lua")])
+        .key(keys(names))
+        .arg(owner)
+        .arg(20_000)
+        .invoke(con)
+}
+
+fn get(con: &mut Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(con).unwrap()
+}
+
+#[test]
+fn all_are_taken_with_a_token_each_or_none() {
+    let server = server();
+    let mut con = raw(&server);
+    let reply = acquire(&mut con, &["a", "b"], "me", false).unwrap();
+    assert_eq!((reply.len(), reply[0]), (3, 1));
+    assert!(reply[1] > 1_000_000_000_000_000 && reply[2] > 1_000_000_000_000_000);
+    assert!(pttl(&server, "a") > 9_000 && pttl(&server, "b") > 9_000);
+    // Again by the same owner (a retried request): granted with new tokens.
+    let again = acquire(&mut con, &["a", "b"], "me", false).unwrap();
+    assert!(again[0] == 1 && again[1] > reply[1] && again[2] > reply[2]);
+    // Another owner over b and c: refused at b (the first), nothing taken, b not marked.
+    let refused = acquire(&mut con, &["c", "b"], "other", false).unwrap();
+    assert_eq!(refused[..2], [0, 2]);
+    assert!(refused[2] > 9_000, "b's lease: {refused:?}");
+    assert_eq!(get(&mut con, "c"), None);
+    assert_eq!(get(&mut con, "b").as_deref(), Some("me"));
+    // A waiting attempt marks the lock that refused it.
+    assert_eq!(
+        acquire(&mut con, &["c", "b"], "other", true).unwrap()[..2],
+        [0, 2]
+    );
+    assert_eq!(get(&mut con, "b").as_deref(), Some("me+w"));
+    // The holder's re-grant keeps the mark (its release still wakes the waiter).
+    assert_eq!(acquire(&mut con, &["a", "b"], "me", true).unwrap()[0], 1);
+    assert_eq!(get(&mut con, "b").as_deref(), Some("me+w"));
+}
+
+#[test]
+fn wrong_types_and_broken_counters_are_refused_with_nothing_written() {
+    let server = server();
+    let mut con = raw(&server);
+    redis::cmd("LPUSH")
+        .arg("b")
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
+    let err = acquire(&mut con, &["a", "b"], "me", true).unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"));
+    assert!(
+        err.to_string().contains("b holds a list, not a lock"),
+        "{err}"
+    );
+    for err in [
+        release(&mut con, &["a", "b"], "me").unwrap_err(),
+        extend(&mut con, &["a", "b"], "me").unwrap_err(),
+    ] {
+        assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    }
+    redis::cmd("DEL").arg("b").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("{b}:fence")
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
+    let err = acquire(&mut con, &["a", "b"], "me", true).unwrap_err();
+    assert!(
+        err.to_string().contains("is not a fencing counter"),
+        "{err}"
+    );
+    assert_eq!(get(&mut con, "a"), None, "nothing written");
+    let counter: Option<String> = get(&mut con, "{a}:fence");
+    assert_eq!(counter, None, "no token taken");
+}
+
+#[test]
+fn release_reports_each_lock_and_wakes_the_waiters_of_marked_ones() {
+    let server = server();
+    let mut con = raw(&server);
+    assert_eq!(
+        acquire(&mut con, &["a", "b", "c"], "me", false).unwrap()[0],
+        1
+    );
+    // a is marked by a waiter; b's lease ran out; c was taken by another owner since.
+    assert_eq!(acquire(&mut con, &["a"], "waiter", true).unwrap()[0], 0);
+    redis::cmd("DEL").arg("b").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("c")
+        .arg("other")
+        .exec(&mut con)
+        .unwrap();
+    // A Mutex waiter stands in a's line.
+    redis::cmd("ZADD")
+        .arg("{a}:queue")
+        .arg(1)
+        .arg("line-head")
+        .exec(&mut con)
+        .unwrap();
+    let mut wakes = subscribed(&server, "{a}:wake");
+    assert_eq!(
+        release(&mut con, &["a", "b", "c"], "me").unwrap(),
+        [1, 0, -1]
+    );
+    assert_eq!(next_message(&mut wakes).as_deref(), Some("line-head"));
+    assert_eq!(next_message(&mut wakes).as_deref(), Some("*"));
+    assert_eq!(get(&mut con, "a"), None);
+    assert_eq!(get(&mut con, "c").as_deref(), Some("other"), "left alone");
+    // Unmarked: a release publishes nothing.
+    let mut quiet = subscribed(&server, "{d}:wake");
+    assert_eq!(acquire(&mut con, &["d"], "me", false).unwrap()[0], 1);
+    assert_eq!(release(&mut con, &["d"], "me").unwrap(), [1]);
+    assert!(nothing_more(&server, &mut quiet, "{d}:wake"));
+    // A second release: each gone.
+    assert_eq!(release(&mut con, &["d"], "me").unwrap(), [0]);
+}
+
+#[test]
+fn extend_is_all_or_none_and_names_the_lock_it_lost() {
+    let server = server();
+    let mut con = raw(&server);
+    assert_eq!(acquire(&mut con, &["a", "b"], "me", false).unwrap()[0], 1);
+    assert_eq!(extend(&mut con, &["a", "b"], "me").unwrap(), [1]);
+    assert!(pttl(&server, "a") > 19_000 && pttl(&server, "b") > 19_000);
+    redis::cmd("PEXPIRE")
+        .arg("a")
+        .arg(5_000)
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("b")
+        .arg("other")
+        .exec(&mut con)
+        .unwrap();
+    assert_eq!(extend(&mut con, &["a", "b"], "me").unwrap(), [-1, 2]);
+    assert!(pttl(&server, "a") <= 5_000, "nothing extended");
+    redis::cmd("DEL").arg("a").exec(&mut con).unwrap();
+    assert_eq!(extend(&mut con, &["a", "b"], "me").unwrap(), [0, 1]);
+}
