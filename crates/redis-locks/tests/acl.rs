@@ -64,7 +64,14 @@ async fn every_primitive_runs_as_the_documented_least_privileged_user() {
     let url = url_as(&server, "locks");
     let mut workers = Vec::new();
     let mut histories = Vec::new();
-    for kind in ["mutex", "fair", "reentrant", "rwlock"] {
+    for kind in [
+        "mutex",
+        "fair",
+        "reentrant",
+        "rwlock",
+        "semaphore",
+        "multilock",
+    ] {
         // One history per lock: different locks may be held at once.
         let history = Arc::new(History::default());
         histories.push((kind, history.clone()));

@@ -86,7 +86,14 @@ fn cluster_contender_child() {
 async fn every_primitive_excludes_on_every_master() {
     let cluster = RedisCluster::start(3, 0).unwrap();
     let seeds = cluster.seed_urls();
-    let kinds = ["mutex", "fair", "reentrant", "rwlock"];
+    let kinds = [
+        "mutex",
+        "fair",
+        "reentrant",
+        "rwlock",
+        "semaphore",
+        "multilock",
+    ];
     // Each primitive on a name of each master: 12 locks, spread over the three shards.
     let mut locks = Vec::new();
     for kind in kinds {

@@ -91,7 +91,14 @@ async fn every_primitive_excludes_through_sentinel() {
     for client in &clients {
         assert_eq!(client.serving("any").await.unwrap(), address(master));
     }
-    let kinds = ["mutex", "fair", "reentrant", "rwlock"];
+    let kinds = [
+        "mutex",
+        "fair",
+        "reentrant",
+        "rwlock",
+        "semaphore",
+        "multilock",
+    ];
     let mut histories = Vec::new();
     let mut tasks = Vec::new();
     for kind in kinds {

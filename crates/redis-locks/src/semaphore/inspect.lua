@@ -28,7 +28,7 @@ if not counter then
 end
 local now = server_ms()
 local reply = {permits_limit(KEYS[2]) or -1, counter,
-  redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf')}
+  #redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. now, '+inf')}
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #live, 2 do
   local owner = live[i]

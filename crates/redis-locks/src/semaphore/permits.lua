@@ -37,8 +37,9 @@ local function permits_reclaim(holders, permits, now)
   -- The counts of holders that are gone: those just removed, and those of a holders key
   -- that expired as a whole (its TTL is its latest lease) while the hash lived on for the
   -- waiters.
-  local fields = redis.call('HKEYS', permits)
-  for _, owner in ipairs(fields) do
+  local fields = redis.call('HGETALL', permits)
+  for i = 1, #fields, 2 do
+    local owner = fields[i]
     if owner ~= 'limit' and not redis.call('ZSCORE', holders, owner) then
       redis.call('HDEL', permits, owner)
     end

@@ -263,8 +263,8 @@ pub async fn hold_recorded(
     });
 }
 
-/// `count` acquisitions of `name` as `kind` (`mutex`, `fair`, `reentrant`, or `rwlock` for its
-/// writes) by `worker`, each recorded in `history`.
+/// `count` acquisitions of `name` as `kind` (`mutex`, `fair`, `reentrant`, `rwlock` for its
+/// writes, `semaphore` with one permit, or `multilock` over it and a second name) by `worker`, each recorded in `history`.
 pub async fn contend_as(
     client: Client,
     kind: String,
@@ -300,6 +300,22 @@ pub async fn contend_as(
             "rwlock" => {
                 let guard = client.rwlock(name).unwrap().write().await.unwrap();
                 hold_recorded(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            "semaphore" => {
+                // One permit: exclusive, so the one checker applies.
+                let semaphore = client.semaphore(name, 1).unwrap();
+                let guard = semaphore.acquire().await.unwrap();
+                hold_recorded(&history, &worker, guard.fencing_token()).await;
+                guard.release().await.unwrap();
+            }
+            "multilock" => {
+                // The name and a second one (another slot, on a cluster, as often as not);
+                // the name's own token is recorded.
+                let second = format!("{name}:second");
+                let lock = client.multi_lock([name.as_str(), &second]).unwrap();
+                let guard = lock.lock().await.unwrap();
+                hold_recorded(&history, &worker, guard.fencing_token(name).unwrap()).await;
                 guard.release().await.unwrap();
             }
             other => panic!("no primitive {other}"),
