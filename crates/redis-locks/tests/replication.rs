@@ -76,6 +76,23 @@ async fn every_primitive_reports_the_replica_that_acknowledged() {
     assert_eq!(guard.replicas(), Some(1));
     guard.release().await.unwrap();
 
+    let semaphore = client
+        .semaphore_with("repl:semaphore", 2, wait_for(1))
+        .unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    assert_eq!(permit.replicas(), Some(1));
+    permit.extend(Duration::from_secs(20)).await.unwrap();
+    permit.release().await.unwrap();
+
+    let multi = client
+        .multi_lock_with(["repl:a", "repl:b"], wait_for(1))
+        .unwrap();
+    let both = multi.lock().await.unwrap();
+    assert_eq!(both.replicas(), Some(1));
+    // Acknowledged: the replica has both locks.
+    assert!(get(&replica, "repl:a").is_some() && get(&replica, "repl:b").is_some());
+    both.release().await.unwrap();
+
     // Without a policy, nothing is asked and nothing is reported.
     let plain = client.mutex("repl:plain").unwrap().lock().await.unwrap();
     assert_eq!(plain.replicas(), None);
@@ -112,6 +129,22 @@ async fn a_grant_the_replica_does_not_acknowledge_is_refused_and_released() {
         Err(Error::NotReplicated { .. })
     ));
     assert!(!common::exists(&master, "repl:paused-rw"));
+    let semaphore = client
+        .semaphore_with("repl:paused-sem", 1, wait_for(1))
+        .unwrap();
+    assert!(matches!(
+        semaphore.acquire().await,
+        Err(Error::NotReplicated { .. })
+    ));
+    assert!(!common::exists(&master, "repl:paused-sem"));
+    let multi = client
+        .multi_lock_with(["repl:paused-a", "repl:paused-b"], wait_for(1))
+        .unwrap();
+    assert!(matches!(
+        multi.lock().await,
+        Err(Error::NotReplicated { .. })
+    ));
+    assert!(!common::exists(&master, "repl:paused-a"));
 
     // Asking for more replicas than there are fails the same way, the replica live again.
     replica.resume();

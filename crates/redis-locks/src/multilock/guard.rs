@@ -136,6 +136,17 @@ impl MultiLockGuard {
         self.parts.iter().find_map(|part| part.lease.lost_reason())
     }
 
+    /// How many replicas acknowledged the last confirmed grant or renewal of every lock (the
+    /// fewest of the slots'), when the options ask for replicated acquisition; `None`
+    /// otherwise.
+    pub fn replicas(&self) -> Option<u32> {
+        self.parts
+            .iter()
+            .map(|part| part.lease.replicas())
+            .min()
+            .flatten()
+    }
+
     /// Whether the watchdog renews the leases.
     pub fn is_renewed(&self) -> bool {
         self.parts.iter().all(|part| part.lease.is_renewed())
