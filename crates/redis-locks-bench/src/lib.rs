@@ -9,6 +9,7 @@
 mod baseline;
 mod handoff;
 mod market;
+mod multilock;
 mod stats;
 mod throughput;
 pub mod timeline;
@@ -25,6 +26,7 @@ use cli_support::topology::Wanted;
 pub use baseline::BareLock;
 pub use handoff::{HandoffArgs, HandoffWorkerArgs};
 pub use market::MarketArgs;
+pub use multilock::MultiLockArgs;
 pub use throughput::ThroughputArgs;
 
 /// Which benchmark to run.
@@ -41,6 +43,9 @@ pub enum Bench {
     /// The market of "Redis in Action" 6.2: WATCH vs a coarse lock vs fine-grained locks,
     /// scenarios 1/1, 5/1, 5/5; table, JSON, an SVG chart, invariants checked.
     Market(MarketArgs),
+    /// T tasks take MultiLocks over random subsets of a few names for a while: none stuck
+    /// (each within its total deadline), no name held twice at once; wait percentiles.
+    Multilock(MultiLockArgs),
     /// What TLS and replicated acquisition (WAIT 1) cost an uncontended Mutex, each beside
     /// its plain form on private servers started for the run (a plaintext and a TLS server,
     /// a master with one replica).
@@ -66,6 +71,7 @@ impl Bench {
         match (self, topology) {
             (Bench::Handoff(args), _) => args.check(topology),
             (Bench::Throughput(args), _) => args.check(topology),
+            (Bench::Multilock(args), _) => args.check(),
             (Bench::Market(_), Some("--cluster")) => Err(CliError::Usage(
                 "market runs on one server (--redis) or a Sentinel master: its transactions \
                  (WATCH, MULTI) span keys of several hash slots"
@@ -93,6 +99,7 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
             };
             market::run(&url, endpoint.settings(), args, json).await
         }
+        Bench::Multilock(args) => multilock::run(target.endpoint(), args, json).await,
         Bench::HandoffWorker(args) => handoff::worker_process(target.endpoint(), args).await,
         // Drawn before any Redis is resolved (see main.rs); here for completeness.
         Bench::Timeline(args) => timeline::run(args),

@@ -39,6 +39,11 @@ impl Latencies {
         self.0.add(&other.0).expect("same bounds");
     }
 
+    /// How many durations were recorded.
+    pub fn count(&self) -> u64 {
+        self.0.len()
+    }
+
     /// p50, p99, max and mean in milliseconds.
     pub fn summary(&self) -> Summary {
         let ms = |micros: u64| micros as f64 / 1000.0;
