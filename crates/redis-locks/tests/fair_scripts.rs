@@ -158,7 +158,7 @@ fn fair_scripts_refuse_wrong_types_and_write_nothing() {
 fn a_mutex_release_publishes_a_wake_up_only_when_a_waiter_marked_it() {
     let server = server();
     let mut con = raw(&server);
-    let release = lua(&[WAITERS_LUA, include_str!("../src/mutex/release.lua")]);
+    let release = lua(&[WAITERS_LUA, include_str!("../src/engine/string_lock/release.lua")]);
     let set = |con: &mut redis::Connection, value: &str| {
         redis::cmd("SET")
             .arg("M")

@@ -17,14 +17,14 @@ use redis::{Connection, FromRedisValue, RedisResult, Script, Value};
 use test_support::RedisServer;
 
 /// The hash prelude (`holds_read`, `wake_front`, ...), put after `WAITERS_LUA`.
-const HOLDS_LUA: &str = include_str!("../src/rwlock/holds.lua");
-const ACQUIRE_LUA: &str = include_str!("../src/rwlock/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../src/rwlock/release.lua");
+const HOLDS_LUA: &str = include_str!("../src/engine/holds/holds.lua");
+const ACQUIRE_LUA: &str = include_str!("../src/engine/holds/acquire.lua");
+const RELEASE_LUA: &str = include_str!("../src/engine/holds/release.lua");
 /// The common case of a release, put before the preludes (as the library sends it).
-const RELEASE_FIRST_LUA: &str = include_str!("../src/rwlock/release_first.lua");
-const EXTEND_LUA: &str = include_str!("../src/rwlock/extend.lua");
-const DOWNGRADE_LUA: &str = include_str!("../src/rwlock/downgrade.lua");
-const INSPECT_LUA: &str = include_str!("../src/rwlock/inspect.lua");
+const RELEASE_FIRST_LUA: &str = include_str!("../src/engine/holds/release_first.lua");
+const EXTEND_LUA: &str = include_str!("../src/engine/holds/extend.lua");
+const DOWNGRADE_LUA: &str = include_str!("../src/engine/holds/downgrade.lua");
+const INSPECT_LUA: &str = include_str!("../src/engine/holds/inspect.lua");
 
 /// The keys of the lock named "R".
 const LOCK: &str = "R";

@@ -41,7 +41,7 @@ fn acquire(
     let script = lua(&[
         FENCE_LUA,
         WAITERS_LUA,
-        include_str!("../src/mutex/acquire.lua"),
+        include_str!("../src/engine/string_lock/acquire.lua"),
     ]);
     let mut call = script.prepare_invoke();
     call.key(LOCK)
@@ -67,9 +67,9 @@ fn acquire(
 /// The release as the library sends it: its first check, the prelude, the body.
 fn release(con: &mut Connection, owner: &str) -> i64 {
     lua(&[
-        include_str!("../src/mutex/release_first.lua"),
+        include_str!("../src/engine/string_lock/release_first.lua"),
         WAITERS_LUA,
-        include_str!("../src/mutex/release.lua"),
+        include_str!("../src/engine/string_lock/release.lua"),
     ])
     .key(LOCK)
     .key(&QUEUE[..])
@@ -286,10 +286,10 @@ fn wait_handing(con: &mut Connection, owner: &str, waiter: &str, place_ms: u64) 
 /// The release as a `Mutex` sends it: with the handover hash and the fencing counter.
 fn try_release_handing(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
     lua(&[
-        include_str!("../src/mutex/release_first.lua"),
+        include_str!("../src/engine/string_lock/release_first.lua"),
         FENCE_LUA,
         WAITERS_LUA,
-        include_str!("../src/mutex/release.lua"),
+        include_str!("../src/engine/string_lock/release.lua"),
     ])
     .key(LOCK)
     .key(&QUEUE[..])

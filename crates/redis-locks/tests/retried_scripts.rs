@@ -18,7 +18,7 @@ const CLUSTER_LINES: [(&str, &str); 2] = [
     ("local RETRIED = false", "local RETRIED = true"),
 ];
 
-const HOLDS_LUA: &str = include_str!("../src/rwlock/holds.lua");
+const HOLDS_LUA: &str = include_str!("../src/engine/holds/holds.lua");
 
 /// A script in the cluster's form when `cluster`, else as one server runs it.
 fn form(cluster: bool, parts: &[&str]) -> Script {
@@ -68,7 +68,7 @@ fn mutex_acquire(con: &mut ClusterConnection, name: &str, owner: &str) -> (i64, 
         &[
             FENCE_LUA,
             WAITERS_LUA,
-            include_str!("../src/mutex/acquire.lua"),
+            include_str!("../src/engine/string_lock/acquire.lua"),
         ],
     )
     .key(name)
@@ -84,10 +84,10 @@ fn mutex_release(cluster: bool, con: &mut ClusterConnection, name: &str, owner: 
     let script = form(
         cluster,
         &[
-            include_str!("../src/mutex/release_first.lua"),
+            include_str!("../src/engine/string_lock/release_first.lua"),
             FENCE_LUA,
             WAITERS_LUA,
-            include_str!("../src/mutex/release.lua"),
+            include_str!("../src/engine/string_lock/release.lua"),
         ],
     );
     let mut call = script.key(name);
@@ -113,7 +113,7 @@ fn a_mutex_acquire_extend_and_release_run_twice_answer_as_once() {
         // A second extend extends again.
         let extend = form(
             true,
-            &[WAITERS_LUA, include_str!("../src/mutex/extend.lua")],
+            &[WAITERS_LUA, include_str!("../src/engine/string_lock/extend.lua")],
         );
         for _ in 0..2 {
             let extended: i64 = extend
@@ -238,7 +238,7 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
             FENCE_LUA,
             WAITERS_LUA,
             HOLDS_LUA,
-            include_str!("../src/rwlock/acquire.lua"),
+            include_str!("../src/engine/holds/acquire.lua"),
         ],
     );
     let take = |con: &mut ClusterConnection, kind: &str, hold: &str| -> (i64, i64) {
@@ -259,10 +259,10 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
     let release = form(
         true,
         &[
-            include_str!("../src/rwlock/release_first.lua"),
+            include_str!("../src/engine/holds/release_first.lua"),
             WAITERS_LUA,
             HOLDS_LUA,
-            include_str!("../src/rwlock/release.lua"),
+            include_str!("../src/engine/holds/release.lua"),
         ],
     );
     let give_back = |con: &mut ClusterConnection, hold: &str| -> (i64, i64) {
@@ -290,7 +290,7 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
         &[
             WAITERS_LUA,
             HOLDS_LUA,
-            include_str!("../src/rwlock/downgrade.lua"),
+            include_str!("../src/engine/holds/downgrade.lua"),
         ],
     );
     for run in ["first", "second"] {
@@ -314,7 +314,7 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
         &[
             WAITERS_LUA,
             HOLDS_LUA,
-            include_str!("../src/rwlock/extend.lua"),
+            include_str!("../src/engine/holds/extend.lua"),
         ],
     );
     for _ in 0..2 {

@@ -9,20 +9,20 @@ fn acquire() -> Script {
     lua(&[
         FENCE_LUA,
         WAITERS_LUA,
-        include_str!("../src/mutex/acquire.lua"),
+        include_str!("../src/engine/string_lock/acquire.lua"),
     ])
 }
 fn release() -> Script {
-    lua(&[WAITERS_LUA, include_str!("../src/mutex/release.lua")])
+    lua(&[WAITERS_LUA, include_str!("../src/engine/string_lock/release.lua")])
 }
 fn extend() -> Script {
-    lua(&[WAITERS_LUA, include_str!("../src/mutex/extend.lua")])
+    lua(&[WAITERS_LUA, include_str!("../src/engine/string_lock/extend.lua")])
 }
 fn inspect() -> Script {
     lua(&[
         FENCE_LUA,
         WAITERS_LUA,
-        include_str!("../src/mutex/inspect.lua"),
+        include_str!("../src/engine/string_lock/inspect.lua"),
     ])
 }
 
@@ -181,10 +181,10 @@ fn acquire_writes_the_epoch_only_when_given_one() {
 /// A Redlock node's acquire script: `acquire_first.lua` in front of `acquire.lua`.
 fn acquire_on_node() -> Script {
     lua(&[
-        include_str!("../src/mutex/acquire_first.lua"),
+        include_str!("../src/engine/string_lock/acquire_first.lua"),
         FENCE_LUA,
         WAITERS_LUA,
-        include_str!("../src/mutex/acquire.lua"),
+        include_str!("../src/engine/string_lock/acquire.lua"),
     ])
 }
 

@@ -14,10 +14,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::string_lock::{MutexGuard, StringHold, inspect};
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
-use crate::mutex::{MutexGuard, MutexHold, inspect};
 use crate::node::LockScript;
 use crate::options::LockOptions;
 use crate::state::LockState;
@@ -56,7 +56,7 @@ pub type FairMutexOptions = LockOptions;
 struct FairHold {
     keys: Arc<LockKeys>,
     /// The lock key on its node, as a `Mutex` holds it.
-    lock: MutexHold,
+    lock: StringHold,
 }
 
 impl Hold for FairHold {
@@ -162,7 +162,7 @@ impl FairMutex {
     fn new(client: Client, keys: LockKeys, options: FairMutexOptions) -> Result<FairMutex> {
         options.check_on(client.options())?;
         let keys = Arc::new(keys);
-        let lock = MutexHold {
+        let lock = StringHold {
             node: client.node().clone(),
             keys: keys.clone(),
             // Its own release script passes the lock on in ticket order.

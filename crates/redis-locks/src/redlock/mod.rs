@@ -32,12 +32,12 @@ use hold::RedlockHold;
 pub use options::RedlockOptions;
 
 use crate::client::Client;
+use crate::engine::string_lock::{
+    InLine, NodeGrant, StringHold, acquire_first_on, acquire_on, inspect, node_scripts,
+};
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
 use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, lease_millis, too_slow};
-use crate::mutex::{
-    InLine, MutexHold, NodeGrant, acquire_first_on, acquire_on, inspect, node_scripts,
-};
 use crate::node::{LockScript, Node};
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken};
@@ -214,7 +214,7 @@ impl Redlock {
         let holds = nodes
             .iter()
             .map(|node| {
-                Arc::new(MutexHold {
+                Arc::new(StringHold {
                     node: node.clone(),
                     keys: keys.clone(),
                     hands_over: false,

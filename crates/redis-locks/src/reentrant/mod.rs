@@ -10,11 +10,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::holds::{HoldsLock, Kind};
 use crate::error::Result;
 use crate::lease::{Lease, Released, guard_methods};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
-use crate::rwlock::{HoldsLock, Kind};
 use crate::state::{HoldMode, HoldsState};
 
 /// The options of a [`ReentrantMutex`]: a lease (renewed by a watchdog by default), how it

@@ -1,4 +1,4 @@
-//! The machinery of the locks kept in a hash of holds (`holds.lua`), written once for
+//! The hash-of-holds engine: the locks kept in a hash of holds (`holds.lua`), written once for
 //! [`RwLock`](crate::RwLock) and [`ReentrantMutex`](crate::ReentrantMutex): one hold per
 //! guard, each with its own lease on the server clock, an owner id for re-entry, and waiters
 //! that each keep their own place in the queue (as a `FairMutex`'s do).

@@ -28,7 +28,7 @@ pub(super) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("extend.lua")]));
 
 /// A `Mutex`'s lock key on its node.
-pub(crate) struct MutexHold {
+pub(crate) struct StringHold {
     pub(crate) node: Node,
     pub(crate) keys: Arc<LockKeys>,
     /// Whether a release hands the lock straight to the first waiter in line (a `Mutex`), or
@@ -36,7 +36,7 @@ pub(crate) struct MutexHold {
     pub(crate) hands_over: bool,
 }
 
-impl MutexHold {
+impl StringHold {
     /// As [`Hold::extend`], and a key that is gone is restored to `owner` with the lease
     /// (`extend.lua`, `ARGV[3]`): a Redlock's renewal. `Ok(true)` extended, `Ok(false)`
     /// restored (no proof that `owner` held the lock on this node meanwhile).
@@ -70,7 +70,7 @@ impl MutexHold {
     }
 }
 
-impl Hold for MutexHold {
+impl Hold for StringHold {
     fn name(&self) -> &str {
         self.keys.name()
     }

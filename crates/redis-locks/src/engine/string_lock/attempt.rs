@@ -1,4 +1,4 @@
-//! One acquire attempt of a [`Mutex`], asked in one of two ways: the fast way, a pipelined
+//! One acquire attempt of a [`StringLock`](super::StringLock), asked in one of two ways: the fast way, a pipelined
 //! `SET NX PX` + `INCR` that costs Redis no script, or the acquire script, which waiters use
 //! because it also marks a held lock so that its release hands the lock over to them (or
 //! wakes them), and registers their line's owner token for that.
@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-use super::Mutex;
+use super::StringLock;
 use crate::error::{Error, Phase, Result};
 use crate::lease::{Lease, MAX_LATE_GRANTS, OwedRelease, too_slow};
 use crate::node::{LockScript, NamingTurn};
@@ -36,7 +36,7 @@ pub(super) static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
 const SEEDED: i64 = 1_000_000_000_000_000;
 
 /// How an attempt asks Redis.
-pub(super) enum Ask {
+pub(crate) enum Ask {
     /// The pipeline `SET NX PX` + `INCR` (+ `PTTL` and `TYPE` with `pttl`, to say how long
     /// a refusal lasts, or that the name is in use as another primitive). Used by the first attempt of a `lock` and by every try-once call.
     Fast { pttl: bool },
@@ -163,11 +163,11 @@ fn epoch_name(epoch: &Epoch) -> (Option<String>, Option<Arc<str>>) {
     }
 }
 
-impl Mutex {
+impl StringLock {
     /// Asks Redis once for the lock, with a fresh owner token (a waiter: with its line's).
     /// `deadline` is the caller's wait budget: a grant that comes back after its lease is
     /// asked again (by owner token) only within it, and at most [`MAX_LATE_GRANTS`] times.
-    pub(super) async fn attempt(&self, ask: Ask, deadline: Option<Instant>) -> Result<Try> {
+    pub(crate) async fn attempt(&self, ask: Ask, deadline: Option<Instant>) -> Result<Try> {
         match ask {
             Ask::Fast { pttl } => {
                 let owed = OwedRelease::new(self.hold.clone());
@@ -547,7 +547,7 @@ pub(crate) async fn acquire_first_on(
 ) -> Result<NodeGrant> {
     let (lock, fence) = (keys.lock(), keys.fence());
     if !node.names_its_connection() {
-        // Nothing could vouch for the counter (see `Mutex::ask_fast`).
+        // Nothing could vouch for the counter (see `StringLock::ask_fast`).
         return acquire_on(node, keys, owner, lease_ms, proposal, None).await;
     }
     let first = ask_first(node, keys, owner, lease_ms, with_pttl).await?;
