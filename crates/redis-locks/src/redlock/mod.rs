@@ -33,15 +33,15 @@ pub use options::RedlockOptions;
 
 use crate::client::Client;
 use crate::engine::string_lock::{
-    InLine, NodeGrant, StringHold, acquire_first_on, acquire_on, inspect, node_scripts,
+    InLine, StringHold, acquire_first_on, acquire_on, inspect, node_scripts,
 };
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
-use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, lease_millis, too_slow};
+use crate::lease::{Hold, Lease, OwedRelease, lease_millis};
 use crate::node::{LockScript, Node};
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken};
-use crate::wait::{Contender, Line, Try, WAITERS_LUA, acquire};
+use crate::wait::{Contender, Line, Try, WAITERS_LUA, acquire, in_time};
 
 /// Bring a node's counter up to the chosen token, owner-checked: `1` / `0` gone / `-1` taken.
 static RAISE: LazyLock<LockScript> =
@@ -386,8 +386,8 @@ impl Redlock {
     }
 
     /// One attempt on all nodes; a grant whose validity was gone by the time it was proven
-    /// is given back and asked again within `deadline` (the wait budget), [`MAX_LATE_GRANTS`]
-    /// attempts in all. With a refusal, how soon to look again when no wake-up is sure to come
+    /// is given back and asked again within `deadline` (the wait budget), as [`in_time`]
+    /// says. With a refusal, how soon to look again when no wake-up is sure to come
     /// (see [`Refusal::poll`]). A first attempt (no `line`) asks `with_pttl` how long the
     /// holders' leases run (a try-once call reports it; a wait's refused first attempt is
     /// followed by a waiting attempt, whose script says it).
@@ -400,39 +400,33 @@ impl Redlock {
         if !self.scripts_loaded.load(Ordering::Relaxed) {
             self.load_scripts().await;
         }
-        let mut late = 0;
-        loop {
+        let ask = |_| async {
             let owed = OwedRelease::new(self.hold.clone());
             let sent_at = Instant::now();
-            let token = match self.ask(&owed, sent_at, line.as_ref(), with_pttl).await {
-                Asked::Granted(token) => token,
+            match self.ask(&owed, sent_at, line.as_ref(), with_pttl).await {
+                Asked::Granted(token) => Ok(Try::Won((owed, token))),
                 Asked::Refused(outcome) => {
                     // Whatever may have been granted was released already.
                     owed.disarm();
-                    let refusal = outcome?;
-                    return Ok((Try::Held(refusal.lease_ends), refusal.poll));
+                    Ok(Try::Held(outcome?))
                 }
                 Asked::NotRaised(err) => {
                     owed.give_back().await;
-                    return Err(err);
+                    Err(err)
                 }
-            };
-            if !self.options.get_lease_options().is_late(sent_at) {
-                let lease = Lease::new(
-                    owed,
-                    FencingToken::new(token),
-                    sent_at,
-                    self.options.get_lease_options(),
-                    self.clients[0].renewals(),
-                );
-                return Ok((Try::Won(lease), None));
             }
-            owed.give_back().await;
-            late += 1;
-            let over = deadline.is_some_and(|d| Instant::now() >= d);
-            if late >= MAX_LATE_GRANTS || over {
-                return Err(too_slow(self.options.get_lease(), late));
+        };
+        // Each attempt asks with a token of its own: a late grant is given back at once.
+        let give_back = |(owed, _token): (OwedRelease, u64), _give_up| owed.give_back();
+        let lease_options = self.options.get_lease_options();
+        match in_time(lease_options, deadline, 0, ask, give_back).await? {
+            Try::Won(((owed, token), sent_at)) => {
+                let token = FencingToken::new(token);
+                let renewals = self.clients[0].renewals();
+                let lease = Lease::new(owed, token, sent_at, lease_options, renewals);
+                Ok((Try::Won(lease), None))
             }
+            Try::Held(refusal) => Ok((Try::Held(refusal.lease_ends), refusal.poll)),
         }
     }
 
@@ -484,7 +478,7 @@ impl Redlock {
         // vouches for its counter: the counters advance together (every attempt increments
         // every node it reaches), so counters that agreed still agree.
         let first = line.is_none();
-        let (mut answers, mut late): (Answers<NodeGrant>, _) = quorum
+        let (mut answers, mut late): (Answers<Try<u64>>, _) = quorum
             .ask_keeping(
                 0..total,
                 |index, node| {
@@ -516,8 +510,8 @@ impl Redlock {
                     }
                 },
                 |answers| {
-                    let held = count(answers, |grant| matches!(grant, NodeGrant::Held(_)));
-                    let granted = count(answers, |grant| matches!(grant, NodeGrant::Granted(_)));
+                    let held = count(answers, |grant| matches!(grant, Try::Held(_)));
+                    let granted = count(answers, |grant| matches!(grant, Try::Won(_)));
                     granted >= needed || total - held - unreachable(answers) < needed
                 },
             )
@@ -594,19 +588,19 @@ impl Redlock {
         // The keys ran out (or nodes failed) between the grant and the raise: give it all back.
         // Each node's vote: the raise's answer where one was asked, else the acquire's.
         let mut raised = raised;
-        let mut merged: Answers<NodeGrant> = answers;
+        let mut merged: Answers<Try<u64>> = answers;
         for index in &behind {
             merged[*index] = match raised[*index].take() {
-                Some(Answer::Replied(1)) => Some(Answer::Replied(NodeGrant::Granted(token))),
-                Some(Answer::Replied(_)) => Some(Answer::Replied(NodeGrant::Held(None))),
+                Some(Answer::Replied(1)) => Some(Answer::Replied(Try::Won(token))),
+                Some(Answer::Replied(_)) => Some(Answer::Replied(Try::Held(None))),
                 Some(Answer::TimedOut) => Some(Answer::TimedOut),
                 Some(Answer::Failed(err)) => Some(Answer::Failed(err)),
                 None => None,
             };
         }
         let votes = quorum.votes(merged, |grant| match grant {
-            NodeGrant::Granted(_) => Vote::Granted,
-            NodeGrant::Held(retry_after) => Vote::Held { retry_after },
+            Try::Won(_) => Vote::Granted,
+            Try::Held(retry_after) => Vote::Held { retry_after },
         });
         Asked::NotRaised(Error::NoQuorum {
             name: self.name().to_string(),
@@ -622,17 +616,16 @@ impl Redlock {
     async fn refused(
         &self,
         owed: &OwedRelease,
-        answers: Answers<NodeGrant>,
+        answers: Answers<Try<u64>>,
         sent_at: Instant,
     ) -> Result<Refusal> {
         let quorum = &self.hold.quorum;
         let (total, needed) = (quorum.nodes().len(), quorum.needed());
-        let all_refused = count(&answers, |grant| matches!(grant, NodeGrant::Held(_))) == total;
+        let all_refused = count(&answers, |grant| matches!(grant, Try::Held(_))) == total;
         if !all_refused {
             // Awaited, so that the next attempt does not find this one's keys.
-            let maybe_granted = (0..total).filter(|index| {
-                !matches!(answers[*index], Some(Answer::Replied(NodeGrant::Held(_))))
-            });
+            let maybe_granted = (0..total)
+                .filter(|index| !matches!(answers[*index], Some(Answer::Replied(Try::Held(_)))));
             self.release_now(owed, maybe_granted.collect()).await;
         }
         let unreachable = unreachable(&answers);
@@ -642,8 +635,8 @@ impl Redlock {
                 phase: Phase::Acquire,
                 needed,
                 votes: quorum.votes(answers, |grant| match grant {
-                    NodeGrant::Granted(_) => Vote::Granted,
-                    NodeGrant::Held(retry_after) => Vote::Held { retry_after },
+                    Try::Won(_) => Vote::Granted,
+                    Try::Held(retry_after) => Vote::Held { retry_after },
                 }),
             });
         }
@@ -652,7 +645,7 @@ impl Redlock {
         let mut leases: Vec<Option<Duration>> = answers
             .iter()
             .filter_map(|answer| match answer {
-                Some(Answer::Replied(NodeGrant::Held(left))) => Some(*left),
+                Some(Answer::Replied(Try::Held(left))) => Some(*left),
                 _ => None,
             })
             .collect();
@@ -666,7 +659,7 @@ impl Redlock {
         // come: look again at random around the retry delay while others may hold a majority,
         // or after about two attempts' time when no majority was held by others (the votes
         // split between contenders: they then rarely meet again).
-        let first_held = matches!(answers[0], Some(Answer::Replied(NodeGrant::Held(_))));
+        let first_held = matches!(answers[0], Some(Answer::Replied(Try::Held(_))));
         let poll = match () {
             () if first_held => None,
             () if leases.len() >= needed => Some(self.options.get_lock_options().get_retry_delay()),
@@ -729,12 +722,12 @@ enum Asked {
 }
 
 /// The nodes that granted, with their tokens.
-fn granted(answers: &Answers<NodeGrant>) -> Vec<(usize, u64)> {
+fn granted(answers: &Answers<Try<u64>>) -> Vec<(usize, u64)> {
     answers
         .iter()
         .enumerate()
         .filter_map(|(index, answer)| match answer {
-            Some(Answer::Replied(NodeGrant::Granted(token))) => Some((index, *token)),
+            Some(Answer::Replied(Try::Won(token))) => Some((index, *token)),
             _ => None,
         })
         .collect()

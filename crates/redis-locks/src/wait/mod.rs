@@ -18,6 +18,7 @@
 //! publish and the queue of waiters that its scripts use are in `waiters.lua`
 //! ([`WAITERS_LUA`]); a wait that ends without the lock leaves the queue (`leave.lua`).
 
+mod grant;
 mod local;
 mod message;
 mod options;
@@ -35,6 +36,7 @@ use crate::key::LockKeys;
 use crate::lease::Lease;
 use crate::node::{LockScript, Node, Subscription};
 
+pub(crate) use grant::{Try, grant_reply, in_time, nothing_owed};
 pub(crate) use local::{LocalHolder, LocalQueue, LocalQueues};
 pub(crate) use message::HandedOver;
 pub use options::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
@@ -148,15 +150,6 @@ pub(crate) struct Line<'a> {
     /// queue on the server is [`LocalQueue::id`]; tell it [`LocalQueue::placing`] before an
     /// attempt that may take the place, and [`LocalQueue::unplaced`] after a grant.
     pub(crate) local: Option<&'a LocalQueue>,
-}
-
-/// What one attempt found.
-pub(crate) enum Try {
-    /// Granted: the lease the attempt took.
-    Won(Lease),
-    /// Held by another owner (or others queue first); how long the holder's lease still
-    /// runs, when known.
-    Held(Option<Duration>),
 }
 
 /// A primitive's side of the acquire loop: how to attempt, and what its waiting needs.

@@ -145,15 +145,11 @@ impl Hold for HoldsHold {
 
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
         Box::pin(async move {
-            let millis = lease_millis(lease)?.to_string();
+            let args = extend_args(owner, lease)?;
+            let args = args.each_ref().map(String::as_str);
             let reply: i64 = self
                 .node
-                .run_script(
-                    Phase::Extend,
-                    &EXTEND,
-                    &[self.keys.lock()],
-                    &[owner.as_str(), &millis],
-                )
+                .run_script(Phase::Extend, &EXTEND, &[self.keys.lock()], &args)
                 .await?;
             self.extended(reply)
         })
@@ -166,8 +162,8 @@ impl Hold for HoldsHold {
         replication: &'a crate::node::Replication,
     ) -> HoldFuture<'a, u32> {
         Box::pin(async move {
-            let millis = lease_millis(lease)?.to_string();
-            let args = [owner.as_str(), &millis];
+            let args = extend_args(owner, lease)?;
+            let args = args.each_ref().map(String::as_str);
             extend_replicated_by(
                 &self.node,
                 &EXTEND,
@@ -180,6 +176,11 @@ impl Hold for HoldsHold {
             .await
         })
     }
+}
+
+/// `extend.lua`'s ARGV: the hold id and `lease` in milliseconds.
+fn extend_args(hold: &OwnerToken, lease: Duration) -> Result<[String; 2]> {
+    Ok([hold.as_str().to_string(), lease_millis(lease)?.to_string()])
 }
 
 /// A lock kept in a hash of holds, acting for one owner id.

@@ -57,17 +57,23 @@ impl StringHold {
 
     /// `extend.lua`'s reply for `owner` and `lease`, restoring a gone key with `restore`.
     async fn run_extend(&self, owner: &OwnerToken, lease: Duration, restore: bool) -> Result<i64> {
-        let millis = lease_millis(lease)?.to_string();
-        let restore = if restore { "1" } else { "" };
+        let args = extend_args(owner, lease, restore)?;
+        let args = args.each_ref().map(String::as_str);
         self.node
-            .run_script(
-                Phase::Extend,
-                &EXTEND,
-                &[self.keys.lock()],
-                &[owner.as_str(), &millis, restore],
-            )
+            .run_script(Phase::Extend, &EXTEND, &[self.keys.lock()], &args)
             .await
     }
+}
+
+/// `extend.lua`'s ARGV: `owner`'s token, `lease` in milliseconds, and whether a gone key is
+/// restored.
+fn extend_args(owner: &OwnerToken, lease: Duration, restore: bool) -> Result<[String; 3]> {
+    let restore = if restore { "1" } else { "" };
+    Ok([
+        owner.as_str().to_string(),
+        lease_millis(lease)?.to_string(),
+        restore.to_string(),
+    ])
 }
 
 impl Hold for StringHold {
@@ -101,8 +107,8 @@ impl Hold for StringHold {
         replication: &'a Replication,
     ) -> HoldFuture<'a, u32> {
         Box::pin(async move {
-            let millis = lease_millis(lease)?.to_string();
-            let args = [owner.as_str(), &millis, ""];
+            let args = extend_args(owner, lease, false)?;
+            let args = args.each_ref().map(String::as_str);
             extend_replicated_by(
                 &self.node,
                 &EXTEND,

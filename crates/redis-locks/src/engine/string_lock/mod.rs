@@ -21,7 +21,7 @@ mod inspect;
 
 use std::sync::Arc;
 
-pub(crate) use attempt::{Ask, InLine, NodeGrant, acquire_first_on, acquire_on};
+pub(crate) use attempt::{Ask, InLine, acquire_first_on, acquire_on};
 pub use guard::MutexGuard;
 pub(crate) use hold::StringHold;
 pub(crate) use inspect::inspect;
