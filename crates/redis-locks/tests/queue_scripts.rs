@@ -7,7 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FENCE_LUA, WAITERS_LUA, lua, next_message, nothing_more, raw, server, subscribed};
+use common::{
+    FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, next_message, nothing_more, raw, server, subscribed,
+};
 use redis::{Commands, Connection};
 
 const LOCK: &str = "Q";
@@ -40,7 +42,8 @@ fn acquire(
 ) -> redis::RedisResult<(i64, i64)> {
     let script = lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/engine/string_lock/acquire.lua"),
     ]);
     let mut call = script.prepare_invoke();
@@ -68,7 +71,8 @@ fn acquire(
 fn release(con: &mut Connection, owner: &str) -> i64 {
     lua(&[
         include_str!("../src/engine/string_lock/release_first.lua"),
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/engine/string_lock/release.lua"),
     ])
     .key(LOCK)
@@ -80,7 +84,7 @@ fn release(con: &mut Connection, owner: &str) -> i64 {
 }
 
 fn leave(con: &mut Connection, waiter: &str) -> i64 {
-    lua(&[WAITERS_LUA, include_str!("../src/wait/leave.lua")])
+    lua(&[LOCK_LUA, QUEUE_LUA, include_str!("../src/wait/leave.lua")])
         .key(LOCK)
         .key(&QUEUE[..])
         .arg(waiter)
@@ -288,7 +292,8 @@ fn try_release_handing(con: &mut Connection, owner: &str) -> redis::RedisResult<
     lua(&[
         include_str!("../src/engine/string_lock/release_first.lua"),
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/engine/string_lock/release.lua"),
     ])
     .key(LOCK)
@@ -305,7 +310,7 @@ fn release_handing(con: &mut Connection, owner: &str) -> i64 {
 }
 
 fn leave_handing(con: &mut Connection, waiter: &str, owner: &str) -> i64 {
-    lua(&[WAITERS_LUA, include_str!("../src/wait/leave.lua")])
+    lua(&[LOCK_LUA, QUEUE_LUA, include_str!("../src/wait/leave.lua")])
         .key(LOCK)
         .key(&QUEUE[..])
         .key(HANDOVER)

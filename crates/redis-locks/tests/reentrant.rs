@@ -73,7 +73,8 @@ async fn a_foreign_owner_is_refused_and_changes_nothing() {
     let script = redis::Script::new(
         &[
             include_str!("../src/engine/holds/release_first.lua"),
-            common::WAITERS_LUA,
+            common::LOCK_LUA,
+            common::QUEUE_LUA,
             include_str!("../src/engine/holds/holds.lua"),
             include_str!("../src/engine/holds/release.lua"),
         ]

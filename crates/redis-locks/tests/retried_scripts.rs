@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{FENCE_LUA, WAITERS_LUA};
+use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA};
 use redis::Script;
 use redis::cluster::ClusterConnection;
 use test_support::RedisCluster;
@@ -67,7 +67,8 @@ fn mutex_acquire(con: &mut ClusterConnection, name: &str, owner: &str) -> (i64, 
         true,
         &[
             FENCE_LUA,
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             include_str!("../src/engine/string_lock/acquire.lua"),
         ],
     )
@@ -86,7 +87,8 @@ fn mutex_release(cluster: bool, con: &mut ClusterConnection, name: &str, owner: 
         &[
             include_str!("../src/engine/string_lock/release_first.lua"),
             FENCE_LUA,
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             include_str!("../src/engine/string_lock/release.lua"),
         ],
     );
@@ -113,7 +115,10 @@ fn a_mutex_acquire_extend_and_release_run_twice_answer_as_once() {
         // A second extend extends again.
         let extend = form(
             true,
-            &[WAITERS_LUA, include_str!("../src/engine/string_lock/extend.lua")],
+            &[
+                LOCK_LUA,
+                include_str!("../src/engine/string_lock/extend.lua"),
+            ],
         );
         for _ in 0..2 {
             let extended: i64 = extend
@@ -184,7 +189,8 @@ fn a_fair_release_run_twice_says_released_twice() {
         true,
         &[
             FENCE_LUA,
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             include_str!("../src/fair/acquire.lua"),
         ],
     );
@@ -203,7 +209,8 @@ fn a_fair_release_run_twice_says_released_twice() {
         true,
         &[
             FENCE_LUA,
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             include_str!("../src/fair/release.lua"),
         ],
     );
@@ -236,7 +243,8 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
         true,
         &[
             FENCE_LUA,
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             HOLDS_LUA,
             include_str!("../src/engine/holds/acquire.lua"),
         ],
@@ -260,7 +268,8 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
         true,
         &[
             include_str!("../src/engine/holds/release_first.lua"),
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             HOLDS_LUA,
             include_str!("../src/engine/holds/release.lua"),
         ],
@@ -288,7 +297,8 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
     let downgrade = form(
         true,
         &[
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             HOLDS_LUA,
             include_str!("../src/engine/holds/downgrade.lua"),
         ],
@@ -312,7 +322,8 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
     let extend = form(
         true,
         &[
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             HOLDS_LUA,
             include_str!("../src/engine/holds/extend.lua"),
         ],

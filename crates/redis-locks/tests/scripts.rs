@@ -2,26 +2,35 @@
 
 mod common;
 
-use common::{FENCE_LUA, WAITERS_LUA, lua, pttl, raw, server};
+use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, pttl, raw, server};
 use redis::{Connection, Script, Value};
 
 fn acquire() -> Script {
     lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/engine/string_lock/acquire.lua"),
     ])
 }
 fn release() -> Script {
-    lua(&[WAITERS_LUA, include_str!("../src/engine/string_lock/release.lua")])
+    lua(&[
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/release.lua"),
+    ])
 }
 fn extend() -> Script {
-    lua(&[WAITERS_LUA, include_str!("../src/engine/string_lock/extend.lua")])
+    lua(&[
+        LOCK_LUA,
+        include_str!("../src/engine/string_lock/extend.lua"),
+    ])
 }
 fn inspect() -> Script {
     lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/engine/string_lock/inspect.lua"),
     ])
 }
@@ -183,7 +192,8 @@ fn acquire_on_node() -> Script {
     lua(&[
         include_str!("../src/engine/string_lock/acquire_first.lua"),
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/engine/string_lock/acquire.lua"),
     ])
 }

@@ -6,8 +6,8 @@
 //! sent to all at once through [`Quorum`] (each within the per-node timeout, read until the
 //! outcome is decided); each node keeps a `Mutex` key (a first attempt asks each node in one
 //! pipeline, `SET NX PX` + the counter's `INCR`, with no script where the node vouches for
-//! its counter on that connection: `mutex::acquire_first_on`; a waiting attempt runs the
-//! `Mutex`'s acquire script, with `mutex/acquire_first.lua` in front for a node's common case)
+//! its counter on that connection: `engine::string_lock::acquire_first_on`; a waiting attempt runs the
+//! string-key engine's acquire script, with `acquire_first.lua` in front for a node's common case)
 //! and `raise.lua` brings the fencing counters of the granting majority up to the chosen
 //! token, in the background when a majority has it already. The lease core ([`Hold`] for
 //! release and extend, the watchdog, `lost()`, the owed release) and the one acquire loop are
@@ -41,11 +41,11 @@ use crate::lease::{Hold, Lease, OwedRelease, lease_millis};
 use crate::node::{LockScript, Node};
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken};
-use crate::wait::{Contender, Line, Try, WAITERS_LUA, acquire, in_time};
+use crate::wait::{Contender, LOCK_LUA, Line, Try, acquire, in_time};
 
 /// Bring a node's counter up to the chosen token, owner-checked: `1` / `0` gone / `-1` taken.
 static RAISE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("raise.lua")]));
+    LazyLock::new(|| LockScript::new(&[FENCE_LUA, LOCK_LUA, include_str!("raise.lua")]));
 
 /// A lock over N independent Redis masters (the Redlock algorithm), held while a majority of
 /// them grants it, with fencing tokens that still grow from one holder to the next. See the
@@ -926,5 +926,19 @@ impl RedlockState {
             .iter()
             .filter_map(|node| node.state.as_ref().ok()?.fencing_counter)
             .max()
+    }
+}
+
+#[cfg(test)]
+mod script_tests {
+    use crate::node::undefined_calls;
+    use crate::wait::PRELUDES;
+
+    #[test]
+    fn raise_carries_the_preludes_it_calls() {
+        assert_eq!(
+            undefined_calls(&super::RAISE, &PRELUDES, &[]),
+            Vec::<String>::new()
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! `ReentrantMutex`: one owner at a time, who may take the lock again and again.
 //!
 //! Seed 001's reentrant lock is a hash `{owner -> hold count}`. This one is kept in the same
-//! hash of holds as an [`RwLock`](crate::RwLock)'s write side (`rwlock/holds.lua`, with the
+//! hash of holds as an [`RwLock`](crate::RwLock)'s write side (`engine/holds/holds.lua`, with the
 //! kind `reentrant`): each acquisition is a hold of its own with its own id, so a cancelled
 //! re-entry takes back exactly its own hold and never another's count.
 

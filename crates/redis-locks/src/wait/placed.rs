@@ -63,7 +63,7 @@ pub(crate) trait Asker: Sync {
     /// The lease of a grant.
     fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease;
 
-    /// The lease of a grant a release handed to `owed`'s token (see `waiters.lua`,
+    /// The lease of a grant a release handed to `owed`'s token (see `queue.lua`,
     /// `hand_over`), counted from `placed` (when the refused attempt whose place the grant's
     /// lease ends with was sent, and its place lease), if the primitive's releases hand over
     /// and enough of it is left for its extension to land; otherwise `owed` back, and the

@@ -15,12 +15,13 @@ use crate::key::LockKeys;
 use crate::lease::{Lease, OwedRelease};
 use crate::node::{LockScript, NamingTurn, Node};
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Try, WAITERS_LUA, grant_reply, in_time};
+use crate::wait::{LOCK_LUA, QUEUE_LUA, Try, grant_reply, in_time};
 
 /// `SET NX PX` plus the fencing counter, or the waiter's mark on a held lock: `{1, token}` or
 /// `{0, pttl}`.
-static ACQUIRE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")]));
+pub(super) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("acquire.lua")])
+});
 
 /// The acquire script with its common case for a Redlock's node first (`acquire_first.lua`:
 /// a free lock costs no prelude).
@@ -28,7 +29,8 @@ pub(super) static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("acquire_first.lua"),
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("acquire.lua"),
     ])
 });
@@ -328,7 +330,7 @@ impl StringLock {
         // error returns.
         let mut owed = Some(owed);
         let give_back = |_token, give_up: bool| {
-            let owed = owed.take().filter(|_| give_up);
+            let owed = if give_up { owed.take() } else { None };
             async move {
                 if let Some(owed) = owed {
                     owed.give_back().await;

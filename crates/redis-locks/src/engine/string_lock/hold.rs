@@ -9,7 +9,7 @@ use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, extend_replicated_by, lease_millis, owner_reply};
 use crate::node::{LockScript, Node, Replication};
 use crate::token::{FENCE_LUA, OwnerToken};
-use crate::wait::{WAITERS_LUA, run_handing_over, run_on_line};
+use crate::wait::{LOCK_LUA, QUEUE_LUA, run_handing_over, run_on_line};
 
 /// Owner-checked delete that hands the lock to the next waiter, or wakes it, if one marked
 /// the lock: `1` released, `0` gone, `-1` another owner's.
@@ -17,7 +17,8 @@ pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("release_first.lua"),
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("release.lua"),
     ])
 });
@@ -25,7 +26,7 @@ pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 /// Owner-checked `PEXPIRE`: `1` extended, `0` gone (or `2` restored, when asked), `-1`
 /// another owner's.
 pub(super) static EXTEND: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("extend.lua")]));
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend.lua")]));
 
 /// A `Mutex`'s lock key on its node.
 pub(crate) struct StringHold {

@@ -110,3 +110,27 @@ impl StringLock {
         inspect(self.client.node(), &self.keys).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::node::undefined_calls;
+    use crate::wait::PRELUDES;
+
+    #[test]
+    fn every_script_carries_the_preludes_it_calls() {
+        let scripts = [
+            ("acquire", &*super::attempt::ACQUIRE),
+            ("acquire on a node", &*super::attempt::ACQUIRE_ON_NODE),
+            ("release", &*super::hold::RELEASE),
+            ("extend", &*super::hold::EXTEND),
+            ("inspect", &*super::inspect::INSPECT),
+        ];
+        for (name, script) in scripts {
+            assert_eq!(
+                undefined_calls(script, &PRELUDES, &[]),
+                Vec::<String>::new(),
+                "{name}"
+            );
+        }
+    }
+}
