@@ -404,13 +404,13 @@ impl Redlock {
             let owed = OwedRelease::new(self.hold.clone());
             let sent_at = Instant::now();
             match self.ask(&owed, sent_at, line.as_ref(), with_pttl).await {
-                Asked::Granted(token) => Ok(Try::Won((owed, token))),
-                Asked::Refused(outcome) => {
+                Ok(Try::Won(token)) => Ok(Try::Won((owed, token))),
+                Ok(Try::Held(outcome)) => {
                     // Whatever may have been granted was released already.
                     owed.disarm();
                     Ok(Try::Held(outcome?))
                 }
-                Asked::NotRaised(err) => {
+                Err(err) => {
                     owed.give_back().await;
                     Err(err)
                 }
@@ -456,14 +456,21 @@ impl Redlock {
     }
 
     /// Asks every node for the lock with `owed`'s owner token, then raises the fencing
-    /// counter on the granting majority.
+    /// counter on the granting majority: granted (a majority has its fencing counter at the
+    /// token, not yet checked against the validity), or refused (no majority granted, and
+    /// whatever may have been granted was released: how long to wait before the next
+    /// attempt, or that no majority can be reached, [`Error::NoQuorum`]).
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when a majority granted but the token could not be raised on a
+    /// majority: nothing was released yet.
     async fn ask(
         &self,
         owed: &OwedRelease,
         sent_at: Instant,
         line: Option<&Waiting>,
         with_pttl: bool,
-    ) -> Asked {
+    ) -> Result<Try<u64, Result<Refusal>>> {
         let quorum = &self.hold.quorum;
         let total = quorum.nodes().len();
         let needed = quorum.needed();
@@ -526,7 +533,7 @@ impl Redlock {
         if granted(&answers).len() < needed {
             // The requests still under way are released with the rest.
             drop(late);
-            return Asked::Refused(self.refused(owed, answers, sent_at).await);
+            return Ok(Try::Held(self.refused(owed, answers, sent_at).await));
         }
         // Won: the attempt ends here, with the answers in so far. The requests still under way
         // are dropped: a late node whose request was written already still takes its grant
@@ -569,7 +576,7 @@ impl Redlock {
             // behind are raised all the same, in the background, so that the next attempt's
             // counters agree again and it needs no raise of its own.
             quorum.send(behind.iter().copied(), raise, None);
-            return Asked::Granted(token);
+            return Ok(Try::Won(token));
         }
         let raised: Answers<i64> = quorum
             .ask(behind.iter().copied(), raise, |raised| {
@@ -583,7 +590,7 @@ impl Redlock {
             // Nodes that had not answered keep whatever they grant. The release goes to every
             // node (after the acquire, on each node's connection), so a late grant is
             // released with the rest.
-            return Asked::Granted(token);
+            return Ok(Try::Won(token));
         }
         // The keys ran out (or nodes failed) between the grant and the raise: give it all back.
         // Each node's vote: the raise's answer where one was asked, else the acquire's.
@@ -602,7 +609,7 @@ impl Redlock {
             Try::Won(_) => Vote::Granted,
             Try::Held(retry_after) => Vote::Held { retry_after },
         });
-        Asked::NotRaised(Error::NoQuorum {
+        Err(Error::NoQuorum {
             name: self.name().to_string(),
             phase: Phase::Acquire,
             needed,
@@ -706,19 +713,6 @@ struct Refusal {
     lease_ends: Option<Duration>,
     /// `None`: the first node refused, and its holder's release will wake the waiter.
     poll: Option<Duration>,
-}
-
-/// What one round of asking every node came to.
-enum Asked {
-    /// A majority granted, and has its fencing counter at the token (not yet checked
-    /// against the validity).
-    Granted(u64),
-    /// No majority granted; whatever may have been granted was released. How long to wait
-    /// before the next attempt, or that no majority can be reached ([`Error::NoQuorum`]).
-    Refused(Result<Refusal>),
-    /// A majority granted, but the token could not be raised on a majority: nothing was
-    /// released yet.
-    NotRaised(Error),
 }
 
 /// The nodes that granted, with their tokens.

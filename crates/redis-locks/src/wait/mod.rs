@@ -14,7 +14,10 @@
 //! only the first of its waiters of one lock in this process talk to Redis ([`local`]); one
 //! whose waiters keep their own place on the server (a `FairMutex`) does not.
 //!
-//! The primitive says how to attempt through a [`Contender`]. The owner checks, the waiter
+//! The primitive says how to attempt through a [`Contender`], whose attempt answers a
+//! [`Try`]: granted, or held by another owner and for how long ([`grant`](mod@grant): the one
+//! type for it, the acquire scripts' `{1, token} | {0, pttl}` reply read once, and
+//! [`in_time`], the late-grant rule every engine's attempt goes through). The owner checks, the waiter
 //! mark and the wake-up publish that its scripts use are in the lock prelude `lock.lua`
 //! ([`LOCK_LUA`]), the queue of waiters and the handover in the queue prelude `queue.lua`
 //! ([`QUEUE_LUA`]); a wait that ends without the lock leaves the queue (`leave.lua`).
