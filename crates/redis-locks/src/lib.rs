@@ -7,6 +7,7 @@
 // one acquire loop); client; then one folder per primitive. A primitive depends on the core,
 // never the reverse.
 mod client;
+mod engine;
 mod error;
 mod fair;
 mod fenced;

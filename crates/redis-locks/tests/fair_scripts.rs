@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FENCE_LUA, WAITERS_LUA, lua, next_message, pttl, raw, server, subscribed};
+use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, next_message, pttl, raw, server, subscribed};
 use redis::Connection;
 
 const KEYS: [&str; 5] = ["F", "{F}:fence", "{F}:queue", "{F}:places", "{F}:tickets"];
@@ -13,7 +13,8 @@ const CHANNEL: &str = "{F}:wake";
 fn acquire(con: &mut Connection, owner: &str, place_ms: u64) -> redis::RedisResult<(i64, i64)> {
     lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/fair/acquire.lua"),
     ])
     .key(&KEYS[..])
@@ -25,7 +26,7 @@ fn acquire(con: &mut Connection, owner: &str, place_ms: u64) -> redis::RedisResu
 }
 
 fn release(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
-    lua(&[WAITERS_LUA, include_str!("../src/fair/release.lua")])
+    lua(&[LOCK_LUA, QUEUE_LUA, include_str!("../src/fair/release.lua")])
         .key(&[KEYS[0], KEYS[2], KEYS[3], KEYS[4]][..])
         .arg(owner)
         .arg(CHANNEL)
@@ -158,7 +159,11 @@ fn fair_scripts_refuse_wrong_types_and_write_nothing() {
 fn a_mutex_release_publishes_a_wake_up_only_when_a_waiter_marked_it() {
     let server = server();
     let mut con = raw(&server);
-    let release = lua(&[WAITERS_LUA, include_str!("../src/mutex/release.lua")]);
+    let release = lua(&[
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/release.lua"),
+    ]);
     let set = |con: &mut redis::Connection, value: &str| {
         redis::cmd("SET")
             .arg("M")
@@ -228,7 +233,8 @@ fn acquire_handing(
 ) -> redis::RedisResult<(i64, i64)> {
     lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/fair/acquire.lua"),
     ])
     .key(&KEYS[..])
@@ -244,7 +250,8 @@ fn acquire_handing(
 fn release_handing(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
     lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("../src/fair/release.lua"),
     ])
     .key(&[KEYS[0], KEYS[2], KEYS[3], KEYS[4], HANDOVER, KEYS[1]][..])

@@ -1,4 +1,4 @@
-//! The scripts of the locks kept in a hash of holds (`src/rwlock/*.lua`: `RwLock` and
+//! The scripts of the locks kept in a hash of holds (`src/engine/holds/*.lua`: `RwLock` and
 //! `ReentrantMutex`), called directly on a real server as the library sends them (the same
 //! preludes, keys and arguments): every branch and every reply their headers document, and
 //! the state each one leaves behind (the hash, the key's TTL, the queue, the wake-ups), then
@@ -12,19 +12,19 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{FENCE_LUA, WAITERS_LUA, lua, pttl, raw, server};
+use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, pttl, raw, server};
 use redis::{Connection, FromRedisValue, RedisResult, Script, Value};
 use test_support::RedisServer;
 
-/// The hash prelude (`holds_read`, `wake_front`, ...), put after `WAITERS_LUA`.
-const HOLDS_LUA: &str = include_str!("../src/rwlock/holds.lua");
-const ACQUIRE_LUA: &str = include_str!("../src/rwlock/acquire.lua");
-const RELEASE_LUA: &str = include_str!("../src/rwlock/release.lua");
+/// The hash prelude (`holds_read`, `wake_front`, ...), put after `LOCK_LUA` (and `QUEUE_LUA`).
+const HOLDS_LUA: &str = include_str!("../src/engine/holds/holds.lua");
+const ACQUIRE_LUA: &str = include_str!("../src/engine/holds/acquire.lua");
+const RELEASE_LUA: &str = include_str!("../src/engine/holds/release.lua");
 /// The common case of a release, put before the preludes (as the library sends it).
-const RELEASE_FIRST_LUA: &str = include_str!("../src/rwlock/release_first.lua");
-const EXTEND_LUA: &str = include_str!("../src/rwlock/extend.lua");
-const DOWNGRADE_LUA: &str = include_str!("../src/rwlock/downgrade.lua");
-const INSPECT_LUA: &str = include_str!("../src/rwlock/inspect.lua");
+const RELEASE_FIRST_LUA: &str = include_str!("../src/engine/holds/release_first.lua");
+const EXTEND_LUA: &str = include_str!("../src/engine/holds/extend.lua");
+const DOWNGRADE_LUA: &str = include_str!("../src/engine/holds/downgrade.lua");
+const INSPECT_LUA: &str = include_str!("../src/engine/holds/inspect.lua");
 
 /// The keys of the lock named "R".
 const LOCK: &str = "R";
@@ -132,7 +132,7 @@ impl Ask<'_> {
 
 /// The acquire script with the library's preludes (fence, waiters, holds) and keys.
 fn acquire_with(con: &mut Connection, args: [&str; 7]) -> RedisResult<(i64, i64)> {
-    lua(&[FENCE_LUA, WAITERS_LUA, HOLDS_LUA, ACQUIRE_LUA])
+    lua(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, HOLDS_LUA, ACQUIRE_LUA])
         .key(&[LOCK, FENCE, QUEUE, PLACES, TICKETS][..])
         .arg(&args[..])
         .invoke(con)
@@ -140,15 +140,21 @@ fn acquire_with(con: &mut Connection, args: [&str; 7]) -> RedisResult<(i64, i64)
 
 /// The other scripts: the waiters and holds preludes, then the body.
 fn script(body: &str) -> Script {
-    lua(&[WAITERS_LUA, HOLDS_LUA, body])
+    lua(&[LOCK_LUA, QUEUE_LUA, HOLDS_LUA, body])
 }
 
 fn try_release(con: &mut Connection, hold: u32) -> RedisResult<(i64, i64)> {
-    lua(&[RELEASE_FIRST_LUA, WAITERS_LUA, HOLDS_LUA, RELEASE_LUA])
-        .key(&[LOCK, QUEUE, PLACES, TICKETS][..])
-        .arg(id(hold))
-        .arg(CHANNEL)
-        .invoke(con)
+    lua(&[
+        RELEASE_FIRST_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
+        HOLDS_LUA,
+        RELEASE_LUA,
+    ])
+    .key(&[LOCK, QUEUE, PLACES, TICKETS][..])
+    .arg(id(hold))
+    .arg(CHANNEL)
+    .invoke(con)
 }
 
 fn release(con: &mut Connection, hold: u32) -> (i64, i64) {
@@ -186,7 +192,7 @@ fn downgrade(con: &mut Connection, hold: u32) -> i64 {
 }
 
 fn try_inspect(con: &mut Connection) -> RedisResult<Vec<String>> {
-    lua(&[FENCE_LUA, WAITERS_LUA, HOLDS_LUA, INSPECT_LUA])
+    lua(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, HOLDS_LUA, INSPECT_LUA])
         .key(&[LOCK, FENCE, PLACES][..])
         .invoke(con)
 }
@@ -1050,7 +1056,7 @@ fn inspect_reports_free_written_and_read_locks_and_writes_nothing() {
     // the script runs as well read-only (EVAL_RO refuses every write command).
     assert_eq!(fields(&mut con), before);
     assert_eq!(queue(&mut con), line);
-    let code = [FENCE_LUA, WAITERS_LUA, HOLDS_LUA, INSPECT_LUA].join("\n");
+    let code = [FENCE_LUA, LOCK_LUA, QUEUE_LUA, HOLDS_LUA, INSPECT_LUA].join("\n");
     let read_only: Vec<String> = redis::cmd("EVAL_RO")
         .arg(&code)
         .arg(3)

@@ -2,7 +2,7 @@
 //! release hands the lock straight to the first process in line, and that process's waiter
 //! holds it on the published grant alone.
 //!
-//! Modelled (`mutex/acquire.lua`, `mutex/release.lua`, `waiters.lua`'s `hand_over`):
+//! Modelled (`engine/string_lock/acquire.lua` and `release.lua`, `wait/queue.lua`'s `hand_over`):
 //! - `H` holds the lock from tick 0 (its key expires at `LEASE`) and may release it at any
 //!   time, or never (a crash);
 //! - `Q` is a contender on the fast path: its `SET NX` takes the lock whenever the key is free,

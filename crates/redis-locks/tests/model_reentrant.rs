@@ -2,7 +2,7 @@
 //! holds the lock and re-enters it from a second task, whose call may be cancelled at any
 //! point; owner B wants the lock meanwhile. Leases: 3 ticks.
 //!
-//! Modelled (`rwlock/holds.lua`, the write side): every acquisition is a hold of its own with
+//! Modelled (`engine/holds/holds.lua`, the write side): every acquisition is a hold of its own with
 //! its own id; a re-entry by the owner is granted beside its live holds; a cancelled call's owed
 //! release goes out by that hold's id, after the acquire on the same connection, or alone when
 //! the acquire never left the process; the lock is free once no live hold is left; a holder acts

@@ -7,7 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{FENCE_LUA, WAITERS_LUA, lua, next_message, nothing_more, raw, server, subscribed};
+use common::{
+    FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, next_message, nothing_more, raw, server, subscribed,
+};
 use redis::{Commands, Connection};
 
 const LOCK: &str = "Q";
@@ -40,8 +42,9 @@ fn acquire(
 ) -> redis::RedisResult<(i64, i64)> {
     let script = lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
-        include_str!("../src/mutex/acquire.lua"),
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/acquire.lua"),
     ]);
     let mut call = script.prepare_invoke();
     call.key(LOCK)
@@ -67,9 +70,10 @@ fn acquire(
 /// The release as the library sends it: its first check, the prelude, the body.
 fn release(con: &mut Connection, owner: &str) -> i64 {
     lua(&[
-        include_str!("../src/mutex/release_first.lua"),
-        WAITERS_LUA,
-        include_str!("../src/mutex/release.lua"),
+        include_str!("../src/engine/string_lock/release_first.lua"),
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/release.lua"),
     ])
     .key(LOCK)
     .key(&QUEUE[..])
@@ -80,7 +84,7 @@ fn release(con: &mut Connection, owner: &str) -> i64 {
 }
 
 fn leave(con: &mut Connection, waiter: &str) -> i64 {
-    lua(&[WAITERS_LUA, include_str!("../src/wait/leave.lua")])
+    lua(&[LOCK_LUA, QUEUE_LUA, include_str!("../src/wait/leave.lua")])
         .key(LOCK)
         .key(&QUEUE[..])
         .arg(waiter)
@@ -286,10 +290,11 @@ fn wait_handing(con: &mut Connection, owner: &str, waiter: &str, place_ms: u64) 
 /// The release as a `Mutex` sends it: with the handover hash and the fencing counter.
 fn try_release_handing(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
     lua(&[
-        include_str!("../src/mutex/release_first.lua"),
+        include_str!("../src/engine/string_lock/release_first.lua"),
         FENCE_LUA,
-        WAITERS_LUA,
-        include_str!("../src/mutex/release.lua"),
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/release.lua"),
     ])
     .key(LOCK)
     .key(&QUEUE[..])
@@ -305,7 +310,7 @@ fn release_handing(con: &mut Connection, owner: &str) -> i64 {
 }
 
 fn leave_handing(con: &mut Connection, waiter: &str, owner: &str) -> i64 {
-    lua(&[WAITERS_LUA, include_str!("../src/wait/leave.lua")])
+    lua(&[LOCK_LUA, QUEUE_LUA, include_str!("../src/wait/leave.lua")])
         .key(LOCK)
         .key(&QUEUE[..])
         .key(HANDOVER)

@@ -72,10 +72,11 @@ async fn a_foreign_owner_is_refused_and_changes_nothing() {
     // refused by the script and changes nothing.
     let script = redis::Script::new(
         &[
-            include_str!("../src/rwlock/release_first.lua"),
-            common::WAITERS_LUA,
-            include_str!("../src/rwlock/holds.lua"),
-            include_str!("../src/rwlock/release.lua"),
+            include_str!("../src/engine/holds/release_first.lua"),
+            common::LOCK_LUA,
+            common::QUEUE_LUA,
+            include_str!("../src/engine/holds/holds.lua"),
+            include_str!("../src/engine/holds/release.lua"),
         ]
         .join("\n"),
     );

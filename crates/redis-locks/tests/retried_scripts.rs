@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{FENCE_LUA, WAITERS_LUA};
+use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA};
 use redis::Script;
 use redis::cluster::ClusterConnection;
 use test_support::RedisCluster;
@@ -18,7 +18,7 @@ const CLUSTER_LINES: [(&str, &str); 2] = [
     ("local RETRIED = false", "local RETRIED = true"),
 ];
 
-const HOLDS_LUA: &str = include_str!("../src/rwlock/holds.lua");
+const HOLDS_LUA: &str = include_str!("../src/engine/holds/holds.lua");
 
 /// A script in the cluster's form when `cluster`, else as one server runs it.
 fn form(cluster: bool, parts: &[&str]) -> Script {
@@ -67,8 +67,9 @@ fn mutex_acquire(con: &mut ClusterConnection, name: &str, owner: &str) -> (i64, 
         true,
         &[
             FENCE_LUA,
-            WAITERS_LUA,
-            include_str!("../src/mutex/acquire.lua"),
+            LOCK_LUA,
+            QUEUE_LUA,
+            include_str!("../src/engine/string_lock/acquire.lua"),
         ],
     )
     .key(name)
@@ -84,10 +85,11 @@ fn mutex_release(cluster: bool, con: &mut ClusterConnection, name: &str, owner: 
     let script = form(
         cluster,
         &[
-            include_str!("../src/mutex/release_first.lua"),
+            include_str!("../src/engine/string_lock/release_first.lua"),
             FENCE_LUA,
-            WAITERS_LUA,
-            include_str!("../src/mutex/release.lua"),
+            LOCK_LUA,
+            QUEUE_LUA,
+            include_str!("../src/engine/string_lock/release.lua"),
         ],
     );
     let mut call = script.key(name);
@@ -113,7 +115,10 @@ fn a_mutex_acquire_extend_and_release_run_twice_answer_as_once() {
         // A second extend extends again.
         let extend = form(
             true,
-            &[WAITERS_LUA, include_str!("../src/mutex/extend.lua")],
+            &[
+                LOCK_LUA,
+                include_str!("../src/engine/string_lock/extend.lua"),
+            ],
         );
         for _ in 0..2 {
             let extended: i64 = extend
@@ -184,7 +189,8 @@ fn a_fair_release_run_twice_says_released_twice() {
         true,
         &[
             FENCE_LUA,
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             include_str!("../src/fair/acquire.lua"),
         ],
     );
@@ -203,7 +209,8 @@ fn a_fair_release_run_twice_says_released_twice() {
         true,
         &[
             FENCE_LUA,
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             include_str!("../src/fair/release.lua"),
         ],
     );
@@ -236,9 +243,10 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
         true,
         &[
             FENCE_LUA,
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             HOLDS_LUA,
-            include_str!("../src/rwlock/acquire.lua"),
+            include_str!("../src/engine/holds/acquire.lua"),
         ],
     );
     let take = |con: &mut ClusterConnection, kind: &str, hold: &str| -> (i64, i64) {
@@ -259,10 +267,11 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
     let release = form(
         true,
         &[
-            include_str!("../src/rwlock/release_first.lua"),
-            WAITERS_LUA,
+            include_str!("../src/engine/holds/release_first.lua"),
+            LOCK_LUA,
+            QUEUE_LUA,
             HOLDS_LUA,
-            include_str!("../src/rwlock/release.lua"),
+            include_str!("../src/engine/holds/release.lua"),
         ],
     );
     let give_back = |con: &mut ClusterConnection, hold: &str| -> (i64, i64) {
@@ -288,9 +297,10 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
     let downgrade = form(
         true,
         &[
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             HOLDS_LUA,
-            include_str!("../src/rwlock/downgrade.lua"),
+            include_str!("../src/engine/holds/downgrade.lua"),
         ],
     );
     for run in ["first", "second"] {
@@ -312,9 +322,10 @@ fn holds_acquired_downgraded_and_released_twice_answer_as_once() {
     let extend = form(
         true,
         &[
-            WAITERS_LUA,
+            LOCK_LUA,
+            QUEUE_LUA,
             HOLDS_LUA,
-            include_str!("../src/rwlock/extend.lua"),
+            include_str!("../src/engine/holds/extend.lua"),
         ],
     );
     for _ in 0..2 {

@@ -2,27 +2,36 @@
 
 mod common;
 
-use common::{FENCE_LUA, WAITERS_LUA, lua, pttl, raw, server};
+use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, pttl, raw, server};
 use redis::{Connection, Script, Value};
 
 fn acquire() -> Script {
     lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
-        include_str!("../src/mutex/acquire.lua"),
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/acquire.lua"),
     ])
 }
 fn release() -> Script {
-    lua(&[WAITERS_LUA, include_str!("../src/mutex/release.lua")])
+    lua(&[
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/release.lua"),
+    ])
 }
 fn extend() -> Script {
-    lua(&[WAITERS_LUA, include_str!("../src/mutex/extend.lua")])
+    lua(&[
+        LOCK_LUA,
+        include_str!("../src/engine/string_lock/extend.lua"),
+    ])
 }
 fn inspect() -> Script {
     lua(&[
         FENCE_LUA,
-        WAITERS_LUA,
-        include_str!("../src/mutex/inspect.lua"),
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/inspect.lua"),
     ])
 }
 
@@ -181,10 +190,11 @@ fn acquire_writes_the_epoch_only_when_given_one() {
 /// A Redlock node's acquire script: `acquire_first.lua` in front of `acquire.lua`.
 fn acquire_on_node() -> Script {
     lua(&[
-        include_str!("../src/mutex/acquire_first.lua"),
+        include_str!("../src/engine/string_lock/acquire_first.lua"),
         FENCE_LUA,
-        WAITERS_LUA,
-        include_str!("../src/mutex/acquire.lua"),
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/acquire.lua"),
     ])
 }
 

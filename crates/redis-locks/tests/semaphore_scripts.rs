@@ -4,7 +4,7 @@
 mod common;
 
 use common::{
-    FENCE_LUA, WAITERS_LUA, lua, next_message, nothing_more, pttl, raw, server, subscribed,
+    FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, next_message, nothing_more, pttl, raw, server, subscribed,
 };
 use redis::Connection;
 
@@ -21,7 +21,7 @@ const KEYS: [&str; 6] = [
 const CHANNEL: &str = "{S}:wake";
 
 fn script(body: &str) -> redis::Script {
-    lua(&[FENCE_LUA, WAITERS_LUA, PERMITS_LUA, body])
+    lua(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, PERMITS_LUA, body])
 }
 
 fn acquire(

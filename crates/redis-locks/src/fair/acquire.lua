@@ -1,6 +1,6 @@
 -- acquire.lua: take a FairMutex in first-come, first-served order (after the preludes
--- fence.lua, which defines server_micros and next_token, and waiters.lua: holder_of, wake,
--- the queue).
+-- fence.lua, which defines server_micros and next_token, lock.lua: holder_of, wake; and
+-- queue.lua: the queue).
 --
 -- Waiters queue in a sorted set ordered by a ticket the server hands out, so the order is
 -- the server's, not the clients' clocks. Each waiter holds its place with a short place
@@ -14,14 +14,14 @@
 --          (ms) at which its place lease runs out.
 -- KEYS[5]  the ticket counter: exists only while the queue is not empty.
 -- ARGV[1]  the waiter's owner token (32 lowercase hex characters, '@' and its client's
---          wake-up address: see wake in waiters.lua); it becomes the lock's
+--          wake-up address: see wake in lock.lua); it becomes the lock's
 --          owner token when the lock is granted.
 -- ARGV[2]  the lease in milliseconds (a positive integer).
 -- ARGV[3]  the place lease in milliseconds; 0 means "try once": never join the queue, and
 --          take the lock only if it is free and nobody waits.
 -- ARGV[4]  the wake channel: when the lock is free but its head waiter has not taken it,
 --          the head's owner token is published there, to prod it.
--- KEYS[6]  optional, with ARGV[5]: the lock's handover hash (see waiters.lua). A refusal
+-- KEYS[6]  optional, with ARGV[5]: the lock's handover hash (see queue.lua). A refusal
 --          that gives the waiter a place registers ARGV[1] and this attempt's nonce ARGV[5]
 --          there, so that a release finding the waiter first in line hands the lock straight
 --          to it (release.lua); a grant takes the registration out.
@@ -38,7 +38,7 @@
 --               has no expiry, -2 if the lock is free but another waiter is ahead.
 --               With ARGV[3] > 0 the waiter now has a place in the queue (its old place, if
 --               it had one), leased until now + ARGV[3], and a held key with a lease is
---               marked (see waiters.lua), so that a Mutex holder of the same name wakes the
+--               marked (see lock.lua), so that a Mutex holder of the same name wakes the
 --               line too.
 -- Errors (nothing written):
 --   WRONGTYPE <key> ...  that key holds another Redis type, or KEYS[2] is a string that is

@@ -14,25 +14,27 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::string_lock::{MutexGuard, StringHold, inspect};
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
-use crate::mutex::{MutexGuard, MutexHold, inspect};
 use crate::node::LockScript;
 use crate::options::LockOptions;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{
-    Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, run_handing_over, try_once,
+    Answer, Asker, LOCK_LUA, Placed, QUEUE_LUA, acquire, answer_in_time, run_handing_over, try_once,
 };
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
-static ACQUIRE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")]));
+static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("acquire.lua")])
+});
 
 /// Leave a FairMutex (release and/or give up a place), waking only the next waiter.
-static RELEASE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("release.lua")]));
+static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("release.lua")])
+});
 
 /// How a [`FairMutex`] acquires: the options every primitive takes ([`LockOptions`]); for a
 /// `FairMutex` the place lease ([`LockOptions::place_lease`]) says how long a dead waiter at
@@ -56,7 +58,7 @@ pub type FairMutexOptions = LockOptions;
 struct FairHold {
     keys: Arc<LockKeys>,
     /// The lock key on its node, as a `Mutex` holds it.
-    lock: MutexHold,
+    lock: StringHold,
 }
 
 impl Hold for FairHold {
@@ -162,7 +164,7 @@ impl FairMutex {
     fn new(client: Client, keys: LockKeys, options: FairMutexOptions) -> Result<FairMutex> {
         options.check_on(client.options())?;
         let keys = Arc::new(keys);
-        let lock = MutexHold {
+        let lock = StringHold {
             node: client.node().clone(),
             keys: keys.clone(),
             // Its own release script passes the lock on in ticket order.
@@ -327,5 +329,22 @@ impl Asker for FairMutex {
                 .run_script(Phase::Acquire, &ACQUIRE, &key_list, &args)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::node::undefined_calls;
+    use crate::wait::PRELUDES;
+
+    #[test]
+    fn every_script_carries_the_preludes_it_calls() {
+        for (name, script) in [("acquire", &*super::ACQUIRE), ("release", &*super::RELEASE)] {
+            assert_eq!(
+                undefined_calls(script, &PRELUDES, &[]),
+                Vec::<String>::new(),
+                "{name}"
+            );
+        }
     }
 }

@@ -1,7 +1,7 @@
 -- release.lua: leave a FairMutex — release it if held, give up a place in the queue
 -- if waiting — and hand the lock to the next waiter, or wake it (after the preludes
--- fence.lua, whose next_token the handover calls, and waiters.lua: holder_of, wake, the
--- queue, the handover).
+-- fence.lua, whose next_token the handover calls, lock.lua: holder_of, wake; and queue.lua:
+-- the queue, the handover).
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  the queue (sorted set of owner tokens by ticket).
@@ -11,7 +11,7 @@
 -- ARGV[2]  the wake channel: when the lock is free after this call and somebody waits,
 --          the head waiter's owner token is published there (only that waiter acts on it);
 --          with KEYS[5] and a token registered by the head, the lock is handed to it
---          instead (hand_over in waiters.lua publishes '<token> <token> <nonce> <fencing
+--          instead (hand_over in queue.lua publishes '<token> <token> <nonce> <fencing
 --          token>').
 -- KEYS[5]  optional, with KEYS[6]: the handover hash and the fencing counter.
 --
@@ -22,7 +22,7 @@
 --   -1  the lock key holds another owner's token; it is left untouched. Any place ARGV[1]
 --       had in the queue is given up.
 -- A second run of a release that gave 1 (a cluster client's retry) gives 1 again, for
--- RELEASED_MS (see released_before in waiters.lua).
+-- RELEASED_MS (see released_before in lock.lua).
 -- Errors:
 --   WRONGTYPE  KEYS[1] is not a string, or KEYS[2] or KEYS[3] is not a sorted set.
 

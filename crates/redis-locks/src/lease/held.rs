@@ -79,7 +79,7 @@ impl Lease {
     }
 
     /// The lease of a lock that a release handed straight to `owed`'s owner token (a waiter
-    /// registered it with its place in the queue; see `waiters.lua`, `hand_over`). On the
+    /// registered it with its place in the queue; see `queue.lua`, `hand_over`). On the
     /// server it lasts until the waiter's place lease ends, so it counts from `placed_at`,
     /// when the latest attempt that renewed the place (and whose reply came back) was sent,
     /// for `place_lease`. The watchdog extends it in the background — so the waiter holds the

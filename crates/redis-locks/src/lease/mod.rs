@@ -11,28 +11,42 @@
 //!
 //! # How to add a primitive
 //!
-//! A primitive is its scripts plus two small implementations; [`FairMutex`](crate::FairMutex)
-//! (`src/fair/`) is the worked example.
+//! A primitive is a folder of its own (`src/<primitive>/`) and a line in `lib.rs`: its scripts
+//! plus two small implementations, standing on an engine and this core, never on another
+//! primitive. [`FairMutex`](crate::FairMutex) (`src/fair/`) is the worked example.
 //!
+//! 0. **Pick an engine** (`src/engine/`), if one fits: the string-key lock
+//!    (`engine/string_lock/`: one owner, the fast pipeline, fencing, the handover; its
+//!    `StringHold` releases and extends, `inspect` reads the state, `MutexGuard` wraps its
+//!    leases) or the hash of holds (`engine/holds/`: several holds per key, each with its
+//!    own lease, owner id and mode; `HoldsLock` does the rest). A primitive of another
+//!    storage writes its own scripts and [`Hold`].
 //! 1. **Keys and scripts.** Derive every key from [`LockKeys`](crate::LockKeys) (companions
 //!    through [`LockKeys::companion`](crate::LockKeys::companion), so they share the lock's
 //!    cluster slot) and write the scripts as `.lua` files in the primitive's folder, each with
-//!    a header stating KEYS, ARGV and every reply. Start them with the preludes they call:
-//!    `token/fence.lua` (`next_token`: fencing tokens that survive a restart) and
-//!    `wait/waiters.lua` (the waiter mark on a held key, the wake-up publish, `wake_all`). Load each once
-//!    as a [`LockScript`](crate::node::LockScript) in a `static LazyLock`.
+//!    a header stating KEYS, ARGV and every reply. Start each with the preludes it calls, and
+//!    no more: `token/fence.lua` (`next_token`: fencing tokens that survive a restart), the
+//!    lock prelude `wait/lock.lua` (owner checks, the waiter mark on a held key, the wake-up
+//!    publish, a release's tombstone) and, for a script that keeps waiters in line or hands
+//!    the lock over, the queue prelude `wait/queue.lua` after it. Load each once as a
+//!    [`LockScript`](crate::node::LockScript) in a `static LazyLock`, and check with
+//!    `node::undefined_calls` in a unit test that it carries every prelude it calls. Build
+//!    each script's KEYS and ARGV in one place.
 //! 2. **A [`Hold`]**: release and extend by owner token, one script call each, mapping the
 //!    `1 / 0 / -1` reply with [`owner_reply`]. It owns what it needs to reach the server
 //!    (a [`Node`](crate::node::Node), or N of them for a quorum) and the keys. One `Hold` per
 //!    handle is shared by all its guards (`Arc<dyn Hold>`). For replicated acquisition it
 //!    also implements [`Hold::extend_replicated`] through [`extend_replicated_by`] (the
 //!    default refuses it, as a Redlock does).
-//! 3. **A [`Contender`](crate::wait::Contender)**: one acquire attempt (granted, or held and
-//!    for how long), and optionally a cheaper first attempt, a place to give up on timeout,
-//!    and a wake-up address. [`acquire`](crate::wait::acquire) runs the one acquire loop
-//!    with it: listening for wake-ups, sleeping until the holder's lease ends, local turns,
-//!    the wait budget. A primitive whose waiters each keep their own place in the queue
-//!    writes only an [`Asker`](crate::wait::Asker) (one attempt) and uses
+//! 3. **A [`Contender`](crate::wait::Contender)**: one acquire attempt (a
+//!    [`Try`](crate::wait::Try): granted, or held and for how long), and optionally a cheaper
+//!    first attempt, a place to give up on timeout, and a wake-up address.
+//!    [`acquire`](crate::wait::acquire) runs the one acquire loop with it: listening for
+//!    wake-ups, sleeping until the holder's lease ends, local turns, the wait budget. A
+//!    primitive whose waiters each keep their own place in the queue writes only an
+//!    [`Asker`](crate::wait::Asker) (one attempt, through
+//!    [`answer_in_time`](crate::wait::answer_in_time), which reads the acquire script's
+//!    `{1, token} | {0, pttl}` reply and asks a late grant again) and uses
 //!    [`Placed`](crate::wait::Placed) as its contender. A grant becomes a [`Lease`] through
 //!    [`Lease::new`], from the attempt's [`OwedRelease`] and the time its request was sent (a
 //!    grant a release handed over, through `Lease::handed_over`, counted from the waiter's
@@ -41,15 +55,16 @@
 //!    [`WaitOptions`](crate::WaitOptions)) under the primitive's name (`pub type
 //!    FairMutexOptions = LockOptions`), or a struct around it for settings of its own.
 //! 5. **A public guard** wraps the `Lease` and gets its methods from `guard_methods!` (see
-//!    `mutex/guard.rs`), and `Client` gets a constructor. Tests: the scripts against a real server (every reply of the header), the
-//!    contention checker of [`history`](crate::history), cancel safety, bad input.
+//!    `engine/string_lock/guard.rs`), and `Client` gets a constructor. Tests: the scripts
+//!    against a real server (every reply of the header), the contention checker of
+//!    [`history`](crate::history), cancel safety, bad input.
 //!
-//! A primitive with an exclusive string lock key (as `Mutex` and `FairMutex`) needs nothing
-//! more from `lease/`, `wait/` or `node/`; one whose waiters each keep their own place in the
-//! queue reuses [`Placed`](crate::wait::Placed) (its `Asker` says how to ask once). A lock
-//! with several holds per key (`ReentrantMutex`, `RwLock`, `rwlock/holds.rs`) gives each
-//! guard a hold id of its own as the owed release's token, keeps the owner id for re-entry
-//! in the hold, and reports what a release left ([`Released`]).
+//! A primitive on the string-key engine (as `Mutex` and `FairMutex`) needs nothing more from
+//! `lease/`, `wait/` or `node/`; one whose waiters each keep their own place in the queue
+//! reuses [`Placed`](crate::wait::Placed) (its `Asker` says how to ask once). A lock with
+//! several holds per key (`ReentrantMutex`, `RwLock`, on `engine/holds/`) gives each guard a
+//! hold id of its own as the owed release's token, keeps the owner id for re-entry in the
+//! hold, and reports what a release left ([`Released`]).
 //!
 mod guard;
 mod held;

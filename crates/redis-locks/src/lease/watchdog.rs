@@ -100,7 +100,7 @@ pub(crate) enum First {
     /// Renew a third of the lease after the acquisition, and so on.
     Renew,
     /// The lease was handed over by a release with a short server lease (see
-    /// `waiters.lua`, `hand_over`): extend it — whatever the renewal caps, and not counted as
+    /// `queue.lua`, `hand_over`): extend it — whatever the renewal caps, and not counted as
     /// a renewal — once a third of what is left of it has passed, as a renewal would be, so a
     /// guard released sooner never sends it (at once if the lease asked for is shorter than
     /// what is left: the extension then shortens it).

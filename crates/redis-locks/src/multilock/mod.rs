@@ -20,28 +20,38 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::key::{LockKeys, hash_tag};
-use crate::lease::{
-    Hold, HoldFuture, Lease, MAX_LATE_GRANTS, OwedRelease, Released, lease_millis, too_slow,
-};
+use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis};
 use crate::node::{LockScript, Node, Replication};
 use crate::options::LockOptions;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Contender, Line, Try, WAITERS_LUA, acquire};
+use crate::wait::{Contender, LOCK_LUA, Line, QUEUE_LUA, Try, acquire, in_time, nothing_owed};
 
 pub use guard::MultiLockGuard;
 use guard::Part;
 
-/// Take a group's locks, all or none: `{1, tokens...}` or `{0, i, pttl}`.
-static ACQUIRE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")]));
+/// The MultiLock's prelude: its KEYS, its place in its locks' lines.
+const LINES_LUA: &str = include_str!("lines.lua");
 
-/// Release a group's locks by owner, waking their waiters: `{r_1, ..., r_n}`.
-static RELEASE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("release.lua")]));
+/// Take a group's locks, all or none: `{1, tokens...}` or `{0, i, pttl}`.
+static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        FENCE_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
+        LINES_LUA,
+        include_str!("acquire.lua"),
+    ])
+});
+
+/// Release a group's locks by owner (and leave their lines), waking their waiters:
+/// `{r_1, ..., r_n}`.
+static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[LOCK_LUA, QUEUE_LUA, LINES_LUA, include_str!("release.lua")])
+});
 
 /// Renew a group's locks by owner, all or none: `{1}`, `{0, i}` or `{-1, i}`.
 static EXTEND: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("extend.lua")]));
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend.lua")]));
 
 /// The most names one [`MultiLock`] takes.
 pub const MAX_MULTILOCK_NAMES: usize = 1000;
@@ -63,7 +73,8 @@ pub type MultiLockOptions = LockOptions;
 struct Group {
     /// The locks' keys, in the global order.
     locks: Vec<LockKeys>,
-    /// The scripts' KEYS: per lock its key, its fencing counter, its queue.
+    /// The scripts' KEYS: per lock its key, its fencing counter and its line (queue, places,
+    /// tickets).
     script_keys: Vec<String>,
     /// The names, comma-separated, for messages.
     label: String,
@@ -73,7 +84,15 @@ impl Group {
     fn new(locks: Vec<LockKeys>) -> Group {
         let script_keys = locks
             .iter()
-            .flat_map(|keys| [keys.lock(), keys.fence(), keys.queue()])
+            .flat_map(|keys| {
+                [
+                    keys.lock(),
+                    keys.fence(),
+                    keys.queue(),
+                    keys.places(),
+                    keys.tickets(),
+                ]
+            })
             .map(str::to_string)
             .collect();
         let label = locks
@@ -393,7 +412,7 @@ impl MultiLock {
         let mut parts = Vec::with_capacity(self.groups.len());
         for hold in self.groups.iter() {
             let mut attempt = GroupAttempt::new(self, hold);
-            match attempt.ask(false, Some(Instant::now())).await {
+            match attempt.ask(Duration::ZERO, Some(Instant::now())).await {
                 Ok(Asked::Granted { lease, tokens }) => {
                     parts.push(Part::new(lease, &hold.group.locks, tokens));
                 }
@@ -462,26 +481,30 @@ async fn release_parts(parts: Vec<Part>) {
     }
 }
 
-/// What one attempt on a group found.
+/// What one attempt on a group found: granted (the lease, and each lock's token in the
+/// group's order), or refused by its `index`-th lock (0-based), for `retry_after` when known.
 enum Asked {
-    /// The group's lease, and each lock's fencing token in the group's order.
     Granted {
         lease: Lease,
         tokens: Vec<FencingToken>,
     },
-    /// The `index`-th lock (0-based) of the group is another owner's, for `retry_after`.
     Held {
         index: usize,
         retry_after: Option<Duration>,
     },
 }
 
-/// One group's acquisition: the acquire loop's [`Contender`].
+/// One group's acquisition: the acquire loop's [`Contender`]. A waiting attempt stands in the
+/// line of the lock that refused it (first come, first served there), under its owner token,
+/// which is addressed to this client so that a release wakes it alone.
 struct GroupAttempt<'a> {
     lock: &'a MultiLock,
     hold: &'a Arc<GroupHold>,
-    /// The release this acquisition owes, from its first request on; `None` once granted.
+    /// The release this acquisition owes (its grant, and its place in a line) from its first
+    /// request on; `None` once granted.
     owed: Option<OwedRelease>,
+    /// `owed`'s owner token: the payload of a wake-up for this waiter.
+    owner: String,
     /// The lock (index in the group) that refused the latest attempt: its channel is where
     /// the wake-up comes from.
     blocked: usize,
@@ -495,85 +518,111 @@ struct GroupAttempt<'a> {
 impl<'a> GroupAttempt<'a> {
     fn new(lock: &'a MultiLock, hold: &'a Arc<GroupHold>) -> GroupAttempt<'a> {
         let dyn_hold: Arc<dyn Hold> = hold.clone();
+        let owed = OwedRelease::addressed(dyn_hold, lock.client.node().address());
         GroupAttempt {
             lock,
             hold,
-            owed: Some(OwedRelease::new(dyn_hold)),
+            owner: owed.owner().as_str().to_string(),
+            owed: Some(owed),
             blocked: 0,
             granted_once: false,
             tokens: Arc::default(),
         }
     }
 
-    /// A refused first attempt took nothing: nothing is owed.
+    /// A refused attempt that never joined a line and was never granted took nothing:
+    /// nothing is owed.
     fn nothing_owed(&mut self) {
         if let Some(owed) = self.owed.take().filter(|_| !self.granted_once) {
             owed.disarm();
         }
     }
 
-    /// One attempt (`mark`: mark a lock found held, for a waiting attempt); a grant that
-    /// comes back after its lease is asked again within `deadline`, at most
-    /// [`MAX_LATE_GRANTS`] times.
-    async fn ask(&mut self, mark: bool, deadline: Option<Instant>) -> Result<Asked> {
+    /// One attempt, keeping a place in the refusing lock's line for `place_lease` (zero: try
+    /// once, never join a line); a grant that comes back after its lease is asked again
+    /// within `deadline` ([`in_time`]).
+    async fn ask(&mut self, place_lease: Duration, deadline: Option<Instant>) -> Result<Asked> {
         let lock = self.lock;
         let options = lock.options.get_lease_options();
-        let keys = self.hold.group.keys();
-        let owner = self
-            .owed
-            .as_ref()
-            .expect("an attempt owes its release until granted")
-            .owner()
-            .as_str()
-            .to_string();
-        let args = [owner.as_str(), &lock.lease_ms, if mark { "1" } else { "0" }];
-        let mut late = 0;
-        loop {
-            let sent_at = Instant::now();
-            let reply: Vec<i64> = lock
-                .client
-                .node()
-                .run_script(Phase::Acquire, &ACQUIRE, &keys, &args)
-                .await?;
-            match reply.as_slice() {
-                [1, tokens @ ..] if tokens.len() == self.hold.group.locks.len() => {
-                    self.granted_once = true;
-                    if options.is_late(sent_at) {
-                        late += 1;
-                        if late >= MAX_LATE_GRANTS || deadline.is_some_and(|d| Instant::now() >= d)
-                        {
-                            return Err(too_slow(options.get_lease(), late));
-                        }
-                        continue;
-                    }
-                    let tokens: Vec<FencingToken> = tokens
-                        .iter()
-                        .map(|token| FencingToken::new(u64::try_from(*token).unwrap_or_default()))
-                        .collect();
-                    let owed = self.owed.take().expect("granted once");
-                    let highest = tokens.iter().copied().max().unwrap_or(FencingToken::new(0));
-                    let renewals = lock.client.renewals();
-                    let lease = Lease::new(owed, highest, sent_at, options, renewals);
-                    return Ok(Asked::Granted { lease, tokens });
+        let group = &self.hold.group;
+        let keys = group.keys();
+        let place = place_lease.as_millis().to_string();
+        let mut args = vec![self.owner.as_str(), &lock.lease_ms, &place];
+        args.extend(group.locks.iter().map(LockKeys::wake_channel));
+        let granted_once = &mut self.granted_once;
+        let outcome = in_time(
+            options,
+            deadline,
+            0,
+            |_| {
+                let (keys, args) = (&keys, &args);
+                async move {
+                    let reply: Vec<i64> = lock
+                        .client
+                        .node()
+                        .run_script(Phase::Acquire, &ACQUIRE, keys, args)
+                        .await?;
+                    group.acquired(&reply)
                 }
-                [0, index, pttl] => {
-                    let index = usize::try_from(*index - 1)
-                        .ok()
-                        .filter(|index| *index < self.hold.group.locks.len())
-                        .ok_or_else(|| Error::UnexpectedReply {
-                            phase: Phase::Acquire,
-                            detail: format!("{reply:?}"),
-                        })?;
-                    let retry_after = u64::try_from(*pttl).ok().map(Duration::from_millis);
-                    return Ok(Asked::Held { index, retry_after });
-                }
-                other => {
-                    return Err(Error::UnexpectedReply {
-                        phase: Phase::Acquire,
-                        detail: format!("{other:?}"),
-                    });
-                }
+            },
+            // A late grant is asked again by the same owner token (a re-grant), or given
+            // back by the owed release.
+            |tokens, _| {
+                *granted_once = true;
+                nothing_owed(tokens, false)
+            },
+        )
+        .await?;
+        match outcome {
+            Try::Won((tokens, sent_at)) => {
+                self.granted_once = true;
+                let owed = self
+                    .owed
+                    .take()
+                    .expect("an attempt owes its release until granted");
+                let highest = tokens.iter().copied().max().unwrap_or(FencingToken::new(0));
+                let lease = Lease::new(owed, highest, sent_at, options, lock.client.renewals());
+                Ok(Asked::Granted { lease, tokens })
             }
+            Try::Held((index, retry_after)) => Ok(Asked::Held { index, retry_after }),
+        }
+    }
+}
+
+/// Which lock of a group refused an attempt (its index, 0-based) and for how long its
+/// holder's lease still runs, when known.
+type Refusal = (usize, Option<Duration>);
+
+impl Group {
+    /// The acquire script's reply: `{1, tokens...}` granted, `{0, i, pttl}` refused by lock
+    /// `i` (1-based).
+    fn acquired(&self, reply: &[i64]) -> Result<Try<Vec<FencingToken>, Refusal>> {
+        let unexpected = || Error::UnexpectedReply {
+            phase: Phase::Acquire,
+            detail: format!("{reply:?}"),
+        };
+        match reply {
+            [1, tokens @ ..] if tokens.len() == self.locks.len() => tokens
+                .iter()
+                .map(|token| {
+                    u64::try_from(*token)
+                        .ok()
+                        .filter(|token| *token > 0)
+                        .map(FencingToken::new)
+                        .ok_or_else(unexpected)
+                })
+                .collect::<Result<_>>()
+                .map(Try::Won),
+            [0, index, pttl] => {
+                let index = usize::try_from(*index)
+                    .ok()
+                    .and_then(|index| index.checked_sub(1))
+                    .filter(|index| *index < self.locks.len())
+                    .ok_or_else(unexpected)?;
+                let retry_after = u64::try_from(*pttl).ok().map(Duration::from_millis);
+                Ok(Try::Held((index, retry_after)))
+            }
+            _ => Err(unexpected()),
         }
     }
 }
@@ -588,7 +637,8 @@ impl Contender for &mut GroupAttempt<'_> {
     }
 
     async fn attempt(&mut self, _line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
-        match self.ask(true, deadline).await? {
+        let place_lease = self.lock.options.get_place_lease();
+        match self.ask(place_lease, deadline).await? {
             Asked::Granted { lease, tokens } => {
                 *self.tokens.lock().expect("never poisoned") = tokens;
                 Ok(Try::Won(lease))
@@ -603,16 +653,45 @@ impl Contender for &mut GroupAttempt<'_> {
         }
     }
 
+    fn address(&self) -> Option<&str> {
+        self.owed.as_ref().map(|_| self.owner.as_str())
+    }
+
+    fn refresh(&self) -> Option<Duration> {
+        Some(self.lock.options.get_place_lease() / 3)
+    }
+
     async fn give_up(self) {
-        // A refused attempt took nothing, unless a late grant was asked again: then release
-        // by owner token now (the reply may well say "not held").
-        if !self.granted_once {
-            self.nothing_owed();
-        } else if let Some(owed) = self.owed.take() {
+        // Leave the line (and give back what a late grant left ours): a release by owner
+        // token, whose reply says "not held".
+        if let Some(owed) = self.owed.take() {
             match owed.pay().await {
                 Ok(_) | Err(Error::NotHeld { .. }) => {}
-                Err(err) => tracing::debug!(%err, "giving up a MultiLock's group"),
+                Err(err) => tracing::debug!(%err, "giving up a MultiLock's place in line"),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::node::undefined_calls;
+    use crate::wait::PRELUDES;
+
+    #[test]
+    fn every_script_carries_the_preludes_it_calls() {
+        let preludes = [PRELUDES.as_slice(), &[super::LINES_LUA]].concat();
+        let scripts = [
+            ("acquire", &*super::ACQUIRE),
+            ("release", &*super::RELEASE),
+            ("extend", &*super::EXTEND),
+        ];
+        for (name, script) in scripts {
+            assert_eq!(
+                undefined_calls(script, &preludes, &[]),
+                Vec::<String>::new(),
+                "{name}"
+            );
         }
     }
 }

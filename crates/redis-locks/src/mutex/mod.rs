@@ -1,4 +1,8 @@
 //! `Mutex`: one holder at a time, with an owner token, a lease and a fencing token.
+//!
+//! The lock itself is the string-key engine's ([`StringLock`]); this module adds the
+//! `Mutex`'s side of the acquire loop: its waiters of one lock in this process take local
+//! turns and share one place in the lock's queue.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,9 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::string_lock::{Ask, StringLock};
 use crate::error::{Error, Result};
 use crate::key::LockKeys;
-use crate::lease::lease_millis;
 use crate::lease::{Lease, OwedRelease};
 use crate::options::LockOptions;
 use crate::state::LockState;
@@ -16,22 +20,7 @@ use crate::token::FencingToken;
 use crate::wait::HandedOver;
 use crate::wait::{Contender, Line, Try, acquire};
 
-mod attempt;
-mod guard;
-mod hold;
-mod inspect;
-
-use attempt::Ask;
-pub(crate) use attempt::{InLine, NodeGrant, acquire_first_on, acquire_on};
-pub use guard::MutexGuard;
-pub(crate) use hold::MutexHold;
-pub(crate) use inspect::inspect;
-
-/// The scripts a [`Redlock`](crate::Redlock) runs on each of its nodes (its acquire, and
-/// the `Mutex`'s release and extend), to load them up front.
-pub(crate) fn node_scripts() -> [&'static crate::node::LockScript; 3] {
-    [&attempt::ACQUIRE_ON_NODE, &hold::RELEASE, &hold::EXTEND]
-}
+pub use crate::engine::string_lock::MutexGuard;
 
 /// How a [`Mutex`] acquires: the options every primitive takes ([`LockOptions`]: the lease,
 /// the watchdog, how it waits), under the `Mutex`'s name.
@@ -83,21 +72,14 @@ pub type MutexOptions = LockOptions;
 /// ```
 #[derive(Clone)]
 pub struct Mutex {
-    client: Client,
-    keys: Arc<LockKeys>,
-    hold: Arc<MutexHold>,
-    options: MutexOptions,
-    /// The lease in milliseconds, as `SET ... PX` and the acquire script take it.
-    lease_ms: Arc<str>,
-    /// A waiter's place lease in milliseconds, as the acquire script takes it.
-    place_ms: Arc<str>,
+    lock: StringLock,
 }
 
 impl std::fmt::Debug for Mutex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mutex")
             .field("name", &self.name())
-            .field("options", &self.options)
+            .field("options", self.lock.options())
             .finish()
     }
 }
@@ -125,30 +107,19 @@ impl Client {
 
 impl Mutex {
     fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Result<Mutex> {
-        options.check_on(client.options())?;
-        let keys = Arc::new(keys);
         Ok(Mutex {
-            hold: Arc::new(MutexHold {
-                node: client.node().clone(),
-                keys: keys.clone(),
-                hands_over: true,
-            }),
-            client,
-            keys,
-            lease_ms: lease_millis(options.get_lease())?.to_string().into(),
-            place_ms: options.get_place_lease().as_millis().to_string().into(),
-            options,
+            lock: StringLock::new(client, keys, options)?,
         })
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        self.keys.name()
+        self.lock.name()
     }
 
     /// The Redis keys behind this lock.
     pub fn keys(&self) -> &LockKeys {
-        &self.keys
+        self.lock.keys()
     }
 
     /// Tries once to take the lock.
@@ -176,6 +147,7 @@ impl Mutex {
         refused: impl FnOnce(Option<Duration>) -> Error,
     ) -> Result<MutexGuard> {
         match self
+            .lock
             .attempt(Ask::Fast { pttl: true }, Some(Instant::now()))
             .await?
         {
@@ -235,7 +207,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub async fn state(&self) -> Result<LockState> {
-        inspect(self.client.node(), &self.keys).await
+        self.lock.state().await
     }
 
     /// Whether anyone holds the lock right now.
@@ -247,7 +219,10 @@ impl Mutex {
     }
 
     async fn acquire_until(&self, deadline: Option<Instant>) -> Result<MutexGuard> {
-        let on = self.client.wait_on(self.options.get_wait_options());
+        let on = self
+            .lock
+            .client()
+            .wait_on(self.lock.options().get_wait_options());
         let contending = Contending {
             mutex: self,
             place: None,
@@ -274,9 +249,14 @@ impl Contending<'_> {
         let Some(local) = line.local else {
             // The loop gives every contender with local turns its queue; without one, there
             // is no place to take: ask once, the fast way.
-            return self.mutex.attempt(Ask::Fast { pttl: true }, deadline).await;
+            return self
+                .mutex
+                .lock
+                .attempt(Ask::Fast { pttl: true }, deadline)
+                .await;
         };
-        local.placing(self.mutex.client.node(), &self.mutex.keys);
+        let lock = &self.mutex.lock;
+        local.placing(lock.client().node(), lock.keys());
         self.place = Some(local.id().clone());
         let (owner, nonce) = local.asking();
         let ask = Ask::Waiting {
@@ -287,14 +267,14 @@ impl Contending<'_> {
         };
         // Before the request goes out: the place the server renews counts from no earlier.
         let sent_at = Instant::now();
-        let attempt = self.mutex.attempt(ask, deadline).await?;
+        let attempt = lock.attempt(ask, deadline).await?;
         match &attempt {
             Try::Won(_) => {
                 local.unplaced();
                 local.granted(&owner);
             }
             Try::Held(_) => {
-                local.refused(&owner, nonce, sent_at, self.mutex.options.get_place_lease());
+                local.refused(&owner, nonce, sent_at, lock.options().get_place_lease());
             }
         }
         Ok(attempt)
@@ -307,7 +287,7 @@ impl Contender for Contending<'_> {
     }
 
     fn channel(&self) -> &str {
-        self.mutex.keys.wake_channel()
+        self.mutex.lock.keys().wake_channel()
     }
 
     async fn attempt(&mut self, line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
@@ -323,7 +303,7 @@ impl Contender for Contending<'_> {
         // With a budget, a refusal may end the wait: then say how long the holder's lease
         // lasts.
         let pttl = deadline.is_some();
-        self.mutex.attempt(Ask::Fast { pttl }, deadline).await
+        self.mutex.lock.attempt(Ask::Fast { pttl }, deadline).await
     }
 
     fn local_turns(&self) -> Option<&'static str> {
@@ -335,12 +315,13 @@ impl Contender for Contending<'_> {
     }
 
     fn refresh(&self) -> Option<Duration> {
-        Some(self.mutex.options.get_place_lease() / 3)
+        Some(self.mutex.lock.options().get_place_lease() / 3)
     }
 
     fn handed_over(&mut self, line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
         let local = line.local?;
-        let lease_options = self.mutex.options.get_lease_options();
+        let lock = &self.mutex.lock;
+        let lease_options = lock.options().get_lease_options();
         // A grant with too little of its place-long lease left for its extension to land (the
         // wake-up came late) is left to the next attempt, which asks with the same token and
         // so takes it with a full lease.
@@ -349,13 +330,13 @@ impl Contender for Contending<'_> {
                 lease_options.takes_handover(placed_at, place_lease)
             })?;
         local.unplaced();
-        let owed = OwedRelease::of_line(self.mutex.hold.clone(), owner);
+        let owed = OwedRelease::of_line(lock.hold().clone(), owner);
         Some(Lease::handed_over(
             owed,
             FencingToken::new(handed.token),
             placed,
             lease_options,
-            self.mutex.client.renewals(),
+            lock.client().renewals(),
         ))
     }
 }

@@ -25,7 +25,7 @@ use super::{ClientOptions, redact};
 use crate::error::{Error, Result};
 
 /// The longest response timeout a cluster client may have: a release's tombstone lasts
-/// 10 s (`RELEASED_MS` in `wait/waiters.lua`), and a retry of the release must come within
+/// 10 s (`RELEASED_MS` in `wait/lock.lua`), and a retry of the release must come within
 /// it.
 const MAX_CLUSTER_RESPONSE_TIMEOUT: Duration = Duration::from_secs(8);
 
@@ -165,7 +165,7 @@ pub(super) fn cluster_builder(
         open(seed, options)?;
     }
     // A request and its retries end within the response timeout; a release's tombstone
-    // (see `RETRIED` in waiters.lua) must outlast them.
+    // (see `RETRIED` in lock.lua) must outlast them.
     if options.get_response_timeout() > MAX_CLUSTER_RESPONSE_TIMEOUT {
         return Err(Error::InvalidDuration {
             what: "response timeout",

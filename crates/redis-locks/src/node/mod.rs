@@ -46,6 +46,8 @@ pub(crate) use pubsub::{Listener, Subscription, WAKE_ALL};
 pub(crate) use replication::Acked;
 pub use replication::Replication;
 pub(crate) use script::LockScript;
+#[cfg(test)]
+pub(crate) use script::undefined_calls;
 pub(crate) use url::redact;
 
 /// One Redis server, as every lock handle of a [`Client`](crate::Client) reaches it. Cheap to
@@ -505,7 +507,7 @@ impl Node {
 
     /// Runs `script` with `EVAL` in a pipeline after `CLIENT SETNAME name` and
     /// `CLIENT GETNAME`, so the script surely runs on the connection the name was given to
-    /// (see `mutex/acquire.lua`, `KEYS[3]`). Used only on the rare path that brings a fencing
+    /// (see `engine/string_lock/acquire.lua`, `KEYS[3]`). Used only on the rare path that brings a fencing
     /// counter up to the clock on a new connection. When the name sticks, it is recorded as
     /// the connection's; when it does not (an ACL without `CLIENT`, a proxy that answers for
     /// the server), this node never names again, and the script numbers every grant: slower,
@@ -550,7 +552,7 @@ impl Node {
 
     /// Whether a request may run twice on the server (a cluster client retries after a
     /// broken connection): releases then pass a tombstone key (see `released_before` in
-    /// `waiters.lua`).
+    /// `lock.lua`).
     pub(crate) fn may_run_twice(&self) -> bool {
         self.inner.backend.cluster_form()
     }
@@ -562,7 +564,7 @@ impl Node {
     }
 
     /// Whether this node's requests all go over one connection it can name: the
-    /// capability the `Mutex` fast path's vouching needs (see `mutex/acquire.lua`,
+    /// capability the `Mutex` fast path's vouching needs (see `engine/string_lock/acquire.lua`,
     /// `KEYS[3]`). Without it (a cluster: one connection per shard), the acquire script
     /// numbers every grant.
     pub(crate) fn names_its_connection(&self) -> bool {
@@ -595,7 +597,7 @@ impl Node {
         }
     }
 
-    /// The name this node believes its connection has (see `mutex/acquire.lua`, `KEYS[3]`).
+    /// The name this node believes its connection has (see `engine/string_lock/acquire.lua`, `KEYS[3]`).
     pub(crate) fn connection_name(&self) -> Option<Arc<str>> {
         self.inner.naming.get()
     }
@@ -619,7 +621,7 @@ impl Node {
 
     /// This client's wake-up address: a waiter id that ends in `@` and this is woken on the
     /// client's own channel of the lock, which only this client listens to (see `wake` in
-    /// `waiters.lua`).
+    /// `lock.lua`).
     pub(crate) fn address(&self) -> &Arc<str> {
         self.inner.pubsub.address()
     }

@@ -1,6 +1,6 @@
 //! The name a node gives its connection (`CLIENT SETNAME redis-locks:<random>`), so that fast
 //! acquisitions can trust a fencing counter that a script brought up to the clock on this very
-//! connection (see `mutex/acquire.lua`, `KEYS[3]`, and the crate README, "Fencing tokens").
+//! connection (see `engine/string_lock/acquire.lua`, `KEYS[3]`, and the crate README, "Fencing tokens").
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

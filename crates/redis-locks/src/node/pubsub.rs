@@ -7,7 +7,7 @@
 //! `@<address>` (see [`Wakeups::address`]) is addressed to one client: its wake-ups go to
 //! that client's own channel of the lock, `<wake channel>:<address>` (same slot), so a release
 //! reaches the one process it wakes instead of every process that waits (`wake` in
-//! `waiters.lua`). Each client subscribes to both channels of a lock at once, and hands the
+//! `lock.lua`). Each client subscribes to both channels of a lock at once, and hands the
 //! messages of both to the same waiters. A background task owns the
 //! subscriber connection: it subscribes to a channel while at least one waiter of this
 //! process holds a [`Subscription`] to it, and for [`LINGER`] after the last one let go (so

@@ -1,9 +1,11 @@
 //! The crate's Lua scripts as the node runs them: a script is its `.lua` file (kept beside
-//! the module of the primitive that uses it, with a header stating KEYS, ARGV and every
-//! reply), put after the shared preludes it calls (`token/fence.lua`, `wait/waiters.lua`),
+//! the module of the primitive or engine that uses it, with a header stating KEYS, ARGV and
+//! every reply), put after the shared preludes it calls (`token/fence.lua`, the lock prelude
+//! `wait/lock.lua`, the queue prelude `wait/queue.lua`, the holds prelude
+//! `engine/holds/holds.lua`),
 //! loaded once into a [`redis::Script`] so calls use `EVALSHA` with a `NOSCRIPT` fallback.
 //!
-//! Two things about a script belong to the backend, not to the script, and the waiters'
+//! Two things about a script belong to the backend, not to the script, and the lock
 //! prelude names each once: how a wake-up is published (`local PUBLISH = 'PUBLISH'`), and
 //! whether the client may run a script twice (`local RETRIED = false`: a cluster client
 //! retries a request after a broken connection, so a release leaves a tombstone that a
@@ -15,7 +17,8 @@
 
 use redis::Script;
 
-/// The lines of `wait/waiters.lua` that the cluster's form changes, and what into.
+/// The lines of the lock prelude (`wait/lock.lua`) that the cluster's form changes, and what
+/// into.
 const CLUSTER_LINES: [(&str, &str); 2] = [
     ("local PUBLISH = 'PUBLISH'", "local PUBLISH = 'SPUBLISH'"),
     ("local RETRIED = false", "local RETRIED = true"),
@@ -35,7 +38,7 @@ fn is_fast_path(part: &str) -> bool {
 /// two forms (one server or Sentinel, and cluster).
 ///
 /// Made once per script, in a `static` `LazyLock` beside the module that uses it:
-/// `LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")])`.
+/// `LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("acquire.lua")])`.
 pub(crate) struct LockScript {
     plain: (String, Script),
     cluster: (String, Script),
@@ -81,6 +84,75 @@ impl LockScript {
     }
 }
 
+/// The prelude functions `script` calls, from its own body and, in turn, from the prelude
+/// functions it calls, that none of its parts defines: a script must carry every prelude it
+/// calls (a call of an undefined function fails only when it runs). `preludes` are every
+/// prelude there is; `never` names functions whose calls the script's own input never reaches
+/// (say, a prelude function's branch for KEYS the script is not given).
+#[cfg(test)]
+pub(crate) fn undefined_calls(
+    script: &LockScript,
+    preludes: &[&str],
+    never: &[&str],
+) -> Vec<String> {
+    /// Each `local function NAME(...) ... end` of `source`, by name, with its body.
+    fn functions(source: &str) -> Vec<(&str, &str)> {
+        let mut found = Vec::new();
+        let mut rest = source;
+        while let Some(start) = rest.find("local function ") {
+            let after = &rest[start + "local function ".len()..];
+            let name_len = after.find('(').unwrap_or(0);
+            let end = after.find("\nend\n").map_or(after.len(), |end| end + 5);
+            found.push((&after[..name_len], &after[..end]));
+            rest = &after[end..];
+        }
+        found
+    }
+    /// Whether `code` calls `name` (not as part of a longer name, not its definition).
+    fn calls(code: &str, name: &str) -> bool {
+        let pattern = format!("{name}(");
+        code.match_indices(&pattern).any(|(at, _)| {
+            let before = &code[..at];
+            let joined = before
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.' || c == ':');
+            !joined && !before.ends_with("function ")
+        })
+    }
+    let source = script.source(false);
+    let defined: Vec<&str> = functions(source)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let known: Vec<(&str, &str)> = preludes
+        .iter()
+        .flat_map(|prelude| functions(prelude))
+        .collect();
+    // The script's own body: what follows its last prelude function.
+    let body = functions(source)
+        .last()
+        .and_then(|(_, last)| source.rfind(last).map(|at| &source[at + last.len()..]))
+        .unwrap_or(source);
+    let mut missing = Vec::new();
+    let mut reached: Vec<&str> = Vec::new();
+    let mut todo = vec![body];
+    while let Some(code) = todo.pop() {
+        for (name, function) in &known {
+            if reached.contains(name) || never.contains(name) || !calls(code, name) {
+                continue;
+            }
+            reached.push(name);
+            if defined.contains(name) {
+                todo.push(function);
+            } else {
+                missing.push((*name).to_string());
+            }
+        }
+    }
+    missing
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,7 +161,7 @@ mod tests {
     fn the_cluster_form_publishes_sharded_may_retry_and_has_no_fast_path() {
         let fast = "-- release_first.lua: a fast path\nif false then return 1 end";
         let prelude = "-- fence.lua: a prelude before the waiters' one";
-        let script = LockScript::new(&[fast, prelude, crate::wait::WAITERS_LUA, "return 1"]);
+        let script = LockScript::new(&[fast, prelude, crate::wait::LOCK_LUA, "return 1"]);
         let (plain, cluster) = (script.source(false), script.source(true));
         assert!(plain.starts_with(fast));
         assert!(!cluster.contains(fast));
@@ -111,7 +183,7 @@ mod tests {
     }
 
     #[test]
-    fn a_script_without_the_waiters_prelude_is_the_same_in_both_forms() {
+    fn a_script_without_the_lock_prelude_is_the_same_in_both_forms() {
         let script = LockScript::new(&["return 1"]);
         assert_eq!(script.source(false), script.source(true));
     }

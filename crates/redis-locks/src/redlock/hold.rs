@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::engine::string_lock::StringHold;
 use crate::error::{Error, LostReason, Phase, Result, Vote};
 use crate::lease::{Hold, HoldFuture, Released};
-use crate::mutex::MutexHold;
 use crate::node::quorum::{Answer, Answers, Quorum, Running, count, unreachable};
 use crate::token::OwnerToken;
 
@@ -17,7 +17,7 @@ use crate::token::OwnerToken;
 pub(crate) struct RedlockHold {
     pub(crate) quorum: Arc<Quorum>,
     /// The `Mutex` key of the lock on each node, in the nodes' order.
-    pub(crate) nodes: Vec<Arc<MutexHold>>,
+    pub(crate) nodes: Vec<Arc<StringHold>>,
     /// How many renewals' restores are still under way: a release waits for none, so that a
     /// restore held up by a reconnect cannot land after the release.
     pub(crate) restoring: watch::Sender<usize>,
@@ -37,7 +37,7 @@ impl RedlockHold {
     /// answered that the key was gone.
     async fn on_all<F>(&self, phase: Phase, request: F) -> (Result<()>, Vec<usize>)
     where
-        F: Fn(Arc<MutexHold>) -> HoldFuture<'static, ()>,
+        F: Fn(Arc<StringHold>) -> HoldFuture<'static, ()>,
     {
         let needed = self.quorum.needed();
         let total = self.nodes.len();

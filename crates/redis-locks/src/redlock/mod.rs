@@ -6,8 +6,8 @@
 //! sent to all at once through [`Quorum`] (each within the per-node timeout, read until the
 //! outcome is decided); each node keeps a `Mutex` key (a first attempt asks each node in one
 //! pipeline, `SET NX PX` + the counter's `INCR`, with no script where the node vouches for
-//! its counter on that connection: `mutex::acquire_first_on`; a waiting attempt runs the
-//! `Mutex`'s acquire script, with `mutex/acquire_first.lua` in front for a node's common case)
+//! its counter on that connection: `engine::string_lock::acquire_first_on`; a waiting attempt runs the
+//! string-key engine's acquire script, with `acquire_first.lua` in front for a node's common case)
 //! and `raise.lua` brings the fencing counters of the granting majority up to the chosen
 //! token, in the background when a majority has it already. The lease core ([`Hold`] for
 //! release and extend, the watchdog, `lost()`, the owed release) and the one acquire loop are
@@ -32,20 +32,20 @@ use hold::RedlockHold;
 pub use options::RedlockOptions;
 
 use crate::client::Client;
+use crate::engine::string_lock::{
+    InLine, StringHold, acquire_first_on, acquire_on, inspect, node_scripts,
+};
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
-use crate::lease::{Hold, Lease, MAX_LATE_GRANTS, OwedRelease, lease_millis, too_slow};
-use crate::mutex::{
-    InLine, MutexHold, NodeGrant, acquire_first_on, acquire_on, inspect, node_scripts,
-};
+use crate::lease::{Hold, Lease, OwedRelease, lease_millis};
 use crate::node::{LockScript, Node};
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken};
-use crate::wait::{Contender, Line, Try, WAITERS_LUA, acquire};
+use crate::wait::{Contender, LOCK_LUA, Line, Try, acquire, in_time};
 
 /// Bring a node's counter up to the chosen token, owner-checked: `1` / `0` gone / `-1` taken.
 static RAISE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("raise.lua")]));
+    LazyLock::new(|| LockScript::new(&[FENCE_LUA, LOCK_LUA, include_str!("raise.lua")]));
 
 /// A lock over N independent Redis masters (the Redlock algorithm), held while a majority of
 /// them grants it, with fencing tokens that still grow from one holder to the next. See the
@@ -214,7 +214,7 @@ impl Redlock {
         let holds = nodes
             .iter()
             .map(|node| {
-                Arc::new(MutexHold {
+                Arc::new(StringHold {
                     node: node.clone(),
                     keys: keys.clone(),
                     hands_over: false,
@@ -386,8 +386,8 @@ impl Redlock {
     }
 
     /// One attempt on all nodes; a grant whose validity was gone by the time it was proven
-    /// is given back and asked again within `deadline` (the wait budget), [`MAX_LATE_GRANTS`]
-    /// attempts in all. With a refusal, how soon to look again when no wake-up is sure to come
+    /// is given back and asked again within `deadline` (the wait budget), as [`in_time`]
+    /// says. With a refusal, how soon to look again when no wake-up is sure to come
     /// (see [`Refusal::poll`]). A first attempt (no `line`) asks `with_pttl` how long the
     /// holders' leases run (a try-once call reports it; a wait's refused first attempt is
     /// followed by a waiting attempt, whose script says it).
@@ -400,39 +400,33 @@ impl Redlock {
         if !self.scripts_loaded.load(Ordering::Relaxed) {
             self.load_scripts().await;
         }
-        let mut late = 0;
-        loop {
+        let ask = |_| async {
             let owed = OwedRelease::new(self.hold.clone());
             let sent_at = Instant::now();
-            let token = match self.ask(&owed, sent_at, line.as_ref(), with_pttl).await {
-                Asked::Granted(token) => token,
-                Asked::Refused(outcome) => {
+            match self.ask(&owed, sent_at, line.as_ref(), with_pttl).await {
+                Ok(Try::Won(token)) => Ok(Try::Won((owed, token))),
+                Ok(Try::Held(outcome)) => {
                     // Whatever may have been granted was released already.
                     owed.disarm();
-                    let refusal = outcome?;
-                    return Ok((Try::Held(refusal.lease_ends), refusal.poll));
+                    Ok(Try::Held(outcome?))
                 }
-                Asked::NotRaised(err) => {
+                Err(err) => {
                     owed.give_back().await;
-                    return Err(err);
+                    Err(err)
                 }
-            };
-            if !self.options.get_lease_options().is_late(sent_at) {
-                let lease = Lease::new(
-                    owed,
-                    FencingToken::new(token),
-                    sent_at,
-                    self.options.get_lease_options(),
-                    self.clients[0].renewals(),
-                );
-                return Ok((Try::Won(lease), None));
             }
-            owed.give_back().await;
-            late += 1;
-            let over = deadline.is_some_and(|d| Instant::now() >= d);
-            if late >= MAX_LATE_GRANTS || over {
-                return Err(too_slow(self.options.get_lease(), late));
+        };
+        // Each attempt asks with a token of its own: a late grant is given back at once.
+        let give_back = |(owed, _token): (OwedRelease, u64), _give_up| owed.give_back();
+        let lease_options = self.options.get_lease_options();
+        match in_time(lease_options, deadline, 0, ask, give_back).await? {
+            Try::Won(((owed, token), sent_at)) => {
+                let token = FencingToken::new(token);
+                let renewals = self.clients[0].renewals();
+                let lease = Lease::new(owed, token, sent_at, lease_options, renewals);
+                Ok((Try::Won(lease), None))
             }
+            Try::Held(refusal) => Ok((Try::Held(refusal.lease_ends), refusal.poll)),
         }
     }
 
@@ -462,14 +456,21 @@ impl Redlock {
     }
 
     /// Asks every node for the lock with `owed`'s owner token, then raises the fencing
-    /// counter on the granting majority.
+    /// counter on the granting majority: granted (a majority has its fencing counter at the
+    /// token, not yet checked against the validity), or refused (no majority granted, and
+    /// whatever may have been granted was released: how long to wait before the next
+    /// attempt, or that no majority can be reached, [`Error::NoQuorum`]).
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when a majority granted but the token could not be raised on a
+    /// majority: nothing was released yet.
     async fn ask(
         &self,
         owed: &OwedRelease,
         sent_at: Instant,
         line: Option<&Waiting>,
         with_pttl: bool,
-    ) -> Asked {
+    ) -> Result<Try<u64, Result<Refusal>>> {
         let quorum = &self.hold.quorum;
         let total = quorum.nodes().len();
         let needed = quorum.needed();
@@ -484,7 +485,7 @@ impl Redlock {
         // vouches for its counter: the counters advance together (every attempt increments
         // every node it reaches), so counters that agreed still agree.
         let first = line.is_none();
-        let (mut answers, mut late): (Answers<NodeGrant>, _) = quorum
+        let (mut answers, mut late): (Answers<Try<u64>>, _) = quorum
             .ask_keeping(
                 0..total,
                 |index, node| {
@@ -516,8 +517,8 @@ impl Redlock {
                     }
                 },
                 |answers| {
-                    let held = count(answers, |grant| matches!(grant, NodeGrant::Held(_)));
-                    let granted = count(answers, |grant| matches!(grant, NodeGrant::Granted(_)));
+                    let held = count(answers, |grant| matches!(grant, Try::Held(_)));
+                    let granted = count(answers, |grant| matches!(grant, Try::Won(_)));
                     granted >= needed || total - held - unreachable(answers) < needed
                 },
             )
@@ -532,7 +533,7 @@ impl Redlock {
         if granted(&answers).len() < needed {
             // The requests still under way are released with the rest.
             drop(late);
-            return Asked::Refused(self.refused(owed, answers, sent_at).await);
+            return Ok(Try::Held(self.refused(owed, answers, sent_at).await));
         }
         // Won: the attempt ends here, with the answers in so far. The requests still under way
         // are dropped: a late node whose request was written already still takes its grant
@@ -575,7 +576,7 @@ impl Redlock {
             // behind are raised all the same, in the background, so that the next attempt's
             // counters agree again and it needs no raise of its own.
             quorum.send(behind.iter().copied(), raise, None);
-            return Asked::Granted(token);
+            return Ok(Try::Won(token));
         }
         let raised: Answers<i64> = quorum
             .ask(behind.iter().copied(), raise, |raised| {
@@ -589,26 +590,26 @@ impl Redlock {
             // Nodes that had not answered keep whatever they grant. The release goes to every
             // node (after the acquire, on each node's connection), so a late grant is
             // released with the rest.
-            return Asked::Granted(token);
+            return Ok(Try::Won(token));
         }
         // The keys ran out (or nodes failed) between the grant and the raise: give it all back.
         // Each node's vote: the raise's answer where one was asked, else the acquire's.
         let mut raised = raised;
-        let mut merged: Answers<NodeGrant> = answers;
+        let mut merged: Answers<Try<u64>> = answers;
         for index in &behind {
             merged[*index] = match raised[*index].take() {
-                Some(Answer::Replied(1)) => Some(Answer::Replied(NodeGrant::Granted(token))),
-                Some(Answer::Replied(_)) => Some(Answer::Replied(NodeGrant::Held(None))),
+                Some(Answer::Replied(1)) => Some(Answer::Replied(Try::Won(token))),
+                Some(Answer::Replied(_)) => Some(Answer::Replied(Try::Held(None))),
                 Some(Answer::TimedOut) => Some(Answer::TimedOut),
                 Some(Answer::Failed(err)) => Some(Answer::Failed(err)),
                 None => None,
             };
         }
         let votes = quorum.votes(merged, |grant| match grant {
-            NodeGrant::Granted(_) => Vote::Granted,
-            NodeGrant::Held(retry_after) => Vote::Held { retry_after },
+            Try::Won(_) => Vote::Granted,
+            Try::Held(retry_after) => Vote::Held { retry_after },
         });
-        Asked::NotRaised(Error::NoQuorum {
+        Err(Error::NoQuorum {
             name: self.name().to_string(),
             phase: Phase::Acquire,
             needed,
@@ -622,17 +623,16 @@ impl Redlock {
     async fn refused(
         &self,
         owed: &OwedRelease,
-        answers: Answers<NodeGrant>,
+        answers: Answers<Try<u64>>,
         sent_at: Instant,
     ) -> Result<Refusal> {
         let quorum = &self.hold.quorum;
         let (total, needed) = (quorum.nodes().len(), quorum.needed());
-        let all_refused = count(&answers, |grant| matches!(grant, NodeGrant::Held(_))) == total;
+        let all_refused = count(&answers, |grant| matches!(grant, Try::Held(_))) == total;
         if !all_refused {
             // Awaited, so that the next attempt does not find this one's keys.
-            let maybe_granted = (0..total).filter(|index| {
-                !matches!(answers[*index], Some(Answer::Replied(NodeGrant::Held(_))))
-            });
+            let maybe_granted = (0..total)
+                .filter(|index| !matches!(answers[*index], Some(Answer::Replied(Try::Held(_)))));
             self.release_now(owed, maybe_granted.collect()).await;
         }
         let unreachable = unreachable(&answers);
@@ -642,8 +642,8 @@ impl Redlock {
                 phase: Phase::Acquire,
                 needed,
                 votes: quorum.votes(answers, |grant| match grant {
-                    NodeGrant::Granted(_) => Vote::Granted,
-                    NodeGrant::Held(retry_after) => Vote::Held { retry_after },
+                    Try::Won(_) => Vote::Granted,
+                    Try::Held(retry_after) => Vote::Held { retry_after },
                 }),
             });
         }
@@ -652,7 +652,7 @@ impl Redlock {
         let mut leases: Vec<Option<Duration>> = answers
             .iter()
             .filter_map(|answer| match answer {
-                Some(Answer::Replied(NodeGrant::Held(left))) => Some(*left),
+                Some(Answer::Replied(Try::Held(left))) => Some(*left),
                 _ => None,
             })
             .collect();
@@ -666,7 +666,7 @@ impl Redlock {
         // come: look again at random around the retry delay while others may hold a majority,
         // or after about two attempts' time when no majority was held by others (the votes
         // split between contenders: they then rarely meet again).
-        let first_held = matches!(answers[0], Some(Answer::Replied(NodeGrant::Held(_))));
+        let first_held = matches!(answers[0], Some(Answer::Replied(Try::Held(_))));
         let poll = match () {
             () if first_held => None,
             () if leases.len() >= needed => Some(self.options.get_lock_options().get_retry_delay()),
@@ -715,26 +715,13 @@ struct Refusal {
     poll: Option<Duration>,
 }
 
-/// What one round of asking every node came to.
-enum Asked {
-    /// A majority granted, and has its fencing counter at the token (not yet checked
-    /// against the validity).
-    Granted(u64),
-    /// No majority granted; whatever may have been granted was released. How long to wait
-    /// before the next attempt, or that no majority can be reached ([`Error::NoQuorum`]).
-    Refused(Result<Refusal>),
-    /// A majority granted, but the token could not be raised on a majority: nothing was
-    /// released yet.
-    NotRaised(Error),
-}
-
 /// The nodes that granted, with their tokens.
-fn granted(answers: &Answers<NodeGrant>) -> Vec<(usize, u64)> {
+fn granted(answers: &Answers<Try<u64>>) -> Vec<(usize, u64)> {
     answers
         .iter()
         .enumerate()
         .filter_map(|(index, answer)| match answer {
-            Some(Answer::Replied(NodeGrant::Granted(token))) => Some((index, *token)),
+            Some(Answer::Replied(Try::Won(token))) => Some((index, *token)),
             _ => None,
         })
         .collect()
@@ -933,5 +920,19 @@ impl RedlockState {
             .iter()
             .filter_map(|node| node.state.as_ref().ok()?.fencing_counter)
             .max()
+    }
+}
+
+#[cfg(test)]
+mod script_tests {
+    use crate::node::undefined_calls;
+    use crate::wait::PRELUDES;
+
+    #[test]
+    fn raise_carries_the_preludes_it_calls() {
+        assert_eq!(
+            undefined_calls(&super::RAISE, &PRELUDES, &[]),
+            Vec::<String>::new()
+        );
     }
 }

@@ -1,5 +1,5 @@
 -- raise.lua: the second step of a Redlock grant (after the preludes fence.lua, for
--- read_counter, and waiters.lua, for owner_refusal): bring this node's fencing counter up to
+-- read_counter, and lock.lua, for owner_refusal): bring this node's fencing counter up to
 -- the token the client chose (the greatest of the tokens the granting majority gave it), but
 -- only while this node still holds the caller's lock. The crate documentation, "Redlock"
 -- (crates/redis-locks/README.md), says why this makes tokens grow from one holder to the next.

@@ -1,7 +1,7 @@
 //! `ReentrantMutex`: one owner at a time, who may take the lock again and again.
 //!
 //! Seed 001's reentrant lock is a hash `{owner -> hold count}`. This one is kept in the same
-//! hash of holds as an [`RwLock`](crate::RwLock)'s write side (`rwlock/holds.lua`, with the
+//! hash of holds as an [`RwLock`](crate::RwLock)'s write side (`engine/holds/holds.lua`, with the
 //! kind `reentrant`): each acquisition is a hold of its own with its own id, so a cancelled
 //! re-entry takes back exactly its own hold and never another's count.
 
@@ -10,11 +10,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::holds::{HoldsLock, Kind};
 use crate::error::Result;
 use crate::lease::{Lease, Released, guard_methods};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
-use crate::rwlock::{HoldsLock, Kind};
 use crate::state::{HoldMode, HoldsState};
 
 /// The options of a [`ReentrantMutex`]: a lease (renewed by a watchdog by default), how it

@@ -1,6 +1,6 @@
 //! The guards of an [`RwLock`](crate::RwLock): a read hold and a write hold.
 
-use super::holds::HoldsLock;
+use crate::engine::holds::HoldsLock;
 use crate::error::Result;
 use crate::lease::{Lease, Released, guard_methods};
 

@@ -1,25 +1,25 @@
 //! `RwLock`: many readers or one writer, every reader with its own lease, writers not
 //! starved by other owners' readers; cluster-ready (one hash key and its companions, all in the lock's slot).
 //!
-//! The lock is a hash of holds (`holds.lua` describes its layout), shared with
-//! [`ReentrantMutex`](crate::ReentrantMutex) (`holds.rs`, the kind tells them apart); the
-//! guards are in `guard.rs`; each script is a `.lua` file beside them.
+//! The lock is the hash-of-holds engine's ([`HoldsLock`], `engine/holds/`, whose `holds.lua`
+//! describes the layout and whose scripts are beside it), shared with
+//! [`ReentrantMutex`](crate::ReentrantMutex) (the kind tells them apart); the guards are in
+//! `guard.rs`.
 
 mod guard;
-mod holds;
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::holds::{HoldsLock, Kind};
 use crate::error::Result;
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldMode, HoldsState};
 
 pub use guard::{RwLockReadGuard, RwLockWriteGuard};
-pub(crate) use holds::{HoldsLock, Kind};
 
 /// The options of an [`RwLock`]: a lease per hold (renewed by a watchdog by default), how it
 /// waits, and the place lease of its waiters, as for a [`FairMutex`](crate::FairMutex).

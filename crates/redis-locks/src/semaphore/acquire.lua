@@ -1,5 +1,5 @@
 -- acquire.lua: take permits of a semaphore, first come, first served (after the preludes
--- fence.lua: server_micros, next_token; waiters.lua: wake, the queue; permits.lua).
+-- fence.lua: server_micros, next_token; lock.lua: wake, wrong_kind; queue.lua; permits.lua).
 --
 -- KEYS[1]  the holders: sorted set, owner token -> lease end (server ms). See permits.lua.
 -- KEYS[2]  the permits hash: 'limit' -> N, owner token -> permits held.
@@ -8,7 +8,7 @@
 -- KEYS[5]  the places (sorted set of waiter owner tokens by place-lease end, server ms).
 -- KEYS[6]  the ticket counter.
 -- ARGV[1]  the owner token (32 lowercase hex characters, '@' and its client's wake-up
---          address: see wake in waiters.lua); it names this acquisition's permits.
+--          address: see wake in lock.lua); it names this acquisition's permits.
 -- ARGV[2]  how many permits (an integer, 1 <= ARGV[2] <= ARGV[3]).
 -- ARGV[3]  N, the number of permits the caller opened the semaphore with (a positive
 --          integer).

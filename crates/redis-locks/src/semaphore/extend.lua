@@ -1,5 +1,5 @@
 -- extend.lua: renew the lease of a semaphore's permits, owner-checked (after the preludes
--- waiters.lua and permits.lua).
+-- lock.lua and permits.lua).
 --
 -- KEYS[1]  the holders (see permits.lua).
 -- KEYS[2]  the permits hash.

@@ -1,5 +1,5 @@
 -- inspect.lua: read a semaphore in one step, writing nothing (after the preludes fence.lua:
--- read_counter; waiters.lua; permits.lua).
+-- read_counter; lock.lua; permits.lua).
 --
 -- KEYS[1]  the holders (see permits.lua).
 -- KEYS[2]  the permits hash.

@@ -26,7 +26,7 @@ use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis,
 use crate::node::{LockScript, Node, Replication};
 use crate::options::LockOptions;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, try_once};
+use crate::wait::{Answer, Asker, LOCK_LUA, Placed, QUEUE_LUA, acquire, answer_in_time, try_once};
 
 pub use guard::SemaphoreGuard;
 pub use state::{PermitHolder, SemaphoreState};
@@ -38,7 +38,8 @@ const PERMITS_LUA: &str = include_str!("permits.lua");
 static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         PERMITS_LUA,
         include_str!("acquire.lua"),
     ])
@@ -47,8 +48,8 @@ static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
 /// Give permits back (or a place up), waking the first waiter: `1` or `0`.
 static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
-        FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         PERMITS_LUA,
         include_str!("release.lua"),
     ])
@@ -56,21 +57,22 @@ static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 
 /// Renew a holder's lease: `1` or `0`.
 static EXTEND: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, PERMITS_LUA, include_str!("extend.lua")]));
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, PERMITS_LUA, include_str!("extend.lua")]));
 
 /// Read N, the counter, the line and the holders.
 static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
         PERMITS_LUA,
         include_str!("inspect.lua"),
     ])
 });
 
 /// Change N: the N it replaced, or `0`.
-static RESIZE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, PERMITS_LUA, include_str!("resize.lua")]));
+static RESIZE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[LOCK_LUA, QUEUE_LUA, PERMITS_LUA, include_str!("resize.lua")])
+});
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000_000;
@@ -563,5 +565,30 @@ impl Asker for Asking<'_> {
                 .map_err(|err| self.mismatch(err))
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::node::undefined_calls;
+    use crate::wait::PRELUDES;
+
+    #[test]
+    fn every_script_carries_the_preludes_it_calls() {
+        let preludes = [PRELUDES.as_slice(), &[super::PERMITS_LUA]].concat();
+        let scripts = [
+            ("acquire", &*super::ACQUIRE),
+            ("release", &*super::RELEASE),
+            ("extend", &*super::EXTEND),
+            ("inspect", &*super::INSPECT),
+            ("resize", &*super::RESIZE),
+        ];
+        for (name, script) in scripts {
+            assert_eq!(
+                undefined_calls(script, &preludes, &[]),
+                Vec::<String>::new(),
+                "{name}"
+            );
+        }
     }
 }

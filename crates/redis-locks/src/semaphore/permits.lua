@@ -1,4 +1,4 @@
--- permits.lua: the prelude of the semaphore's scripts (after fence.lua and waiters.lua). It
+-- permits.lua: the prelude of the semaphore's scripts (after lock.lua and queue.lua). It
 -- defines functions and runs nothing by itself.
 --
 -- A semaphore `K` with N permits keeps, all in K's slot:
@@ -8,7 +8,7 @@
 --   permits  a hash: field 'limit' -> N, and owner token -> how many permits it holds. It
 --            lives as long as a holder or a waiter does (then the next acquirer's N counts).
 --   fence    the fencing counter (fence.lua): every grant takes the next token.
---   queue, places, tickets: the line of waiters (waiters.lua), first come, first served.
+--   queue, places, tickets: the line of waiters (queue.lua), first come, first served.
 --
 -- permits_reclaim(holders, permits, now)
 --   Removes every holder whose lease ended by now (server ms), and the count of every

@@ -1,5 +1,5 @@
 -- release.lua: give a semaphore's permits back, or give up a place in its queue, and wake
--- the first waiter if permits are free (after the preludes fence.lua, waiters.lua and
+-- the first waiter if permits are free (after the preludes lock.lua, queue.lua and
 -- permits.lua).
 --
 -- KEYS[1]  the holders (see permits.lua).
@@ -8,7 +8,7 @@
 -- KEYS[4]  the places.
 -- KEYS[5]  the ticket counter.
 -- KEYS[6]  optional: ARGV[1]'s tombstone key, where the client may run a script twice (see
---          tombstone in waiters.lua).
+--          tombstone in lock.lua).
 -- ARGV[1]  the owner token of the holder, or of the waiter giving up.
 -- ARGV[2]  the wake channel.
 --
@@ -17,7 +17,7 @@
 --    0  ARGV[1] holds no permits: its lease ended (the permits came back then), or it was
 --       only waiting, or never anything. Any place it had in the queue is given up.
 -- A second run of a release that gave 1 (a cluster client's retry) gives 1 again (see
--- released_before in waiters.lua). Permits have no "taken" state: never -1.
+-- released_before in lock.lua). Permits have no "taken" state: never -1.
 -- Errors (nothing written):
 --   WRONGTYPE <key> ...  a key holds another Redis type.
 

@@ -1,5 +1,5 @@
 -- resize.lua: change a semaphore's number of permits on purpose (after the preludes
--- waiters.lua and permits.lua).
+-- lock.lua, queue.lua and permits.lua).
 --
 -- KEYS[1]  the holders (see permits.lua).
 -- KEYS[2]  the permits hash.

@@ -1,5 +1,5 @@
 -- fence.lua: the shared prelude of every script that hands out fencing tokens; it is put in
--- front of mutex/acquire.lua, fair/acquire.lua and rwlock/acquire.lua, and of the inspect
+-- front of engine/string_lock/acquire.lua, fair/acquire.lua and engine/holds/acquire.lua, and of the inspect
 -- scripts (read_counter). It defines three functions and runs nothing by itself.
 --
 -- server_micros()

@@ -1,5 +1,5 @@
--- leave.lua: a waiter gives up its place in a lock's queue (after the waiters.lua prelude:
--- holder_of, server_ms, mark_waited, wake, the queue, the handover). If others still wait:
+-- leave.lua: a waiter gives up its place in a lock's queue (after the preludes lock.lua:
+-- holder_of, server_ms, mark_waited, wake; and queue.lua: the queue, the handover). If others still wait:
 -- when the lock is free, the new first waiter is woken (the one leaving may have been woken
 -- for this very release and will not take the lock now); when it is held, it is marked, so
 -- that its release wakes them.

@@ -38,7 +38,7 @@ pub(crate) struct LocalQueue {
 
 /// The owner token this process's waiters of a lock ask with while they wait, which they
 /// register with their place so that a release can hand the lock straight to it (see
-/// `waiters.lua`, `hand_over`). Every waiter whose turn it is asks with the same token, so a
+/// `queue.lua`, `hand_over`). Every waiter whose turn it is asks with the same token, so a
 /// lock handed to it while one waiter gave up is taken by the next.
 #[derive(Default)]
 struct Handover {

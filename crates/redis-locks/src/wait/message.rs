@@ -1,5 +1,5 @@
 //! What a wake-up message says: the format a release script publishes (`wake` in
-//! `waiters.lua`) and how a waiter reads it. The node delivers the payloads; only this module
+//! `lock.lua`) and how a waiter reads it. The node delivers the payloads; only this module
 //! knows what they mean.
 //!
 //! A payload is one of:
@@ -9,7 +9,7 @@
 
 use crate::node::{Listener, WAKE_ALL};
 
-/// A release that handed the lock straight to a waiter (a `Mutex`'s, see `waiters.lua`,
+/// A release that handed the lock straight to a waiter (a `Mutex`'s, see `queue.lua`,
 /// `hand_over`): the owner token it now holds the lock under, the nonce of the waiting attempt
 /// whose place lease the grant's lease ends with, and the fencing token.
 #[derive(Debug, Clone, PartialEq, Eq)]

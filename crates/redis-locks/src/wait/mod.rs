@@ -14,10 +14,15 @@
 //! only the first of its waiters of one lock in this process talk to Redis ([`local`]); one
 //! whose waiters keep their own place on the server (a `FairMutex`) does not.
 //!
-//! The primitive says how to attempt through a [`Contender`]. The waiter mark, the wake-up
-//! publish and the queue of waiters that its scripts use are in `waiters.lua`
-//! ([`WAITERS_LUA`]); a wait that ends without the lock leaves the queue (`leave.lua`).
+//! The primitive says how to attempt through a [`Contender`], whose attempt answers a
+//! [`Try`]: granted, or held by another owner and for how long ([`grant`](mod@grant): the one
+//! type for it, the acquire scripts' `{1, token} | {0, pttl}` reply read once, and
+//! [`in_time`], the late-grant rule every engine's attempt goes through). The owner checks, the waiter
+//! mark and the wake-up publish that its scripts use are in the lock prelude `lock.lua`
+//! ([`LOCK_LUA`]), the queue of waiters and the handover in the queue prelude `queue.lua`
+//! ([`QUEUE_LUA`]); a wait that ends without the lock leaves the queue (`leave.lua`).
 
+mod grant;
 mod local;
 mod message;
 mod options;
@@ -35,18 +40,31 @@ use crate::key::LockKeys;
 use crate::lease::Lease;
 use crate::node::{LockScript, Node, Subscription};
 
+pub(crate) use grant::{Try, grant_reply, in_time, nothing_owed};
 pub(crate) use local::{LocalHolder, LocalQueue, LocalQueues};
 pub(crate) use message::HandedOver;
 pub use options::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
 use pause::{Backoff, Bounds, confirm_limit, pause};
 pub(crate) use placed::{Answer, Asker, Placed, answer_in_time, try_once};
 
-/// The waiter prelude of the lock scripts: `holder_of`, `mark_waited`, `with_mark`, `wake`,
-/// `wake_all`, `wrong_kind` and `checked` (a type look, and a read that checks its key's
-/// type), the queue (`queue_purge`, `queue_drop`, `queue_look`, `queue_join`, `queue_enter`,
-/// `queue_leave`, `queue_head`) and the handover (`handover_wrong_type`, `handover_register`, `handover_owner`, `hand_over`, which
-/// calls `token/fence.lua`'s `next_token`: a script that hands over puts that prelude first).
-pub(crate) const WAITERS_LUA: &str = include_str!("waiters.lua");
+/// The lock prelude, in front of every script that reads or writes a lock key: the owner
+/// checks (`holder_of`, `holder_in`, `owner_refusal`), the server clock (`server_ms`), the
+/// waiter mark (`mark_waited`, `with_mark`), the wake-up (`wake`, `wake_all`: the one
+/// `PUBLISH` line, which the cluster form makes `SPUBLISH`), a release's tombstone
+/// (`given`, `released_before`, `remember_release`: the one `RETRIED` line) and the type
+/// checks (`wrong_kind`, `checked`).
+pub(crate) const LOCK_LUA: &str = include_str!("lock.lua");
+
+/// The queue prelude, after [`LOCK_LUA`], in the scripts that keep waiters in line or hand
+/// the lock over: the queue (`queue_wrong_type`, `queue_purge`, `queue_drop`, `queue_look`,
+/// `queue_join`, `queue_enter`, `queue_leave`, `queue_head`) and the handover
+/// (`handover_wrong_type`, `handover_register`, `handover_owner`, `hand_over`, which calls
+/// `token/fence.lua`'s `next_token`: a script that hands over puts that prelude first).
+pub(crate) const QUEUE_LUA: &str = include_str!("queue.lua");
+
+/// Every prelude but the holds engine's, for the tests that check which ones a script carries.
+#[cfg(test)]
+pub(crate) const PRELUDES: [&str; 3] = [crate::token::FENCE_LUA, LOCK_LUA, QUEUE_LUA];
 
 /// Runs `script` on a lock and its line of waiters: KEYS the lock key, the queue, the place
 /// leases and the ticket counter (and, where a script may run twice, `id`'s tombstone key
@@ -74,14 +92,14 @@ pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
 
 /// Where a node may run a script twice (a cluster client's retry): the key a release by `id`
 /// leaves its tombstone in, passed as the script's last KEY (see `released_before` in
-/// `waiters.lua`). None elsewhere: nothing is passed, nothing is written.
+/// `lock.lua`). None elsewhere: nothing is passed, nothing is written.
 fn tombstone(node: &Node, keys: &LockKeys, id: &str) -> Option<String> {
     node.may_run_twice()
         .then(|| keys.companion(&format!("released:{id}")))
 }
 
 /// As [`run_on_line`], for the scripts that may hand the lock to the next waiter (`hand_over`
-/// in `waiters.lua`): KEYS the lock key, the queue, the place leases, the ticket counter, the
+/// in `queue.lua`): KEYS the lock key, the queue, the place leases, the ticket counter, the
 /// handover hash and the fencing counter; ARGV `id`, the wake channel, then `owner` if given.
 /// A `Mutex`'s and a `FairMutex`'s release, and a `Mutex` line's leave with its registered
 /// token (`owner`), run so.
@@ -136,7 +154,7 @@ pub(crate) async fn leave_queue(
 /// Leave a lock's queue, waking the next waiter if the lock is free: `1` left, `0` had no
 /// place.
 static LEAVE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("leave.lua")]));
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, QUEUE_LUA, include_str!("leave.lua")]));
 
 /// How an attempt stands in line.
 #[derive(Clone, Copy)]
@@ -148,15 +166,6 @@ pub(crate) struct Line<'a> {
     /// queue on the server is [`LocalQueue::id`]; tell it [`LocalQueue::placing`] before an
     /// attempt that may take the place, and [`LocalQueue::unplaced`] after a grant.
     pub(crate) local: Option<&'a LocalQueue>,
-}
-
-/// What one attempt found.
-pub(crate) enum Try {
-    /// Granted: the lease the attempt took.
-    Won(Lease),
-    /// Held by another owner (or others queue first); how long the holder's lease still
-    /// runs, when known.
-    Held(Option<Duration>),
 }
 
 /// A primitive's side of the acquire loop: how to attempt, and what its waiting needs.
@@ -214,7 +223,7 @@ pub(crate) trait Contender: Send {
         None
     }
 
-    /// A release handed the lock straight to this waiter's line (see `waiters.lua`,
+    /// A release handed the lock straight to this waiter's line (see `queue.lua`,
     /// `hand_over`): the lease, if the grant is this waiter's to take and still holds;
     /// `None` to ask Redis again (which finds a grant it did not take here). By default
     /// `None`: only a `Mutex`'s releases hand over.
@@ -478,5 +487,16 @@ async fn leave_if_last(queue: Option<Arc<LocalQueue>>) {
         && Arc::strong_count(&queue) == 1
     {
         queue.leave().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::node::undefined_calls;
+
+    #[test]
+    fn leave_carries_the_preludes_it_calls() {
+        let missing = undefined_calls(&super::LEAVE, &super::PRELUDES, &[]);
+        assert_eq!(missing, Vec::<String>::new());
     }
 }

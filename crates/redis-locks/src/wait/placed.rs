@@ -8,14 +8,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::HandedOver;
-use super::{Contender, Line, Try};
-use crate::error::{Error, Phase, Result};
-use crate::lease::{Lease, LeaseOptions, MAX_LATE_GRANTS, OwedRelease, too_slow};
+use super::{Contender, Line, Try, grant_reply, in_time, nothing_owed};
+use crate::error::{Error, Result};
+use crate::lease::{Lease, LeaseOptions, OwedRelease};
 use crate::token::FencingToken;
 
 /// What one attempt of a placed waiter found: granted (its fencing token, and when the
 /// request was sent), or held (how long the blocking holder's lease still runs, if known).
-pub(crate) type Answer = std::result::Result<(FencingToken, Instant), Option<Duration>>;
+pub(crate) type Answer = Try<(FencingToken, Instant)>;
 
 /// A place in the queue renewed by a refused waiting attempt: when the attempt was sent, the
 /// place lease it asked for, and its nonce (registered with the place for a handover). A grant
@@ -63,7 +63,7 @@ pub(crate) trait Asker: Sync {
     /// The lease of a grant.
     fn lease(&self, owed: OwedRelease, token: FencingToken, sent_at: Instant) -> Lease;
 
-    /// The lease of a grant a release handed to `owed`'s token (see `waiters.lua`,
+    /// The lease of a grant a release handed to `owed`'s token (see `queue.lua`,
     /// `hand_over`), counted from `placed` (when the refused attempt whose place the grant's
     /// lease ends with was sent, and its place lease), if the primitive's releases hand over
     /// and enough of it is left for its extension to land; otherwise `owed` back, and the
@@ -79,12 +79,10 @@ pub(crate) trait Asker: Sync {
     }
 }
 
-/// Runs one acquire script call (`attempt`, replying `{1, token}` granted, `{0, ms}` held
-/// with ms of the holder's lease left, `{0, negative}` refused with no lease to wait for)
-/// until its grant comes back within its lease (`lease`, less its drift allowance): a late grant is asked again (the scripts
-/// re-grant to the same token with a fresh lease) within `deadline` and at most
-/// [`MAX_LATE_GRANTS`] times; then the call fails, and the caller's owed release gives the
-/// grant back as it drops.
+/// Runs one acquire script call (`attempt`, replying as [`grant_reply`] reads) until its
+/// grant comes back within its lease, as [`in_time`] says: a late grant is asked again (the
+/// scripts re-grant to the same token with a fresh lease) or, too often or past `deadline`,
+/// the call fails, and the caller's owed release gives the grant back as it drops.
 ///
 /// # Errors
 /// [`Error::UnexpectedReply`] for any other reply; a late grant too often; the attempt's.
@@ -97,30 +95,12 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(i64, i64)>>,
 {
-    let mut late = 0;
-    loop {
-        let sent_at = Instant::now();
-        match attempt().await? {
-            (1, token) if !lease.is_late(sent_at) => {
-                let token = FencingToken::new(u64::try_from(token).unwrap_or_default());
-                return Ok(Ok((token, sent_at)));
-            }
-            // Granted after the lease: ask again (a re-grant to this token), or fail.
-            (1, _) => {
-                late += 1;
-                if late >= MAX_LATE_GRANTS || deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(too_slow(lease.get_lease(), late));
-                }
-            }
-            (0, pttl) => return Ok(Err(u64::try_from(pttl).ok().map(Duration::from_millis))),
-            (granted, value) => {
-                return Err(Error::UnexpectedReply {
-                    phase: Phase::Acquire,
-                    detail: format!("[{granted}, {value}]"),
-                });
-            }
-        }
-    }
+    let ask = |_| {
+        let reply = attempt();
+        async move { grant_reply(reply.await?) }
+    };
+    let answer = in_time(lease, deadline, 0, ask, nothing_owed).await?;
+    Ok(answer.map(|(token, sent_at)| (FencingToken::new(token), sent_at)))
 }
 
 /// Asks once without joining the queue: a `try_lock`.
@@ -132,8 +112,8 @@ pub(crate) async fn try_once<A: Asker>(asker: &A, owed: OwedRelease) -> Result<L
         .ask(&owed, Duration::ZERO, Some(Instant::now()), 0)
         .await?
     {
-        Ok((token, sent_at)) => asker.lease(owed, token, sent_at).replicated().await,
-        Err(retry_after) => {
+        Try::Won((token, sent_at)) => asker.lease(owed, token, sent_at).replicated().await,
+        Try::Held(retry_after) => {
             owed.disarm();
             Err(Error::Held {
                 name: asker.name().to_string(),
@@ -197,14 +177,14 @@ impl<A: Asker> Contender for Placed<'_, A> {
             .ask(self.owed(), place_lease, deadline, nonce)
             .await?
         {
-            Ok((token, sent_at)) => {
+            Try::Won((token, sent_at)) => {
                 let owed = self
                     .owed
                     .take()
                     .expect("a waiter owes its place until granted");
                 Ok(Try::Won(self.asker.lease(owed, token, sent_at)))
             }
-            Err(retry_after) => {
+            Try::Held(retry_after) => {
                 self.placed = Some(PlaceRenewal {
                     at: sent_at,
                     lease: place_lease,

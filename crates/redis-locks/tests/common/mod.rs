@@ -147,8 +147,12 @@ pub fn slow_polling(lease: Duration) -> MutexOptions {
 
 /// The fencing prelude the library puts in front of the scripts that hand out tokens.
 pub const FENCE_LUA: &str = include_str!("../../src/token/fence.lua");
-/// The waiter prelude (the mark, the wake-up) the library puts in front of the lock scripts.
-pub const WAITERS_LUA: &str = include_str!("../../src/wait/waiters.lua");
+/// The lock prelude (owner checks, the mark, the wake-up) the library puts in front of the
+/// lock scripts.
+pub const LOCK_LUA: &str = include_str!("../../src/wait/lock.lua");
+/// The queue prelude (the queue of waiters, the handover), after the lock prelude in the
+/// scripts that keep waiters in line.
+pub const QUEUE_LUA: &str = include_str!("../../src/wait/queue.lua");
 
 /// A script made as the library makes it: the preludes it calls, then its body.
 pub fn lua(parts: &[&str]) -> redis::Script {

@@ -1,5 +1,5 @@
 -- extend.lua: set the lease of one hold of a lock kept in a hash, by its hold id (after the
--- preludes waiters.lua and holds.lua). Only this hold's deadline changes; the key lives at
+-- preludes lock.lua and holds.lua). Only this hold's deadline changes; the key lives at
 -- least as long as its latest hold.
 --
 -- KEYS[1]  the lock key (a hash, see holds.lua).

@@ -1,22 +1,22 @@
 -- release.lua: release a Mutex, but only for its owner, and hand the lock to the next waiter
 -- or wake it (after the preludes fence.lua (next_token, which the handover calls: only a
--- release with KEYS[5] needs it) and waiters.lua (owner_refusal, server_ms, wake, wake_all,
--- the queue (queue_look, queue_drop, checked), the handover)).
+-- release with KEYS[5] needs it), lock.lua (owner_refusal, server_ms, wake, wake_all, checked)
+-- and queue.lua (the queue: queue_look, queue_drop; the handover)).
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the lock's queue of waiters, its place
---          leases and its ticket counter (see the queue in waiters.lua).
+--          leases and its ticket counter (see the queue in queue.lua).
 -- KEYS[5]  optional, with KEYS[6]: the lock's handover hash (waiter id -> '<owner token>
 --          <nonce>', see acquire.lua) and
 --          its fencing counter. Given by a Mutex's release, not by a Redlock node's (a
 --          majority of nodes must grant a Redlock, so one node never hands it over).
 -- ARGV[1]  the owner token the caller acquired with.
--- ARGV[2]  the lock's wake channel. If a waiter marked the lock (see waiters.lua), the
+-- ARGV[2]  the lock's wake channel. If a waiter marked the lock (see lock.lua), the
 --          release looks for the first waiter in the queue whose place is still leased:
 --          with KEYS[5] and an owner token registered for it, the lock is handed to that
---          token (hand_over in waiters.lua publishes '<waiter id> <owner> <nonce>
+--          token (hand_over in queue.lua publishes '<waiter id> <owner> <nonce>
 --          <fencing token>');
---          otherwise that waiter is woken (wake in waiters.lua: only that process's waiter
+--          otherwise that waiter is woken (wake in lock.lua: only that process's waiter
 --          acts on it), or '*' is published (every waiter looks again) when nobody is in
 --          line. A release nobody waited for publishes nothing. (The waiters of the
 --          releasing process queued behind the holder are woken by that process itself.)
@@ -28,14 +28,14 @@
 --   -1  not released: the key holds another owner's token (the lease ran out and
 --       somebody else took the lock); that owner's lock is left untouched.
 -- A second run of a release that gave 1 (a cluster client's retry) gives 1 again, for
--- RELEASED_MS (see released_before in waiters.lua).
+-- RELEASED_MS (see released_before in lock.lua).
 -- Errors (nothing written):
 --   WRONGTYPE  KEYS[1] is not a string, or (for a marked key, with KEYS[2]) a queue key
 --              or the handover hash that the release reads or may write holds another
 --              type: the queue and the places always, the ticket counter when nobody live
 --              stands behind the first waiter (or nobody live is in line: the counter is
 --              then deleted with the line), the handover hash when somebody is in line
---              (queue_look, checked in waiters.lua).
+--              (queue_look in queue.lua, checked in lock.lua).
 
 local refused, marked = owner_refusal(KEYS[1], ARGV[1])
 if refused then

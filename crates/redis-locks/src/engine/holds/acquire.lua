@@ -1,6 +1,6 @@
 -- acquire.lua: take a read or write hold of a lock kept in a hash (an RwLock, or a
 -- ReentrantMutex, which has only write holds), after the preludes fence.lua (next_token),
--- waiters.lua (the queue) and holds.lua (the hash; its layout is described there).
+-- lock.lua, queue.lua (the queue) and holds.lua (the hash; its layout is described there).
 --
 -- KEYS[1]  the lock key (a hash, see holds.lua).
 -- KEYS[2]  the fencing counter (one for readers and writers).
@@ -9,7 +9,7 @@
 -- ARGV[2]  the mode: 'r' (read) or 'w' (write).
 -- ARGV[3]  the hold id of this acquisition (new per guard: 32 lowercase hex characters, '@'
 --          and the client's wake-up address, so that wake-ups addressed to it go to that
---          client's own channel; see wake in waiters.lua).
+--          client's own channel; see wake in lock.lua).
 -- ARGV[4]  the owner id (the OwnerId of the handle; non-empty, no control characters).
 -- ARGV[5]  the lease in milliseconds (a positive integer).
 -- ARGV[6]  the place lease in milliseconds: '0' asks without waiting (no place in the

@@ -1,5 +1,5 @@
 -- inspect.lua: read a Mutex's (or FairMutex's) state in one consistent step (after the
--- preludes fence.lua (read_counter) and waiters.lua (holder_of)). Writes nothing.
+-- preludes fence.lua (read_counter) and lock.lua (holder_of)). Writes nothing.
 --
 -- KEYS[1]  the lock key.
 -- KEYS[2]  the fencing counter.
@@ -8,7 +8,7 @@
 -- Replies:
 --   {owner, pttl, counter, marked, listeners}
 --     owner    the holder's owner token (without a waiter's mark, see
---              waiters.lua), or '' when the lock is free.
+--              lock.lua), or '' when the lock is free.
 --     pttl     the holder's remaining lease in ms; -2 when free; -1 when the key has no
 --              expiry (it was not written by this library).
 --     counter  the fencing counter: the latest fencing token handed out (the holder's, or a

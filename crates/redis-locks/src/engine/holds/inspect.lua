@@ -1,9 +1,9 @@
 -- inspect.lua: read the state of a lock kept in a hash in one consistent step (after the
--- preludes fence.lua (read_counter), waiters.lua and holds.lua). Writes nothing.
+-- preludes fence.lua (read_counter), lock.lua and holds.lua). Writes nothing.
 --
 -- KEYS[1]  the lock key (a hash, see holds.lua).
 -- KEYS[2]  the fencing counter.
--- KEYS[3]  the place leases of the lock's queue (waiters.lua).
+-- KEYS[3]  the place leases of the lock's queue (queue.lua).
 --
 -- Replies:
 --   {kind, counter, waiting_readers, waiting_writers, holds...}

@@ -1,4 +1,4 @@
-//! One acquire attempt of a [`Mutex`], asked in one of two ways: the fast way, a pipelined
+//! One acquire attempt of a [`StringLock`](super::StringLock), asked in one of two ways: the fast way, a pipelined
 //! `SET NX PX` + `INCR` that costs Redis no script, or the acquire script, which waiters use
 //! because it also marks a held lock so that its release hands the lock over to them (or
 //! wakes them), and registers their line's owner token for that.
@@ -9,17 +9,19 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-use super::Mutex;
+use super::StringLock;
 use crate::error::{Error, Phase, Result};
-use crate::lease::{Lease, MAX_LATE_GRANTS, OwedRelease, too_slow};
-use crate::node::{LockScript, NamingTurn};
+use crate::key::LockKeys;
+use crate::lease::{Lease, OwedRelease};
+use crate::node::{LockScript, NamingTurn, Node};
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Try, WAITERS_LUA};
+use crate::wait::{LOCK_LUA, QUEUE_LUA, Try, grant_reply, in_time};
 
 /// `SET NX PX` plus the fencing counter, or the waiter's mark on a held lock: `{1, token}` or
 /// `{0, pttl}`.
-static ACQUIRE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("acquire.lua")]));
+pub(super) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("acquire.lua")])
+});
 
 /// The acquire script with its common case for a Redlock's node first (`acquire_first.lua`:
 /// a free lock costs no prelude).
@@ -27,7 +29,8 @@ pub(super) static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("acquire_first.lua"),
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("acquire.lua"),
     ])
 });
@@ -36,7 +39,7 @@ pub(super) static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
 const SEEDED: i64 = 1_000_000_000_000_000;
 
 /// How an attempt asks Redis.
-pub(super) enum Ask {
+pub(crate) enum Ask {
     /// The pipeline `SET NX PX` + `INCR` (+ `PTTL` and `TYPE` with `pttl`, to say how long
     /// a refusal lasts, or that the name is in use as another primitive). Used by the first attempt of a `lock` and by every try-once call.
     Fast { pttl: bool },
@@ -106,7 +109,7 @@ impl Vouch {
 /// counter's epochs, and `CLIENT GETNAME` (see `acquire.lua`, `KEYS[3]`).
 fn vouching<'p>(
     pipe: &'p mut redis::Pipeline,
-    keys: &crate::key::LockKeys,
+    keys: &LockKeys,
     believed: Option<&str>,
 ) -> &'p mut redis::Pipeline {
     pipe.cmd("ZSCORE")
@@ -119,7 +122,7 @@ fn vouching<'p>(
 /// Reads the replies of [`vouching`]'s two commands (`epoch`, `name`) on `node`; when they do
 /// not vouch, says which epoch the script is to write, and takes `node`'s naming turn for a
 /// connection without a name.
-fn vouch(node: &crate::node::Node, epoch: &Value, name: &Value, believed: Option<&str>) -> Vouch {
+fn vouch(node: &Node, epoch: &Value, name: &Value, believed: Option<&str>) -> Vouch {
     // Only a name this crate gave the connection vouches for anything: one the application
     // chose may be shared by other connections and servers.
     let name = match name {
@@ -163,11 +166,11 @@ fn epoch_name(epoch: &Epoch) -> (Option<String>, Option<Arc<str>>) {
     }
 }
 
-impl Mutex {
+impl StringLock {
     /// Asks Redis once for the lock, with a fresh owner token (a waiter: with its line's).
     /// `deadline` is the caller's wait budget: a grant that comes back after its lease is
-    /// asked again (by owner token) only within it, and at most [`MAX_LATE_GRANTS`] times.
-    pub(super) async fn attempt(&self, ask: Ask, deadline: Option<Instant>) -> Result<Try> {
+    /// asked again (by owner token) only within it, and only so often (see [`in_time`]).
+    pub(crate) async fn attempt(&self, ask: Ask, deadline: Option<Instant>) -> Result<Try> {
         match ask {
             Ask::Fast { pttl } => {
                 let owed = OwedRelease::new(self.hold.clone());
@@ -191,9 +194,9 @@ impl Mutex {
     }
 
     /// The lease of a grant whose request was sent at `sent_at`.
-    fn lease(&self, mut owed: OwedRelease, token: i64, sent_at: Instant) -> Lease {
+    fn lease(&self, mut owed: OwedRelease, token: u64, sent_at: Instant) -> Lease {
         owed.arm();
-        let token = FencingToken::new(u64::try_from(token).unwrap_or_default());
+        let token = FencingToken::new(token);
         let options = self.options.get_lease_options();
         Lease::new(owed, token, sent_at, options, self.client.renewals())
     }
@@ -248,7 +251,7 @@ impl Mutex {
                     };
                     return self.ask_script(owed, script, deadline).await;
                 }
-                Ok(Try::Won(self.lease(owed, *token, sent_at)))
+                Ok(Try::Won(self.lease(owed, token.unsigned_abs(), sent_at)))
             }
             (Value::Okay, Value::ServerError(err)) => {
                 // Taken, but the counter is broken: give the lock back before saying so.
@@ -288,120 +291,173 @@ impl Mutex {
 
     /// The acquire script: grants a free lock (or re-grants one this owner already holds),
     /// or marks the holder's key so that its release wakes the waiters. A grant that comes
-    /// back after its lease is asked again, by owner token, within `deadline` and at most
-    /// [`MAX_LATE_GRANTS`] times in all; then it is given back and the call fails: a guard
-    /// is never handed out already lost.
+    /// back after its lease is asked again, by owner token, as [`in_time`] says (counting the
+    /// fast attempt's late grant, `script.late`); then it is given back and the call fails: a
+    /// guard is never handed out already lost.
     async fn ask_script(
         &self,
         owed: OwedRelease,
-        mut script: Script,
+        script: Script,
         deadline: Option<Instant>,
     ) -> Result<Try> {
-        let keys = [
-            self.keys.lock(),
-            self.keys.fence(),
-            self.keys.epoch(),
-            self.keys.queue(),
-            self.keys.places(),
-            self.keys.tickets(),
-            self.keys.handover(),
-        ];
-        let mark = if script.mark { "1" } else { "0" };
-        let waiter = script.waiter.clone();
-        let waiter: &str = waiter.as_deref().unwrap_or_default();
-        let place_ms = &*self.place_ms;
-        let channel = self.keys.wake_channel();
-        let nonce = script.nonce.clone();
-        let nonce = nonce.as_str();
-        loop {
-            let sent_at = Instant::now();
-            let owner = owed.owner().as_str();
-            // A fresh connection name is sent along when this call names the connection (in
-            // this client's naming turn, held while `script` lives).
-            let (fresh, named) = epoch_name(&script.epoch);
-            let name = fresh.as_deref().or(named.as_deref()).unwrap_or_default();
-            let args = [
-                owner,
-                &self.lease_ms,
-                mark,
-                name,
-                waiter,
-                place_ms,
-                channel,
-                "",
-                "",
-                nonce,
-            ];
-            let node = self.client.node();
-            let reply = match &fresh {
-                Some(fresh) => {
-                    node.run_script_naming::<(i64, i64)>(
-                        Phase::Acquire,
-                        fresh,
-                        &ACQUIRE,
-                        &keys,
-                        &args,
-                    )
-                    .await
-                }
-                None => {
-                    node.run_script::<(i64, i64)>(Phase::Acquire, &ACQUIRE, &keys, &args)
-                        .await
-                }
+        let node = self.client.node();
+        let owner = owed.owner().clone();
+        let placing = script.waiter.as_deref().map(|waiter| Placing {
+            waiter,
+            place_ms: &self.place_ms,
+            channel: self.keys.wake_channel(),
+            wake_only: false,
+            nonce: Some(&script.nonce),
+        });
+        let ask = |late: u32| {
+            // A grant asked again writes no epoch: the first call recorded it (or failed to).
+            let epoch = if late == 0 {
+                &script.epoch
+            } else {
+                &Epoch::Keep
             };
-            match reply {
-                Ok((1, token)) => {
-                    if !self.options.get_lease_options().is_late(sent_at) {
-                        return Ok(Try::Won(self.lease(owed, token, sent_at)));
-                    }
-                    // Granted, but the reply came after the lease: ask again by owner token
-                    // (the script sets the lease anew), or give the grant back.
-                    script.late += 1;
-                    script.epoch = Epoch::Keep;
-                    let over = deadline.is_some_and(|d| Instant::now() >= d);
-                    if script.late >= MAX_LATE_GRANTS || over {
-                        owed.give_back().await;
-                        return Err(too_slow(self.options.get_lease(), script.late));
-                    }
-                }
-                Ok((0, pttl)) => {
-                    owed.disarm();
-                    return Ok(Try::Held(
-                        u64::try_from(pttl).ok().map(Duration::from_millis),
-                    ));
-                }
-                // A reply the script never gives: keep `owed` armed, just in case.
-                Ok((granted, value)) => {
-                    return Err(Error::UnexpectedReply {
-                        phase: Phase::Acquire,
-                        detail: format!("[{granted}, {value}]"),
-                    });
-                }
-                // An error reply from the server: the script takes back what it wrote when
-                // the counter is broken, but a command refused midway (NOPERM, OOM) may leave
-                // a grant behind, and an earlier attempt may have taken the lock: release by
-                // owner token either way (a release that finds nothing changes nothing).
-                // Anything else (a broken connection, an unreadable reply) leaves the outcome
-                // open: `owed` is dropped armed and releases by owner token in the background.
-                Err(err @ (Error::WrongType { .. } | Error::Redis { .. } | Error::Auth { .. })) => {
+            let call = AcquireCall {
+                keys: &self.keys,
+                owner: owner.as_str(),
+                lease_ms: &self.lease_ms,
+                mark: script.mark,
+                proposal: "",
+                placing,
+            };
+            call.run(node, &ACQUIRE, epoch)
+        };
+        // The grant given back when it kept coming back late: by owner token, before the
+        // error returns.
+        let mut owed = Some(owed);
+        let give_back = |_token, give_up: bool| {
+            let owed = if give_up { owed.take() } else { None };
+            async move {
+                if let Some(owed) = owed {
                     owed.give_back().await;
-                    return Err(err);
                 }
-                Err(err) => return Err(err),
             }
+        };
+        let answer = in_time(
+            self.options.get_lease_options(),
+            deadline,
+            script.late,
+            ask,
+            give_back,
+        )
+        .await;
+        match (answer, owed) {
+            (Ok(Try::Won((token, sent_at))), Some(owed)) => {
+                Ok(Try::Won(self.lease(owed, token, sent_at)))
+            }
+            (Ok(Try::Held(retry_after)), owed) => {
+                if let Some(owed) = owed {
+                    owed.disarm();
+                }
+                Ok(Try::Held(retry_after))
+            }
+            // An error reply from the server: the script takes back what it wrote when
+            // the counter is broken, but a command refused midway (NOPERM, OOM) may leave
+            // a grant behind, and an earlier attempt may have taken the lock: release by
+            // owner token either way (a release that finds nothing changes nothing).
+            (
+                Err(err @ (Error::WrongType { .. } | Error::Redis { .. } | Error::Auth { .. })),
+                Some(owed),
+            ) => {
+                owed.give_back().await;
+                Err(err)
+            }
+            // Anything else (a broken connection, an unreadable reply, a reply the script
+            // never gives) leaves the outcome open: `owed` is dropped armed and releases by
+            // owner token in the background. A grant late too often was given back already.
+            (Err(err), _) => Err(err),
+            (Ok(Try::Won(_)), None) => unreachable!("a grant in time is still owed"),
         }
     }
 }
 
-/// What one acquire script call on one node said, for a primitive that asks several nodes
-/// at once with a `Mutex`'s key on each ([`Redlock`](crate::Redlock)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NodeGrant {
-    /// Granted, with the node's fencing token (`acquire.lua`'s `{1, token}`).
-    Granted(u64),
-    /// Held by another owner, with its remaining lease when it has one (`{0, pttl}`); the key
-    /// is marked, so its release publishes a wake-up.
-    Held(Option<Duration>),
+/// A waiter's place in the lock's queue, as one acquire call asks for it.
+#[derive(Debug, Clone, Copy)]
+struct Placing<'a> {
+    /// The waiter id (`ARGV[5]`).
+    waiter: &'a str,
+    /// The place lease in milliseconds (`ARGV[6]`).
+    place_ms: &'a str,
+    /// The lock's wake channel (`ARGV[7]`).
+    channel: &'a str,
+    /// The place is for wake-ups only (`ARGV[9]`, a Redlock's first node).
+    wake_only: bool,
+    /// The attempt's nonce, registered for a handover (`ARGV[10]`, with the handover hash as
+    /// `KEYS[7]`); none: no handover.
+    nonce: Option<&'a str>,
+}
+
+/// One call of `acquire.lua`: its KEYS and ARGV are written here only (see the script's
+/// header).
+struct AcquireCall<'a> {
+    keys: &'a LockKeys,
+    /// The owner token (`ARGV[1]`).
+    owner: &'a str,
+    /// The lease in milliseconds (`ARGV[2]`).
+    lease_ms: &'a str,
+    /// Mark a grant at once (`ARGV[3]`).
+    mark: bool,
+    /// A Redlock's proposed token (`ARGV[8]`); '' for the server clock.
+    proposal: &'a str,
+    /// A place in the lock's queue; none: outside the queue (the lock, the counter and its
+    /// epochs only).
+    placing: Option<Placing<'a>>,
+}
+
+impl AcquireCall<'_> {
+    /// Runs the call on `node` with `script`, writing `epoch` as the counter's epoch on a
+    /// grant (naming the connection first, in the same round trip, for [`Epoch::Fresh`]).
+    async fn run(self, node: &Node, script: &LockScript, epoch: &Epoch) -> Result<Try<u64>> {
+        let keys = self.keys;
+        let all_keys = [
+            keys.lock(),
+            keys.fence(),
+            keys.epoch(),
+            keys.queue(),
+            keys.places(),
+            keys.tickets(),
+            keys.handover(),
+        ];
+        let (fresh, named) = epoch_name(epoch);
+        let name = fresh.as_deref().or(named.as_deref()).unwrap_or_default();
+        let place = self.placing.unwrap_or(Placing {
+            waiter: "",
+            place_ms: "",
+            channel: "",
+            wake_only: false,
+            nonce: None,
+        });
+        let all_args = [
+            self.owner,
+            self.lease_ms,
+            if self.mark { "1" } else { "0" },
+            name,
+            place.waiter,
+            place.place_ms,
+            place.channel,
+            self.proposal,
+            if place.wake_only { "1" } else { "" },
+            place.nonce.unwrap_or_default(),
+        ];
+        let (key_count, arg_count) = match self.placing {
+            None => (3, 8),
+            Some(Placing { nonce: None, .. }) => (6, 9),
+            Some(Placing { nonce: Some(_), .. }) => (7, 10),
+        };
+        let (keys, args) = (&all_keys[..key_count], &all_args[..arg_count]);
+        let reply = match &fresh {
+            Some(fresh) => {
+                node.run_script_naming(Phase::Acquire, fresh, script, keys, args)
+                    .await?
+            }
+            None => node.run_script(Phase::Acquire, script, keys, args).await?,
+        };
+        grant_reply(reply)
+    }
 }
 
 /// A waiter's place in the lock's queue on a node, for [`acquire_on`].
@@ -428,86 +484,44 @@ pub(crate) struct InLine<'a> {
 /// As the script's errors (see `acquire.lua`); [`Error::Connection`] when the node did not
 /// answer (the outcome is then unknown: the caller releases by owner token).
 pub(crate) async fn acquire_on(
-    node: &crate::node::Node,
-    keys: &crate::key::LockKeys,
+    node: &Node,
+    keys: &LockKeys,
     owner: &str,
     lease_ms: &str,
     proposal: &str,
     in_line: Option<InLine<'_>>,
-) -> Result<NodeGrant> {
+) -> Result<Try<u64>> {
     acquire_on_as(node, keys, owner, lease_ms, proposal, in_line, Epoch::Keep).await
 }
 
 /// [`acquire_on`], writing `epoch` as the counter's epoch on a grant (and naming the
 /// connection first, in the same round trip, for [`Epoch::Fresh`]).
 async fn acquire_on_as(
-    node: &crate::node::Node,
-    keys: &crate::key::LockKeys,
+    node: &Node,
+    keys: &LockKeys,
     owner: &str,
     lease_ms: &str,
     proposal: &str,
     in_line: Option<InLine<'_>>,
     epoch: Epoch,
-) -> Result<NodeGrant> {
-    let (fresh, named) = epoch_name(&epoch);
-    let name = fresh.as_deref().or(named.as_deref()).unwrap_or_default();
-    let all_keys = [
-        keys.lock(),
-        keys.fence(),
-        keys.epoch(),
-        keys.queue(),
-        keys.places(),
-        keys.tickets(),
-    ];
-    let (mark, wake_only) = match &in_line {
-        Some(line) => (
-            if line.mark { "1" } else { "0" },
-            if line.wake_only { "1" } else { "" },
-        ),
-        None => ("0", ""),
+) -> Result<Try<u64>> {
+    let placing = in_line.map(|line| Placing {
+        waiter: line.waiter,
+        place_ms: line.place_ms,
+        channel: keys.wake_channel(),
+        wake_only: line.wake_only,
+        nonce: None,
+    });
+    let call = AcquireCall {
+        keys,
+        owner,
+        lease_ms,
+        mark: in_line.is_some_and(|line| line.mark),
+        proposal,
+        placing,
     };
-    let (waiter, place_ms) = in_line.map_or(("", ""), |line| (line.waiter, line.place_ms));
-    let channel = if in_line.is_some() {
-        keys.wake_channel()
-    } else {
-        ""
-    };
-    let all_args = [
-        owner, lease_ms, mark, name, waiter, place_ms, channel, proposal, wake_only,
-    ];
-    // Outside the queue: the lock, the counter and its epochs; ARGV up to the proposal.
-    let (keys, args) = match in_line {
-        Some(_) => (&all_keys[..], &all_args[..]),
-        None => (&all_keys[..3], &all_args[..8]),
-    };
-    let reply = match &fresh {
-        Some(fresh) => {
-            node.run_script_naming::<(i64, i64)>(
-                Phase::Acquire,
-                fresh,
-                &ACQUIRE_ON_NODE,
-                keys,
-                args,
-            )
-            .await?
-        }
-        None => {
-            node.run_script::<(i64, i64)>(Phase::Acquire, &ACQUIRE_ON_NODE, keys, args)
-                .await?
-        }
-    };
-    // The naming turn (with `Epoch::Fresh`) ends here, the name recorded or refused.
-    drop(epoch);
-    match reply {
-        (1, token) if token > 0 => Ok(NodeGrant::Granted(token as u64)),
-        (0, pttl) => Ok(NodeGrant::Held(
-            u64::try_from(pttl).ok().map(Duration::from_millis),
-        )),
-        (granted, value) => Err(Error::UnexpectedReply {
-            phase: Phase::Acquire,
-            detail: format!("[{granted}, {value}]"),
-        }),
-    }
+    // The naming turn (with `Epoch::Fresh`) ends with `epoch`, the name recorded or refused.
+    call.run(node, &ACQUIRE_ON_NODE, &epoch).await
 }
 
 /// Asks `node` for the lock in one pipeline, outside any queue (a Redlock's first attempt,
@@ -538,22 +552,22 @@ async fn acquire_on_as(
 /// [`Error::WrongType`] or the server's error, the lock key then possibly granted (the caller
 /// releases by owner token).
 pub(crate) async fn acquire_first_on(
-    node: &crate::node::Node,
-    keys: &crate::key::LockKeys,
+    node: &Node,
+    keys: &LockKeys,
     owner: &str,
     lease_ms: &str,
     proposal: &str,
     with_pttl: bool,
-) -> Result<NodeGrant> {
+) -> Result<Try<u64>> {
     let (lock, fence) = (keys.lock(), keys.fence());
     if !node.names_its_connection() {
-        // Nothing could vouch for the counter (see `Mutex::ask_fast`).
+        // Nothing could vouch for the counter (see `StringLock::ask_fast`).
         return acquire_on(node, keys, owner, lease_ms, proposal, None).await;
     }
     let first = ask_first(node, keys, owner, lease_ms, with_pttl).await?;
     match (&first.set, &first.counter) {
         (Value::Okay, Value::Int(token)) => match first.vouch(node) {
-            Vouch::Vouched if *token >= SEEDED => Ok(NodeGrant::Granted(*token as u64)),
+            Vouch::Vouched if *token >= SEEDED => Ok(Try::Won(token.unsigned_abs())),
             vouch => {
                 let epoch = vouch.epoch();
                 acquire_on_as(node, keys, owner, lease_ms, proposal, None, epoch).await
@@ -575,7 +589,7 @@ pub(crate) async fn acquire_first_on(
         }
         // Held; a key without expiry (`PTTL` -1) was not written by this library and has no
         // lease to report, as the script would say.
-        (Value::Nil, _) => Ok(NodeGrant::Held(first.lease_left())),
+        (Value::Nil, _) => Ok(Try::Held(first.lease_left())),
         _ => Err(first.unexpected()),
     }
 }
@@ -599,7 +613,7 @@ struct FirstReplies {
 
 impl FirstReplies {
     /// What the vouching replies say of the counter on `node` (see [`vouch`]).
-    fn vouch(&self, node: &crate::node::Node) -> Vouch {
+    fn vouch(&self, node: &Node) -> Vouch {
         vouch(node, &self.epoch, &self.name, self.believed.as_deref())
     }
 
@@ -646,8 +660,8 @@ impl FirstReplies {
 /// A broken connection; [`Error::UnexpectedReply`] for replies of another shape (the outcome
 /// is then open: the caller releases by owner token).
 async fn ask_first(
-    node: &crate::node::Node,
-    keys: &crate::key::LockKeys,
+    node: &Node,
+    keys: &LockKeys,
     owner: &str,
     lease_ms: &str,
     with_pttl: bool,

@@ -1,5 +1,5 @@
 -- extend.lua: give a held Mutex (or FairMutex) a new lease, but only for its owner (after
--- the waiters.lua prelude: owner_refusal).
+-- the lock.lua prelude: owner_refusal).
 --
 -- KEYS[1]  the lock key.
 -- ARGV[1]  the owner token the caller acquired with.
@@ -8,7 +8,7 @@
 --          or absent: a gone key stays gone.
 --
 -- Replies:
---    1  extended: the key held ARGV[1] (marked by a waiter or not, see waiters.lua)
+--    1  extended: the key held ARGV[1] (marked by a waiter or not, see lock.lua)
 --       and now expires ARGV[2] ms from now; the mark is kept.
 --    0  not extended: the key is gone (the lease ran out).
 --    2  with ARGV[3] = '1' only, instead of 0: the key was gone and now holds ARGV[1] for

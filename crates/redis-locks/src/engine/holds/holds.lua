@@ -1,5 +1,6 @@
 -- holds.lua: the prelude of the scripts of locks kept in a hash (RwLock and ReentrantMutex),
--- put after waiters.lua (the queue). It defines functions and runs nothing by itself.
+-- put after lock.lua (and queue.lua where a script keeps waiters in line). It defines
+-- functions and runs nothing by itself.
 --
 -- The lock key K is a hash while the lock is held, absent while it is free:
 --   kind         'rwlock' or 'reentrant': which primitive the name is in use as.
@@ -15,7 +16,7 @@
 -- (PEXPIRE) is only its garbage collection: it is kept at least as long as the latest
 -- deadline, so no code path leaves the key without a TTL.
 --
--- Waiters wait in the lock's queue (waiters.lua), each under its own id: 'r' or 'w' (its
+-- Waiters wait in the lock's queue (queue.lua), each under its own id: 'r' or 'w' (its
 -- mode) followed by its hold id. A waiter is woken by a wake-up addressed to that id.
 --
 -- holds_not_ours(key)

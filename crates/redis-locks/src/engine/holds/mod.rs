@@ -1,4 +1,4 @@
-//! The machinery of the locks kept in a hash of holds (`holds.lua`), written once for
+//! The hash-of-holds engine: the locks kept in a hash of holds (`holds.lua`), written once for
 //! [`RwLock`](crate::RwLock) and [`ReentrantMutex`](crate::ReentrantMutex): one hold per
 //! guard, each with its own lease on the server clock, an owner id for re-entry, and waiters
 //! that each keep their own place in the queue (as a `FairMutex`'s do).
@@ -20,7 +20,7 @@ use crate::owner::OwnerId;
 use crate::state::{HoldInfo, HoldMode, HoldsState};
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{
-    Answer, Asker, Placed, WAITERS_LUA, acquire, answer_in_time, run_on_line, try_once,
+    Answer, Asker, LOCK_LUA, Placed, QUEUE_LUA, acquire, answer_in_time, run_on_line, try_once,
 };
 
 /// The hash prelude: `holds_not_ours`, `holds_other_kind`, `holds_number`, `holds_read`,
@@ -32,7 +32,8 @@ const HOLDS_LUA: &str = include_str!("holds.lua");
 static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         HOLDS_LUA,
         include_str!("acquire.lua"),
     ])
@@ -42,7 +43,8 @@ static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
 static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("release_first.lua"),
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         HOLDS_LUA,
         include_str!("release.lua"),
     ])
@@ -50,20 +52,21 @@ static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 
 /// Set one hold's lease: `1`, `0`.
 static EXTEND: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("extend.lua")]));
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, HOLDS_LUA, include_str!("extend.lua")]));
 
 /// Turn a write hold into a read hold: `1`, `0`, `-1`.
-static DOWNGRADE: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, HOLDS_LUA, include_str!("downgrade.lua")]));
+static DOWNGRADE: LazyLock<LockScript> = LazyLock::new(|| {
+    LockScript::new(&[
+        LOCK_LUA,
+        QUEUE_LUA,
+        HOLDS_LUA,
+        include_str!("downgrade.lua"),
+    ])
+});
 
 /// The state: `{kind, counter, waiting_readers, waiting_writers, (id, mode, owner, ms, token)...}`.
 static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
-    LockScript::new(&[
-        FENCE_LUA,
-        WAITERS_LUA,
-        HOLDS_LUA,
-        include_str!("inspect.lua"),
-    ])
+    LockScript::new(&[FENCE_LUA, LOCK_LUA, HOLDS_LUA, include_str!("inspect.lua")])
 });
 
 /// What a name is in use as, stored in the hash (`kind`): two kinds never share a name.
@@ -145,15 +148,11 @@ impl Hold for HoldsHold {
 
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
         Box::pin(async move {
-            let millis = lease_millis(lease)?.to_string();
+            let args = extend_args(owner, lease)?;
+            let args = args.each_ref().map(String::as_str);
             let reply: i64 = self
                 .node
-                .run_script(
-                    Phase::Extend,
-                    &EXTEND,
-                    &[self.keys.lock()],
-                    &[owner.as_str(), &millis],
-                )
+                .run_script(Phase::Extend, &EXTEND, &[self.keys.lock()], &args)
                 .await?;
             self.extended(reply)
         })
@@ -166,8 +165,8 @@ impl Hold for HoldsHold {
         replication: &'a crate::node::Replication,
     ) -> HoldFuture<'a, u32> {
         Box::pin(async move {
-            let millis = lease_millis(lease)?.to_string();
-            let args = [owner.as_str(), &millis];
+            let args = extend_args(owner, lease)?;
+            let args = args.each_ref().map(String::as_str);
             extend_replicated_by(
                 &self.node,
                 &EXTEND,
@@ -180,6 +179,11 @@ impl Hold for HoldsHold {
             .await
         })
     }
+}
+
+/// `extend.lua`'s ARGV: the hold id and `lease` in milliseconds.
+fn extend_args(hold: &OwnerToken, lease: Duration) -> Result<[String; 2]> {
+    Ok([hold.as_str().to_string(), lease_millis(lease)?.to_string()])
 }
 
 /// A lock kept in a hash of holds, acting for one owner id.
@@ -394,5 +398,32 @@ impl Asker for Asking<'_> {
             Ok(reply)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::node::undefined_calls;
+    use crate::wait::PRELUDES;
+
+    #[test]
+    fn every_script_carries_the_preludes_it_calls() {
+        let preludes = [PRELUDES.as_slice(), &[super::HOLDS_LUA]].concat();
+        // `holds_find` looks at the queue's types only when given the queue's keys, which
+        // extend is not.
+        let scripts = [
+            ("acquire", &*super::ACQUIRE, &[][..]),
+            ("release", &*super::RELEASE, &[]),
+            ("extend", &*super::EXTEND, &["queue_wrong_type"]),
+            ("downgrade", &*super::DOWNGRADE, &[]),
+            ("inspect", &*super::INSPECT, &[]),
+        ];
+        for (name, script, never) in scripts {
+            assert_eq!(
+                undefined_calls(script, &preludes, never),
+                Vec::<String>::new(),
+                "{name}"
+            );
+        }
     }
 }

@@ -9,7 +9,7 @@ use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, extend_replicated_by, lease_millis, owner_reply};
 use crate::node::{LockScript, Node, Replication};
 use crate::token::{FENCE_LUA, OwnerToken};
-use crate::wait::{WAITERS_LUA, run_handing_over, run_on_line};
+use crate::wait::{LOCK_LUA, QUEUE_LUA, run_handing_over, run_on_line};
 
 /// Owner-checked delete that hands the lock to the next waiter, or wakes it, if one marked
 /// the lock: `1` released, `0` gone, `-1` another owner's.
@@ -17,7 +17,8 @@ pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("release_first.lua"),
         FENCE_LUA,
-        WAITERS_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
         include_str!("release.lua"),
     ])
 });
@@ -25,10 +26,10 @@ pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 /// Owner-checked `PEXPIRE`: `1` extended, `0` gone (or `2` restored, when asked), `-1`
 /// another owner's.
 pub(super) static EXTEND: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[WAITERS_LUA, include_str!("extend.lua")]));
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend.lua")]));
 
 /// A `Mutex`'s lock key on its node.
-pub(crate) struct MutexHold {
+pub(crate) struct StringHold {
     pub(crate) node: Node,
     pub(crate) keys: Arc<LockKeys>,
     /// Whether a release hands the lock straight to the first waiter in line (a `Mutex`), or
@@ -36,7 +37,7 @@ pub(crate) struct MutexHold {
     pub(crate) hands_over: bool,
 }
 
-impl MutexHold {
+impl StringHold {
     /// As [`Hold::extend`], and a key that is gone is restored to `owner` with the lease
     /// (`extend.lua`, `ARGV[3]`): a Redlock's renewal. `Ok(true)` extended, `Ok(false)`
     /// restored (no proof that `owner` held the lock on this node meanwhile).
@@ -57,20 +58,26 @@ impl MutexHold {
 
     /// `extend.lua`'s reply for `owner` and `lease`, restoring a gone key with `restore`.
     async fn run_extend(&self, owner: &OwnerToken, lease: Duration, restore: bool) -> Result<i64> {
-        let millis = lease_millis(lease)?.to_string();
-        let restore = if restore { "1" } else { "" };
+        let args = extend_args(owner, lease, restore)?;
+        let args = args.each_ref().map(String::as_str);
         self.node
-            .run_script(
-                Phase::Extend,
-                &EXTEND,
-                &[self.keys.lock()],
-                &[owner.as_str(), &millis, restore],
-            )
+            .run_script(Phase::Extend, &EXTEND, &[self.keys.lock()], &args)
             .await
     }
 }
 
-impl Hold for MutexHold {
+/// `extend.lua`'s ARGV: `owner`'s token, `lease` in milliseconds, and whether a gone key is
+/// restored.
+fn extend_args(owner: &OwnerToken, lease: Duration, restore: bool) -> Result<[String; 3]> {
+    let restore = if restore { "1" } else { "" };
+    Ok([
+        owner.as_str().to_string(),
+        lease_millis(lease)?.to_string(),
+        restore.to_string(),
+    ])
+}
+
+impl Hold for StringHold {
     fn name(&self) -> &str {
         self.keys.name()
     }
@@ -101,8 +108,8 @@ impl Hold for MutexHold {
         replication: &'a Replication,
     ) -> HoldFuture<'a, u32> {
         Box::pin(async move {
-            let millis = lease_millis(lease)?.to_string();
-            let args = [owner.as_str(), &millis, ""];
+            let args = extend_args(owner, lease, false)?;
+            let args = args.each_ref().map(String::as_str);
             extend_replicated_by(
                 &self.node,
                 &EXTEND,

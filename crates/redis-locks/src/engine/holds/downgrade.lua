@@ -1,6 +1,6 @@
 -- downgrade.lua: turn one write hold of an RwLock into a read hold of the same owner, in one
--- step, so that no other writer can enter in between (after the preludes waiters.lua and
--- holds.lua). The hold keeps its lease and its fencing token. When it was the owner's last
+-- step, so that no other writer can enter in between (after the preludes lock.lua,
+-- queue.lua and holds.lua). The hold keeps its lease and its fencing token. When it was the owner's last
 -- write hold, the readers at the front of the queue are woken.
 --
 -- KEYS[1]  the lock key (a hash, see holds.lua).
@@ -12,7 +12,7 @@
 --    1  downgraded.
 --    0  the hold is gone (its lease ran out).
 --   -1  the hold is a read hold already (1 where a script may run twice: see RETRIED in
---       waiters.lua).
+--       lock.lua).
 -- Errors (nothing written):
 --   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type, or a hash that is
 --                        not one), or a queue key holds another type.

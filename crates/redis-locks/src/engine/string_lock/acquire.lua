@@ -1,13 +1,13 @@
 -- acquire.lua: take a Mutex if it is free, and number the acquisition (after the preludes
--- fence.lua, which defines server_micros and next_token, and waiters.lua, which defines the
--- waiter mark). The waiting path calls it (a waiter marks the
+-- fence.lua, which defines server_micros and next_token, lock.lua, which defines the
+-- waiter mark, and queue.lua, the queue). The waiting path calls it (a waiter marks the
 -- lock so its release wakes it); the first, fast attempt of a `lock` sends `SET NX PX` +
 -- `INCR` (+ the epoch checks below) instead and calls this script only for what the pipeline
 -- cannot decide alone: a grant whose reply came back after its lease, a counter this server
 -- has not vouched for on the caller's connection (see KEYS[3]), a held key without expiry.
 --
 -- KEYS[1]  the lock key: a string holding the owner token while the lock is held, marked
---          once a waiter has found it held (see "Replies" and waiters.lua).
+--          once a waiter has found it held (see "Replies" and lock.lua).
 -- KEYS[2]  the fencing counter: an integer that only grows and never expires.
 -- KEYS[3]  the counter's epochs: a sorted set of client connection names (CLIENT SETNAME, a
 --          random 'redis-locks:<hex>' that each connection gets once), each scored with the
@@ -22,13 +22,13 @@
 --          missing name only sends that connection's next fast grant through this script.
 -- ARGV[1]  the owner token of this acquisition (32 lowercase hex characters).
 -- ARGV[2]  the lease in milliseconds (a positive integer).
--- ARGV[3]  optional; '1' marks the lock at once when granted (with_mark in waiters.lua):
+-- ARGV[3]  optional; '1' marks the lock at once when granted (with_mark in lock.lua):
 --          the caller has waiters of its own queued behind it, which then need not ask
 --          Redis to be woken by its release.
 -- ARGV[4]  optional; the name of the connection this script runs on: on a grant, added to
 --          KEYS[3]. '' or absent leaves KEYS[3] alone.
 -- KEYS[4]  optional, with KEYS[5] and KEYS[6]: the lock's queue of waiters, its place leases
---          and its ticket counter (see the queue in waiters.lua).
+--          and its ticket counter (see the queue in queue.lua).
 -- ARGV[5]  optional; the caller's waiter id (shared by the waiters of the lock in its
 --          process, new each time that process starts waiting for it): a
 --          refusal gives it a place in the queue (or renews its place), so that a release
@@ -78,7 +78,7 @@
 --                        the handover hash (KEYS[7]) that this call writes holds another
 --                        type: then nothing is written. A waiter that only renews its place
 --                        in a held lock's line writes the ticket counter only when its TTL
---                        is due (queue_enter in waiters.lua); a key without expiry (not
+--                        is due (queue_enter in queue.lua); a key without expiry (not
 --                        ours, {0, -1}) makes no queue key read or written; every other
 --                        waiting call looks at all of them.
 --   others               as the server raised them (NOPERM, OOM, READONLY); the caller

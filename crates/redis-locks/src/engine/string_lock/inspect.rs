@@ -9,11 +9,11 @@ use crate::key::LockKeys;
 use crate::node::{LockScript, Node};
 use crate::state::{Holder, LockState};
 use crate::token::{FENCE_LUA, FencingToken};
-use crate::wait::WAITERS_LUA;
+use crate::wait::LOCK_LUA;
 
 /// Read-only state: `{owner or '', pttl, counter, marked, listeners}`.
-static INSPECT: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[FENCE_LUA, WAITERS_LUA, include_str!("inspect.lua")]));
+pub(super) static INSPECT: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[FENCE_LUA, LOCK_LUA, include_str!("inspect.lua")]));
 
 /// Reads a lock's state in one script call (the same layout for `Mutex` and `FairMutex`).
 pub(crate) async fn inspect(node: &Node, keys: &LockKeys) -> Result<LockState> {

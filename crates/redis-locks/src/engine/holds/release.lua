@@ -1,5 +1,5 @@
 -- release.lua: give back one hold of a lock kept in a hash, by its hold id, and wake the
--- waiters that may enter now (after the preludes waiters.lua and holds.lua). Also gives up
+-- waiters that may enter now (after the preludes lock.lua, queue.lua and holds.lua). Also gives up
 -- the caller's place in the queue, if it still has one: this is how a wait that ends
 -- without the lock (or a cancelled one) leaves the line.
 --
@@ -15,7 +15,7 @@
 --              in this mode). When the release let waiters in (see wake_front), they were
 --              woken.
 --              A second run of a release that succeeded (a cluster client's retry) gives
---              its reply again, for RELEASED_MS (see released_before in waiters.lua).
+--              its reply again, for RELEASED_MS (see released_before in lock.lua).
 --   {0, 0}     not released: the hold is gone (its lease ran out, or it was never granted).
 --              Nothing else is changed, except that expired holds are cleaned up and the
 --              caller's place, if any, is given up (waking whoever may enter now).
