@@ -235,44 +235,45 @@ fn a_waiter_stands_in_the_line_of_the_lock_that_refused_it_and_is_served_first()
     assert_eq!(acquire(&mut con, &["b"], "holder", 0).unwrap()[0], 1);
     // Try once: refused at b, no line joined, b not marked.
     assert_eq!(
-        acquire(&mut con, &["a", "b"], "w1", 0).unwrap()[..2],
+        acquire(&mut con, &["a", "b"], "w0", 0).unwrap()[..2],
         [0, 2]
     );
     assert!(line(&mut con, "b").is_empty());
     assert_eq!(get(&mut con, "b").as_deref(), Some("holder"));
-    // Waiting: w1 stands in b's line, b is marked; w2 behind it.
+    // Waiting: w0 stands in b's line (the lock that refused it, only), b is marked; w1 and
+    // w2, each after b alone, behind it.
     assert_eq!(
-        acquire(&mut con, &["a", "b"], "w1", 2_000).unwrap()[..2],
+        acquire(&mut con, &["a", "b"], "w0", 2_000).unwrap()[..2],
         [0, 2]
     );
-    assert_eq!(
-        acquire(&mut con, &["b", "c"], "w2", 2_000).unwrap()[..2],
-        [0, 1]
-    );
-    assert_eq!(line(&mut con, "b"), ["w1", "w2"]);
+    assert_eq!(acquire(&mut con, &["b"], "w1", 2_000).unwrap()[..2], [0, 1]);
+    assert_eq!(acquire(&mut con, &["b"], "w2", 2_000).unwrap()[..2], [0, 1]);
+    assert_eq!(line(&mut con, "b"), ["w0", "w1", "w2"]);
     assert!(
         line(&mut con, "a").is_empty(),
         "only the refusing lock's line"
     );
     assert_eq!(get(&mut con, "b").as_deref(), Some("holder+w"));
-    // Released: the first in line is woken; b is free, but w2 is not first: refused (-2),
-    // and w1 is prodded.
+    // w0 gives up; released, b wakes the first in line, w1.
+    assert_eq!(release(&mut con, &["a", "b"], "w0").unwrap(), [0, -1]);
     let mut wakes = subscribed(&server, "{b}:wake");
     assert_eq!(release(&mut con, &["b"], "holder").unwrap(), [1]);
     assert_eq!(next_message(&mut wakes).as_deref(), Some("w1"));
-    assert_eq!(
-        acquire(&mut con, &["b", "c"], "w2", 2_000).unwrap(),
-        [0, 1, -2]
-    );
+    // b is free, but w2 is not first: refused (-2), and w1 is prodded; a newcomer trying b
+    // alone is refused the same way: no barging past the line.
+    assert_eq!(acquire(&mut con, &["b"], "w2", 2_000).unwrap(), [0, 1, -2]);
     assert_eq!(next_message(&mut wakes).as_deref(), Some("w1"));
-    // A newcomer trying once is refused the same way: no barging past the line.
     assert_eq!(acquire(&mut con, &["b"], "new", 0).unwrap(), [0, 1, -2]);
     assert_eq!(next_message(&mut wakes).as_deref(), Some("w1"));
-    // w1 takes both and leaves the line; w2 is first now.
-    let granted = acquire(&mut con, &["a", "b"], "w1", 2_000).unwrap();
-    assert_eq!((granted[0], granted.len()), (1, 3));
+    // Several locks are taken whenever all are free at once, lines or not.
+    let pair = acquire(&mut con, &["b", "c"], "pair", 0).unwrap();
+    assert_eq!((pair[0], pair.len()), (1, 3));
+    assert_eq!(release(&mut con, &["b", "c"], "pair").unwrap(), [1, 1]);
+    assert_eq!(next_message(&mut wakes).as_deref(), Some("w1"));
+    // w1 takes b and leaves the line; w2 is first now, and woken by w1's release.
+    assert_eq!(acquire(&mut con, &["b"], "w1", 2_000).unwrap()[0], 1);
     assert_eq!(line(&mut con, "b"), ["w2"]);
-    assert_eq!(release(&mut con, &["a", "b"], "w1").unwrap(), [1, 1]);
+    assert_eq!(release(&mut con, &["b"], "w1").unwrap(), [1]);
     assert_eq!(next_message(&mut wakes).as_deref(), Some("w2"));
 }
 
