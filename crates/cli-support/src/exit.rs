@@ -12,8 +12,9 @@ pub const CHECK_FAILED: u8 = 1;
 /// with a `redis://` URL, a `#insecure` URL without `--tls-insecure`).
 pub const USAGE: u8 = 64;
 /// A key of the lock holds something that is not this lock's: another Redis type, a name in
-/// use as another kind of lock (an `RwLock` taken as a `Mutex`, say), or a fencing counter
-/// that is not an integer (`EX_DATAERR`).
+/// use as another kind of lock (an `RwLock` taken as a `Mutex`, say), a semaphore in use with
+/// another number of permits (`run --permits` with another N than its holders'), or a
+/// fencing counter that is not an integer (`EX_DATAERR`).
 pub const DATA: u8 = 65;
 /// A file named on the command line cannot be read: the `--tls-ca`, `--tls-cert` or
 /// `--tls-key` file (`EX_NOINPUT`).
@@ -89,8 +90,10 @@ impl From<redis_locks::Error> for CliError {
             | redis_locks::Error::InvalidDuration { .. }
             | redis_locks::Error::InvalidUrl { .. }
             | redis_locks::Error::InvalidNodes { .. }
-            | redis_locks::Error::InvalidReplication { .. }) => CliError::Usage(err.to_string()),
-            err @ redis_locks::Error::WrongType { .. } => CliError::Data(err.to_string()),
+            | redis_locks::Error::InvalidReplication { .. }
+            | redis_locks::Error::InvalidPermits { .. }) => CliError::Usage(err.to_string()),
+            err @ (redis_locks::Error::WrongType { .. }
+            | redis_locks::Error::PermitsMismatch { .. }) => CliError::Data(err.to_string()),
             err @ (redis_locks::Error::NotRedis { .. }
             | redis_locks::Error::Redis { .. }
             | redis_locks::Error::NoQuorum { .. }

@@ -1,7 +1,7 @@
 //! The library's primitives as the benchmarks and `redis-locks check` drive them: one handle
 //! type and one guard type over `Mutex`, `FairMutex`, `ReentrantMutex`, the two sides of an
-//! `RwLock` and `Redlock`, so that `throughput`, `handoff` and `check` run every primitive
-//! through the same loop.
+//! `RwLock`, `Redlock` and `Semaphore` (one permit per acquisition), so that `throughput`,
+//! `handoff` and `check` run every primitive through the same loop.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,6 +12,7 @@ use redis_locks::LostReason;
 use redis_locks::{
     Client, FairMutex, LockOptions, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockOptions,
     ReentrantGuard, ReentrantMutex, Replication, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    Semaphore, SemaphoreGuard,
 };
 use serde::Serialize;
 
@@ -32,6 +33,8 @@ pub enum Primitive {
     Write,
     /// `Redlock::lock` over every `--redis` node (or `--nodes` private servers).
     Redlock,
+    /// `Semaphore::acquire`: one permit of N (N given with the handle).
+    Semaphore,
 }
 
 impl Primitive {
@@ -44,12 +47,14 @@ impl Primitive {
             Primitive::Read => "RwLock read",
             Primitive::Write => "RwLock write",
             Primitive::Redlock => "Redlock",
+            Primitive::Semaphore => "Semaphore",
         }
     }
 
-    /// Whether holders of this primitive may hold at the same time (readers).
+    /// Whether holders of this primitive may hold at the same time (readers, the holders of
+    /// a semaphore's permits).
     pub fn shared(self) -> bool {
-        self == Primitive::Read
+        matches!(self, Primitive::Read | Primitive::Semaphore)
     }
 }
 
@@ -68,6 +73,8 @@ pub enum Handle {
     Write(RwLock),
     /// A `Redlock`.
     Redlock(Redlock),
+    /// A `Semaphore` (each acquisition takes one permit).
+    Semaphore(Semaphore),
 }
 
 /// What an acquisition of a [`Handle`] holds.
@@ -92,32 +99,59 @@ pub enum Guard {
     Write(RwLockWriteGuard),
     /// A `Redlock`'s guard.
     Redlock(RedlockGuard),
+    /// A `Semaphore`'s guard: one permit.
+    Semaphore(SemaphoreGuard),
 }
 
 impl Handle {
     /// A handle of `primitive` for the lock `name` on the first of `clients` (a Redlock: on
     /// all of them): with the library's default options (a 30 s lease renewed by the
-    /// watchdog), or an explicit `lease` without it.
+    /// watchdog), or an explicit `lease` without it. A semaphore gets 1 permit
+    /// ([`Handle::with_permits`] gives it N).
     pub fn new(
         clients: &[Client],
         name: &str,
         primitive: Primitive,
         lease: Option<Duration>,
     ) -> redis_locks::Result<Handle> {
-        Self::build(clients, name, primitive, lease, false, None)
+        Self::with_permits(clients, name, primitive, lease, 1)
+    }
+
+    /// As [`Handle::new`], a semaphore with `permits` permits (other primitives ignore it).
+    ///
+    /// # Errors
+    /// `InvalidPermits` for 0 permits, as the library says; otherwise as [`Handle::new`].
+    pub fn with_permits(
+        clients: &[Client],
+        name: &str,
+        primitive: Primitive,
+        lease: Option<Duration>,
+        permits: u32,
+    ) -> redis_locks::Result<Handle> {
+        Self::build(clients, name, primitive, lease, false, None, permits)
     }
 
     /// A handle as [`Handle::new`] makes it, with a `lease` that the watchdog renews while a
     /// guard lives (as a long-running holder uses the library), and the acquisitions and
-    /// renewals confirmed by `replication` when it is given.
+    /// renewals confirmed by `replication` when it is given; a semaphore with `permits`
+    /// permits (other primitives ignore it).
     pub fn renewed(
         clients: &[Client],
         name: &str,
         primitive: Primitive,
         lease: Duration,
         replication: Option<Replication>,
+        permits: u32,
     ) -> redis_locks::Result<Handle> {
-        Self::build(clients, name, primitive, Some(lease), true, replication)
+        Self::build(
+            clients,
+            name,
+            primitive,
+            Some(lease),
+            true,
+            replication,
+            permits,
+        )
     }
 
     fn build(
@@ -127,6 +161,7 @@ impl Handle {
         lease: Option<Duration>,
         watchdog: bool,
         replication: Option<Replication>,
+        permits: u32,
     ) -> redis_locks::Result<Handle> {
         let options = || {
             let options = match lease {
@@ -155,6 +190,9 @@ impl Handle {
             }
             Primitive::Read => Handle::Read(client.rwlock_with(name, options())?),
             Primitive::Write => Handle::Write(client.rwlock_with(name, options())?),
+            Primitive::Semaphore => {
+                Handle::Semaphore(client.semaphore_with(name, permits, options())?)
+            }
         })
     }
 
@@ -167,7 +205,17 @@ impl Handle {
             Handle::Read(rwlock) => Guard::Read(rwlock.read().await?),
             Handle::Write(rwlock) => Guard::Write(rwlock.write().await?),
             Handle::Redlock(redlock) => Guard::Redlock(redlock.lock().await?),
+            Handle::Semaphore(semaphore) => Guard::Semaphore(semaphore.acquire().await?),
         })
+    }
+
+    /// The permits an acquisition may hold at once with this handle: N for a semaphore, 1
+    /// for the others (a reader shares, but is one holder).
+    pub fn permits(&self) -> u32 {
+        match self {
+            Handle::Semaphore(semaphore) => semaphore.permits(),
+            _ => 1,
+        }
     }
 }
 
@@ -180,6 +228,7 @@ impl Guard {
             Guard::Read(guard) => guard.fencing_token(),
             Guard::Write(guard) => guard.fencing_token(),
             Guard::Redlock(guard) => guard.fencing_token(),
+            Guard::Semaphore(guard) => guard.fencing_token(),
         }
         .get()
     }
@@ -192,6 +241,7 @@ impl Guard {
             Guard::Read(guard) => guard.lease_remaining(),
             Guard::Write(guard) => guard.lease_remaining(),
             Guard::Redlock(guard) => guard.lease_remaining(),
+            Guard::Semaphore(guard) => guard.lease_remaining(),
         }
     }
 
@@ -203,6 +253,7 @@ impl Guard {
             Guard::Read(guard) => guard.lost_reason(),
             Guard::Write(guard) => guard.lost_reason(),
             Guard::Redlock(guard) => guard.lost_reason(),
+            Guard::Semaphore(guard) => guard.lost_reason(),
         }
     }
 
@@ -214,6 +265,7 @@ impl Guard {
             Guard::Read(guard) => Box::pin(guard.lost()),
             Guard::Write(guard) => Box::pin(guard.lost()),
             Guard::Redlock(guard) => Box::pin(guard.lost()),
+            Guard::Semaphore(guard) => Box::pin(guard.lost()),
         }
     }
 
@@ -225,6 +277,7 @@ impl Guard {
             Guard::Read(guard) => guard.lease_deadline(),
             Guard::Write(guard) => guard.lease_deadline(),
             Guard::Redlock(guard) => guard.lease_deadline(),
+            Guard::Semaphore(guard) => guard.lease_deadline(),
         }
     }
 
@@ -236,6 +289,15 @@ impl Guard {
             Guard::Read(guard) => guard.release().await.map(drop),
             Guard::Write(guard) => guard.release().await.map(drop),
             Guard::Redlock(guard) => guard.release().await,
+            Guard::Semaphore(guard) => guard.release().await,
+        }
+    }
+
+    /// How many permits the hold counts for: a semaphore guard's, else 1.
+    pub fn permits(&self) -> u32 {
+        match self {
+            Guard::Semaphore(guard) => guard.permits(),
+            _ => 1,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! `bench handoff`: W workers contend for ONE lock — acquire, hold H, release, think T — so a
 //! waiting worker must take over. Measures how fast and how fairly the lock changes hands,
-//! for `Mutex`, `FairMutex`, and the fixed-delay polling loop most peers use; and, with
-//! `--kind rwlock`, R readers and W writers sharing one `RwLock`.
+//! for `Mutex`, `FairMutex`, and the fixed-delay polling loop most peers use; with
+//! `--kind rwlock`, R readers and W writers sharing one `RwLock`; and with `--kind semaphore`,
+//! W workers sharing the N permits (`--permits`) of one `Semaphore`: how much of the time
+//! the permits are in use, how long a worker waits for one, and what it costs.
 //!
 //! While the workers run, each process counts the holders it has right now ([`Occupancy`]):
 //! a holder that enters beside an exclusive one (a writer, any holder of a mutex) fails the
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis_locks::history::{Interval, check_modes, now_nanos};
+use redis_locks::history::{Interval, check_modes, check_permits, now_nanos};
 use redis_locks::{Client, OwnerToken};
 use serde::Serialize;
 
@@ -28,8 +30,8 @@ use cli_support::primitive::{Handle, Primitive};
 #[derive(Debug, Clone, clap::Args)]
 pub struct HandoffArgs {
     /// Run this variant only: mutex, fair-mutex, polling, rwlock (--readers and --writers
-    /// on one RwLock), or redlock (one Redlock over every --redis node, or --nodes private
-    /// servers). By default mutex, fair-mutex and polling, one after another (and redlock
+    /// on one RwLock), redlock (one Redlock over every --redis node, or --nodes private
+    /// servers), or semaphore (--workers on the --permits of one Semaphore). By default mutex, fair-mutex and polling, one after another (and redlock
     /// too when several nodes are given), all on the first node but redlock.
     #[arg(long, value_enum)]
     pub kind: Option<Kind>,
@@ -69,6 +71,10 @@ pub struct HandoffArgs {
     /// one run: the machine's drift between runs minutes apart does not enter them.
     #[arg(long, conflicts_with = "client_per_worker")]
     pub compare_layouts: bool,
+    /// With --kind semaphore: N, the permits of the one Semaphore the workers share
+    /// [default: 4]; each acquisition takes one.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub permits: Option<u32>,
 }
 
 /// One process's share of a `--processes` run (started by `handoff`; not for direct use).
@@ -100,6 +106,7 @@ pub enum Kind {
     Polling,
     Rwlock,
     Redlock,
+    Semaphore,
 }
 
 impl Kind {
@@ -111,6 +118,7 @@ impl Kind {
             Kind::Polling => "polling",
             Kind::Rwlock => "rwlock",
             Kind::Redlock => "redlock",
+            Kind::Semaphore => "semaphore",
         }
     }
 
@@ -121,6 +129,7 @@ impl Kind {
             Kind::Polling => "polling",
             Kind::Rwlock => "RwLock",
             Kind::Redlock => "Redlock",
+            Kind::Semaphore => "Semaphore",
         }
     }
 }
@@ -151,6 +160,11 @@ impl HandoffArgs {
                 "--readers and --writers go with --kind rwlock".into(),
             ));
         }
+        if self.permits.is_some() && self.kind != Some(Kind::Semaphore) {
+            return Err(CliError::Usage(
+                "--permits goes with --kind semaphore".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -173,6 +187,11 @@ impl HandoffArgs {
         self.writers.unwrap_or(2)
     }
 
+    /// N, with `--kind semaphore`.
+    fn permits(&self) -> u32 {
+        self.permits.unwrap_or(4)
+    }
+
     /// How many workers run `kind`.
     fn workers(&self, kind: Kind) -> u16 {
         match kind {
@@ -190,6 +209,7 @@ impl HandoffArgs {
             Kind::Polling => None,
             Kind::Rwlock if worker < self.readers() as usize => Some(Primitive::Read),
             Kind::Rwlock => Some(Primitive::Write),
+            Kind::Semaphore => Some(Primitive::Semaphore),
         }
     }
 }
@@ -205,12 +225,19 @@ struct Occupancy(AtomicU64);
 const EXCLUSIVE: u64 = 1 << 32;
 
 impl Occupancy {
-    /// Counts a holder in; fails when it enters beside an exclusive holder, or as an
-    /// exclusive holder beside anyone.
-    fn enter(&self, shared: bool, lock: &str) -> Result<(), CliError> {
+    /// Counts a holder in; fails when it enters beside an exclusive holder, as an exclusive
+    /// holder beside anyone, or as a shared one beside `limit` others (a semaphore's N).
+    fn enter(&self, shared: bool, limit: Option<u32>, lock: &str) -> Result<(), CliError> {
         let before = self
             .0
             .fetch_add(if shared { 1 } else { EXCLUSIVE }, Ordering::SeqCst);
+        if let Some(limit) = limit
+            && before >= u64::from(limit)
+        {
+            return Err(CliError::CheckFailed(format!(
+                "{lock}: a holder entered while this process's workers held all {limit} permits ({before} holders)"
+            )));
+        }
         if before >= EXCLUSIVE || (!shared && before != 0) {
             return Err(CliError::CheckFailed(format!(
                 "{lock}: {} entered while this process held it: {} reader(s), {} exclusive holder(s) (writer or mutex holder)",
@@ -245,6 +272,10 @@ struct Record {
     acquired: Duration,
     release_start: Duration,
     released: Duration,
+    /// The round trips of the acquisition alone (not its release), when the worker has a
+    /// client of its own (`--client-per-worker`) and so a request counter of its own.
+    #[serde(default)]
+    acquire_requests: Option<u64>,
 }
 
 /// How a variant ran, as `--json` prints it at the head of its object.
@@ -343,12 +374,50 @@ pub struct RwLockReport {
     token_regressions: usize,
 }
 
+/// The `Semaphore` variant's figures, as `--json` prints them.
+#[derive(Debug, Clone, Serialize)]
+pub struct SemaphoreReport {
+    #[serde(flatten)]
+    setup: Setup,
+    /// N.
+    permits: u32,
+    #[serde(flatten)]
+    all: Group,
+    /// The mean share of the N permits in use over the run (from the first acquisition to
+    /// the last release): 1.0 is every permit held all the time.
+    utilisation: f64,
+    /// The share of the run during which all N permits were in use.
+    all_in_use_share: f64,
+    /// The most holders recorded at one moment (at most N).
+    most_at_once: u32,
+    /// The share of acquisitions that found all N permits held when they asked.
+    contended_share: f64,
+    /// Every round trip of the run per acquisition (its release included).
+    requests_per_acquisition: f64,
+    /// With a client per worker: the share of acquisitions whose first attempt was refused
+    /// (more than one round trip to acquire).
+    refused_first_share: Option<f64>,
+    /// With a client per worker: the round trips of an acquisition whose first attempt was
+    /// refused, its release not counted (the wake-up subscription, the attempts, the place
+    /// renewals while it waited), on average.
+    requests_per_contended_acquisition: Option<f64>,
+    /// With a client per worker: the most round trips one acquisition took.
+    max_requests_per_acquisition: Option<u64>,
+    /// Times more than N were recorded holding at once.
+    over_limit: usize,
+    /// Pairs of grants with one token.
+    repeated_tokens: usize,
+    /// One worker's later grant with a token not above its earlier one's.
+    token_regressions: usize,
+}
+
 /// A variant's report.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 enum Report {
     Mutex(VariantReport),
     RwLock(RwLockReport),
+    Semaphore(SemaphoreReport),
 }
 
 /// Runs the variants one after another and prints a table, or one JSON object per variant
@@ -402,6 +471,11 @@ pub async fn run(endpoint: &Endpoint, args: &HandoffArgs, json: bool) -> Result<
         let (setup, overlaps, regressions) = match report {
             Report::Mutex(r) => (&r.setup, r.overlaps, r.token_regressions),
             Report::RwLock(r) => (&r.setup, r.overlaps, r.token_regressions),
+            Report::Semaphore(r) => (
+                &r.setup,
+                r.over_limit,
+                r.token_regressions + r.repeated_tokens,
+            ),
         };
         if overlaps + regressions > 0 {
             return Err(CliError::CheckFailed(format!(
@@ -660,9 +734,22 @@ async fn workers(
         // Each worker has a handle of its own: an owner id of its own.
         let primitive = args.primitive(kind, worker);
         let handle = primitive
-            .map(|primitive| Handle::new(&clients[n % clients.len()], lock, primitive, Some(lease)))
+            .map(|primitive| {
+                Handle::with_permits(
+                    &clients[n % clients.len()],
+                    lock,
+                    primitive,
+                    Some(lease),
+                    args.permits(),
+                )
+            })
             .transpose()?;
         let shared = primitive.is_some_and(Primitive::shared);
+        let limit = (kind == Kind::Semaphore).then(|| args.permits());
+        // The worker's own clients, when it has some: their counter is its requests alone.
+        let own = args
+            .client_per_worker
+            .then(|| clients[n % clients.len()].clone());
         let (bare, lock, occupancy) = (bare.clone(), lock.to_string(), occupancy.clone());
         let (hold, think, poll) = (args.hold, args.think, args.poll);
         tasks.push(tokio::spawn(async move {
@@ -672,6 +759,11 @@ async fn workers(
                 let asked = since_start();
                 // A guard, or the polling loop's bare lock taken for `owner`.
                 let owner = OwnerToken::random();
+                let count = || {
+                    own.as_ref()
+                        .map(|own| own.iter().map(super::requests).sum::<u64>())
+                };
+                let before = count();
                 let guard = match &handle {
                     Some(handle) => Some(handle.acquire().await?),
                     None => {
@@ -682,7 +774,8 @@ async fn workers(
                     }
                 };
                 let acquired = since_start();
-                occupancy.enter(shared, &lock)?;
+                let acquire_requests = count().zip(before).map(|(after, before)| after - before);
+                occupancy.enter(shared, limit, &lock)?;
                 // A zero hold or think time is no sleep at all: Tokio's timer would round
                 // it up to its next millisecond tick.
                 if !hold.is_zero() {
@@ -714,6 +807,7 @@ async fn workers(
                     acquired,
                     release_start,
                     released: since_start(),
+                    acquire_requests,
                 });
                 if !think.is_zero() {
                     tokio::time::sleep(think).await;
@@ -771,6 +865,9 @@ async fn processes(
             .args(["--poll", &format!("{}ns", args.poll.as_nanos())])
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true);
+        if kind == Kind::Semaphore {
+            command.args(["--permits", &args.permits().to_string()]);
+        }
         if kind == Kind::Rwlock {
             command.args(["--readers", &args.readers().to_string()]);
             command.args(["--writers", &args.writers().to_string()]);
@@ -872,6 +969,9 @@ fn analyse(
         start: r.acquired.as_nanos() as u64,
         end: r.release_start.as_nanos() as u64,
     };
+    if kind == Kind::Semaphore {
+        return Report::Semaphore(analyse_semaphore(setup, args, records, requests));
+    }
     let (shared, exclusive): (Vec<&Record>, Vec<&Record>) = records.iter().partition(|r| r.shared);
     let history = check_modes(
         exclusive.iter().copied().map(interval).collect(),
@@ -953,6 +1053,89 @@ fn analyse(
     })
 }
 
+/// The semaphore variant's figures: the permits' use over time from the intervals from each
+/// acquisition to its release returning (as the mutex's utilisation counts a hold), capped
+/// at N (a release's reply may come back after the next grant); the checks of
+/// [`check_permits`] over the intervals from acquisition to the release being sent.
+fn analyse_semaphore(
+    setup: Setup,
+    args: &HandoffArgs,
+    records: &[Record],
+    requests: u64,
+) -> SemaphoreReport {
+    let permits = args.permits();
+    let seconds = args.duration.as_secs_f64();
+    let held: Vec<(Interval, u32)> = records
+        .iter()
+        .map(|r| {
+            (
+                Interval {
+                    worker: r.worker.to_string(),
+                    token: r.token,
+                    start: r.acquired.as_nanos() as u64,
+                    end: r.release_start.as_nanos() as u64,
+                },
+                1,
+            )
+        })
+        .collect();
+    let report = check_permits(held, permits);
+    // The permits in use over time: edges of acquisition to release returned.
+    let mut edges: Vec<(Duration, i64)> = records
+        .iter()
+        .flat_map(|r| [(r.acquired, 1), (r.released, -1)])
+        .collect();
+    edges.sort();
+    let (mut in_use, mut area, mut full) = (0i64, 0f64, 0f64);
+    let mut last = edges.first().map_or(Duration::ZERO, |e| e.0);
+    let first = last;
+    for &(at, step) in &edges {
+        let span = (at - last).as_secs_f64();
+        let used = in_use.min(i64::from(permits));
+        area += used as f64 * span;
+        if used >= i64::from(permits) {
+            full += span;
+        }
+        in_use += step;
+        last = at;
+    }
+    let span = (last - first).as_secs_f64().max(f64::MIN_POSITIVE);
+    // An acquisition was contended when all N permits were held as it asked.
+    // Holding at `t`: acquired by `t`, release not sent by `t` (every release_start comes
+    // after its acquisition, so the two counts subtract).
+    let mut acquired: Vec<Duration> = records.iter().map(|r| r.acquired).collect();
+    let mut releasing: Vec<Duration> = records.iter().map(|r| r.release_start).collect();
+    acquired.sort_unstable();
+    releasing.sort_unstable();
+    let holding = |t: Duration| {
+        acquired.partition_point(|&a| a <= t) - releasing.partition_point(|&r| r <= t)
+    };
+    let contended = records
+        .iter()
+        .filter(|asking| holding(asking.asked) >= permits as usize)
+        .count();
+    let counted: Vec<u64> = records.iter().filter_map(|r| r.acquire_requests).collect();
+    let refused: Vec<u64> = counted.iter().copied().filter(|&n| n > 1).collect();
+    let whole = !counted.is_empty() && counted.len() == records.len();
+    SemaphoreReport {
+        refused_first_share: whole.then(|| refused.len() as f64 / counted.len() as f64),
+        requests_per_contended_acquisition: (whole && !refused.is_empty())
+            .then(|| refused.iter().sum::<u64>() as f64 / refused.len() as f64),
+        max_requests_per_acquisition: whole.then(|| counted.iter().copied().max().unwrap_or(0)),
+        permits,
+        all: Group::of(records.iter(), 0..setup.workers as usize, seconds),
+        utilisation: area / (f64::from(permits) * span),
+        all_in_use_share: full / span,
+        most_at_once: report.most_at_once,
+        contended_share: contended as f64 / records.len().max(1) as f64,
+        requests_per_acquisition: requests as f64 / records.len().max(1) as f64,
+        over_limit: report.over_limit.len(),
+        repeated_tokens: report.repeated_tokens.len(),
+        token_regressions: report.token_regressions.len(),
+        setup,
+    }
+}
+
 /// The most of `holds` recorded at one moment (one ending as another begins is not two).
 fn most_at_once(holds: &[&Record]) -> usize {
     let mut edges: Vec<(Duration, i64)> = holds
@@ -989,7 +1172,7 @@ fn print_reports(args: &HandoffArgs, reports: &[Report]) {
         .iter()
         .filter_map(|r| match r {
             Report::Mutex(r) => Some(r),
-            Report::RwLock(_) => None,
+            Report::RwLock(_) | Report::Semaphore(_) => None,
         })
         .collect();
     if let Some(first) = mutexes.first() {
@@ -1012,7 +1195,79 @@ fn print_reports(args: &HandoffArgs, reports: &[Report]) {
             );
             print_rwlock(report);
         }
+        if let Report::Semaphore(report) = report {
+            println!(
+                "bench handoff: {} workers, one Semaphore of {} permits (one per acquisition), a handle (owner) each, {setting}\n",
+                report.setup.workers, report.permits
+            );
+            print_semaphore(report);
+        }
     }
+}
+
+fn print_semaphore(report: &SemaphoreReport) {
+    let rows = [
+        ("acquisitions/s", format!("{:.0}", report.all.per_second)),
+        (
+            "permits in use (mean share of N)",
+            format!("{:.3}", report.utilisation),
+        ),
+        (
+            "all N in use (share of the time)",
+            format!("{:.3}", report.all_in_use_share),
+        ),
+        (
+            "most holders at once",
+            format!("{} of {}", report.most_at_once, report.permits),
+        ),
+        ("wait p50", format!("{:.2} ms", report.all.wait.p50_ms)),
+        ("wait p99", format!("{:.2} ms", report.all.wait.p99_ms)),
+        ("wait max", format!("{:.2} ms", report.all.wait.max_ms)),
+        ("per worker min/max", report.all.spread()),
+        (
+            "contended acquisitions",
+            format!("{:.1}%", report.contended_share * 100.0),
+        ),
+        (
+            "requests/acq",
+            format!("{:.3}", report.requests_per_acquisition),
+        ),
+        (
+            "first attempt refused",
+            report
+                .refused_first_share
+                .map_or("–".into(), |share| format!("{:.1}%", share * 100.0)),
+        ),
+        (
+            "requests per contended acquire",
+            report
+                .requests_per_contended_acquisition
+                .map_or("–".into(), |n| format!("{n:.3}")),
+        ),
+        (
+            "most requests of one acquire",
+            report
+                .max_requests_per_acquisition
+                .map_or("–".into(), |n| n.to_string()),
+        ),
+        ("over N at once", report.over_limit.to_string()),
+        (
+            "repeated tokens / token regressions",
+            format!("{} / {}", report.repeated_tokens, report.token_regressions),
+        ),
+    ];
+    let mut table = vec![vec![
+        String::new(),
+        report.setup.variant.label().to_string(),
+    ]];
+    table.extend(
+        rows.into_iter()
+            .map(|(name, cell)| vec![name.to_string(), cell]),
+    );
+    print_table(&table);
+    println!(
+        "\n  permits in use: the permits held (from an acquisition returning to its release returning, at most N) over N, averaged over the run;\n  contended: all N were held when the worker asked;\n  requests/acq: every round trip of the run (the acquire, the release, the wake-up subscription) per acquisition;\n  requests per contended acquire (with --client-per-worker): the round trips of an acquire whose first attempt was refused, to the grant (its release not counted)."
+    );
 }
 
 /// A row of a table with a column per item: its name and how an item's cell is written.

@@ -31,10 +31,15 @@ pub struct ThroughputArgs {
     #[arg(long, value_parser = super::parse_duration)]
     pub lease: Option<Duration>,
     /// The primitive measured: mutex, fair-mutex, reentrant (ReentrantMutex), read or write
-    /// (the two sides of an RwLock), or redlock (over every --redis node, or --nodes private
-    /// servers; measured beside a Mutex on the first node).
+    /// (the two sides of an RwLock), redlock (over every --redis node, or --nodes private
+    /// servers; measured beside a Mutex on the first node), or semaphore (a permit of a
+    /// Semaphore of --permits permits per worker; measured beside a Mutex per worker).
     #[arg(long, value_enum, default_value_t = Primitive::Mutex)]
     pub kind: Primitive,
+    /// With --kind semaphore: N, the permits of each worker's Semaphore [default: 4] (each
+    /// worker takes one of its own semaphore's: uncontended).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub permits: Option<u32>,
     /// With --cluster or --sentinel: also run the same workload on one private
     /// redis-server in the same run (in alternating slices), and print both rows and their
     /// ratio. The default with a bare --cluster or --sentinel (private ones).
@@ -53,6 +58,9 @@ impl ThroughputArgs {
             None if self.compare_single => Err(CliError::Usage(
                 "--compare-single compares a --cluster or --sentinel run with one server".into(),
             )),
+            _ if self.permits.is_some() && self.kind != Primitive::Semaphore => Err(
+                CliError::Usage("--permits goes with --kind semaphore".into()),
+            ),
             _ => Ok(()),
         }
     }
@@ -92,9 +100,15 @@ pub struct Report {
     ratio_ours_to_bare: f64,
     ratio_ours_to_bare_fenced: f64,
     /// With `--kind redlock`: how many nodes, and a `Mutex` on the first node alone, measured
-    /// in the same run.
+    /// in the same run; with `--kind semaphore`, a `Mutex` per worker on the same server,
+    /// measured in the same run.
     nodes: usize,
     one_node: Option<Variant>,
+    /// With `--kind semaphore`: N of each worker's semaphore.
+    permits: Option<u32>,
+    /// With `--kind semaphore`: its acquisitions per second over the `Mutex`'s in the same
+    /// run (`one_node`).
+    ratio_ours_to_mutex: Option<f64>,
     /// With `--kind redlock`: the bare Redlock (`SET NX PX` and compare-and-delete on every
     /// node at once, a majority) in the same run.
     bare_quorum: Option<Variant>,
@@ -171,7 +185,7 @@ pub async fn run(target: &RedisTarget, args: &ThroughputArgs, json: bool) -> Res
     .await;
     // The run's fencing counters go, whether or not it got through.
     let mut locks: Vec<String> = (0..args.workers).map(|w| worker_key(&run_id, w)).collect();
-    if args.kind == Primitive::Redlock {
+    if matches!(args.kind, Primitive::Redlock | Primitive::Semaphore) {
         for worker in 0..args.workers {
             let key = worker_key(&run_id, worker);
             locks.push(side_key(&key, Side::OneNode, args.kind));
@@ -213,17 +227,19 @@ async fn measure(
     // Before anything is measured: take every worker's lock once, so its fencing counter is
     // seeded (a first acquisition costs one more round trip) and the release script loaded.
     let redlock = args.kind == Primitive::Redlock;
+    // Beside a semaphore, a Mutex per worker on the same server, in the same run.
+    let beside_mutex = redlock || args.kind == Primitive::Semaphore;
     for worker in 0..args.workers {
         let key = worker_key(run_id, worker);
-        let handle = Handle::new(clients, &key, args.kind, args.lease)?;
+        let handle = handle_of(clients, &key, args.kind, args)?;
         handle.acquire().await?.release().await?;
-        if redlock {
+        if beside_mutex {
             let one = side_key(&key, Side::OneNode, args.kind);
             let one = Handle::new(clients, &one, Primitive::Mutex, args.lease)?;
             one.acquire().await?.release().await?;
         }
         if let Some(single) = single {
-            let handle = Handle::new(single, &key, args.kind, args.lease)?;
+            let handle = handle_of(single, &key, args.kind, args)?;
             handle.acquire().await?.release().await?;
         }
     }
@@ -235,6 +251,16 @@ async fn measure(
             Side::Bare,
             Side::BareFenced,
         ]
+    } else if beside_mutex && single.is_some() {
+        &[
+            Side::Ours,
+            Side::OneNode,
+            Side::Single,
+            Side::Bare,
+            Side::BareFenced,
+        ]
+    } else if beside_mutex {
+        &[Side::Ours, Side::OneNode, Side::Bare, Side::BareFenced]
     } else if single.is_some() {
         &[Side::Ours, Side::Single, Side::Bare, Side::BareFenced]
     } else {
@@ -254,7 +280,8 @@ async fn measure(
         for &side in sides {
             let label = match side {
                 Side::Ours => format!("redis-locks, slice {}/{SLICES}", round + 1),
-                Side::OneNode => format!("one node, slice {}/{SLICES}", round + 1),
+                Side::OneNode if redlock => format!("one node, slice {}/{SLICES}", round + 1),
+                Side::OneNode => format!("Mutex, slice {}/{SLICES}", round + 1),
                 Side::BareQuorum => format!("bare Redlock, slice {}/{SLICES}", round + 1),
                 Side::Bare => format!("bare, slice {}/{SLICES}", round + 1),
                 Side::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
@@ -307,12 +334,18 @@ async fn measure(
         &totals[Side::BareFenced as usize],
     );
     let ratio = |other: &Variant| ours.per_second / other.per_second.max(f64::MIN_POSITIVE);
-    let one_node = redlock.then(|| {
+    let one_node = beside_mutex.then(|| {
         variant(
-            "redis-locks Mutex, first node alone".into(),
+            if redlock {
+                "redis-locks Mutex, first node alone".into()
+            } else {
+                format!("redis-locks Mutex{place}")
+            },
             &totals[Side::OneNode as usize],
         )
     });
+    let semaphore = args.kind == Primitive::Semaphore;
+    let ratio_ours_to_mutex = one_node.as_ref().filter(|_| semaphore).map(ratio);
     let bare_quorum = redlock.then(|| {
         variant(
             "bare Redlock: SET NX PX + c-a-d on all nodes".into(),
@@ -338,6 +371,8 @@ async fn measure(
         ratio_ours_to_bare: ratio(&bare_v),
         ratio_ours_to_bare_fenced: ratio(&fenced),
         nodes: clients.len(),
+        permits: semaphore.then(|| args.permits.unwrap_or(4)),
+        ratio_ours_to_mutex,
         one_node,
         ratio_cycle_p50_to_one_node,
         bare_quorum,
@@ -367,7 +402,7 @@ async fn phase(
         let key = side_key(&worker_key(run_id, worker), side, args.kind);
         let handle = match side {
             Side::OneNode => Handle::new(clients, &key, Primitive::Mutex, args.lease)?,
-            _ => Handle::new(clients, &key, args.kind, args.lease)?,
+            _ => handle_of(clients, &key, args.kind, args)?,
         };
         // The keys our locks use (under the namespace): the bare lock takes the same.
         let keys = clients[0].keys(&key)?;
@@ -429,6 +464,22 @@ async fn phase(
     Ok((total, all, all_cycles))
 }
 
+/// A handle of `kind` on `key` with the run's lease (and, for a semaphore, its N).
+fn handle_of(
+    clients: &[Client],
+    key: &str,
+    kind: Primitive,
+    args: &ThroughputArgs,
+) -> Result<Handle, CliError> {
+    Ok(Handle::with_permits(
+        clients,
+        key,
+        kind,
+        args.lease,
+        args.permits.unwrap_or(4),
+    )?)
+}
+
 /// The lock of one worker.
 fn worker_key(run_id: &str, worker: u16) -> String {
     format!("bench:throughput:{run_id}:{worker}")
@@ -442,6 +493,10 @@ fn side_key(key: &str, side: Side, kind: Primitive) -> String {
         (Primitive::Redlock, Side::OneNode) => format!("{key}:one-node"),
         (Primitive::Redlock, Side::BareQuorum) => format!("{key}:bare-quorum"),
         (Primitive::Redlock, Side::Bare | Side::BareFenced) => format!("{key}:bare"),
+        // A semaphore's key is a sorted set: the Mutex and the bare locks take names of their
+        // own.
+        (Primitive::Semaphore, Side::OneNode) => format!("{key}:mutex"),
+        (Primitive::Semaphore, Side::Bare | Side::BareFenced) => format!("{key}:bare"),
         _ => key.to_string(),
     }
 }
@@ -549,7 +604,13 @@ fn print_report(report: &Report) {
         "  ratio ours/bare fenced: {:.2}   (the library's own overhead: the same commands, sent bare)",
         report.ratio_ours_to_bare_fenced
     );
-    if let Some(ratio) = report.ratio_cycle_p50_to_one_node {
+    if let Some(ratio) = report.ratio_ours_to_mutex {
+        println!(
+            "  ratio Semaphore/Mutex: {ratio:.2} acquisitions/s, {:.2} acquire+release p50   (a permit of a semaphore of {} beside a Mutex, each worker its own, in the same run)",
+            report.ratio_cycle_p50_to_one_node.unwrap_or_default(),
+            report.permits.unwrap_or_default()
+        );
+    } else if let Some(ratio) = report.ratio_cycle_p50_to_one_node {
         println!(
             "  Redlock over {} nodes / Mutex on one node, acquire+release p50: {ratio:.2}   (the bare single-node variants run on the first node)",
             report.nodes

@@ -70,6 +70,13 @@ fn help_lists_the_benchmarks_and_bad_usage_exits_64() {
         &["--runtime", "single", "throughput"],
         &["handoff", "--compare-layouts", "--kind", "rwlock"],
         &["handoff", "--compare-layouts", "--client-per-worker"],
+        &["handoff", "--permits", "2"],
+        &["handoff", "--kind", "mutex", "--permits", "2"],
+        &["handoff", "--kind", "semaphore", "--permits", "0"],
+        &["handoff", "--kind", "semaphore", "--permits", "many"],
+        &["handoff", "--compare-layouts", "--kind", "semaphore"],
+        &["throughput", "--permits", "2"],
+        &["throughput", "--kind", "semaphore", "--permits", "0"],
     ] {
         let out = bench(args);
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -223,6 +230,89 @@ fn rwlock_handoff_lets_readers_share_and_writers_in_alone() {
     ] {
         assert!(table.contains(row), "{row} missing:\n{table}");
     }
+}
+
+#[test]
+fn semaphore_handoff_keeps_at_most_n_holders_and_reports_their_use() {
+    let server = RedisServer::start().unwrap();
+    let runs = json_runs(
+        &server,
+        "handoff --kind semaphore --permits 3 --workers 8 --hold 2ms --duration 1s --client-per-worker",
+    );
+    assert_eq!(runs.len(), 1, "only the variant asked for: {runs:?}");
+    let run = &runs[0];
+    assert_eq!(run["variant"], "semaphore", "{run}");
+    assert_eq!((&run["permits"], &run["workers"]), (&3.into(), &8.into()));
+    assert!(run["acquisitions"].as_u64().unwrap() > 0, "{run}");
+    // Everybody got permits, never more than 3 at once, and all 3 were in use at times.
+    assert!(run["per_worker_min"].as_u64().unwrap() > 0, "{run}");
+    assert_eq!(run["most_at_once"], 3, "{run}");
+    assert_eq!(run["over_limit"], 0, "{run}");
+    assert_eq!(run["repeated_tokens"], 0, "{run}");
+    assert_eq!(run["token_regressions"], 0, "{run}");
+    let utilisation = run["utilisation"].as_f64().unwrap();
+    assert!(utilisation > 0.0 && utilisation <= 1.0, "{run}");
+    let full = run["all_in_use_share"].as_f64().unwrap();
+    assert!(full > 0.0 && full <= utilisation + 1e-9, "{run}");
+    assert!(run["wait"]["max_ms"].as_f64().unwrap() >= run["wait"]["p99_ms"].as_f64().unwrap());
+    // With a client per worker, every acquisition's own round trips are counted: one when
+    // it got a permit at once, more when it had to wait.
+    assert!(
+        run["requests_per_acquisition"].as_f64().unwrap() >= 2.0,
+        "{run}"
+    );
+    assert!(run["refused_first_share"].as_f64().unwrap() > 0.0, "{run}");
+    assert!(
+        run["requests_per_contended_acquisition"].as_f64().unwrap() > 1.0,
+        "{run}"
+    );
+    assert_no_counters_left(&server);
+    // Across processes (each its own clients), and the table form.
+    let url = server.url();
+    let command = format!(
+        "handoff --redis {url} --kind semaphore --permits 2 --workers 4 --processes 2 --duration 300ms"
+    );
+    let out = bench(&command.split_whitespace().collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    for row in [
+        "one Semaphore of 2 permits",
+        "permits in use (mean share of N)",
+        "all N in use (share of the time)",
+        "most holders at once",
+        "wait max",
+        "requests/acq",
+        "over N at once",
+    ] {
+        assert!(table.contains(row), "{row} missing:\n{table}");
+    }
+    assert_no_counters_left(&server);
+}
+
+#[test]
+fn semaphore_throughput_is_measured_beside_a_mutex_in_the_same_run() {
+    let server = RedisServer::start().unwrap();
+    let runs = json_runs(
+        &server,
+        "throughput --kind semaphore --permits 2 --workers 2 --duration 300ms",
+    );
+    let run = &runs[0];
+    assert_eq!(run["kind"], "semaphore", "{run}");
+    assert_eq!(run["permits"], 2, "{run}");
+    assert_eq!(run["ours"]["name"], "redis-locks Semaphore", "{run}");
+    assert_eq!(run["one_node"]["name"], "redis-locks Mutex", "{run}");
+    for variant in ["ours", "one_node", "bare", "bare_fenced"] {
+        assert!(run[variant]["acquisitions"].as_u64().unwrap() > 0, "{run}");
+        // Uncontended: an acquire and a release, two round trips.
+        let requests = run[variant]["requests_per_acquisition"].as_f64().unwrap();
+        assert!((2.0..2.5).contains(&requests), "{variant}: {run}");
+    }
+    assert!(run["ratio_ours_to_mutex"].as_f64().unwrap() > 0.0, "{run}");
+    assert!(
+        run["ratio_cycle_p50_to_one_node"].as_f64().unwrap() > 0.0,
+        "{run}"
+    );
+    assert_no_counters_left(&server);
 }
 
 /// Runs `command` against `servers` (with several, the nodes of a Redlock); its JSON objects.

@@ -52,7 +52,8 @@ without --master, --master without --sentinel, a URL that is not one, --tls-cert
 --tls-key, a CA or certificate that is not PEM, TLS files with a redis:// URL, a #insecure URL \
 without --tls-insecure, a bad namespace, --replicas with a Redlock); 65 a key of the lock holds \
 something that is not this lock's (another type, a fencing counter that is not a number), or the \
-name is held as another kind of lock (run --shared on a Mutex, run on an RwLock); 66 a --tls-ca, \
+name is held as another kind of lock (run --shared on a Mutex, run on an RwLock, run on a \
+Semaphore), or run --permits N on a semaphore in use with another N; 66 a --tls-ca, \
 --tls-cert or --tls-key file cannot be read; 69 Redis unreachable, not Redis, a plaintext server \
 behind rediss://, too slow, or refusing the command (read-only replica, out of memory), fewer \
 replicas than --replicas acknowledged in time, or no private server, or (bench) no \
@@ -84,7 +85,8 @@ enum Commands {
     /// Run a command while holding a lock (a distributed flock): acquire, run it with the
     /// lease renewed in the background, release when it exits. The lock is the Mutex NAME,
     /// or with --shared / --exclusive the read / write side of the RwLock NAME (flock -s /
-    /// -x: many shared runs at once, or one exclusive). The command gets the fencing token in
+    /// -x: many shared runs at once, or one exclusive), or with --permits N a permit of the
+    /// Semaphore NAME (at most N such runs at once). The command gets the fencing token in
     /// REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME; it runs in a process group of
     /// its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL after
     /// --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
@@ -108,6 +110,8 @@ enum Commands {
     /// the fencing counter, and which node serves it (on a cluster: the master of its hash
     /// slot; under Sentinel: the current master). For an RwLock (or a ReentrantMutex): its kind, every hold with
     /// its mode, owner, lease and fencing token, and the readers and writers waiting in line.
+    /// For a Semaphore: N, the permits in use, every holder with its permits and lease, and
+    /// how many wait.
     Status {
         /// The lock's name.
         name: String,
@@ -142,8 +146,10 @@ enum Commands {
     /// (holders killed or stopped, the server frozen, restarted, cut off...). Every holding is
     /// recorded and checked: no two holders at once unless the earlier was told it lost the
     /// lock, fencing tokens increasing, no lost update, no stale write, no lock key without a
-    /// TTL, nothing hung. Seed 000's algorithms (--algorithm setnx-expire|setnx-getset|
-    /// naive-del) run through the same checks to show what they catch. Exit 0 when every check
+    /// TTL, nothing hung; for --primitive semaphore (--permits N), never more than N holders
+    /// at once, a token of its own per grant, no leaked permit. Seed 000's algorithms
+    /// (--algorithm setnx-expire|setnx-getset|naive-del, and counter-semaphore beside the
+    /// semaphore) run through the same checks to show what they catch. Exit 0 when every check
     /// holds, 1 when one fails or the run is interrupted. With --cluster or --sentinel (bare:
     /// private ones, started once for the whole check) the faults are none, holder-kill,
     /// holder-pause and client-clock-step, the primitives all but redlock, the algorithm ours.
@@ -280,6 +286,7 @@ mod tests {
                 "--grace",
                 "--shared",
                 "--exclusive",
+                "--permits",
                 "-s",
                 "-x",
                 "--json",

@@ -1,7 +1,8 @@
 //! `redis-locks run NAME -- COMMAND`: the distributed `flock(1)`. Acquires the lock (the
-//! `Mutex` NAME, or with `--shared` / `--exclusive` the read or write side of the `RwLock`
-//! NAME), runs the command with the lease renewed in the background, releases when it exits;
-//! stops the command if the lock is lost.
+//! `Mutex` NAME, with `--shared` / `--exclusive` the read or write side of the `RwLock`
+//! NAME, or with `--permits N` one permit of the `Semaphore` NAME: at most N such commands
+//! at once), runs the command with the lease renewed in the background, releases when it
+//! exits; stops the command if the lock is lost.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +16,7 @@ use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redis_locks::{
     Client, FencingToken, HoldsState, LeaseOptions, LockState, LostReason, Mutex, MutexGuard,
     MutexOptions, Redlock, RedlockGuard, RedlockOptions, RedlockState, RwLock, RwLockOptions,
-    RwLockReadGuard, RwLockWriteGuard,
+    RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreState,
 };
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -42,6 +43,13 @@ pub struct RunArgs {
     /// (exit 65) while it is held.
     #[arg(long, short = 'x')]
     pub exclusive: bool,
+    /// Take one permit of the Semaphore NAME with N permits: at most N `run --permits N
+    /// NAME` commands at once, across every machine (like GNU `sem -j N`), each with its own
+    /// lease and fencing token. Every run must give the same N while any of them holds or
+    /// waits (another N: exit 65); N is 1 or more.
+    #[arg(long, value_name = "N", conflicts_with_all = ["shared", "exclusive"],
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(redis_locks::MAX_PERMITS)))]
+    pub permits: Option<u32>,
     /// The lease; a watchdog renews it every third while the command runs, so it bounds how
     /// long the lock outlives a crash of this process.
     #[arg(long, default_value = "30s", value_parser = cli_support::parse_duration, allow_hyphen_values = true)]
@@ -82,6 +90,12 @@ pub async fn run(endpoint: &Endpoint, args: &RunArgs) -> Result<u8, CliError> {
         return Err(CliError::Usage(
             "--shared and --exclusive take one Redis: several --redis make a Redlock, which \
              has no read side"
+                .into(),
+        ));
+    }
+    if endpoint.is_redlock() && args.permits.is_some() {
+        return Err(CliError::Usage(
+            "--permits takes one Redis: several --redis make a Redlock, which has no permits"
                 .into(),
         ));
     }
@@ -127,6 +141,10 @@ async fn run_under(lock: &Lock, client: &Client, args: &RunArgs) -> Result<u8, C
         .env("REDIS_LOCKS_TOKEN", guard.fencing_token().to_string())
         .env("REDIS_LOCKS_NAME", &args.name)
         .stdin(Stdio::inherit());
+    if let Some(permits) = args.permits {
+        // The semaphore's N, for a command that wants to know how many run beside it.
+        command.env("REDIS_LOCKS_PERMITS", permits.to_string());
+    }
     if let Some(acked) = guard.replicas() {
         // How many replicas acknowledged the grant (--replicas).
         command.env("REDIS_LOCKS_REPLICAS_ACKED", acked.to_string());
@@ -175,12 +193,14 @@ fn interactive() -> bool {
 /// How long `run` waits in silence before it says who holds the lock.
 const QUIET_WAIT: Duration = Duration::from_secs(1);
 
-/// The lock `run` takes: the `Mutex` NAME, or a side of the `RwLock` NAME.
+/// The lock `run` takes: the `Mutex` NAME, a side of the `RwLock` NAME, or a permit of the
+/// `Semaphore` NAME.
 enum Lock {
     Mutex(Mutex),
     Redlock(Redlock),
     Read(RwLock),
     Write(RwLock),
+    Semaphore(Semaphore),
 }
 
 /// The guard of a [`Lock`]: what `run` holds while the command runs.
@@ -189,6 +209,7 @@ enum Guard {
     Redlock(RedlockGuard),
     Read(RwLockReadGuard),
     Write(RwLockWriteGuard),
+    Semaphore(SemaphoreGuard),
 }
 
 /// Takes a lock with the methods `forever`, `once` and `within` (`lock`, `try_lock`,
@@ -218,7 +239,13 @@ impl Lock {
         let client = &clients[0];
         let rwlock =
             |lease| client.rwlock_with(name, RwLockOptions::default().lease_options(lease));
-        Ok(if args.shared {
+        Ok(if let Some(permits) = args.permits {
+            Lock::Semaphore(client.semaphore_with(
+                name,
+                permits,
+                SemaphoreOptions::default().lease_options(lease),
+            )?)
+        } else if args.shared {
             Lock::Read(rwlock(lease)?)
         } else if args.exclusive {
             Lock::Write(rwlock(lease)?)
@@ -232,6 +259,7 @@ impl Lock {
             Lock::Mutex(lock) => lock.name(),
             Lock::Redlock(lock) => lock.name(),
             Lock::Read(lock) | Lock::Write(lock) => lock.name(),
+            Lock::Semaphore(lock) => lock.name(),
         }
     }
 
@@ -246,6 +274,9 @@ impl Lock {
             Lock::Write(lock) => {
                 take!(lock, wait, write, try_write, write_timeout).map(Guard::Write)
             }
+            Lock::Semaphore(lock) => {
+                take!(lock, wait, acquire, try_acquire, acquire_timeout).map(Guard::Semaphore)
+            }
         }
     }
 
@@ -254,6 +285,7 @@ impl Lock {
         match self {
             Lock::Mutex(_) | Lock::Redlock(_) => Kind::Mutex,
             Lock::Read(_) | Lock::Write(_) => Kind::RwLock,
+            Lock::Semaphore(_) => Kind::Semaphore,
         }
     }
 
@@ -285,6 +317,7 @@ enum Kind {
     Mutex,
     RwLock,
     Reentrant,
+    Semaphore,
 }
 
 impl Kind {
@@ -297,6 +330,9 @@ impl Kind {
                 "reentrant" => Some(Kind::Reentrant),
                 _ => None,
             },
+            Found::Semaphore(state) => {
+                (!state.holders.is_empty() || state.permits.is_some()).then_some(Kind::Semaphore)
+            }
         }
     }
 
@@ -306,6 +342,7 @@ impl Kind {
             Kind::Mutex => "a Mutex (plain `run`)",
             Kind::RwLock => "an RwLock (`run --shared` / `run --exclusive`)",
             Kind::Reentrant => "a ReentrantMutex (a program's: run does not take one)",
+            Kind::Semaphore => "a Semaphore (`run --permits N`)",
         }
     }
 }
@@ -319,6 +356,7 @@ macro_rules! each_guard {
             Guard::Redlock($bound) => $body,
             Guard::Read($bound) => $body,
             Guard::Write($bound) => $body,
+            Guard::Semaphore($bound) => $body,
         }
     };
 }
@@ -379,6 +417,7 @@ async fn acquire(
     let state = match inspect(client, &args.name).await {
         Ok(Found::Mutex(state)) => format!(": {}", mutex_holder(&state)),
         Ok(Found::Holds(state)) => format!(": {}", holds_holders(&state)),
+        Ok(Found::Semaphore(state)) => format!(": {}", permit_holders(&state)),
         Err(err) => format!(" (its state: {err})"),
     };
     eprintln!("redis-locks: waiting for lock {:?}{state}", args.name);
@@ -436,6 +475,24 @@ fn holds_holders(state: &HoldsState) -> String {
         millis(last),
         state.waiting_readers,
         state.waiting_writers
+    )
+}
+
+/// Who holds a `Semaphore`'s permits and how many wait, for the waiting notice.
+fn permit_holders(state: &SemaphoreState) -> String {
+    let Some(first) = state.holders.iter().map(|h| h.lease_remaining).min() else {
+        return "its permits were just freed".to_string();
+    };
+    let limit = state
+        .permits
+        .map_or_else(|| "?".to_string(), |n| n.to_string());
+    format!(
+        "{} of its {limit} permits held by {} holder(s), the first lease ends in {} unless \
+         renewed; {} waiting in line",
+        state.in_use(),
+        state.holders.len(),
+        millis(first),
+        state.waiting
     )
 }
 

@@ -1,10 +1,11 @@
 //! `redis-locks status NAME`: who holds a lock, its lease, whether anyone waits, the
 //! fencing counter. A `Mutex` or `FairMutex` (a string key) shows its holder; an `RwLock` or
-//! `ReentrantMutex` (a hash of holds) shows every hold and the waiters in line.
+//! `ReentrantMutex` (a hash of holds) shows every hold and the waiters in line; a `Semaphore`
+//! (a sorted set of holders) shows N, the permits in use and every holder with its lease.
 
 use std::time::Duration;
 
-use redis_locks::{Client, HoldsState, LockState, Redlock, RedlockState};
+use redis_locks::{Client, HoldsState, LockState, Redlock, RedlockState, SemaphoreState};
 use serde::Serialize;
 
 use cli_support::endpoint::{Endpoint, Place, user_of};
@@ -17,23 +18,45 @@ pub enum Found {
     Mutex(LockState),
     /// An `RwLock` or a `ReentrantMutex`, held.
     Holds(HoldsState),
+    /// A `Semaphore` that somebody holds or waits for.
+    Semaphore(SemaphoreState),
 }
 
 /// Reads the state of the lock `name`: as a `Mutex` first; when its key is a hash
-/// (`WrongType`), as a lock of holds. A hash that is no lock of holds (a foreign key, or one
-/// freed in between) is asked about as a `Mutex` again, which then says what it is.
+/// (`WrongType`), as a lock of holds; when it is a sorted set, as a `Semaphore`. A free name
+/// whose semaphore has waiters (its key gone, its permits hash kept for them) is that
+/// semaphore. A key that is no lock's (a foreign key, or one freed in between) is asked about
+/// as a `Mutex` again, which then says what it is.
 ///
 /// # Errors
-/// As `Mutex::state` and `RwLock::state`: `WrongType` for a key that is no lock's.
+/// As `Mutex::state`, `RwLock::state` and `Semaphore::state`: `WrongType` for a key that is
+/// no lock's.
 pub async fn inspect(client: &Client, name: &str) -> Result<Found, redis_locks::Error> {
     let mutex = client.mutex(name)?;
+    // The handle's N matters to acquisitions only; the state says the server's.
+    let semaphore = client.semaphore(name, 1)?;
     match mutex.state().await {
         Err(redis_locks::Error::WrongType { .. }) => {}
+        Ok(state) if state.holder.is_none() => {
+            // Free as a Mutex: a semaphore nobody holds but somebody waits for?
+            return Ok(match semaphore.state().await {
+                Ok(waited) if waited.permits.is_some() => Found::Semaphore(waited),
+                _ => Found::Mutex(state),
+            });
+        }
         state => return state.map(Found::Mutex),
     }
-    let holds = client.rwlock(name)?.state().await?;
-    if holds.kind.is_some() {
-        return Ok(Found::Holds(holds));
+    match client.rwlock(name)?.state().await {
+        Ok(holds) if holds.kind.is_some() => return Ok(Found::Holds(holds)),
+        Ok(_) | Err(redis_locks::Error::WrongType { .. }) => {}
+        Err(err) => return Err(err),
+    }
+    match semaphore.state().await {
+        Ok(state) if !state.holders.is_empty() || state.permits.is_some() => {
+            return Ok(Found::Semaphore(state));
+        }
+        Ok(_) | Err(redis_locks::Error::WrongType { .. }) => {}
+        Err(err) => return Err(err),
     }
     mutex.state().await.map(Found::Mutex)
 }
@@ -150,6 +173,36 @@ struct Hold<'a> {
     fencing_token: u64,
 }
 
+/// What `status --json` prints for a `Semaphore`.
+#[derive(Debug, Serialize)]
+struct SemaphoreStatus<'a> {
+    name: &'a str,
+    /// Always `"semaphore"`.
+    kind: &'static str,
+    held: bool,
+    /// N as the server keeps it (`None` once nobody holds or waits).
+    permits: Option<u32>,
+    /// The permits the holders hold.
+    permits_in_use: u32,
+    /// N less the permits in use (0 when N shrank below them).
+    permits_available: Option<u32>,
+    /// Every holder whose lease has not ended, the earliest to end first.
+    holders: Vec<PermitHolderStatus<'a>>,
+    /// Waiters in line (their place lease still runs).
+    waiting: u64,
+    fencing_counter: Option<u64>,
+    #[serde(flatten)]
+    served: &'a Served,
+}
+
+/// One holder in [`SemaphoreStatus`].
+#[derive(Debug, Serialize)]
+struct PermitHolderStatus<'a> {
+    owner: &'a str,
+    permits: u32,
+    lease_remaining_ms: u64,
+}
+
 /// What `status --json` prints for a Redlock (several `--redis`).
 #[derive(Debug, Serialize)]
 struct RedlockStatus<'a> {
@@ -212,6 +265,7 @@ pub async fn run(endpoint: &Endpoint, name: &str, json: bool) -> Result<(), CliE
     match found {
         Found::Mutex(state) => show_mutex(name, &state, &served, json),
         Found::Holds(state) => show_holds(name, &state, &served, json),
+        Found::Semaphore(state) => show_semaphore(name, &state, &served, json),
     }
     Ok(())
 }
@@ -330,6 +384,58 @@ fn show_holds(name: &str, state: &HoldsState, served: &Served, json: bool) {
         state.fencing_counter.map(|t| t.get()),
         !state.holds.is_empty(),
         "every hold's token is at most this",
+    );
+}
+
+fn show_semaphore(name: &str, state: &SemaphoreState, served: &Served, json: bool) {
+    let in_use = state.in_use();
+    if json {
+        return print_json(&SemaphoreStatus {
+            name,
+            kind: "semaphore",
+            held: !state.holders.is_empty(),
+            permits: state.permits,
+            permits_in_use: in_use,
+            permits_available: state.permits.map(|n| n.saturating_sub(in_use)),
+            holders: state
+                .holders
+                .iter()
+                .map(|holder| PermitHolderStatus {
+                    owner: &holder.owner,
+                    permits: holder.permits,
+                    lease_remaining_ms: ms(holder.lease_remaining),
+                })
+                .collect(),
+            waiting: state.waiting,
+            fencing_counter: state.fencing_counter.map(|t| t.get()),
+            served,
+        });
+    }
+    println!("lock            {name}");
+    println!("served by       {}", served.line());
+    served.access.print();
+    println!("kind            semaphore");
+    match state.permits {
+        Some(n) => println!(
+            "permits         {in_use} of {n} in use, {} free",
+            n.saturating_sub(in_use)
+        ),
+        None => println!("permits         {in_use} in use (N not kept: nobody holds or waits)"),
+    }
+    for holder in &state.holders {
+        println!(
+            "holder          owner {}  {} permit(s)  lease remaining {}",
+            holder.owner,
+            holder.permits,
+            humantime::format_duration(holder.lease_remaining)
+        );
+    }
+    println!("holders         {}", state.holders.len());
+    println!("waiting         {} in line", state.waiting);
+    print_counter(
+        state.fencing_counter.map(|t| t.get()),
+        !state.holders.is_empty(),
+        "every holder's token is at most this",
     );
 }
 

@@ -266,6 +266,87 @@ fn every_primitive_passes_a_paused_holder() {
 }
 
 #[test]
+fn a_semaphore_never_has_more_than_n_holders_and_a_killed_holders_permit_comes_back() {
+    let (code, report) = check(&[
+        "--primitive",
+        "semaphore",
+        "--permits",
+        "2",
+        "--fault",
+        "none",
+        "--fault",
+        "holder-kill",
+        "--fault",
+        "holder-pause",
+        "--fault",
+        "server-pause",
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for run in runs {
+        let v = &run["verdict"];
+        assert!(v["label"].as_str().unwrap().starts_with("Semaphore(2) / "));
+        assert_eq!(num(v, "permits"), 2);
+        assert_eq!(num(v, "over_limit"), 0, "{v:#}");
+        assert_eq!(num(v, "overlaps"), 0, "{v:#}");
+        assert_eq!(num(v, "repeated_tokens"), 0, "{v:#}");
+        assert_eq!(num(v, "token_regressions"), 0, "{v:#}");
+        assert_eq!(num(v, "leaked_permits"), 0, "{v:#}");
+        // 6 tasks for 2 permits: both were in use at once, never a third.
+        assert_eq!(num(v, "most_at_once"), 2, "{v:#}");
+        assert_eq!(v["all_permits_used"], true);
+    }
+    let kill = verdict(&report, "holder-kill");
+    assert!(num(kill, "crashed") >= 1, "a holder died holding: {kill:#}");
+    let pause = verdict(&report, "server-pause");
+    assert!(num(pause, "loss_signals") >= 1, "{pause:#}");
+}
+
+#[test]
+fn a_server_clock_jump_lets_a_semaphore_over_n_only_inside_its_window() {
+    let (code, report) = check(&["--primitive", "semaphore", "--fault", "server-clock-jump"]);
+    assert_eq!(code, 0, "{report:#}");
+    let jump = verdict(&report, "server-clock-jump");
+    // Every lease ended at once on the server: the long holder is told at its next
+    // renewal, and until then the permits it lost may be granted again (excused, as a
+    // Mutex's overlaps are under this fault), never outside that window.
+    assert!(num(jump, "loss_signals") >= 1, "{jump:#}");
+    assert_eq!(num(jump, "over_limit"), 0, "{jump:#}");
+}
+
+#[test]
+fn a_counter_semaphore_leaks_the_permit_of_a_killed_holder() {
+    // The semaphore most peers write (INCR/DECR, no lease): a holder killed holding keeps
+    // its permit for ever, and the counter has no TTL.
+    let (code, report) = check(&["--algorithm", "counter-semaphore", "--fault", "holder-kill"]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(report["passed"], false);
+    let kill = verdict(&report, "holder-kill");
+    assert!(
+        kill["label"]
+            .as_str()
+            .unwrap()
+            .starts_with("counter-semaphore(3)")
+    );
+    assert!(num(kill, "leaked_permits") >= 1, "{kill:#}");
+    assert!(num(kill, "keys_without_ttl") >= 1, "{kill:#}");
+    assert_eq!(
+        num(kill, "over_limit"),
+        0,
+        "a counter never lets in too many: {kill:#}"
+    );
+    assert!(
+        kill["examples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("leaked permits")),
+        "{kill:#}"
+    );
+}
+
+#[test]
 fn redlock_survives_a_minority_down_and_tells_its_holder_when_the_majority_goes() {
     let (code, report) = check(&[
         "--primitive",

@@ -9,6 +9,10 @@
 //!   its successor's lock.
 //! - `naive-del`: `SET lock 1 NX PX <lease>`, release `DEL lock` without checking the owner: a
 //!   holder paused past its lease deletes its successor's lock.
+//! - `counter-semaphore`: the semaphore of N permits most peers write (Redisson's
+//!   `RSemaphore`): `INCR lock`, given back with `DECR` when over N; release `DECR lock`. Its
+//!   permits have no lease, so a holder that crashed keeps its permit for ever (a leaked
+//!   permit), and the counter has no TTL.
 //!
 //! None of them tells its holder that the lease ended, and none gives a fencing token.
 
@@ -30,16 +34,25 @@ pub struct LegacyLock {
     con: ConnectionManager,
     key: String,
     lease: Duration,
+    /// N, for `counter-semaphore`.
+    permits: u32,
 }
 
 impl LegacyLock {
     /// The lock `key` taken with `algorithm` (not [`Algorithm::Ours`]).
-    pub fn new(algorithm: Algorithm, con: ConnectionManager, key: &str, lease: Duration) -> Self {
+    pub fn new(
+        algorithm: Algorithm,
+        con: ConnectionManager,
+        key: &str,
+        lease: Duration,
+        permits: u32,
+    ) -> Self {
         LegacyLock {
             algorithm,
             con,
             key: key.to_string(),
             lease,
+            permits,
         }
     }
 
@@ -109,6 +122,22 @@ impl LegacyLock {
                         return Ok(lease_end);
                     }
                 }
+                Algorithm::CounterSemaphore => {
+                    let taken: u64 = redis::cmd("INCR")
+                        .arg(&self.key)
+                        .query_async(&mut con)
+                        .await?;
+                    if taken <= u64::from(self.permits) {
+                        between();
+                        // No lease: the permit is held until it is given back, however
+                        // long that is (an hour stands for "never" within a run).
+                        return Ok(sent + 3_600_000_000_000);
+                    }
+                    let _: i64 = redis::cmd("DECR")
+                        .arg(&self.key)
+                        .query_async(&mut con)
+                        .await?;
+                }
                 Algorithm::Ours => unreachable!("ours is not a legacy algorithm"),
             }
             tokio::time::sleep(RETRY).await;
@@ -118,6 +147,13 @@ impl LegacyLock {
     /// Releases as the algorithm does.
     pub async fn release(&self) -> redis::RedisResult<Release> {
         let mut con = self.con.clone();
+        if self.algorithm == Algorithm::CounterSemaphore {
+            let _: i64 = redis::cmd("DECR")
+                .arg(&self.key)
+                .query_async(&mut con)
+                .await?;
+            return Ok(Release::Unchecked);
+        }
         if self.algorithm == Algorithm::SetnxGetset {
             let expiry: Option<u64> = redis::cmd("GET")
                 .arg(&self.key)

@@ -45,6 +45,10 @@ pub struct CheckArgs {
     /// The primitive of `--algorithm ours`; several for several rows.
     #[arg(long, value_enum, default_values_t = [CheckPrimitive::Mutex])]
     pub primitive: Vec<CheckPrimitive>,
+    /// N, the permits of `--primitive semaphore` (1 to 64): never more than N holders at
+    /// once is the check.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub permits: u32,
     /// A fault to inject, one row each; join faults with `+` to inject them in one run
     /// (`server-pause+holder-kill`). Without it: none, holder-kill, holder-pause. Faults:
     /// none, holder-kill, holder-pause, server-pause, server-sleep, client-pause, client-kill,
@@ -395,8 +399,9 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
             CheckPrimitive::Redlock,
         ];
         if topology.is_some() {
-            all.pop();
+            all.retain(|p| *p != CheckPrimitive::Redlock);
         }
+        all.push(CheckPrimitive::Semaphore);
         all
     } else {
         args.primitive.clone()
@@ -410,9 +415,14 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
             "--primitive redlock needs an odd number (3 or more) of --redis servers, or none for {REDLOCK_NODES} private ones"
         )));
     }
-    let base = |algorithm, primitive, faults: Vec<Fault>| Scenario {
+    let base = |algorithm, primitive: CheckPrimitive, faults: Vec<Fault>| Scenario {
         algorithm,
         primitive,
+        permits: if primitive == CheckPrimitive::Semaphore {
+            args.permits
+        } else {
+            1
+        },
         faults,
         processes: args.processes as usize,
         tasks: args.tasks as usize,
@@ -427,6 +437,7 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
         let primitives = match algorithm {
             Algorithm::Ours => primitives.clone(),
             // A legacy algorithm is one kind of lock.
+            Algorithm::CounterSemaphore => vec![CheckPrimitive::Semaphore],
             _ => vec![CheckPrimitive::Mutex],
         };
         for &primitive in &primitives {
@@ -535,11 +546,15 @@ fn print_table(verdicts: &[&Verdict]) {
     println!("| {} |", header.join(" | "));
     println!("|{}", "---|".repeat(header.len()));
     for v in verdicts {
-        let overlaps = if v.excused_overlaps > 0 {
+        let mut overlaps = if v.excused_overlaps > 0 {
             format!("{} (+{} excused)", v.overlaps, v.excused_overlaps)
         } else {
             v.overlaps.to_string()
         };
+        if let (Some(most), Some(permits)) = (v.most_at_once, v.permits) {
+            // A semaphore's "overlaps" are the times over N.
+            overlaps = format!("{overlaps} over N (at most {most} of {permits} at once)");
+        }
         let ms = |ms: Option<f64>| ms.map_or("–".to_string(), |ms| format!("{ms:+.1} ms"));
         let margin = match v.loss_signals {
             0 => "0".to_string(),

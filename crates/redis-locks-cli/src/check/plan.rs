@@ -16,6 +16,9 @@ pub enum Algorithm {
     SetnxGetset,
     /// `SET NX PX` (a lease, done right) but released with a plain `DEL`, owner unchecked.
     NaiveDel,
+    /// A semaphore of `--permits` N as a bare counter (`INCR`, `DECR`; Redisson's
+    /// `RSemaphore`): no lease, so a crashed holder's permit leaks for ever.
+    CounterSemaphore,
 }
 
 impl Algorithm {
@@ -26,6 +29,7 @@ impl Algorithm {
             Algorithm::SetnxExpire => "setnx-expire",
             Algorithm::SetnxGetset => "setnx-getset",
             Algorithm::NaiveDel => "naive-del",
+            Algorithm::CounterSemaphore => "counter-semaphore",
         }
     }
 
@@ -49,6 +53,9 @@ pub enum CheckPrimitive {
     Rwlock,
     /// `Redlock` over 5 nodes (private servers, or the `--redis` list).
     Redlock,
+    /// `Semaphore` with `--permits` N: each task takes one permit; at most N holders at
+    /// once, every grant a token of its own.
+    Semaphore,
 }
 
 impl CheckPrimitive {
@@ -60,6 +67,7 @@ impl CheckPrimitive {
             CheckPrimitive::Reentrant => "ReentrantMutex",
             CheckPrimitive::Rwlock => "RwLock",
             CheckPrimitive::Redlock => "Redlock",
+            CheckPrimitive::Semaphore => "Semaphore",
         }
     }
 }
@@ -117,6 +125,9 @@ pub struct Plan {
     pub algorithm: Algorithm,
     /// The primitive, for [`Algorithm::Ours`].
     pub primitive: CheckPrimitive,
+    /// N, for [`CheckPrimitive::Semaphore`].
+    #[serde(default = "one")]
+    pub permits: u32,
     /// This worker's number.
     pub process: usize,
     /// Tasks in this worker.
@@ -132,6 +143,10 @@ pub struct Plan {
     pub start_at: u64,
     /// The holder-side faults of this worker.
     pub triggers: Vec<Trigger>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// How one access of the resource went.

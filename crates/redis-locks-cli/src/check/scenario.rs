@@ -47,6 +47,8 @@ pub struct Scenario {
     pub algorithm: Algorithm,
     /// The primitive (for ours).
     pub primitive: CheckPrimitive,
+    /// N, the permits of a semaphore (1 for the other primitives).
+    pub permits: u32,
     /// The faults injected.
     pub faults: Vec<Fault>,
     /// Worker processes.
@@ -77,7 +79,21 @@ impl Scenario {
     pub fn label(&self) -> String {
         let faults: Vec<&str> = self.faults.iter().map(|f| f.label()).collect();
         match self.algorithm {
+            Algorithm::Ours if self.primitive == CheckPrimitive::Semaphore => format!(
+                "{}({}) / {}",
+                self.primitive.label(),
+                self.permits,
+                faults.join("+")
+            ),
             Algorithm::Ours => format!("{} / {}", self.primitive.label(), faults.join("+")),
+            Algorithm::CounterSemaphore => {
+                format!(
+                    "{}({}) / {}",
+                    self.algorithm.label(),
+                    self.permits,
+                    faults.join("+")
+                )
+            }
             other => format!("{} / {}", other.label(), faults.join("+")),
         }
     }
@@ -163,6 +179,12 @@ pub struct Record {
     /// The private cluster or Sentinel set-up started for this run, if one was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub servers: Option<String>,
+    /// A semaphore's permits still held once every worker was done and a lease had passed
+    /// (a leaked permit); `None` for the other primitives, or when it could not be read
+    /// ([`Record::leak_error`]).
+    pub leaked_permits: Option<u32>,
+    /// Why the semaphore could not be read at the end.
+    pub leak_error: Option<String>,
 }
 
 /// The servers of one run.
@@ -406,6 +428,7 @@ pub async fn run(
             resource: resource_prefix.clone(),
             algorithm: scenario.algorithm,
             primitive: scenario.primitive,
+            permits: scenario.permits,
             process,
             tasks: scenario.tasks,
             count: scenario.count,
@@ -457,7 +480,11 @@ pub async fn run(
     // that came before the SIGSTOP took effect would be lost).
     let mut resumed: Vec<(u32, String)> = Vec::new();
     let mut stopped: Vec<Stopped> = Vec::new();
+    // Every stop of a worker process: (process, from, until; `None` while stopped). The
+    // other holders of a stopped process (readers, a semaphore's holders) were stopped too.
+    let mut pauses: Vec<(usize, u64, Option<u64>)> = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let semaphore = scenario.primitive == CheckPrimitive::Semaphore;
     let server_faults: Vec<Fault> = scenario
         .faults
         .iter()
@@ -510,12 +537,24 @@ pub async fn run(
                             hold.releasing = Some(Releasing { at, lease_end, lost_at });
                         }
                     }
-                    Event::Held(holding) => {
+                    Event::Held(mut holding) => {
+                        if holding.shared && !holding.paused {
+                            // Held while its process was stopped by a sibling's pause: it
+                            // could not run (nor renew) either.
+                            let process = process_of(&holding.worker);
+                            holding.paused = pauses.iter().any(|&(p, from, until)| {
+                                p == process
+                                    && from <= holding.end
+                                    && until.is_none_or(|until| until >= holding.acquired_at)
+                            });
+                        }
                         for stop in &mut stopped {
                             // A reader raises no token: only a writer's access stops the
                             // stopped holder's late write.
+                            // A semaphore's holders write nothing: any later holder
+                            // will do, once the stopped one's lease has run out.
                             if stop.worker != holding.worker
-                                && !holding.shared
+                                && (!holding.shared || semaphore)
                                 && holding.acquired_at > stop.start
                             {
                                 stop.overtaken = true;
@@ -528,6 +567,7 @@ pub async fn run(
                     Event::Pausing { worker } => {
                         let process = process_of(&worker);
                         let now = tokio::time::Instant::now();
+                        pauses.push((process, now_nanos(), None));
                         stopped.push(Stopped {
                             pid: pids.get(process).copied().unwrap_or(0),
                             worker,
@@ -578,6 +618,10 @@ pub async fn run(
                 stopped.retain(|stop| {
                     let due = (stop.overtaken && now >= stop.earliest) || now >= stop.latest;
                     if due {
+                        let process = process_of(&stop.worker);
+                        for pause in pauses.iter_mut().filter(|p| p.0 == process && p.2.is_none()) {
+                            pause.2 = Some(now_nanos());
+                        }
                         resumed.push((stop.pid, stop.worker.clone()));
                         injections.push(Injection { fault: Fault::HolderPause, start: stop.start, end: now_nanos(), detail: None, resumed_at: None });
                     }
@@ -645,7 +689,19 @@ pub async fn run(
         .await
         .map_err(|err| CliError::Unavailable(format!("cannot read the checked resource: {err}")))?;
     injections.sort_by_key(|i| i.start);
+    // A semaphore's permits all come back: once every worker is gone, the holders killed
+    // holding free theirs when their lease ends.
+    let (leaked_permits, leak_error) = if semaphore {
+        match permits_left(&servers.endpoint(), &lock, scenario).await {
+            Ok(left) => (Some(left), None),
+            Err(err) => (None, Some(err)),
+        }
+    } else {
+        (None, None)
+    };
     Ok(Record {
+        leaked_permits,
+        leak_error,
         started_at,
         ended_at,
         holdings,
@@ -1075,14 +1131,15 @@ fn strike(
             }
             Fault::ServerClockJump => {
                 let mut con = admin(&urls[0], outage).await?;
-                // The key's TTL cut short, as a server clock jumping a lease ahead would.
-                redis::cmd("PEXPIRE")
-                    .arg(&key)
-                    .arg(1)
-                    .arg("XX")
-                    .query_async::<()>(&mut con)
+                // The key's TTL cut short, as a server clock jumping a lease ahead would; a
+                // semaphore's holders (a sorted set of their lease ends on the server's
+                // clock, whose TTL every other holder's script sets again) see every lease
+                // end passed, as that clock would show them.
+                redis::Script::new(CLOCK_JUMP_LUA)
+                    .key(&key)
+                    .invoke_async::<()>(&mut con)
                     .await
-                    .map_err(|err| format!("PEXPIRE refused: {err}"))?;
+                    .map_err(|err| format!("the clock jump was refused: {err}"))?;
             }
             Fault::ClusterFailover
             | Fault::SlotMigration
@@ -1216,6 +1273,68 @@ async fn watch_ttl(
         tokio::time::sleep(TTL_WATCH).await;
     }
 }
+
+/// The permits of the semaphore `lock` still held a lease (and the drift allowance, and a
+/// second) after every worker of `scenario` ended: 0 unless a permit leaked.
+async fn permits_left(endpoint: &Endpoint, lock: &str, scenario: &Scenario) -> Result<u32, String> {
+    let client = endpoint
+        .first()
+        .connect()
+        .await
+        .map_err(|err| format!("cannot connect to look for leaked permits: {err}"))?;
+    let semaphore = client
+        .semaphore(lock, scenario.permits)
+        .map_err(|err| err.to_string())?;
+    // The legacy counter: its value is the permits held.
+    let counter = lock_key(endpoint.settings(), lock);
+    let mut side = match scenario.algorithm {
+        Algorithm::Ours => None,
+        _ => Some(
+            cli_support::connection_with(
+                endpoint.server_url().unwrap_or_default(),
+                endpoint.settings(),
+            )
+            .await
+            .map_err(|err| format!("cannot connect to look for leaked permits: {err}"))?,
+        ),
+    };
+    let give_up = tokio::time::Instant::now()
+        + scenario.lease
+        + scenario.lease / 100
+        + Duration::from_secs(1);
+    loop {
+        let in_use = match &mut side {
+            None => semaphore
+                .state()
+                .await
+                .map_err(|err| format!("cannot read the semaphore at the end: {err}"))?
+                .in_use(),
+            Some(con) => redis::cmd("GET")
+                .arg(&counter)
+                .query_async::<Option<i64>>(con)
+                .await
+                .map_err(|err| format!("cannot read the counter at the end: {err}"))?
+                .unwrap_or(0)
+                .max(0) as u32,
+        };
+        if in_use == 0 || tokio::time::Instant::now() >= give_up {
+            return Ok(in_use);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `server-clock-jump` on the lock key: a semaphore's holders all made past their lease end
+/// (score 0), any other key's TTL cut to 1 ms.
+const CLOCK_JUMP_LUA: &str = r#"
+if redis.call('TYPE', KEYS[1]).ok == 'zset' then
+  for _, owner in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    redis.call('ZADD', KEYS[1], 'XX', 0, owner)
+  end
+else
+  redis.call('PEXPIRE', KEYS[1], 1, 'XX')
+end
+"#;
 
 /// Deletes what a run left on servers it did not start (the fencing counter and the
 /// companions of the lock), found with `SCAN` (never `KEYS` on somebody's server): on each

@@ -12,10 +12,15 @@
 //! - **No stale write** accepted by the fenced resource.
 //! - **No key without a TTL**, looked at every 5 ms and at the end.
 //! - **Nothing hangs**: the run ended within its timeout, and no task gave up.
+//! - A **semaphore** of N permits ([`redis_locks::history::check_permits`]): never more than N
+//!   holders at once (each holder's interval as above), every grant a token of its own, each
+//!   task's tokens growing, and no permit leaked (all of them free again a lease after the
+//!   last worker ended). Its holders share the resource as readers do, so the resource
+//!   checks say nothing of it; the verdict also says the most holders seen at once.
 
 use std::time::Duration;
 
-use redis_locks::history::{History, Interval};
+use redis_locks::history::{History, Interval, check_permits};
 use serde::Serialize;
 
 use super::fault::Fault;
@@ -85,8 +90,142 @@ pub struct Verdict {
     /// What the run showed besides the checks: what each topology fault did, and how the
     /// overlaps inside a documented failover window were fenced.
     pub notes: Vec<String>,
+    /// A semaphore's N (`None` for the other primitives).
+    pub permits: Option<u32>,
+    /// A semaphore's most permits held at once.
+    pub most_at_once: Option<u32>,
+    /// Whether all N permits were held at once at some moment.
+    pub all_permits_used: Option<bool>,
+    /// Times a semaphore had more than N holders at once that no fault excuses (counted in
+    /// `overlaps` too).
+    pub over_limit: Option<usize>,
+    /// Pairs of a semaphore's grants with the same token.
+    pub repeated_tokens: Option<usize>,
+    /// A semaphore's permits still held after every worker ended and a lease passed.
+    pub leaked_permits: Option<u32>,
     /// Every check held.
     pub passed: bool,
+}
+
+/// What the semaphore checks found in one run.
+struct Permits {
+    limit: u32,
+    most_at_once: u32,
+    /// Times over N, unexcused and excused.
+    over: usize,
+    excused: usize,
+    repeated: usize,
+    regressions: usize,
+    examples: Vec<String>,
+}
+
+/// The semaphore checks of `check_permits` over every holding of the run (each task's holdings
+/// under its own name, so that its tokens must grow), the crashed ones to their lease end or
+/// release; a time over N is excused only across a strike of a fault that makes the server
+/// forget (as overlaps are).
+fn judge_permits(
+    scenario: &Scenario,
+    record: &Record,
+    told: &dyn Fn(u64, Option<u64>, Option<u64>) -> u64,
+    forgetting: &[&Injection],
+    ms: &dyn Fn(u64) -> f64,
+) -> Permits {
+    let mut holdings: Vec<(Interval, u32)> = Vec::new();
+    for holding in &record.holdings {
+        let end = told(holding.end, holding.lease_end, holding.lost_at);
+        holdings.push((
+            Interval {
+                worker: holding.worker.clone(),
+                token: holding.token.unwrap_or(0),
+                start: holding.acquired_at,
+                end: end.max(holding.acquired_at),
+            },
+            1,
+        ));
+    }
+    for crashed in &record.crashed {
+        let end = match crashed.releasing {
+            Some(releasing) => told(releasing.at, releasing.lease_end, releasing.lost_at),
+            None => crashed.lease_end,
+        };
+        holdings.push((
+            Interval {
+                worker: crashed.worker.clone(),
+                token: crashed.token.unwrap_or(0),
+                start: crashed.acquired_at,
+                end: end.max(crashed.acquired_at),
+            },
+            1,
+        ));
+    }
+    let mut report = check_permits(holdings, scenario.permits);
+    if !scenario.algorithm.fenced() {
+        // No tokens to check (all 0).
+        report.repeated_tokens.clear();
+        report.token_regressions.clear();
+    }
+    let (excused, over): (Vec<_>, Vec<_>) = report.over_limit.iter().partition(|open| {
+        let first = open.iter().map(|i| i.start).min().unwrap_or(0);
+        let last = open.iter().map(|i| i.start).max().unwrap_or(0);
+        forgetting.iter().any(|i| first <= i.end && last >= i.start)
+    });
+    let mut examples: Vec<String> = over
+        .iter()
+        .take(EXAMPLES)
+        .map(|open| {
+            let at = open.iter().map(|i| i.start).max().unwrap_or(0);
+            let holders: Vec<String> = open
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} (token {}, {:.1}–{:.1} ms)",
+                        i.worker,
+                        i.token,
+                        ms(i.start),
+                        ms(i.end)
+                    )
+                })
+                .collect();
+            format!(
+                "over the limit: {} holders of {} permits at once at {:.1} ms: {}",
+                open.len(),
+                scenario.permits,
+                ms(at),
+                holders.join(", ")
+            )
+        })
+        .collect();
+    examples.extend(report.repeated_tokens.iter().take(EXAMPLES).map(|(a, b)| {
+        format!(
+            "repeated token: {} and {} were both granted token {}",
+            a.worker, b.worker, a.token
+        )
+    }));
+    examples.extend(
+        report
+            .token_regressions
+            .iter()
+            .take(EXAMPLES)
+            .map(|(a, b)| {
+                format!(
+                    "token regression: {} had {} at {:.1} ms, then {} at {:.1} ms",
+                    a.worker,
+                    a.token,
+                    ms(a.start),
+                    b.token,
+                    ms(b.start)
+                )
+            }),
+    );
+    Permits {
+        limit: scenario.permits,
+        most_at_once: report.most_at_once,
+        over: over.len(),
+        excused: excused.len(),
+        repeated: report.repeated_tokens.len(),
+        regressions: report.token_regressions.len(),
+        examples,
+    }
 }
 
 /// How many violations a verdict describes.
@@ -131,12 +270,19 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
             ),
             None => ("killed", crashed.lease_end),
         };
-        history.record(Interval {
+        let interval = Interval {
             worker: format!("{} ({label})", crashed.worker),
             token: crashed.token.unwrap_or(0),
             start: crashed.acquired_at,
             end: end.max(crashed.acquired_at),
-        });
+        };
+        // A semaphore's holders share (its own check counts them below); a killed reader
+        // is not told apart from a writer, and counts as exclusive.
+        if scenario.primitive == CheckPrimitive::Semaphore {
+            history.record_shared(interval);
+        } else {
+            history.record(interval);
+        }
     }
     let report = history.check();
     let ms = |ns: u64| (ns.saturating_sub(record.started_at)) as f64 / 1e6;
@@ -169,7 +315,8 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         .injections
         .iter()
         .any(|i| i.fault == Fault::ClusterKill);
-    if window {
+    // The window's notes pair one lock's holders; a semaphore's times over N say it there.
+    if window && scenario.primitive != CheckPrimitive::Semaphore {
         notes.extend(window_notes(record, &excused, &ms));
     }
     // A holder granted within this long after a frozen master was resumed may have been
@@ -209,7 +356,14 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
             )
         })
         .collect();
-    let token_regressions = fenced.then_some(report.token_regressions.len());
+    let semaphore = scenario.primitive == CheckPrimitive::Semaphore;
+    let permits = semaphore.then(|| judge_permits(scenario, record, &told, &forgetting, &ms));
+    if let Some(permits) = &permits {
+        examples.extend(permits.examples.iter().cloned());
+    }
+    let token_regressions = fenced.then_some(
+        report.token_regressions.len() + permits.as_ref().map_or(0, |p| p.regressions + p.repeated),
+    );
     if fenced {
         examples.extend(
             report
@@ -315,7 +469,32 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
             h.release
         )
     }));
+    let leaked = record.leaked_permits.filter(|&left| left > 0);
+    if let Some(left) = leaked {
+        examples.push(format!(
+            "leaked permits: {left} still held after every worker had ended and a lease had passed"
+        ));
+    }
+    if let Some(err) = &record.leak_error {
+        notes.push(format!("leaked permits not looked for: {err}"));
+    }
+    if let Some(permits) = permits.as_ref().filter(|p| p.most_at_once < p.limit) {
+        notes.push(format!(
+            "at most {} of the {} permits were held at once: the run never used them all",
+            permits.most_at_once, permits.limit
+        ));
+    }
+    if let Some(permits) = permits.as_ref().filter(|_| window) {
+        notes.push(format!(
+            "{} time(s) over N inside the failover window (excused, as overlaps are), {} \
+             outside",
+            permits.excused, permits.over
+        ));
+    }
+    let over_limit = permits.as_ref().map_or(0, |p| p.over);
     let passed = overlaps.is_empty()
+        && over_limit == 0
+        && leaked.is_none()
         && unfenced.is_empty()
         && lost.is_empty()
         && signal_ok
@@ -330,9 +509,9 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         label: scenario.label(),
         acquisitions: record.holdings.len() + record.crashed.len(),
         crashed: record.crashed.len(),
-        overlaps: overlaps.len(),
+        overlaps: overlaps.len() + over_limit,
         zombie_overlaps,
-        excused_overlaps: excused.len(),
+        excused_overlaps: excused.len() + permits.as_ref().map_or(0, |p| p.excused),
         overlaps_expected,
         shared_overlaps: report.shared_overlaps,
         token_regressions,
@@ -357,6 +536,12 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         lost_locks: lost.len(),
         examples,
         notes,
+        permits: permits.as_ref().map(|p| p.limit),
+        most_at_once: permits.as_ref().map(|p| p.most_at_once),
+        all_permits_used: permits.as_ref().map(|p| p.most_at_once >= p.limit),
+        over_limit: permits.as_ref().map(|p| p.over),
+        repeated_tokens: permits.as_ref().map(|p| p.repeated),
+        leaked_permits: record.leaked_permits,
         passed,
     }
 }
@@ -495,6 +680,7 @@ mod tests {
         Scenario {
             algorithm,
             primitive: CheckPrimitive::Mutex,
+            permits: 1,
             faults: vec![Fault::HolderPause],
             processes: 2,
             tasks: 1,
@@ -547,6 +733,8 @@ mod tests {
             },
             expected_injections: 0,
             servers: None,
+            leaked_permits: None,
+            leak_error: None,
         }
     }
 
@@ -904,5 +1092,114 @@ mod tests {
         run.holdings[1].acquired_at = 920 * MS;
         run.holdings[1].end = 925 * MS;
         assert!(judge(&failover, &run).passed);
+    }
+
+    /// A holding of one permit of a semaphore: shared, as the worker records it.
+    fn permit(worker: &str, token: u64, start: u64, end: u64) -> Holding {
+        let mut holding = holding(worker, token, start, end, start + 100);
+        holding.shared = true;
+        holding.write = Access::Skipped;
+        holding
+    }
+
+    fn semaphore(permits: u32) -> Scenario {
+        let mut scenario = scenario(Algorithm::Ours);
+        scenario.primitive = CheckPrimitive::Semaphore;
+        scenario.permits = permits;
+        scenario.faults = vec![Fault::None];
+        scenario
+    }
+
+    #[test]
+    fn a_semaphore_with_at_most_n_holders_and_own_tokens_passes() {
+        let mut run = record(vec![
+            permit("p0t0", 1, 0, 10),
+            permit("p0t1", 2, 5, 15),
+            permit("p1t0", 3, 10, 20),
+            permit("p0t0", 4, 16, 30),
+        ]);
+        run.tally = Tally {
+            value: 0,
+            writes: 0,
+            stale_writes: 0,
+        };
+        run.leaked_permits = Some(0);
+        let verdict = judge(&semaphore(2), &run);
+        assert!(verdict.passed, "{verdict:#?}");
+        assert_eq!(verdict.most_at_once, Some(2));
+        assert_eq!(verdict.all_permits_used, Some(true));
+        assert_eq!(verdict.over_limit, Some(0));
+        // With 3 permits the same run never used them all: a note, not a failure.
+        let verdict = judge(&semaphore(3), &run);
+        assert!(verdict.passed, "{verdict:#?}");
+        assert_eq!(verdict.all_permits_used, Some(false));
+        assert!(
+            verdict
+                .notes
+                .iter()
+                .any(|n| n.contains("never used them all"))
+        );
+    }
+
+    #[test]
+    fn a_semaphore_over_n_a_repeated_token_a_regression_or_a_leak_each_fail() {
+        let fine = || {
+            let mut run = record(vec![permit("p0t0", 1, 0, 10), permit("p0t1", 2, 5, 15)]);
+            run.tally = Tally {
+                value: 0,
+                writes: 0,
+                stale_writes: 0,
+            };
+            run
+        };
+        assert!(judge(&semaphore(2), &fine()).passed);
+        // Three holders at once of two permits: a broken semaphore let one in too many.
+        let mut over = fine();
+        over.holdings.push(permit("p1t0", 3, 8, 12));
+        let verdict = judge(&semaphore(2), &over);
+        assert!(!verdict.passed);
+        assert_eq!((verdict.over_limit, verdict.overlaps), (Some(1), 1));
+        assert!(verdict.examples[0].starts_with("over the limit: 3 holders of 2 permits"));
+        // A holder killed holding counts to its lease end (100 ms): a third one at 50 ms is
+        // one too many.
+        let mut killed = fine();
+        killed.crashed.push(Crashed {
+            worker: "p1t0".into(),
+            token: Some(3),
+            acquired_at: 0,
+            lease_end: 100 * MS,
+            releasing: None,
+        });
+        killed.holdings.push(permit("p1t1", 4, 8, 9));
+        assert_eq!(judge(&semaphore(2), &killed).over_limit, Some(1));
+        // Two grants with one token.
+        let mut repeated = fine();
+        repeated.holdings[1].token = Some(1);
+        let verdict = judge(&semaphore(2), &repeated);
+        assert!(!verdict.passed);
+        assert_eq!(verdict.repeated_tokens, Some(1));
+        // One task's later grant with a lower token.
+        let mut regress = fine();
+        regress.holdings.push(permit("p0t0", 0, 20, 30));
+        assert!(!judge(&semaphore(2), &regress).passed);
+        // A permit still held after every worker ended.
+        let mut leak = fine();
+        leak.leaked_permits = Some(1);
+        let verdict = judge(&semaphore(2), &leak);
+        assert!(!verdict.passed);
+        assert!(
+            verdict
+                .examples
+                .iter()
+                .any(|e| e.starts_with("leaked permits: 1"))
+        );
+        // Over N across a server restart (the server forgot the permits): excused, as
+        // overlaps are.
+        let mut restart = semaphore(2);
+        restart.faults = vec![Fault::ServerRestart];
+        over.injections.push(injection(Fault::ServerRestart, 6, 7));
+        over.expected_injections = 1;
+        let verdict = judge(&restart, &over);
+        assert_eq!((verdict.over_limit, verdict.excused_overlaps), (Some(0), 1));
     }
 }

@@ -57,6 +57,7 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
                 primitive(plan.primitive, task),
                 Duration::from_millis(plan.lease_ms),
                 plan.endpoint.settings().replication(),
+                plan.permits,
             )?),
             algorithm => Lock::Legacy(LegacyLock::new(
                 algorithm,
@@ -68,11 +69,15 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
                 // The key our locks would have: under the namespace, where `check` watches.
                 plan.endpoint.keys(&plan.lock)?.lock(),
                 Duration::from_millis(plan.lease_ms),
+                plan.permits,
             )),
         };
         let task = Task {
             worker: format!("p{}t{task}", plan.process),
-            shared: plan.primitive == CheckPrimitive::Rwlock && task % 2 == 1,
+            // A semaphore's holders share the resource as readers do: up to N at once, so
+            // none of them may read-modify-write it.
+            shared: (plan.primitive == CheckPrimitive::Rwlock && task % 2 == 1)
+                || plan.primitive == CheckPrimitive::Semaphore,
             triggers: plan
                 .triggers
                 .iter()
@@ -101,6 +106,7 @@ fn primitive(primitive: CheckPrimitive, task: usize) -> Primitive {
         CheckPrimitive::Rwlock if task % 2 == 1 => Primitive::Read,
         CheckPrimitive::Rwlock => Primitive::Write,
         CheckPrimitive::Redlock => Primitive::Redlock,
+        CheckPrimitive::Semaphore => Primitive::Semaphore,
     }
 }
 
