@@ -24,6 +24,14 @@ fn script(body: &str) -> redis::Script {
     lua(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, PERMITS_LUA, body])
 }
 
+/// A script with its fast path first, as the library runs it on one server.
+fn fast_first(fast: &str, body: &str) -> redis::Script {
+    lua(&[fast, FENCE_LUA, LOCK_LUA, QUEUE_LUA, PERMITS_LUA, body])
+}
+
+/// The slow path alone (as a cluster runs it), for the same calls.
+static SLOW_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn acquire(
     con: &mut Connection,
     owner: &str,
@@ -32,7 +40,14 @@ fn acquire(
     lease_ms: u64,
     place_ms: u64,
 ) -> redis::RedisResult<(i64, i64)> {
-    script(include_str!("../src/semaphore/acquire.lua"))
+    let body = include_str!("../src/semaphore/acquire.lua");
+    let fast = include_str!("../src/semaphore/acquire_first.lua");
+    let script = if SLOW_ONLY.load(std::sync::atomic::Ordering::SeqCst) {
+        script(body)
+    } else {
+        fast_first(fast, body)
+    };
+    script
         .key(&KEYS[..])
         .arg(owner)
         .arg(permits)
@@ -44,7 +59,14 @@ fn acquire(
 }
 
 fn release(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
-    script(include_str!("../src/semaphore/release.lua"))
+    let body = include_str!("../src/semaphore/release.lua");
+    let fast = include_str!("../src/semaphore/release_first.lua");
+    let script = if SLOW_ONLY.load(std::sync::atomic::Ordering::SeqCst) {
+        script(body)
+    } else {
+        fast_first(fast, body)
+    };
+    script
         .key(&[KEYS[0], KEYS[1], KEYS[3], KEYS[4], KEYS[5]][..])
         .arg(owner)
         .arg(CHANNEL)
@@ -296,4 +318,57 @@ fn resize_changes_n_on_purpose_and_wakes_the_line() {
     assert_eq!(acquire(&mut con, "c", 1, 1, 10_000, 0).unwrap().0, 0);
     let reply = inspect(&mut con).unwrap();
     assert_eq!((int(&reply[0]), reply.len()), (1, 3 + 2 * 3));
+}
+
+fn used(con: &mut Connection) -> Option<i64> {
+    redis::cmd("HGET")
+        .arg(KEYS[1])
+        .arg("used")
+        .query(con)
+        .unwrap()
+}
+
+#[test]
+fn used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike() {
+    let server = server();
+    let mut con = raw(&server);
+    // Fast grants (nobody in line) count their permits; a fast release takes them off.
+    assert_eq!(acquire(&mut con, "a", 2, 4, 10_000, 0).unwrap().0, 1);
+    assert_eq!(acquire(&mut con, "b", 1, 4, 10_000, 0).unwrap().0, 1);
+    assert_eq!(used(&mut con), Some(3));
+    assert!(pttl(&server, "S") > 9_000 && pttl(&server, KEYS[1]) > 9_000);
+    assert_eq!(release(&mut con, "a").unwrap(), 1);
+    assert_eq!(used(&mut con), Some(1));
+    assert_eq!(release(&mut con, "a").unwrap(), 0, "a second release: gone");
+    // With somebody in line, the slow path serves and keeps the count the same way.
+    assert_eq!(acquire(&mut con, "c", 3, 4, 10_000, 0).unwrap().0, 1);
+    assert_eq!(acquire(&mut con, "d", 1, 4, 10_000, 2_000).unwrap().0, 0);
+    assert_eq!(used(&mut con), Some(4));
+    assert_eq!(release(&mut con, "b").unwrap(), 1);
+    assert_eq!(used(&mut con), Some(3));
+    assert_eq!(acquire(&mut con, "d", 1, 4, 10_000, 2_000).unwrap().0, 1);
+    assert_eq!(used(&mut con), Some(4));
+    // A holder whose lease ended is still counted until reclaimed: never less than the
+    // truth, so the fast path refuses and the slow one reclaims.
+    for owner in ["c", "d"] {
+        assert_eq!(release(&mut con, owner).unwrap(), 1);
+    }
+    assert_eq!(acquire(&mut con, "short", 4, 4, 30, 0).unwrap().0, 1);
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    assert_eq!(used(&mut con).unwrap_or(4), 4, "counted until reclaimed");
+    assert_eq!(acquire(&mut con, "e", 4, 4, 10_000, 0).unwrap().0, 1);
+    assert_eq!(used(&mut con), Some(4));
+    // The last holder gone, nothing but the counter is left.
+    assert_eq!(release(&mut con, "e").unwrap(), 1);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert_eq!(keys, [KEYS[2]]);
+}
+
+#[test]
+fn the_slow_path_alone_gives_the_same_replies() {
+    // As a cluster runs the scripts (no fast path): the whole reply table again.
+    SLOW_ONLY.store(true, std::sync::atomic::Ordering::SeqCst);
+    grants_count_permits_and_refusals_say_how_long();
+    waiters_are_served_in_line_and_woken_by_a_release();
+    used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike();
 }

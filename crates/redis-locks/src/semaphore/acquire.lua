@@ -56,29 +56,28 @@ if stored and stored ~= limit then
   return redis.error_reply('PERMITS ' .. stored)
 end
 
-permits_reclaim(KEYS[1], KEYS[2], now)
+local used = permits_reclaim(KEYS[1], KEYS[2], now)
 queue_purge(KEYS[4], KEYS[5], now)
 
-local function grant()
+local function grant(counted)
   local token, err = next_token(KEYS[3], micros)
   if not token then
     return err
   end
   redis.call('ZADD', KEYS[1], now + lease, owner)
-  redis.call('HSET', KEYS[2], owner, wanted, 'limit', limit)
+  redis.call('HSET', KEYS[2], owner, wanted, 'limit', limit, 'used', counted)
   return {1, token}
 end
 
 if redis.call('ZSCORE', KEYS[1], owner) then
-  local reply = grant()
+  local reply = grant(used)
   permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
   return reply
 end
 
-local used = permits_used(KEYS[2])
 local head = queue_head(KEYS[4])
 if (head == nil or head == owner) and used + wanted <= limit then
-  local reply = grant()
+  local reply = grant(used + wanted)
   if reply[1] ~= 1 then
     return reply
   end
@@ -94,7 +93,7 @@ end
 
 if place_lease > 0 then
   queue_join(KEYS[4], KEYS[5], KEYS[6], owner, now, place_lease)
-  redis.call('HSET', KEYS[2], 'limit', limit)
+  redis.call('HSET', KEYS[2], 'limit', limit, 'used', used)
   permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
 end
 if head and head ~= owner and used < limit then

@@ -34,9 +34,11 @@ pub use state::{PermitHolder, SemaphoreState};
 /// The semaphore's own prelude: reclaiming expired permits, counting, TTLs.
 const PERMITS_LUA: &str = include_str!("permits.lua");
 
-/// Take permits, first come, first served: `{1, token}`, `{0, ms}` or `{0, -2}`.
+/// Take permits, first come, first served: `{1, token}`, `{0, ms}` or `{0, -2}`; the common
+/// case (nobody in line, room counted) by the fast path before the preludes.
 static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
+        include_str!("acquire_first.lua"),
         FENCE_LUA,
         LOCK_LUA,
         QUEUE_LUA,
@@ -45,9 +47,11 @@ static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     ])
 });
 
-/// Give permits back (or a place up), waking the first waiter: `1` or `0`.
+/// Give permits back (or a place up), waking the first waiter: `1` or `0`; the common case
+/// (a live holder, nobody in line) by the fast path before the preludes.
 static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
+        include_str!("release_first.lua"),
         LOCK_LUA,
         QUEUE_LUA,
         PERMITS_LUA,

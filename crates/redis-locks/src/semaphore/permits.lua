@@ -5,18 +5,19 @@
 --   holders  K itself: a sorted set of owner token -> the server time (ms) at which that
 --            holder's lease ends. Its TTL is the latest of those (so it never outlives its
 --            last holder, and never lives without a TTL).
---   permits  a hash: field 'limit' -> N, and owner token -> how many permits it holds. It
---            lives as long as a holder or a waiter does (then the next acquirer's N counts).
+--   permits  a hash: field 'limit' -> N, field 'used' -> the permits of every holder in the
+--            holders key (those whose lease ended but who are not reclaimed yet too: never
+--            less than the truth, so the fast paths, acquire_first.lua and release_first.lua,
+--            may trust it), and owner token -> how many permits it holds. It lives as long as a
+--            holder or a waiter does (then the next acquirer's N counts).
 --   fence    the fencing counter (fence.lua): every grant takes the next token.
 --   queue, places, tickets: the line of waiters (queue.lua), first come, first served.
 --
 -- permits_reclaim(holders, permits, now)
 --   Removes every holder whose lease ended by now (server ms), and the count of every
 --   holder that is gone: its permits come back. This is the only place permits come back
---   without a release. Afterwards the hash counts exactly the live holders.
---
--- permits_used(permits)
---   The permits held (the sum of the holders' counts), after permits_reclaim.
+--   without a release. Afterwards the hash counts exactly the live holders, and 'used' is
+--   their sum (written when the hash exists). Returns that sum.
 --
 -- permits_limit(permits)
 --   The stored N, or nil when nobody holds or waits.
@@ -38,21 +39,21 @@ local function permits_reclaim(holders, permits, now)
   -- that expired as a whole (its TTL is its latest lease) while the hash lived on for the
   -- waiters.
   local fields = redis.call('HGETALL', permits)
+  local used, recorded = 0, nil
   for i = 1, #fields, 2 do
     local owner = fields[i]
-    if owner ~= 'limit' and not redis.call('ZSCORE', holders, owner) then
-      redis.call('HDEL', permits, owner)
+    if owner == 'used' then
+      recorded = tonumber(fields[i + 1])
+    elseif owner ~= 'limit' then
+      if redis.call('ZSCORE', holders, owner) then
+        used = used + tonumber(fields[i + 1])
+      else
+        redis.call('HDEL', permits, owner)
+      end
     end
   end
-end
-
-local function permits_used(permits)
-  local fields = redis.call('HGETALL', permits)
-  local used = 0
-  for i = 1, #fields, 2 do
-    if fields[i] ~= 'limit' then
-      used = used + tonumber(fields[i + 1])
-    end
+  if #fields > 0 and recorded ~= used then
+    redis.call('HSET', permits, 'used', used)
   end
   return used
 end

@@ -31,12 +31,14 @@ for i = 1, 5 do
 end
 
 local now = server_ms()
-permits_reclaim(KEYS[1], KEYS[2], now)
+local used = permits_reclaim(KEYS[1], KEYS[2], now)
 queue_purge(KEYS[3], KEYS[4], now)
 queue_leave(KEYS[3], KEYS[4], KEYS[5], owner)
 local result = 0
 if redis.call('ZREM', KEYS[1], owner) == 1 then
+  used = used - (tonumber(redis.call('HGET', KEYS[2], owner)) or 0)
   redis.call('HDEL', KEYS[2], owner)
+  redis.call('HSET', KEYS[2], 'used', used)
   remember_release(1)
   result = 1
 elseif released_before() then
@@ -44,7 +46,7 @@ elseif released_before() then
 end
 local limit = permits_limit(KEYS[2])
 local head = queue_head(KEYS[3])
-if head and limit and permits_used(KEYS[2]) < limit then
+if head and limit and used < limit then
   wake(channel, head)
 end
 permits_keep(KEYS[1], KEYS[2], KEYS[3], now)

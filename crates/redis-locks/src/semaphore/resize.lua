@@ -23,13 +23,13 @@ if wrong then
   return wrong
 end
 local now = server_ms()
-permits_reclaim(KEYS[1], KEYS[2], now)
+local used = permits_reclaim(KEYS[1], KEYS[2], now)
 queue_purge(KEYS[3], KEYS[4], now)
 local before = permits_limit(KEYS[2]) or 0
 redis.call('HSET', KEYS[2], 'limit', limit)
 permits_keep(KEYS[1], KEYS[2], KEYS[3], now)
 local head = queue_head(KEYS[3])
-if head and permits_used(KEYS[2]) < limit then
+if head and used < limit then
   wake(channel, head)
 end
 return before
