@@ -7,7 +7,8 @@ use redis_locks::TlsProblem;
 /// A check failed: the demo found an overlap, a token that did not grow, or two winners; a
 /// benchmark found an overlap or a broken market invariant; a chart could not be written.
 pub const CHECK_FAILED: u8 = 1;
-/// Bad usage: unknown flag, malformed duration, empty lock name; TLS settings that cannot be
+/// Bad usage: unknown flag, malformed duration, empty lock name, a name given twice to a
+/// `MultiLock` (`run NAME1 NAME2 ...`); TLS settings that cannot be
 /// used (a CA or certificate that is not PEM, `--tls-cert` without `--tls-key`, TLS files
 /// with a `redis://` URL, a `#insecure` URL without `--tls-insecure`).
 pub const USAGE: u8 = 64;
@@ -91,7 +92,8 @@ impl From<redis_locks::Error> for CliError {
             | redis_locks::Error::InvalidUrl { .. }
             | redis_locks::Error::InvalidNodes { .. }
             | redis_locks::Error::InvalidReplication { .. }
-            | redis_locks::Error::InvalidPermits { .. }) => CliError::Usage(err.to_string()),
+            | redis_locks::Error::InvalidPermits { .. }
+            | redis_locks::Error::InvalidNames { .. }) => CliError::Usage(err.to_string()),
             err @ (redis_locks::Error::WrongType { .. }
             | redis_locks::Error::PermitsMismatch { .. }) => CliError::Data(err.to_string()),
             err @ (redis_locks::Error::NotRedis { .. }

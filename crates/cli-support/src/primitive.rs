@@ -1,7 +1,8 @@
 //! The library's primitives as the benchmarks and `redis-locks check` drive them: one handle
 //! type and one guard type over `Mutex`, `FairMutex`, `ReentrantMutex`, the two sides of an
-//! `RwLock`, `Redlock` and `Semaphore` (one permit per acquisition), so that `throughput`,
-//! `handoff` and `check` run every primitive through the same loop.
+//! `RwLock`, `Redlock`, `Semaphore` (one permit per acquisition) and `MultiLock` (several
+//! names per acquisition), so that `throughput`, `handoff` and `check` run every primitive
+//! through the same loop.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,9 +11,9 @@ use std::time::Duration;
 use redis_locks::LostReason;
 
 use redis_locks::{
-    Client, FairMutex, LockOptions, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockOptions,
-    ReentrantGuard, ReentrantMutex, Replication, RwLock, RwLockReadGuard, RwLockWriteGuard,
-    Semaphore, SemaphoreGuard,
+    Client, FairMutex, LockOptions, MultiLock, MultiLockGuard, Mutex, MutexGuard, Redlock,
+    RedlockGuard, RedlockOptions, ReentrantGuard, ReentrantMutex, Replication, RwLock,
+    RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphoreGuard,
 };
 use serde::Serialize;
 
@@ -35,6 +36,10 @@ pub enum Primitive {
     Redlock,
     /// `Semaphore::acquire`: one permit of N (N given with the handle).
     Semaphore,
+    /// `MultiLock::lock` over several names ([`Handle::multi_lock`]; built from one name,
+    /// a MultiLock over that name). Not offered on the benchmarks' command lines yet.
+    #[value(skip)]
+    MultiLock,
 }
 
 impl Primitive {
@@ -48,6 +53,7 @@ impl Primitive {
             Primitive::Write => "RwLock write",
             Primitive::Redlock => "Redlock",
             Primitive::Semaphore => "Semaphore",
+            Primitive::MultiLock => "MultiLock",
         }
     }
 
@@ -75,6 +81,8 @@ pub enum Handle {
     Redlock(Redlock),
     /// A `Semaphore` (each acquisition takes one permit).
     Semaphore(Semaphore),
+    /// A `MultiLock` (each acquisition takes all its names).
+    MultiLock(MultiLock),
 }
 
 /// What an acquisition of a [`Handle`] holds.
@@ -101,6 +109,12 @@ pub enum Guard {
     Redlock(RedlockGuard),
     /// A `Semaphore`'s guard: one permit.
     Semaphore(SemaphoreGuard),
+    /// A `MultiLock`'s guard: every name, a fencing token each.
+    MultiLock(MultiLockGuard),
+    /// Several `Mutex` guards held together, taken one by one (what a MultiLock built by
+    /// hand from `Mutex`es holds: `check`'s broken `caller-order-multilock`). Its lease is
+    /// the earliest of theirs, and it is lost when any of them is.
+    Several(Vec<MutexGuard>),
 }
 
 impl Handle {
@@ -154,6 +168,28 @@ impl Handle {
         )
     }
 
+    /// A `MultiLock` over `names` (in any order) on the first of `clients`, with a `lease`
+    /// that the watchdog renews while a guard lives, confirmed by `replication` when given.
+    ///
+    /// # Errors
+    /// `InvalidNames` for no names, a name given twice or too many, as the library says.
+    pub fn multi_lock<S: AsRef<str>>(
+        clients: &[Client],
+        names: &[S],
+        lease: Duration,
+        replication: Option<Replication>,
+    ) -> redis_locks::Result<Handle> {
+        let options = LockOptions::default().lease(lease).watchdog(true);
+        let options = match replication {
+            Some(replication) => options.replication(replication),
+            None => options,
+        };
+        Ok(Handle::MultiLock(clients[0].multi_lock_with(
+            names.iter().map(AsRef::as_ref),
+            options,
+        )?))
+    }
+
     fn build(
         clients: &[Client],
         name: &str,
@@ -193,6 +229,7 @@ impl Handle {
             Primitive::Semaphore => {
                 Handle::Semaphore(client.semaphore_with(name, permits, options())?)
             }
+            Primitive::MultiLock => Handle::MultiLock(client.multi_lock_with([name], options())?),
         })
     }
 
@@ -206,6 +243,7 @@ impl Handle {
             Handle::Write(rwlock) => Guard::Write(rwlock.write().await?),
             Handle::Redlock(redlock) => Guard::Redlock(redlock.lock().await?),
             Handle::Semaphore(semaphore) => Guard::Semaphore(semaphore.acquire().await?),
+            Handle::MultiLock(multi) => Guard::MultiLock(multi.lock().await?),
         })
     }
 
@@ -220,9 +258,18 @@ impl Handle {
 }
 
 impl Guard {
-    /// The acquisition's fencing token.
+    /// The acquisition's fencing token (a MultiLock's, or several guards': the greatest of
+    /// their tokens; [`Guard::fencing_tokens`] has each).
     pub fn fencing_token(&self) -> u64 {
         match self {
+            Guard::MultiLock(_) | Guard::Several(_) => {
+                return self
+                    .fencing_tokens()
+                    .into_iter()
+                    .map(|(_, token)| token)
+                    .max()
+                    .unwrap_or(0);
+            }
             Guard::Mutex(guard) => guard.fencing_token(),
             Guard::Reentrant(guard) => guard.fencing_token(),
             Guard::Read(guard) => guard.fencing_token(),
@@ -233,9 +280,29 @@ impl Guard {
         .get()
     }
 
+    /// Each name held with its fencing token: a MultiLock's names (in the order taken) or
+    /// several guards' (in the order they were taken); empty for the other primitives.
+    pub fn fencing_tokens(&self) -> Vec<(String, u64)> {
+        match self {
+            Guard::MultiLock(guard) => guard
+                .fencing_tokens()
+                .map(|(name, token)| (name.to_string(), token.get()))
+                .collect(),
+            Guard::Several(guards) => guards
+                .iter()
+                .map(|guard| (guard.name().to_string(), guard.fencing_token().get()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// How much of the lease is certainly left; zero once it may have run out.
     pub fn lease_remaining(&self) -> Duration {
         match self {
+            Guard::MultiLock(guard) => guard.lease_remaining(),
+            Guard::Several(_) => self
+                .lease_deadline()
+                .saturating_duration_since(tokio::time::Instant::now()),
             Guard::Mutex(guard) => guard.lease_remaining(),
             Guard::Reentrant(guard) => guard.lease_remaining(),
             Guard::Read(guard) => guard.lease_remaining(),
@@ -248,6 +315,8 @@ impl Guard {
     /// Why the hold is not certain any more, if it is not (a passed lease deadline counts).
     pub fn lost_reason(&self) -> Option<LostReason> {
         match self {
+            Guard::MultiLock(guard) => guard.lost_reason(),
+            Guard::Several(guards) => guards.iter().find_map(MutexGuard::lost_reason),
             Guard::Mutex(guard) => guard.lost_reason(),
             Guard::Reentrant(guard) => guard.lost_reason(),
             Guard::Read(guard) => guard.lost_reason(),
@@ -260,6 +329,14 @@ impl Guard {
     /// Resolves the moment the hold is known lost (the guard's `lost()`).
     pub fn lost(&self) -> Pin<Box<dyn Future<Output = LostReason> + Send + 'static>> {
         match self {
+            Guard::MultiLock(guard) => Box::pin(guard.lost()),
+            Guard::Several(guards) => {
+                let losses: Vec<_> = guards.iter().map(|guard| Box::pin(guard.lost())).collect();
+                if losses.is_empty() {
+                    return Box::pin(std::future::pending());
+                }
+                Box::pin(async move { futures_util::future::select_all(losses).await.0 })
+            }
             Guard::Mutex(guard) => Box::pin(guard.lost()),
             Guard::Reentrant(guard) => Box::pin(guard.lost()),
             Guard::Read(guard) => Box::pin(guard.lost()),
@@ -272,6 +349,12 @@ impl Guard {
     /// The instant (local monotonic clock) until which the hold is certain.
     pub fn lease_deadline(&self) -> tokio::time::Instant {
         match self {
+            Guard::MultiLock(guard) => guard.lease_deadline(),
+            Guard::Several(guards) => guards
+                .iter()
+                .map(MutexGuard::lease_deadline)
+                .min()
+                .unwrap_or_else(tokio::time::Instant::now),
             Guard::Mutex(guard) => guard.lease_deadline(),
             Guard::Reentrant(guard) => guard.lease_deadline(),
             Guard::Read(guard) => guard.lease_deadline(),
@@ -284,6 +367,15 @@ impl Guard {
     /// Releases the hold.
     pub async fn release(self) -> redis_locks::Result<()> {
         match self {
+            Guard::MultiLock(guard) => guard.release().await,
+            Guard::Several(guards) => {
+                // Every guard is released, whatever the others say; the first failure is
+                // the answer.
+                let outcomes =
+                    futures_util::future::join_all(guards.into_iter().map(MutexGuard::release))
+                        .await;
+                outcomes.into_iter().collect()
+            }
             Guard::Mutex(guard) => guard.release().await,
             Guard::Reentrant(guard) => guard.release().await.map(drop),
             Guard::Read(guard) => guard.release().await.map(drop),

@@ -50,7 +50,8 @@ signal N ended it); 1 a check failed (demo, bench, check) or a chart could not b
 usage (among others: --cluster with --redis or --sentinel, a Redlock with either, --sentinel \
 without --master, --master without --sentinel, a URL that is not one, --tls-cert without \
 --tls-key, a CA or certificate that is not PEM, TLS files with a redis:// URL, a #insecure URL \
-without --tls-insecure, a bad namespace, --replicas with a Redlock); 65 a key of the lock holds \
+without --tls-insecure, a bad namespace, --replicas with a Redlock, a name given twice to run, \
+several names with --permits, --shared, --exclusive or a Redlock); 65 a key of the lock holds \
 something that is not this lock's (another type, a fencing counter that is not a number), or the \
 name is held as another kind of lock (run --shared on a Mutex, run on an RwLock, run on a \
 Semaphore), or run --permits N on a semaphore in use with another N; 66 a --tls-ca, \
@@ -86,8 +87,11 @@ enum Commands {
     /// lease renewed in the background, release when it exits. The lock is the Mutex NAME,
     /// or with --shared / --exclusive the read / write side of the RwLock NAME (flock -s /
     /// -x: many shared runs at once, or one exclusive), or with --permits N a permit of the
-    /// Semaphore NAME (at most N such runs at once). The command gets the fencing token in
-    /// REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME; it runs in a process group of
+    /// Semaphore NAME (at most N such runs at once); several names take the Mutex of each
+    /// together, all or none (a MultiLock: any order, never a deadlock). The command gets the
+    /// fencing token in REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME (several names:
+    /// REDIS_LOCKS_TOKENS="name1=token1 name2=token2" and REDIS_LOCKS_NAMES, in the order
+    /// taken); it runs in a process group of
     /// its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL after
     /// --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
     Run {
@@ -147,9 +151,11 @@ enum Commands {
     /// recorded and checked: no two holders at once unless the earlier was told it lost the
     /// lock, fencing tokens increasing, no lost update, no stale write, no lock key without a
     /// TTL, nothing hung; for --primitive semaphore (--permits N), never more than N holders
-    /// at once, a token of its own per grant, no leaked permit. Seed 000's algorithms
-    /// (--algorithm setnx-expire|setnx-getset|naive-del, and counter-semaphore beside the
-    /// semaphore) run through the same checks to show what they catch. Exit 0 when every check
+    /// at once, a token of its own per grant, no leaked permit; for --primitive multilock
+    /// (--names N), no name held by two at once and no acquisition stuck. Seed 000's algorithms
+    /// (--algorithm setnx-expire|setnx-getset|naive-del, counter-semaphore beside the
+    /// semaphore, caller-order-multilock beside the MultiLock) run through the same checks to
+    /// show what they catch. Exit 0 when every check
     /// holds, 1 when one fails or the run is interrupted. With --cluster or --sentinel (bare:
     /// private ones, started once for the whole check) the faults are none, holder-kill,
     /// holder-pause and client-clock-step, the primitives all but redlock, the algorithm ours.

@@ -1,8 +1,9 @@
 //! `redis-locks run NAME -- COMMAND`: the distributed `flock(1)`. Acquires the lock (the
 //! `Mutex` NAME, with `--shared` / `--exclusive` the read or write side of the `RwLock`
 //! NAME, or with `--permits N` one permit of the `Semaphore` NAME: at most N such commands
-//! at once), runs the command with the lease renewed in the background, releases when it
-//! exits; stops the command if the lock is lost.
+//! at once; with several names, the `MultiLock` over all of them: each the `Mutex` of that
+//! name, taken together or not at all), runs the command with the lease renewed in the
+//! background, releases when it exits; stops the command if the lock is lost.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,9 +15,10 @@ use std::io::IsTerminal;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redis_locks::{
-    Client, FencingToken, HoldsState, LeaseOptions, LockState, LostReason, Mutex, MutexGuard,
-    MutexOptions, Redlock, RedlockGuard, RedlockOptions, RedlockState, RwLock, RwLockOptions,
-    RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreState,
+    Client, FencingToken, HoldsState, LeaseOptions, LockState, LostReason, MultiLock,
+    MultiLockGuard, MultiLockOptions, Mutex, MutexGuard, MutexOptions, Redlock, RedlockGuard,
+    RedlockOptions, RedlockState, RwLock, RwLockOptions, RwLockReadGuard, RwLockWriteGuard,
+    Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreState,
 };
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -29,8 +31,11 @@ use crate::status::{Found, inspect};
 /// Options of `redis-locks run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// The lock's name.
-    pub name: String,
+    /// The lock's name; several names take them all together (a MultiLock: each the Mutex of
+    /// that name, taken all or none in one global order, so two runs over the same names in
+    /// any order never deadlock).
+    #[arg(required = true, value_name = "NAME")]
+    pub names: Vec<String>,
     /// Take the read side of the RwLock NAME (like flock -s): any number of `run --shared`
     /// hold it at once, each with its own lease and fencing token; none while a
     /// `run --exclusive` holds it, and none that comes after a waiting `--exclusive` (writers
@@ -78,10 +83,67 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+impl RunArgs {
+    /// The lock's name (the first, when several are given).
+    fn name(&self) -> &str {
+        &self.names[0]
+    }
+
+    /// Whether several names are given (a MultiLock).
+    fn several(&self) -> bool {
+        self.names.len() > 1
+    }
+}
+
+/// Refuses what several names cannot go with, and names given twice or too many, as the
+/// library would (its message), before anything connects.
+fn check_names(endpoint: &Endpoint, args: &RunArgs) -> Result<(), CliError> {
+    for name in &args.names {
+        endpoint.keys(name)?;
+    }
+    if !args.several() {
+        return Ok(());
+    }
+    if args.permits.is_some() {
+        return Err(CliError::Usage(
+            "--permits takes one name: several names take the Mutex of each together (a \
+             MultiLock), which has no permits"
+                .into(),
+        ));
+    }
+    if args.shared || args.exclusive {
+        return Err(CliError::Usage(
+            "--shared and --exclusive take one name: several names take the Mutex of each \
+             together (a MultiLock), which has no read side"
+                .into(),
+        ));
+    }
+    if endpoint.is_redlock() {
+        return Err(CliError::Usage(
+            "several names take one Redis: several --redis make a Redlock, which takes one name"
+                .into(),
+        ));
+    }
+    // The library's own words (it says the same once connected).
+    if args.names.len() > redis_locks::MAX_MULTILOCK_NAMES {
+        return Err(CliError::Usage(format!(
+            "invalid MultiLock names: more than {} names",
+            redis_locks::MAX_MULTILOCK_NAMES
+        )));
+    }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(twice) = args.names.iter().find(|name| !seen.insert(name.as_str())) {
+        return Err(CliError::Usage(format!(
+            "invalid MultiLock names: {twice:?} is given twice"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs the command under the lock and returns the exit code to leave with.
 pub async fn run(endpoint: &Endpoint, args: &RunArgs) -> Result<u8, CliError> {
     // Bad input is bad usage, whether or not Redis can be reached.
-    endpoint.keys(&args.name)?;
+    check_names(endpoint, args)?;
     let lease = endpoint
         .settings()
         .lease_options(LeaseOptions::default().lease(args.ttl).watchdog(true));
@@ -131,16 +193,31 @@ async fn run_under(lock: &Lock, client: &Client, args: &RunArgs) -> Result<u8, C
     let signals = match Signals::listen() {
         Ok(signals) => signals,
         Err(err) => {
-            release_after_failure(guard, &args.name).await;
+            release_after_failure(guard).await;
             return Err(err);
         }
     };
     let mut command = Command::new(&args.command[0]);
-    command
-        .args(&args.command[1..])
-        .env("REDIS_LOCKS_TOKEN", guard.fencing_token().to_string())
-        .env("REDIS_LOCKS_NAME", &args.name)
-        .stdin(Stdio::inherit());
+    command.args(&args.command[1..]).stdin(Stdio::inherit());
+    let tokens = guard.fencing_tokens();
+    if let [(name, token)] = tokens.as_slice() {
+        command
+            .env("REDIS_LOCKS_TOKEN", token.to_string())
+            .env("REDIS_LOCKS_NAME", name);
+    } else {
+        // Several names: no one token or name; each name's in REDIS_LOCKS_TOKENS.
+        command
+            .env_remove("REDIS_LOCKS_TOKEN")
+            .env_remove("REDIS_LOCKS_NAME");
+        let names: Vec<&str> = tokens.iter().map(|(name, _)| name.as_str()).collect();
+        command.env("REDIS_LOCKS_NAMES", names.join(" "));
+    }
+    // Every name with its token, `name=token` separated by spaces, in the order taken.
+    let pairs: Vec<String> = tokens
+        .iter()
+        .map(|(name, token)| format!("{name}={token}"))
+        .collect();
+    command.env("REDIS_LOCKS_TOKENS", pairs.join(" "));
     if let Some(permits) = args.permits {
         // The semaphore's N, for a command that wants to know how many run beside it.
         command.env("REDIS_LOCKS_PERMITS", permits.to_string());
@@ -159,7 +236,7 @@ async fn run_under(lock: &Lock, client: &Client, args: &RunArgs) -> Result<u8, C
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
-            release_after_failure(guard, &args.name).await;
+            release_after_failure(guard).await;
             return Err(CliError::CannotRun(format!(
                 "cannot run {:?}: {err}",
                 args.command[0]
@@ -193,14 +270,15 @@ fn interactive() -> bool {
 /// How long `run` waits in silence before it says who holds the lock.
 const QUIET_WAIT: Duration = Duration::from_secs(1);
 
-/// The lock `run` takes: the `Mutex` NAME, a side of the `RwLock` NAME, or a permit of the
-/// `Semaphore` NAME.
+/// The lock `run` takes: the `Mutex` NAME, a side of the `RwLock` NAME, a permit of the
+/// `Semaphore` NAME, or the `MultiLock` over several names.
 enum Lock {
     Mutex(Mutex),
     Redlock(Redlock),
     Read(RwLock),
     Write(RwLock),
     Semaphore(Semaphore),
+    Multi(MultiLock),
 }
 
 /// The guard of a [`Lock`]: what `run` holds while the command runs.
@@ -210,6 +288,7 @@ enum Guard {
     Read(RwLockReadGuard),
     Write(RwLockWriteGuard),
     Semaphore(SemaphoreGuard),
+    Multi(MultiLockGuard),
 }
 
 /// Takes a lock with the methods `forever`, `once` and `within` (`lock`, `try_lock`,
@@ -228,7 +307,14 @@ macro_rules! take {
 impl Lock {
     /// The lock `args` ask for, with `lease` for its hold.
     fn new(clients: &[Client], args: &RunArgs, lease: LeaseOptions) -> Result<Lock, CliError> {
-        let name = &args.name;
+        let name = args.name();
+        if args.several() {
+            // `check_names` refused a Redlock, permits and the sides of an RwLock.
+            let options = MultiLockOptions::default().lease_options(lease);
+            return Ok(Lock::Multi(
+                clients[0].multi_lock_with(&args.names, options)?,
+            ));
+        }
         if clients.len() > 1 {
             let options = RedlockOptions::default()
                 .lock_options(redis_locks::LockOptions::default().lease_options(lease));
@@ -254,12 +340,14 @@ impl Lock {
         })
     }
 
-    fn name(&self) -> &str {
+    /// The names, in the order they are taken (one but for a MultiLock).
+    fn names(&self) -> Vec<&str> {
         match self {
-            Lock::Mutex(lock) => lock.name(),
-            Lock::Redlock(lock) => lock.name(),
-            Lock::Read(lock) | Lock::Write(lock) => lock.name(),
-            Lock::Semaphore(lock) => lock.name(),
+            Lock::Mutex(lock) => vec![lock.name()],
+            Lock::Redlock(lock) => vec![lock.name()],
+            Lock::Read(lock) | Lock::Write(lock) => vec![lock.name()],
+            Lock::Semaphore(lock) => vec![lock.name()],
+            Lock::Multi(lock) => lock.names().collect(),
         }
     }
 
@@ -277,13 +365,14 @@ impl Lock {
             Lock::Semaphore(lock) => {
                 take!(lock, wait, acquire, try_acquire, acquire_timeout).map(Guard::Semaphore)
             }
+            Lock::Multi(lock) => take!(lock, wait, lock, try_lock, lock_timeout).map(Guard::Multi),
         }
     }
 
     /// What this lock is, as the user asked for it.
     fn kind(&self) -> Kind {
         match self {
-            Lock::Mutex(_) | Lock::Redlock(_) => Kind::Mutex,
+            Lock::Mutex(_) | Lock::Redlock(_) | Lock::Multi(_) => Kind::Mutex,
             Lock::Read(_) | Lock::Write(_) => Kind::RwLock,
             Lock::Semaphore(_) => Kind::Semaphore,
         }
@@ -294,19 +383,32 @@ impl Lock {
     /// key's Redis type ("holds a hash, not a lock"); else `err` as it is (a fencing counter
     /// that is not a number, a key of another Redis type).
     async fn refusal(&self, client: &Client, err: redis_locks::Error) -> CliError {
-        let name = self.name();
         if let Lock::Redlock(_) = self {
             return err.into();
         }
-        let found = inspect(client, name).await;
-        match found.as_ref().ok().and_then(Kind::held) {
-            Some(held) if held != self.kind() => CliError::Data(format!(
-                "lock {name:?} is in use as {}, so it cannot be taken as {} until its holders \
-                 release it ({err})",
-                held.describe(),
-                self.kind().describe()
-            )),
-            _ => err.into(),
+        // A MultiLock's names each: the first held as another kind is the one to name.
+        for name in self.names() {
+            let found = inspect(client, name).await;
+            match found.as_ref().ok().and_then(Kind::held) {
+                Some(held) if held != self.kind() => {
+                    return CliError::Data(format!(
+                        "lock {name:?} is in use as {}, so it cannot be taken as {} until its \
+                         holders release it ({err})",
+                        held.describe(),
+                        self.describe()
+                    ));
+                }
+                _ => {}
+            }
+        }
+        err.into()
+    }
+
+    /// What this lock is, for messages.
+    fn describe(&self) -> &'static str {
+        match self {
+            Lock::Multi(_) => "a Mutex (part of a MultiLock: `run NAME1 NAME2 ...`)",
+            _ => self.kind().describe(),
         }
     }
 }
@@ -357,17 +459,37 @@ macro_rules! each_guard {
             Guard::Read($bound) => $body,
             Guard::Write($bound) => $body,
             Guard::Semaphore($bound) => $body,
+            Guard::Multi($bound) => $body,
         }
     };
 }
 
 impl Guard {
-    fn name(&self) -> &str {
-        each_guard!(self, guard => guard.name())
+    /// The lock's name, or a MultiLock's names separated by spaces, for messages.
+    fn name(&self) -> String {
+        match self {
+            Guard::Multi(guard) => guard.names().collect::<Vec<_>>().join(" "),
+            Guard::Mutex(guard) => guard.name().to_string(),
+            Guard::Redlock(guard) => guard.name().to_string(),
+            Guard::Read(guard) => guard.name().to_string(),
+            Guard::Write(guard) => guard.name().to_string(),
+            Guard::Semaphore(guard) => guard.name().to_string(),
+        }
     }
 
-    fn fencing_token(&self) -> FencingToken {
-        each_guard!(self, guard => guard.fencing_token())
+    /// Each name held with its fencing token (one for every lock but a MultiLock's).
+    fn fencing_tokens(&self) -> Vec<(String, FencingToken)> {
+        match self {
+            Guard::Multi(guard) => guard
+                .fencing_tokens()
+                .map(|(name, token)| (name.to_string(), token))
+                .collect(),
+            Guard::Mutex(guard) => vec![(guard.name().to_string(), guard.fencing_token())],
+            Guard::Redlock(guard) => vec![(guard.name().to_string(), guard.fencing_token())],
+            Guard::Read(guard) => vec![(guard.name().to_string(), guard.fencing_token())],
+            Guard::Write(guard) => vec![(guard.name().to_string(), guard.fencing_token())],
+            Guard::Semaphore(guard) => vec![(guard.name().to_string(), guard.fencing_token())],
+        }
     }
 
     /// How many replicas acknowledged the grant, with `--replicas`.
@@ -411,16 +533,41 @@ async fn acquire(
             Ok(state) => format!(": {}", redlock_holder(&state)),
             Err(err) => format!(" (its state: {err})"),
         };
-        eprintln!("redis-locks: waiting for lock {:?}{state}", args.name);
+        eprintln!("redis-locks: waiting for lock {:?}{state}", args.name());
         return take.await;
     }
-    let state = match inspect(client, &args.name).await {
+    if let Lock::Multi(lock) = lock {
+        // Each name held now, with its holder; the names free now are not said.
+        let mut held = Vec::new();
+        for name in lock.names() {
+            match inspect(client, name).await {
+                Ok(Found::Mutex(state)) if state.holder.is_none() => {}
+                Ok(Found::Mutex(state)) => held.push(format!("{name:?} {}", mutex_holder(&state))),
+                Ok(Found::Holds(state)) => held.push(format!("{name:?} {}", holds_holders(&state))),
+                Ok(Found::Semaphore(state)) => {
+                    held.push(format!("{name:?}: {}", permit_holders(&state)));
+                }
+                Err(err) => held.push(format!("{name:?} (its state: {err})")),
+            }
+        }
+        let state = if held.is_empty() {
+            "they were just freed".to_string()
+        } else {
+            held.join("; ")
+        };
+        eprintln!(
+            "redis-locks: waiting for locks {}: {state}",
+            args.names.join(" ")
+        );
+        return take.await;
+    }
+    let state = match inspect(client, args.name()).await {
         Ok(Found::Mutex(state)) => format!(": {}", mutex_holder(&state)),
         Ok(Found::Holds(state)) => format!(": {}", holds_holders(&state)),
         Ok(Found::Semaphore(state)) => format!(": {}", permit_holders(&state)),
         Err(err) => format!(" (its state: {err})"),
     };
-    eprintln!("redis-locks: waiting for lock {:?}{state}", args.name);
+    eprintln!("redis-locks: waiting for lock {:?}{state}", args.name());
     take.await
 }
 
@@ -573,7 +720,8 @@ impl Target {
 
 /// Releases the lock of a run that failed before its command ran; the failure is what the
 /// user hears about, and a release that went wrong is said beside it.
-async fn release_after_failure(guard: Guard, name: &str) {
+async fn release_after_failure(guard: Guard) {
+    let name = guard.name();
     if let Err(err) = guard.release().await {
         eprintln!("redis-locks: releasing {name:?}: {err}");
     }
@@ -589,7 +737,7 @@ const LOST_RELEASE_WAIT: Duration = Duration::from_secs(1);
 /// ([`Error::NotHeld`](redis_locks::Error::NotHeld)) is what a loss means; any other failure
 /// is said.
 async fn release_lost(guard: Guard) {
-    let name = guard.name().to_string();
+    let name = guard.name();
     match tokio::time::timeout(LOST_RELEASE_WAIT, guard.release()).await {
         Ok(Err(err)) if !err.is_not_held() => {
             eprintln!("redis-locks: releasing the lost lock {name:?}: {err}");

@@ -778,3 +778,74 @@ fn an_interrupted_check_stops_its_servers_and_workers() {
         }
     }
 }
+
+#[test]
+fn a_multilock_holds_no_name_twice_and_is_never_stuck() {
+    let (code, report) = check(&[
+        "--primitive",
+        "multilock",
+        "--fault",
+        "none",
+        "--fault",
+        "holder-kill",
+        "--fault",
+        "holder-pause",
+        "--fault",
+        "server-pause",
+    ]);
+    assert_eq!(code, 0, "{report:#}");
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for run in runs {
+        let v = &run["verdict"];
+        assert!(
+            v["label"]
+                .as_str()
+                .unwrap()
+                .starts_with("MultiLock(2–3 of 6) / "),
+            "{v:#}"
+        );
+        assert_eq!(num(v, "overlaps"), 0, "{v:#}");
+        assert_eq!(num(v, "token_regressions"), 0, "{v:#}");
+        assert_eq!(num(v, "stuck"), 0, "{v:#}");
+        assert_eq!(v["hung"], false, "{v:#}");
+    }
+    let none = verdict(&report, "none");
+    assert_eq!(num(none, "acquisitions"), 120, "{none:#}");
+    let kill = verdict(&report, "holder-kill");
+    assert!(num(kill, "crashed") >= 1, "a holder died holding: {kill:#}");
+    let pause = verdict(&report, "server-pause");
+    assert!(num(pause, "loss_signals") >= 1, "{pause:#}");
+    // Every holding a fault struck carries a token per name: 2 or 3 of the pool of 6.
+    for run in runs {
+        for holding in run["struck"].as_array().unwrap() {
+            let tokens = holding["tokens"].as_array().unwrap();
+            assert!((2..=3).contains(&tokens.len()), "{holding:#}");
+        }
+    }
+}
+
+#[test]
+fn a_multilock_taken_in_the_callers_order_is_caught_stuck() {
+    // Redisson's MultiLock: each name's Mutex taken in the order the caller named them, so
+    // `a b` and `b a` each hold what the other waits for.
+    let (code, report) = check(&["--algorithm", "caller-order-multilock", "--fault", "none"]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(report["passed"], false);
+    let none = verdict(&report, "none");
+    assert!(
+        none["label"]
+            .as_str()
+            .unwrap()
+            .starts_with("caller-order-multilock(2–3 of 6)")
+    );
+    assert!(num(none, "stuck") >= 1, "{none:#}");
+    assert!(
+        none["examples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("stuck: ")),
+        "{none:#}"
+    );
+}

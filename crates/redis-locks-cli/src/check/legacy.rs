@@ -15,6 +15,14 @@
 //!   permit), and the counter has no TTL.
 //!
 //! None of them tells its holder that the lease ended, and none gives a fencing token.
+//!
+//! Beside the MultiLock, one more broken variant, made of this library's own `Mutex`es
+//! (so it has leases, renewals and a token per name): `caller-order-multilock`
+//! ([`caller_order_multilock`]), a MultiLock built by hand as Redisson's
+//! `RedissonMultiLock` is, each name's lock taken in turn in the order the caller named
+//! them, each waited for as long as it takes, with no deadline over them all. Two callers
+//! that name `a b` and `b a` each take their first and wait for the other's: a deadlock,
+//! with every lease renewed by its watchdog, until something gives up.
 
 use std::time::Duration;
 
@@ -24,6 +32,22 @@ use redis_locks::history::now_nanos;
 use super::clock;
 
 use super::plan::{Algorithm, Release};
+
+/// `caller-order-multilock`: the `Mutex` of each of `names`, taken one after another in the
+/// order given (each waited for as long as it takes, its lease renewed by the watchdog),
+/// held together. Dropping the future releases what it took so far, in the background.
+pub async fn caller_order_multilock(
+    client: &redis_locks::Client,
+    names: &[String],
+    options: redis_locks::LockOptions,
+) -> redis_locks::Result<cli_support::primitive::Guard> {
+    let mut guards = Vec::with_capacity(names.len());
+    for name in names {
+        // Waiting here while holding the ones before: the deadlock.
+        guards.push(client.mutex_with(name, options.clone())?.lock().await?);
+    }
+    Ok(cli_support::primitive::Guard::Several(guards))
+}
 
 /// How long a legacy waiter sleeps between attempts (the seed's 10 ms).
 const RETRY: Duration = Duration::from_millis(10);
@@ -138,7 +162,9 @@ impl LegacyLock {
                         .query_async(&mut con)
                         .await?;
                 }
-                Algorithm::Ours => unreachable!("ours is not a legacy algorithm"),
+                Algorithm::Ours | Algorithm::CallerOrderMultilock => {
+                    unreachable!("not a raw-command algorithm")
+                }
             }
             tokio::time::sleep(RETRY).await;
         }

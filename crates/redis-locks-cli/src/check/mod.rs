@@ -49,6 +49,11 @@ pub struct CheckArgs {
     /// once is the check.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub permits: u32,
+    /// N, the most names of one acquisition of `--primitive multilock` (2 to 16): each takes
+    /// a random 2 to N of a pool of 2N names, named in a random order; no name may be held by
+    /// two at once, and no acquisition may be stuck.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=16))]
+    pub names: u32,
     /// A fault to inject, one row each; join faults with `+` to inject them in one run
     /// (`server-pause+holder-kill`). Without it: none, holder-kill, holder-pause. Faults:
     /// none, holder-kill, holder-pause, server-pause, server-sleep, client-pause, client-kill,
@@ -402,6 +407,7 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
             all.retain(|p| *p != CheckPrimitive::Redlock);
         }
         all.push(CheckPrimitive::Semaphore);
+        all.push(CheckPrimitive::Multilock);
         all
     } else {
         args.primitive.clone()
@@ -423,6 +429,11 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
         } else {
             1
         },
+        names: if primitive == CheckPrimitive::Multilock {
+            args.names
+        } else {
+            1
+        },
         faults,
         processes: args.processes as usize,
         tasks: args.tasks as usize,
@@ -438,6 +449,7 @@ fn scenarios(args: &CheckArgs, wanted: &Wanted) -> Result<Vec<Scenario>, CliErro
             Algorithm::Ours => primitives.clone(),
             // A legacy algorithm is one kind of lock.
             Algorithm::CounterSemaphore => vec![CheckPrimitive::Semaphore],
+            Algorithm::CallerOrderMultilock => vec![CheckPrimitive::Multilock],
             _ => vec![CheckPrimitive::Mutex],
         };
         for &primitive in &primitives {
@@ -570,7 +582,13 @@ fn print_table(verdicts: &[&Verdict]) {
             v.stale_writes.to_string(),
             v.fenced_refusals.to_string(),
             v.keys_without_ttl.to_string(),
-            if v.hung { "yes" } else { "no" }.to_string(),
+            match (v.hung, v.stuck) {
+                (hung, Some(stuck)) if stuck > 0 => {
+                    format!("{} ({stuck} stuck)", if hung { "yes" } else { "no" })
+                }
+                (true, _) => "yes".to_string(),
+                (false, _) => "no".to_string(),
+            },
             margin,
             if v.passed { "pass" } else { "FAIL" }.to_string(),
         ];

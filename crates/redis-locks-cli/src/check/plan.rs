@@ -19,6 +19,11 @@ pub enum Algorithm {
     /// A semaphore of `--permits` N as a bare counter (`INCR`, `DECR`; Redisson's
     /// `RSemaphore`): no lease, so a crashed holder's permit leaks for ever.
     CounterSemaphore,
+    /// A MultiLock built by hand (Redisson's `RedissonMultiLock`): the library's `Mutex` of
+    /// each name, taken one by one in the order the caller named them, with no deadline over
+    /// them all. Two callers that name overlapping names in other orders each hold what the
+    /// other waits for: a deadlock, until something gives up.
+    CallerOrderMultilock,
 }
 
 impl Algorithm {
@@ -30,12 +35,19 @@ impl Algorithm {
             Algorithm::SetnxGetset => "setnx-getset",
             Algorithm::NaiveDel => "naive-del",
             Algorithm::CounterSemaphore => "counter-semaphore",
+            Algorithm::CallerOrderMultilock => "caller-order-multilock",
         }
     }
 
-    /// Whether the algorithm gives fencing tokens and tells its holder when the lease ends.
+    /// Whether the algorithm gives fencing tokens and tells its holder when the lease ends
+    /// (the hand-made MultiLock does: it is made of the library's `Mutex`es).
     pub fn fenced(self) -> bool {
-        self == Algorithm::Ours
+        matches!(self, Algorithm::Ours | Algorithm::CallerOrderMultilock)
+    }
+
+    /// Whether it is a seed-000-style algorithm of raw Redis commands (no library client).
+    pub fn raw(self) -> bool {
+        !matches!(self, Algorithm::Ours | Algorithm::CallerOrderMultilock)
     }
 }
 
@@ -56,6 +68,9 @@ pub enum CheckPrimitive {
     /// `Semaphore` with `--permits` N: each task takes one permit; at most N holders at
     /// once, every grant a token of its own.
     Semaphore,
+    /// `MultiLock`: each acquisition takes a random 2 to `--names` N of a pool of 2N names,
+    /// named in a random order; no name held by two at once, none stuck.
+    Multilock,
 }
 
 impl CheckPrimitive {
@@ -68,6 +83,7 @@ impl CheckPrimitive {
             CheckPrimitive::Rwlock => "RwLock",
             CheckPrimitive::Redlock => "Redlock",
             CheckPrimitive::Semaphore => "Semaphore",
+            CheckPrimitive::Multilock => "MultiLock",
         }
     }
 }
@@ -128,6 +144,14 @@ pub struct Plan {
     /// N, for [`CheckPrimitive::Semaphore`].
     #[serde(default = "one")]
     pub permits: u32,
+    /// The most names of one acquisition, for [`CheckPrimitive::Multilock`]: each takes 2
+    /// to N of the pool ([`multilock_pool`], 2N names).
+    #[serde(default = "one")]
+    pub names: u32,
+    /// How long an acquisition may take before it counts as stuck (ms; 0: no limit): it is
+    /// then given up (what it took released) and tried again.
+    #[serde(default)]
+    pub stuck_ms: u64,
     /// This worker's number.
     pub process: usize,
     /// Tasks in this worker.
@@ -147,6 +171,29 @@ pub struct Plan {
 
 fn one() -> u32 {
     1
+}
+
+/// The names a MultiLock check takes its acquisitions from: 2 × `names`, the first the lock's
+/// own name (where the faults that strike one key or slot strike), the others `LOCK:m1`...
+pub fn multilock_pool(lock: &str, names: u32) -> Vec<String> {
+    (0..2 * names.max(1))
+        .map(|i| {
+            if i == 0 {
+                lock.to_string()
+            } else {
+                format!("{lock}:m{i}")
+            }
+        })
+        .collect()
+}
+
+/// A MultiLock check's name as tables show it: `m0` for the lock's own, `m1`...
+pub fn short_name<'a>(lock_name: &'a str, lock: &str) -> std::borrow::Cow<'a, str> {
+    match lock_name.strip_prefix(lock) {
+        Some("") => "m0".into(),
+        Some(rest) => rest.trim_start_matches(':').into(),
+        None => lock_name.into(),
+    }
 }
 
 /// How one access of the resource went.
@@ -186,8 +233,11 @@ pub struct Holding {
     pub seq: usize,
     /// A shared hold (an `RwLock` reader).
     pub shared: bool,
-    /// The fencing token, for an algorithm that has them.
+    /// The fencing token, for an algorithm that has them (a MultiLock's: the greatest).
     pub token: Option<u64>,
+    /// A MultiLock's names, each with its fencing token (empty for the other primitives).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<(String, u64)>,
     /// When acquire returned.
     pub acquired_at: u64,
     /// When the holder's lease ends by its own clock (the guard's deadline), for an algorithm
@@ -239,6 +289,9 @@ pub enum Event {
         seq: usize,
         /// The fencing token, if any.
         token: Option<u64>,
+        /// A MultiLock's names with their tokens.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tokens: Vec<(String, u64)>,
         /// When acquire returned (monotonic ns).
         at: u64,
         /// When the lease ends (monotonic ns): the guard's deadline, or for an algorithm without
@@ -284,6 +337,16 @@ pub enum Event {
     Lingering {
         /// `p<process>t<task>`.
         worker: String,
+    },
+    /// An acquisition did not finish within its deadline ([`Plan::stuck_ms`]): given up
+    /// (whatever it took released) and tried again.
+    Stuck {
+        /// `p<process>t<task>`.
+        worker: String,
+        /// The names it was taking, in the order it named them.
+        names: Vec<String>,
+        /// How long it waited (ms).
+        waited_ms: u64,
     },
     /// A task gave up: an error it cannot retry.
     Failed {

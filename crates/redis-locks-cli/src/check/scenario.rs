@@ -49,6 +49,9 @@ pub struct Scenario {
     pub primitive: CheckPrimitive,
     /// N, the permits of a semaphore (1 for the other primitives).
     pub permits: u32,
+    /// N, the most names of one MultiLock acquisition (of a pool of 2N; 1 for the other
+    /// primitives).
+    pub names: u32,
     /// The faults injected.
     pub faults: Vec<Fault>,
     /// Worker processes.
@@ -85,6 +88,20 @@ impl Scenario {
                 self.permits,
                 faults.join("+")
             ),
+            Algorithm::Ours | Algorithm::CallerOrderMultilock
+                if self.primitive == CheckPrimitive::Multilock =>
+            {
+                let label = match self.algorithm {
+                    Algorithm::Ours => self.primitive.label(),
+                    other => other.label(),
+                };
+                format!(
+                    "{label}(2–{} of {}) / {}",
+                    self.names,
+                    2 * self.names,
+                    faults.join("+")
+                )
+            }
             Algorithm::Ours => format!("{} / {}", self.primitive.label(), faults.join("+")),
             Algorithm::CounterSemaphore => {
                 format!(
@@ -96,6 +113,31 @@ impl Scenario {
             }
             other => format!("{} / {}", other.label(), faults.join("+")),
         }
+    }
+
+    /// Whether it takes MultiLocks (this library's, or the hand-made broken one).
+    pub fn multilock(&self) -> bool {
+        self.primitive == CheckPrimitive::Multilock
+    }
+
+    /// The names whose keys the run watches and its faults strike: a MultiLock's pool, else
+    /// the lock's own.
+    pub fn watched(&self, lock: &str) -> Vec<String> {
+        if self.multilock() {
+            super::plan::multilock_pool(lock, self.names)
+        } else {
+            vec![lock.to_string()]
+        }
+    }
+
+    /// How long one acquisition may take before it counts as stuck (MultiLocks only: 0
+    /// otherwise): three leases and an outage, and at least 2 s — under the stall after
+    /// which the whole run counts as hung.
+    pub fn stuck_after(&self) -> Duration {
+        if !self.multilock() {
+            return Duration::ZERO;
+        }
+        (self.lease * 3 + fault::outage(self.lease)).max(Duration::from_secs(2))
     }
 
     /// Whether it checks this library's Redlock.
@@ -112,6 +154,9 @@ pub struct Crashed {
     pub worker: String,
     /// Its fencing token, if any.
     pub token: Option<u64>,
+    /// A MultiLock's names with their tokens.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<(String, u64)>,
     /// When it acquired (monotonic ns, see `clock`).
     pub acquired_at: u64,
     /// When its lease ends (monotonic ns, see `clock`).
@@ -153,6 +198,8 @@ pub struct Injection {
 /// Everything one run recorded.
 #[derive(Debug, Clone, Serialize)]
 pub struct Record {
+    /// The lock's name (a MultiLock's pool begins with it).
+    pub lock: String,
     /// When the workers began (monotonic ns, see `clock`).
     pub started_at: u64,
     /// When the run ended (monotonic ns, see `clock`).
@@ -185,6 +232,8 @@ pub struct Record {
     pub leaked_permits: Option<u32>,
     /// Why the semaphore could not be read at the end.
     pub leak_error: Option<String>,
+    /// MultiLock acquisitions that did not finish within their deadline, described.
+    pub stuck: Vec<String>,
 }
 
 /// The servers of one run.
@@ -429,6 +478,8 @@ pub async fn run(
             algorithm: scenario.algorithm,
             primitive: scenario.primitive,
             permits: scenario.permits,
+            names: scenario.names,
+            stuck_ms: scenario.stuck_after().as_millis() as u64,
             process,
             tasks: scenario.tasks,
             count: scenario.count,
@@ -453,7 +504,7 @@ pub async fn run(
     let no_ttl = Arc::new(AtomicU64::new(0));
     let watch = tokio::spawn(watch_ttl(
         servers.endpoint(),
-        lock.clone(),
+        scenario.watched(&lock),
         watching.clone(),
         no_ttl.clone(),
     ));
@@ -504,6 +555,8 @@ pub async fn run(
     let mut connected = 0;
     // The run's first acquisition (monotonic ns).
     let mut first_grant: Option<u64> = None;
+    let mut stuck = Vec::new();
+    let multilock = scenario.multilock();
     let mut striking: Option<tokio::task::JoinHandle<Result<Injection, String>>> = None;
 
     while running > 0 {
@@ -517,7 +570,7 @@ pub async fn run(
                             cut_off(&servers, &cut, &lock);
                         }
                     }
-                    Event::Acquired { worker, token, at, lease_end, .. } => {
+                    Event::Acquired { worker, token, tokens, at, lease_end, .. } => {
                         progress = tokio::time::Instant::now();
                         first_grant.get_or_insert(at);
                         if cut_pending {
@@ -525,7 +578,7 @@ pub async fn run(
                             cut_pending = false;
                             cut_off(&servers, &cut, &lock);
                         }
-                        open.insert(worker.clone(), Crashed { worker, token, acquired_at: at, lease_end, releasing: None });
+                        open.insert(worker.clone(), Crashed { worker, token, tokens, acquired_at: at, lease_end, releasing: None });
                     }
                     Event::Renewed { worker, lease_end } => {
                         if let Some(hold) = open.get_mut(&worker) {
@@ -554,7 +607,7 @@ pub async fn run(
                             // A semaphore's holders write nothing: any later holder
                             // will do, once the stopped one's lease has run out.
                             if stop.worker != holding.worker
-                                && (!holding.shared || semaphore)
+                                && (!holding.shared || semaphore || multilock)
                                 && holding.acquired_at > stop.start
                             {
                                 stop.overtaken = true;
@@ -581,13 +634,24 @@ pub async fn run(
                         if striking.is_none() {
                             if let Some(fault) = strikes.next() {
                                 let holder = open.get(&worker).map(|h| h.acquired_at);
-                                striking = Some(strike(fault, &servers, &lock, scenario.lease, &cut, (holder, first_grant)));
+                                striking = Some(strike(fault, &servers, &lock, scenario, &cut, (holder, first_grant)));
                             }
                         } else {
                             waiting_strikes += 1;
                         }
                     }
                     Event::Retry { .. } => retries += 1,
+                    Event::Stuck { worker, names, waited_ms } => {
+                        let names: Vec<String> = names
+                            .iter()
+                            .map(|name| super::plan::short_name(name, &lock).into_owned())
+                            .collect();
+                        stuck.push(format!(
+                            "{worker} waited {waited_ms} ms for {} (named in that order) without \
+                             getting them: given up",
+                            names.join(" ")
+                        ));
+                    }
                     Event::Failed { worker, message } => failures.push(format!("{worker}: {message}")),
                     Event::Done { .. } => {}
                 },
@@ -644,7 +708,7 @@ pub async fn run(
                     && let Some(fault) = strikes.next()
                 {
                     waiting_strikes -= 1;
-                    striking = Some(strike(fault, &servers, &lock, scenario.lease, &cut, (None, first_grant)));
+                    striking = Some(strike(fault, &servers, &lock, scenario, &cut, (None, first_grant)));
                 }
             }
             _ = tokio::time::sleep_until(deadline.min(progress + stall)) => {
@@ -700,6 +764,8 @@ pub async fn run(
         (None, None)
     };
     Ok(Record {
+        lock: lock.clone(),
+        stuck,
         leaked_permits,
         leak_error,
         started_at,
@@ -967,16 +1033,22 @@ fn strike(
     fault: Fault,
     servers: &Servers,
     lock: &str,
-    lease: Duration,
+    scenario: &Scenario,
     cut: &CutSlot,
     (holder_acquired_at, first_grant_at): (Option<u64>, Option<u64>),
 ) -> tokio::task::JoinHandle<Result<Injection, String>> {
+    let lease = scenario.lease;
+    // A server clock that jumps moves every key: a MultiLock's whole pool.
+    let keys: Vec<String> = scenario
+        .watched(lock)
+        .iter()
+        .map(|name| lock_key(&servers.settings, name))
+        .collect();
     let outage = fault::outage(lease);
     let private = servers.private.as_ref().map(|(private, _)| private.clone());
     let cut = cut.clone();
     let urls = servers.urls();
     let lock = lock.to_string();
-    let key = lock_key(&servers.settings, &lock);
     let settings = servers.settings.clone();
     let latency = servers.proxy.as_ref().map(Proxy::knob);
     let fake_clock = servers.fake_clock.as_ref().map(FakeClock::path);
@@ -1135,11 +1207,13 @@ fn strike(
                 // semaphore's holders (a sorted set of their lease ends on the server's
                 // clock, whose TTL every other holder's script sets again) see every lease
                 // end passed, as that clock would show them.
-                redis::Script::new(CLOCK_JUMP_LUA)
-                    .key(&key)
-                    .invoke_async::<()>(&mut con)
-                    .await
-                    .map_err(|err| format!("the clock jump was refused: {err}"))?;
+                for key in &keys {
+                    redis::Script::new(CLOCK_JUMP_LUA)
+                        .key(key)
+                        .invoke_async::<()>(&mut con)
+                        .await
+                        .map_err(|err| format!("the clock jump was refused: {err}"))?;
+                }
             }
             Fault::ClusterFailover
             | Fault::SlotMigration
@@ -1214,7 +1288,7 @@ async fn admin(url: &str, outage: Duration) -> Result<MultiplexedConnection, Str
 /// it changes.
 async fn watch_ttl(
     endpoint: Endpoint,
-    lock: String,
+    names: Vec<String>,
     watching: Arc<AtomicBool>,
     no_ttl: Arc<AtomicU64>,
 ) {
@@ -1224,7 +1298,10 @@ async fn watch_ttl(
             cons.push(con);
         }
     }
-    let lock = lock_key(endpoint.settings(), &lock);
+    let keys: Vec<String> = names
+        .iter()
+        .map(|name| lock_key(endpoint.settings(), name))
+        .collect();
     let follow = matches!(endpoint.place(), Place::Sentinel { .. });
     let mut master = if follow {
         endpoint.master_url().await.ok()
@@ -1252,14 +1329,18 @@ async fn watch_ttl(
             }
         }
         for con in &mut cons {
-            let pttl: redis::RedisResult<i64> = tokio::time::timeout(
-                Duration::from_millis(200),
-                redis::cmd("PTTL").arg(&lock).query_async(con),
-            )
-            .await
-            .unwrap_or_else(|_| Err(redis::RedisError::from((redis::ErrorKind::Io, "timeout"))));
-            if pttl == Ok(-1) {
-                no_ttl.fetch_add(1, Ordering::SeqCst);
+            for key in &keys {
+                let pttl: redis::RedisResult<i64> = tokio::time::timeout(
+                    Duration::from_millis(200),
+                    con.query_at(key, redis::cmd("PTTL").arg(key).clone()),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    Err(redis::RedisError::from((redis::ErrorKind::Io, "timeout")))
+                });
+                if pttl == Ok(-1) {
+                    no_ttl.fetch_add(1, Ordering::SeqCst);
+                }
             }
         }
         if last {

@@ -17,6 +17,11 @@
 //!   task's tokens growing, and no permit leaked (all of them free again a lease after the
 //!   last worker ended). Its holders share the resource as readers do, so the resource
 //!   checks say nothing of it; the verdict also says the most holders seen at once.
+//! - A **MultiLock** (each acquisition several names): no overlap and tokens increasing *per
+//!   name* — the exclusive checker above run on each name's holdings, with that name's
+//!   fencing token — and **none stuck**: every acquisition done within its deadline
+//!   ([`Scenario::stuck_after`]). Its holders of other names hold at once, so they share the
+//!   resource as readers do, and the resource checks say nothing of it.
 
 use std::time::Duration;
 
@@ -24,7 +29,7 @@ use redis_locks::history::{History, Interval, check_permits};
 use serde::Serialize;
 
 use super::fault::Fault;
-use super::plan::{Access, CheckPrimitive, Holding, Release};
+use super::plan::{Access, CheckPrimitive, Holding, Release, short_name};
 use super::scenario::{Injection, Record, Scenario};
 
 /// What the checks found in one run.
@@ -103,6 +108,9 @@ pub struct Verdict {
     pub repeated_tokens: Option<usize>,
     /// A semaphore's permits still held after every worker ended and a lease passed.
     pub leaked_permits: Option<u32>,
+    /// MultiLock acquisitions that did not finish within their deadline (`None` for the
+    /// other primitives).
+    pub stuck: Option<usize>,
     /// Every check held.
     pub passed: bool,
 }
@@ -247,8 +255,32 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
             end
         }
     };
+    let multilock = scenario.multilock();
+    // A MultiLock's holdings, judged per name: a history each, with that name's token.
+    let mut per_name: std::collections::BTreeMap<String, History> = Default::default();
+    let mut by_name = |tokens: &[(String, u64)], worker: String, start: u64, end: u64| {
+        for (name, token) in tokens {
+            // At least a nanosecond: an interval that ends where it begins (a holder told of
+            // a loss before it acquired) would be compared with itself as "ended before".
+            per_name.entry(name.clone()).or_default().record(Interval {
+                worker: format!("{worker} on {}", short_name(name, &record.lock)),
+                token: *token,
+                start,
+                end: end.max(start + 1),
+            });
+        }
+    };
     for holding in &record.holdings {
         let end = told(holding.end, holding.lease_end, holding.lost_at);
+        if multilock {
+            by_name(
+                &holding.tokens,
+                format!("{}#{}", holding.worker, holding.seq),
+                holding.acquired_at,
+                end,
+            );
+            continue;
+        }
         let interval = Interval {
             worker: format!("{}#{}", holding.worker, holding.seq),
             token: holding.token.unwrap_or(0),
@@ -270,6 +302,15 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
             ),
             None => ("killed", crashed.lease_end),
         };
+        if multilock {
+            by_name(
+                &crashed.tokens,
+                format!("{} ({label})", crashed.worker),
+                crashed.acquired_at,
+                end,
+            );
+            continue;
+        }
         let interval = Interval {
             worker: format!("{} ({label})", crashed.worker),
             token: crashed.token.unwrap_or(0),
@@ -284,7 +325,14 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
             history.record(interval);
         }
     }
-    let report = history.check();
+    let mut report = history.check();
+    for history in per_name.values() {
+        let name = history.check();
+        report.acquisitions += name.acquisitions;
+        report.overlaps.extend(name.overlaps);
+        report.token_regressions.extend(name.token_regressions);
+        report.shared_overlaps += name.shared_overlaps;
+    }
     let ms = |ns: u64| (ns.saturating_sub(record.started_at)) as f64 / 1e6;
     // Two holders at once are excused only across a strike of a fault that makes the server
     // forget the lock: the first held before it ended, the second came after it began.
@@ -407,6 +455,13 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         ));
     }
     examples.extend(record.failures.iter().take(EXAMPLES).cloned());
+    examples.extend(
+        record
+            .stuck
+            .iter()
+            .take(EXAMPLES)
+            .map(|stuck| format!("stuck: {stuck}")),
+    );
 
     let fenced_refusals = record
         .holdings
@@ -503,6 +558,7 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         && lost_updates == 0
         && tally.stale_writes == 0
         && record.keys_without_ttl == 0
+        && record.stuck.is_empty()
         && !record.hung
         && record.failures.is_empty();
     Verdict {
@@ -542,6 +598,7 @@ pub fn judge(scenario: &Scenario, record: &Record) -> Verdict {
         over_limit: permits.as_ref().map(|p| p.over),
         repeated_tokens: permits.as_ref().map(|p| p.repeated),
         leaked_permits: record.leaked_permits,
+        stuck: multilock.then_some(record.stuck.len()),
         passed,
     }
 }
@@ -681,6 +738,7 @@ mod tests {
             algorithm,
             primitive: CheckPrimitive::Mutex,
             permits: 1,
+            names: 1,
             faults: vec![Fault::HolderPause],
             processes: 2,
             tasks: 1,
@@ -699,6 +757,7 @@ mod tests {
             seq: 0,
             shared: false,
             token: Some(token),
+            tokens: Vec::new(),
             acquired_at: start * MS,
             lease_end: Some(lease_end * MS),
             end: end * MS,
@@ -717,6 +776,8 @@ mod tests {
     fn record(holdings: Vec<Holding>) -> Record {
         let writes = holdings.len() as u64;
         Record {
+            lock: "l".into(),
+            stuck: Vec::new(),
             started_at: 0,
             ended_at: 1000 * MS,
             holdings,
@@ -860,6 +921,7 @@ mod tests {
         run.crashed.push(Crashed {
             worker: "a".into(),
             token: Some(1),
+            tokens: Vec::new(),
             acquired_at: 0,
             lease_end: 100 * MS,
             releasing: releasing.map(|(at, lease_end, lost_at)| Releasing {
@@ -1166,6 +1228,7 @@ mod tests {
         killed.crashed.push(Crashed {
             worker: "p1t0".into(),
             token: Some(3),
+            tokens: Vec::new(),
             acquired_at: 0,
             lease_end: 100 * MS,
             releasing: None,
@@ -1201,5 +1264,62 @@ mod tests {
         over.expected_injections = 1;
         let verdict = judge(&restart, &over);
         assert_eq!((verdict.over_limit, verdict.excused_overlaps), (Some(0), 1));
+    }
+
+    /// A MultiLock holding of `worker` over `names` (with their tokens), `start`–`end` ms.
+    fn multi(worker: &str, names: &[(&str, u64)], start: u64, end: u64) -> Holding {
+        let mut holding = holding(worker, 0, start, end, end + 100);
+        holding.shared = true;
+        holding.tokens = names.iter().map(|(n, t)| (format!("l{n}"), *t)).collect();
+        holding.token = holding.tokens.iter().map(|(_, t)| *t).max();
+        holding
+    }
+
+    fn multilock() -> Scenario {
+        let mut scenario = scenario(Algorithm::Ours);
+        scenario.primitive = CheckPrimitive::Multilock;
+        scenario.names = 2;
+        scenario.faults = vec![Fault::None];
+        scenario
+    }
+
+    #[test]
+    fn a_multilock_is_judged_per_name() {
+        // Disjoint names at once pass; each name's tokens grow.
+        let fine = record(vec![
+            multi("a", &[(":m1", 5), (":m2", 7)], 0, 10),
+            multi("b", &[(":m3", 2), ("", 9)], 5, 15),
+            multi("c", &[(":m1", 6), ("", 10)], 20, 30),
+        ]);
+        let verdict = judge(&multilock(), &fine);
+        assert!(verdict.passed, "{:?}", verdict.examples);
+        assert_eq!(verdict.stuck, Some(0));
+
+        // A name held by two at once fails, named; so does a name's token that falls.
+        let overlap = record(vec![
+            multi("a", &[(":m1", 5), (":m2", 7)], 0, 10),
+            multi("b", &[(":m2", 8), (":m3", 1)], 5, 15),
+        ]);
+        let verdict = judge(&multilock(), &overlap);
+        assert!(!verdict.passed);
+        assert_eq!(verdict.overlaps, 1);
+        assert!(
+            verdict.examples[0].contains("on m2"),
+            "{:?}",
+            verdict.examples
+        );
+        let falling = record(vec![
+            multi("a", &[(":m1", 5)], 0, 10),
+            multi("b", &[(":m1", 4)], 20, 30),
+        ]);
+        assert_eq!(judge(&multilock(), &falling).token_regressions, Some(1));
+
+        // A stuck acquisition fails.
+        let mut stuck = fine.clone();
+        stuck.stuck.push("p0t0 waited 2000 ms for m1 m2".into());
+        let verdict = judge(&multilock(), &stuck);
+        assert!(!verdict.passed);
+        assert_eq!(verdict.stuck, Some(1));
+        assert!(verdict.examples.iter().any(|e| e.starts_with("stuck: ")));
     }
 }

@@ -15,6 +15,7 @@ use super::clock::{self, now as now_nanos};
 use super::legacy::LegacyLock;
 use super::plan::{
     Access, Action, Algorithm, CheckPrimitive, Event, Holding, Plan, Release, Trigger,
+    multilock_pool,
 };
 use super::resource::Resource;
 
@@ -34,7 +35,7 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
         &plan.resource,
     );
     let clients = match plan.algorithm {
-        Algorithm::Ours => {
+        algorithm if !algorithm.raw() => {
             let endpoint = match plan.primitive {
                 CheckPrimitive::Redlock => plan.endpoint.clone(),
                 _ => plan.endpoint.first(),
@@ -51,6 +52,12 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
     let mut tasks = Vec::new();
     for task in 0..plan.tasks {
         let lock = match plan.algorithm {
+            // A MultiLock's names change from one acquisition to the next.
+            algorithm if plan.primitive == CheckPrimitive::Multilock => Lock::Multi {
+                clients: clients.clone(),
+                pool: multilock_pool(&plan.lock, plan.names),
+                broken: algorithm != Algorithm::Ours,
+            },
             Algorithm::Ours => Lock::Ours(Handle::renewed(
                 &clients,
                 &plan.lock,
@@ -76,8 +83,10 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
             worker: format!("p{}t{task}", plan.process),
             // A semaphore's holders share the resource as readers do: up to N at once, so
             // none of them may read-modify-write it.
+            // A MultiLock's holders of other names hold at once too: the resource is one.
             shared: (plan.primitive == CheckPrimitive::Rwlock && task % 2 == 1)
-                || plan.primitive == CheckPrimitive::Semaphore,
+                || plan.primitive == CheckPrimitive::Semaphore
+                || plan.primitive == CheckPrimitive::Multilock,
             triggers: plan
                 .triggers
                 .iter()
@@ -107,12 +116,20 @@ fn primitive(primitive: CheckPrimitive, task: usize) -> Primitive {
         CheckPrimitive::Rwlock => Primitive::Write,
         CheckPrimitive::Redlock => Primitive::Redlock,
         CheckPrimitive::Semaphore => Primitive::Semaphore,
+        CheckPrimitive::Multilock => Primitive::MultiLock,
     }
 }
 
 enum Lock {
     Ours(Handle),
     Legacy(LegacyLock),
+    /// A MultiLock over a random part of `pool` at each acquisition; `broken`: the hand-made
+    /// one of `caller-order-multilock`.
+    Multi {
+        clients: Vec<redis_locks::Client>,
+        pool: Vec<String>,
+        broken: bool,
+    },
 }
 
 /// A hold of either kind.
@@ -156,7 +173,8 @@ impl Task {
             .copied()
             .find(|trigger| trigger.at == seq);
         let die = strike.is_some_and(|trigger| trigger.action == Action::Die);
-        let (hold, mut lease_end) = self.acquire(die).await?;
+        let linger_here = strike.is_some_and(|trigger| trigger.action.lingers());
+        let (hold, mut lease_end) = self.acquire(die, linger_here).await?;
         let acquired_at = now_nanos();
         if let (true, Hold::Ours(guard)) = (die, &hold) {
             // A lock handed over by a release runs for the waiter's place lease until the
@@ -171,10 +189,15 @@ impl Task {
             Hold::Ours(guard) => Some(guard.fencing_token()),
             Hold::Legacy => None,
         };
+        let tokens = match &hold {
+            Hold::Ours(guard) => guard.fencing_tokens(),
+            Hold::Legacy => Vec::new(),
+        };
         self.emit(&Event::Acquired {
             worker: self.worker.clone(),
             seq,
             token,
+            tokens: tokens.clone(),
             at: acquired_at,
             lease_end: lease_end.unwrap_or(acquired_at),
         })
@@ -321,7 +344,7 @@ impl Task {
                 Err(_) => Release::Failed,
             },
             (Hold::Legacy, Lock::Legacy(lock)) => lock.release().await.unwrap_or(Release::Failed),
-            (Hold::Legacy, Lock::Ours(_)) => Release::Failed,
+            (Hold::Legacy, _) => Release::Failed,
         };
         let lost_at = match lost_at.load(Ordering::SeqCst) {
             0 => None,
@@ -332,6 +355,7 @@ impl Task {
             seq,
             shared: self.shared,
             token,
+            tokens,
             acquired_at,
             lease_end,
             end,
@@ -350,9 +374,16 @@ impl Task {
     }
 
     /// Acquires, retrying through failed requests (a fault at work); returns the hold and,
-    /// for a legacy lock, when its lease ends as it set it.
-    async fn acquire(&self, die: bool) -> Result<(Hold, Option<u64>), String> {
+    /// for a legacy lock, when its lease ends as it set it. A MultiLock takes a random part
+    /// of its pool (`linger`: one with the pool's first name, where the faults strike); an
+    /// acquisition that takes longer than the plan's deadline is said to be stuck, given up
+    /// and tried again.
+    async fn acquire(&self, die: bool, linger: bool) -> Result<(Hold, Option<u64>), String> {
         let mut failures = 0;
+        let names = match &self.lock {
+            Lock::Multi { pool, .. } => pick(pool, self.plan.names as usize, linger),
+            _ => Vec::new(),
+        };
         loop {
             // Err((retryable, message)): a request that failed for a fault at work is
             // retried; anything else ends the task.
@@ -365,6 +396,50 @@ impl Task {
                         (Hold::Ours(Box::new(guard)), Some(lease_end))
                     })
                     .map_err(|err| (passing(&err), err.to_string())),
+                Lock::Multi {
+                    clients, broken, ..
+                } => {
+                    let lease = Duration::from_millis(self.plan.lease_ms);
+                    let replication = self.plan.endpoint.settings().replication();
+                    let take = async {
+                        if *broken {
+                            let options = redis_locks::LockOptions::default()
+                                .lease(lease)
+                                .watchdog(true);
+                            super::legacy::caller_order_multilock(&clients[0], &names, options)
+                                .await
+                        } else {
+                            Handle::multi_lock(clients, &names, lease, replication)?
+                                .acquire()
+                                .await
+                        }
+                    };
+                    let started = tokio::time::Instant::now();
+                    let limit = Duration::from_millis(self.plan.stuck_ms);
+                    let taken = if limit.is_zero() {
+                        take.await
+                    } else {
+                        match tokio::time::timeout(limit, take).await {
+                            Ok(taken) => taken,
+                            Err(_) => {
+                                // Given up: dropping the acquisition releases what it took.
+                                self.emit(&Event::Stuck {
+                                    worker: self.worker.clone(),
+                                    names: names.clone(),
+                                    waited_ms: started.elapsed().as_millis() as u64,
+                                })
+                                .await;
+                                continue;
+                            }
+                        }
+                    };
+                    taken
+                        .map(|guard| {
+                            let lease_end = check_time(guard.lease_deadline());
+                            (Hold::Ours(Box::new(guard)), Some(lease_end))
+                        })
+                        .map_err(|err| (passing(&err), err.to_string()))
+                }
                 Lock::Legacy(lock) => lock
                     .acquire(|| {
                         if die {
@@ -427,6 +502,24 @@ impl Task {
     async fn emit(&self, event: &Event) {
         emit_line(event);
     }
+}
+
+/// A MultiLock's names for one acquisition: 2 to `most` of `pool` (all of them, if the pool is
+/// that small), in a random order; with `first`, the pool's first name among them.
+fn pick(pool: &[String], most: usize, first: bool) -> Vec<String> {
+    use rand::Rng;
+    use rand::seq::SliceRandom;
+    let mut rng = rand::rng();
+    let most = most.clamp(1, pool.len());
+    let count = rng.random_range(most.min(2)..=most);
+    let mut names: Vec<String> = pool.to_vec();
+    names.shuffle(&mut rng);
+    names.truncate(count);
+    if first && !names.contains(&pool[0]) {
+        names[0] = pool[0].clone();
+        names.shuffle(&mut rng);
+    }
+    names
 }
 
 /// Prints one event line (stdout is flushed at every newline, so a line printed before a
