@@ -1,7 +1,8 @@
 //! What the benchmarks measure the library against: the bare minimum a lock needs
 //! (`SET NX PX` + compare-and-delete), the same with a fencing counter (`SET NX PX`, `INCR`,
 //! and reads of the counter's epoch and the connection's name: the library's own commands
-//! sent bare), and the polling loop most peers use to wait.
+//! sent bare), the least a leased, fenced, counted permit of a semaphore sends (one script
+//! and a `ZREM`), and the polling loop most peers use to wait.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,10 @@ use redis::Script;
 /// The bare owner-checked release: delete the key if it still holds the caller's token.
 static BARE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("bare_release.lua")));
+
+/// The bare permit: reclaim expired holders by the server clock, count, add, fence.
+static BARE_SEMAPHORE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("bare_semaphore_acquire.lua")));
 
 /// A bare lock on one connection, counting the requests it sends.
 #[derive(Clone)]
@@ -76,6 +81,40 @@ impl BareLock {
             .query_async(&mut self.connection.clone())
             .await?;
         Ok(taken.is_some())
+    }
+
+    /// One permit of `permits` in the sorted set `holders` for `owner`, leased by the server
+    /// clock, with a token from `fence`: one script call (`bare_semaphore_acquire.lua`).
+    /// The token when taken, `None` when `permits` unexpired holders are there already.
+    pub async fn try_acquire_permit(
+        &self,
+        holders: &str,
+        fence: &str,
+        owner: &str,
+        permits: u32,
+    ) -> redis::RedisResult<Option<i64>> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let token: i64 = BARE_SEMAPHORE_ACQUIRE
+            .key(holders)
+            .key(fence)
+            .arg(owner)
+            .arg(permits)
+            .arg(self.lease_ms)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok((token > 0).then_some(token))
+    }
+
+    /// The bare permit's release: the plain `ZREM holders owner` (owner-checked by nature: it
+    /// removes only that owner's entry), no script. True when the permit was `owner`'s.
+    pub async fn release_permit(&self, holders: &str, owner: &str) -> redis::RedisResult<bool> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let removed: i64 = redis::cmd("ZREM")
+            .arg(holders)
+            .arg(owner)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(removed == 1)
     }
 
     /// Polls every `retry` (fixed, as the peers' defaults do) until the lock is taken.

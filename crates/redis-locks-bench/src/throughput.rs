@@ -109,6 +109,14 @@ pub struct Report {
     /// With `--kind semaphore`: its acquisitions per second over the `Mutex`'s in the same
     /// run (`one_node`).
     ratio_ours_to_mutex: Option<f64>,
+    /// With `--kind semaphore`: the floor, the least a leased, fenced, counted permit sends
+    /// (one script: reclaim by the server clock, count, add, fence; release: `ZREM`), with no
+    /// library code, each worker its own, in the same run.
+    bare_semaphore: Option<Variant>,
+    /// With `--kind semaphore`: its acquisitions per second over the floor's.
+    ratio_ours_to_floor: Option<f64>,
+    /// With `--kind semaphore`: the floor's acquisitions per second over the `Mutex`'s.
+    ratio_floor_to_mutex: Option<f64>,
     /// With `--kind redlock`: the bare Redlock (`SET NX PX` and compare-and-delete on every
     /// node at once, a majority) in the same run.
     bare_quorum: Option<Variant>,
@@ -144,6 +152,8 @@ enum Side {
     BareQuorum,
     /// The same primitive on one private server, beside a cluster or Sentinel.
     Single,
+    /// Beside a semaphore, its floor: one script (reclaim, count, add, fence) + `ZREM`.
+    BareSemaphore,
 }
 
 /// Runs the benchmark against `target` and prints a table, or one JSON object with `json`.
@@ -192,15 +202,44 @@ pub async fn run(target: &RedisTarget, args: &ThroughputArgs, json: bool) -> Res
             locks.push(side_key(&key, Side::BareFenced, args.kind));
         }
     }
+    // The floor's keys: its fencing counter goes with the others, its holders here.
+    let floors: Vec<String> = match args.kind {
+        Primitive::Semaphore => (0..args.workers)
+            .map(|w| side_key(&worker_key(&run_id, w), Side::BareSemaphore, args.kind))
+            .collect(),
+        _ => Vec::new(),
+    };
+    locks.extend(floors.iter().cloned());
     locks.push(memory_key(&run_id));
     let locks: Vec<&str> = locks.iter().map(String::as_str).collect();
     let cleaned = delete_counters(&endpoint, &locks).await;
+    let cleaned = cleaned.and(delete_holders(&endpoint, &floors).await);
     let report = measured?;
     cleaned?;
     if json {
         println!("{}", serde_json::to_string(&report).expect("plain data"));
     } else {
         print_report(&report);
+    }
+    Ok(())
+}
+
+/// Deletes the holders of the floor's permits (`names`, under the endpoint's namespace), over
+/// a connection of its own: released permits leave none, a run cut short may.
+async fn delete_holders(endpoint: &Endpoint, names: &[String]) -> Result<(), CliError> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let mut connection = endpoint.side().await?;
+    for name in names {
+        let keys = endpoint.keys(name)?;
+        redis::cmd("DEL")
+            .arg(keys.lock())
+            .query_async::<i64>(&mut connection)
+            .await
+            .map_err(|err| {
+                CliError::Unavailable(format!("deleting the permits {}: {err}", keys.lock()))
+            })?;
     }
     Ok(())
 }
@@ -228,7 +267,9 @@ async fn measure(
     // seeded (a first acquisition costs one more round trip) and the release script loaded.
     let redlock = args.kind == Primitive::Redlock;
     // Beside a semaphore, a Mutex per worker on the same server, in the same run.
-    let beside_mutex = redlock || args.kind == Primitive::Semaphore;
+    let semaphore = args.kind == Primitive::Semaphore;
+    let beside_mutex = redlock || semaphore;
+    let permits = args.permits.unwrap_or(4);
     for worker in 0..args.workers {
         let key = worker_key(run_id, worker);
         let handle = handle_of(clients, &key, args.kind, args)?;
@@ -237,6 +278,21 @@ async fn measure(
             let one = side_key(&key, Side::OneNode, args.kind);
             let one = Handle::new(clients, &one, Primitive::Mutex, args.lease)?;
             one.acquire().await?.release().await?;
+        }
+        if semaphore {
+            // The floor's script loaded, its counter made.
+            let floor = clients[0].keys(&side_key(&key, Side::BareSemaphore, args.kind))?;
+            let owner = OwnerToken::random();
+            let taken = bare
+                .try_acquire_permit(floor.lock(), floor.fence(), owner.as_str(), permits)
+                .await;
+            let released = bare.release_permit(floor.lock(), owner.as_str()).await;
+            if !matches!((taken, released), (Ok(Some(_)), Ok(true))) {
+                return Err(CliError::CheckFailed(format!(
+                    "the bare semaphore on {} failed",
+                    floor.lock()
+                )));
+            }
         }
         if let Some(single) = single {
             let handle = handle_of(single, &key, args.kind, args)?;
@@ -266,6 +322,11 @@ async fn measure(
     } else {
         &[Side::Ours, Side::Bare, Side::BareFenced]
     };
+    let mut sides = sides.to_vec();
+    if semaphore {
+        // Its floor, right after the Mutex.
+        sides.insert(2, Side::BareSemaphore);
+    }
     let requests = || -> u64 {
         clients
             .iter()
@@ -274,10 +335,10 @@ async fn measure(
             .sum()
     };
     let slice = args.duration / SLICES;
-    let mut totals: [(u64, Latencies, Latencies, u64); 6] = Default::default();
+    let mut totals: [(u64, Latencies, Latencies, u64); 7] = Default::default();
     // Alternate the variants in short slices, so a noisy moment of the machine hits both alike.
     for round in 0..SLICES {
-        for &side in sides {
+        for &side in &sides {
             let label = match side {
                 Side::Ours => format!("redis-locks, slice {}/{SLICES}", round + 1),
                 Side::OneNode if redlock => format!("one node, slice {}/{SLICES}", round + 1),
@@ -286,6 +347,7 @@ async fn measure(
                 Side::Bare => format!("bare, slice {}/{SLICES}", round + 1),
                 Side::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
                 Side::Single => format!("one server, slice {}/{SLICES}", round + 1),
+                Side::BareSemaphore => format!("bare semaphore, slice {}/{SLICES}", round + 1),
             };
             let bar = progress(&label, slice, json);
             let requests_before = requests() + bare.requests() + quorum.requests();
@@ -344,8 +406,18 @@ async fn measure(
             &totals[Side::OneNode as usize],
         )
     });
-    let semaphore = args.kind == Primitive::Semaphore;
     let ratio_ours_to_mutex = one_node.as_ref().filter(|_| semaphore).map(ratio);
+    let bare_semaphore = semaphore.then(|| {
+        variant(
+            format!("bare semaphore: 1 script + ZREM{place}"),
+            &totals[Side::BareSemaphore as usize],
+        )
+    });
+    let ratio_ours_to_floor = bare_semaphore.as_ref().map(ratio);
+    let ratio_floor_to_mutex = bare_semaphore
+        .as_ref()
+        .zip(one_node.as_ref())
+        .map(|(floor, mutex)| floor.per_second / mutex.per_second.max(f64::MIN_POSITIVE));
     let bare_quorum = redlock.then(|| {
         variant(
             "bare Redlock: SET NX PX + c-a-d on all nodes".into(),
@@ -371,8 +443,11 @@ async fn measure(
         ratio_ours_to_bare: ratio(&bare_v),
         ratio_ours_to_bare_fenced: ratio(&fenced),
         nodes: clients.len(),
-        permits: semaphore.then(|| args.permits.unwrap_or(4)),
+        permits: semaphore.then_some(permits),
         ratio_ours_to_mutex,
+        bare_semaphore,
+        ratio_ours_to_floor,
+        ratio_floor_to_mutex,
         one_node,
         ratio_cycle_p50_to_one_node,
         bare_quorum,
@@ -397,6 +472,7 @@ async fn phase(
     run_id: &str,
 ) -> Result<(u64, Latencies, Latencies), CliError> {
     let deadline = Instant::now() + duration;
+    let permits = args.permits.unwrap_or(4);
     let mut tasks = Vec::new();
     for worker in 0..args.workers {
         let key = side_key(&worker_key(run_id, worker), side, args.kind);
@@ -418,6 +494,20 @@ async fn phase(
                         let guard = handle.acquire().await?;
                         latencies.record(started.elapsed());
                         guard.release().await?;
+                    }
+                    Side::BareSemaphore => {
+                        let owner = OwnerToken::random();
+                        let taken = bare
+                            .try_acquire_permit(keys.lock(), keys.fence(), owner.as_str(), permits)
+                            .await;
+                        latencies.record(started.elapsed());
+                        let released = bare.release_permit(keys.lock(), owner.as_str()).await;
+                        if !matches!((taken, released), (Ok(Some(_)), Ok(true))) {
+                            return Err(CliError::CheckFailed(format!(
+                                "the bare semaphore on {} failed",
+                                keys.lock()
+                            )));
+                        }
                     }
                     Side::Bare | Side::BareFenced | Side::BareQuorum => {
                         let token = OwnerToken::random();
@@ -497,6 +587,7 @@ fn side_key(key: &str, side: Side, kind: Primitive) -> String {
         // own.
         (Primitive::Semaphore, Side::OneNode) => format!("{key}:mutex"),
         (Primitive::Semaphore, Side::Bare | Side::BareFenced) => format!("{key}:bare"),
+        (Primitive::Semaphore, Side::BareSemaphore) => format!("{key}:floor"),
         _ => key.to_string(),
     }
 }
@@ -573,6 +664,7 @@ fn print_report(report: &Report) {
         .chain(report.single_node.as_ref())
         .chain(report.one_node.as_ref())
         .chain(report.bare_quorum.as_ref())
+        .chain(report.bare_semaphore.as_ref())
         .chain([&report.bare, &report.bare_fenced]);
     for v in variants {
         rows.push(vec![
@@ -610,6 +702,12 @@ fn print_report(report: &Report) {
             report.ratio_cycle_p50_to_one_node.unwrap_or_default(),
             report.permits.unwrap_or_default()
         );
+        if let (Some(ours), Some(floor)) = (report.ratio_ours_to_floor, report.ratio_floor_to_mutex)
+        {
+            println!(
+                "  ratio Semaphore/floor: {ours:.2}; floor/Mutex: {floor:.2}   (the least any leased, fenced permit must send, beside the Mutex)"
+            );
+        }
     } else if let Some(ratio) = report.ratio_cycle_p50_to_one_node {
         println!(
             "  Redlock over {} nodes / Mutex on one node, acquire+release p50: {ratio:.2}   (the bare single-node variants run on the first node)",
