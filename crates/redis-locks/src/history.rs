@@ -208,8 +208,12 @@ pub fn check_modes(exclusive: Vec<Interval>, shared: Vec<Interval>) -> Report {
     let mut greatest_any: Option<&Interval> = None;
     let mut greatest_exclusive: Option<&Interval> = None;
     for (interval, is_shared) in &all {
-        while let Some((done, done_shared)) = ended.next_if(|(done, _)| done.end <= interval.start)
-        {
+        // A holding that ended when this one began ended before it; not this one itself, if it
+        // took no time at all.
+        let before = |done: &Interval| {
+            done.end <= interval.start && !(done.start == done.end && done.end == interval.start)
+        };
+        while let Some((done, done_shared)) = ended.next_if(|(done, _)| before(done)) {
             raise(&mut greatest_any, done);
             if !done_shared {
                 raise(&mut greatest_exclusive, done);
@@ -446,6 +450,14 @@ mod tests {
         assert_eq!(report.repeated_tokens.len(), 1);
         assert_eq!(report.token_regressions.len(), 1);
         assert!(!report.is_ok());
+    }
+
+    #[test]
+    fn a_holding_that_took_no_time_is_no_regression_of_itself() {
+        let report = check(vec![iv("a", 7, 5, 5), iv("b", 8, 6, 9)]);
+        assert!(report.is_ok(), "{report:?}");
+        let report = check(vec![iv("a", 7, 5, 5), iv("b", 6, 6, 9)]);
+        assert_eq!(report.token_regressions.len(), 1, "{report:?}");
     }
 
     #[test]

@@ -126,7 +126,10 @@ async fn all_or_none_with_a_token_per_name() {
         .lock_timeout(Duration::from_millis(150))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::WaitTimeout { .. }), "{err}");
+    assert!(
+        matches!(&err, Error::WaitTimeout { name, .. } if name == "b"),
+        "names the lock held by another: {err}"
+    );
     assert!(!exists(&server, "a") && !exists(&server, "c"), "none taken");
     let b_token = b.fencing_token();
     b.release().await.unwrap();

@@ -391,8 +391,8 @@ impl MultiLock {
     /// timeout whatever was taken is released.
     ///
     /// # Errors
-    /// [`Error::WaitTimeout`] naming the locks still held by others when `wait` ran out;
-    /// otherwise as [`MultiLock::lock`].
+    /// [`Error::WaitTimeout`] naming the lock that refused the last attempt when `wait` ran
+    /// out; otherwise as [`MultiLock::lock`].
     ///
     /// # Cancel safety
     /// As [`MultiLock::lock`].
@@ -458,7 +458,22 @@ impl MultiLock {
         let mut attempt = GroupAttempt::new(self, hold);
         let tokens = attempt.tokens.clone();
         let on = self.client.wait_on(self.options.get_wait_options());
-        let lease = acquire(on, &mut attempt, deadline).await?;
+        let lease = match acquire(on, &mut attempt, deadline).await {
+            Ok(lease) => lease,
+            // The wait ran out: name the lock that refused the last attempt, not the group.
+            Err(Error::WaitTimeout {
+                waited,
+                retry_after,
+                ..
+            }) => {
+                return Err(Error::WaitTimeout {
+                    name: hold.group.locks[attempt.blocked].name().to_string(),
+                    waited,
+                    retry_after,
+                });
+            }
+            Err(err) => return Err(err),
+        };
         let tokens = tokens.lock().expect("never poisoned").clone();
         Ok(Part::new(lease, &hold.group.locks, tokens))
     }
