@@ -241,8 +241,9 @@ impl Hold for GroupHold {
 /// Each name is a lock as a [`Mutex`](crate::Mutex)'s of the same name (they exclude each
 /// other), with its own fencing token: the guard carries one per name. Its lease is renewed
 /// by the watchdog (one script call per slot), and [`lost`](MultiLockGuard::lost) fires when
-/// any part is lost. A `MultiLock` does not queue: its waiters are woken by a release of the
-/// lock that refused them.
+/// any part is lost. A waiting `MultiLock` stands in the line of the lock that refused it and
+/// is woken by its release: a slot's single lock is served first come, first served; several
+/// locks of one slot are taken whenever all are free at once.
 ///
 /// # Examples
 /// ```
