@@ -157,11 +157,27 @@ async fn a_waiting_multilock_is_woken_by_the_release_of_the_lock_that_refused_it
     let c = holder.mutex("w:c").unwrap().lock().await.unwrap();
     let lock = waiter.multi_lock(["w:a", "w:b", "w:c"]).unwrap();
     let waiting = tokio::spawn(async move { lock.lock().await });
-    // It waits for a, then (a released) for c: each release wakes it, long before the 30 s
-    // leases end.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // It waits in a's line, then (a released) in c's: each release wakes it, long before
+    // the 30 s leases end.
+    let line = |name: &'static str| {
+        let server = &server;
+        move || async move {
+            redis::cmd("ZCARD")
+                .arg(format!("{{{name}}}:queue"))
+                .query::<i64>(&mut raw(server))
+                .unwrap()
+                == 1
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(5), line("w:a")).await,
+        "in a's line"
+    );
     a.release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        eventually(Duration::from_secs(5), line("w:c")).await,
+        "in c's line"
+    );
     assert!(!waiting.is_finished(), "c is still held");
     let released = Instant::now();
     c.release().await.unwrap();

@@ -95,6 +95,25 @@ fn resize(con: &mut Connection, limit: u32) -> redis::RedisResult<i64> {
         .invoke(con)
 }
 
+/// Waits (at most 5 s) until the server's clock has passed `owner`'s lease end (or its entry
+/// is gone): the server, not a sleep of the test's, decides when a lease ended.
+fn lease_ended(con: &mut Connection, owner: &str) {
+    let within = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let ends: Option<f64> = redis::cmd("ZSCORE").arg("S").arg(owner).query(con).unwrap();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+        let now = (secs * 1000 + micros / 1000) as f64;
+        if ends.is_none_or(|ends| ends <= now) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < within,
+            "{owner}'s lease never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 fn int(value: &redis::Value) -> i64 {
     redis::from_redis_value(value.clone()).unwrap()
 }
@@ -259,10 +278,21 @@ fn expired_permits_come_back_also_when_the_holders_key_expired_whole() {
     assert_eq!(acquire(&mut con, "short", 1, 1, 50, 0).unwrap().0, 1);
     // Only the server's clock ends it: refused until then.
     assert_eq!(acquire(&mut con, "next", 1, 1, 10_000, 2_000).unwrap().0, 0);
-    std::thread::sleep(std::time::Duration::from_millis(120));
-    // The holders key is gone by its TTL, the hash lived on for the waiter.
-    let exists: i64 = redis::cmd("EXISTS").arg("S").query(&mut con).unwrap();
-    assert_eq!(exists, 0);
+    // The holders key goes by its TTL (its latest lease), the hash lives on for the waiter.
+    let within = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while redis::cmd("EXISTS")
+        .arg("S")
+        .query::<i64>(&mut con)
+        .unwrap()
+        == 1
+    {
+        assert!(
+            std::time::Instant::now() < within,
+            "the holders key never expired"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(pttl(&server, KEYS[1]) > 0, "the hash lives on");
     assert_eq!(extend(&mut con, "short", 1_000).unwrap(), 0, "gone");
     assert_eq!(acquire(&mut con, "next", 1, 1, 10_000, 2_000).unwrap().0, 1);
     let stale: Option<String> = redis::cmd("HGET")
@@ -285,7 +315,7 @@ fn extend_is_owner_checked_and_ends_with_the_lease() {
     );
     assert_eq!(extend(&mut con, "nobody", 10_000).unwrap(), 0);
     assert_eq!(acquire(&mut con, "b", 1, 2, 30, 0).unwrap().0, 1);
-    std::thread::sleep(std::time::Duration::from_millis(60));
+    lease_ended(&mut con, "b");
     // b's lease ended on the server's clock (its entry may still be there): not extended.
     assert_eq!(extend(&mut con, "b", 10_000).unwrap(), 0);
 }
@@ -354,10 +384,12 @@ fn used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike() {
         assert_eq!(release(&mut con, owner).unwrap(), 1);
     }
     assert_eq!(acquire(&mut con, "short", 4, 4, 30, 0).unwrap().0, 1);
-    std::thread::sleep(std::time::Duration::from_millis(60));
-    assert_eq!(used(&mut con).unwrap_or(4), 4, "counted until reclaimed");
-    assert_eq!(acquire(&mut con, "e", 4, 4, 10_000, 0).unwrap().0, 1);
-    assert_eq!(used(&mut con), Some(4));
+    // A waiter keeps the hash alive past the holders key's TTL.
+    assert_eq!(acquire(&mut con, "e", 4, 4, 10_000, 2_000).unwrap().0, 0);
+    lease_ended(&mut con, "short");
+    assert_eq!(used(&mut con), Some(4), "counted until reclaimed");
+    assert_eq!(acquire(&mut con, "e", 4, 4, 10_000, 2_000).unwrap().0, 1);
+    assert_eq!(used(&mut con), Some(4), "reclaimed, and e's counted");
     // The last holder gone, nothing but the counter is left.
     assert_eq!(release(&mut con, "e").unwrap(), 1);
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();

@@ -24,7 +24,9 @@ use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis}
 use crate::node::{LockScript, Node, Replication};
 use crate::options::LockOptions;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Contender, LOCK_LUA, Line, QUEUE_LUA, Try, acquire, in_time, nothing_owed};
+use crate::wait::{
+    Contender, LOCK_LUA, Line, QUEUE_LUA, Try, acquire, in_time, nothing_owed, tombstone,
+};
 
 pub use guard::MultiLockGuard;
 use guard::Part;
@@ -162,10 +164,7 @@ impl Hold for GroupHold {
             let id = owner.as_str();
             let mut keys = self.group.keys();
             // Where a script may run twice, the tombstone in the group's slot, last.
-            let tombstone = self
-                .node
-                .may_run_twice()
-                .then(|| self.group.locks[0].companion(&format!("released:{id}")));
+            let tombstone = tombstone(&self.node, &self.group.locks[0], id);
             keys.extend(tombstone.as_deref());
             let mut args = vec![id];
             args.extend(self.group.locks.iter().map(LockKeys::wake_channel));
@@ -457,7 +456,6 @@ impl MultiLock {
         deadline: Option<Instant>,
     ) -> Result<Part> {
         let mut attempt = GroupAttempt::new(self, hold);
-        let tokens = attempt.tokens.clone();
         let on = self.client.wait_on(self.options.get_wait_options());
         let lease = match acquire(on, &mut attempt, deadline).await {
             Ok(lease) => lease,
@@ -475,7 +473,7 @@ impl MultiLock {
             }
             Err(err) => return Err(err),
         };
-        let tokens = tokens.lock().expect("never poisoned").clone();
+        let tokens = std::mem::take(&mut attempt.tokens);
         Ok(Part::new(lease, &hold.group.locks, tokens))
     }
 }
@@ -527,8 +525,8 @@ struct GroupAttempt<'a> {
     /// Whether any attempt was granted (a late grant asked again): then a refusal may
     /// still leave some of the group's locks ours until released.
     granted_once: bool,
-    /// The granted tokens, for whoever made this attempt (the loop keeps the contender).
-    tokens: Arc<std::sync::Mutex<Vec<FencingToken>>>,
+    /// The granted tokens, each lock's in the group's order (read once the loop is done).
+    tokens: Vec<FencingToken>,
 }
 
 impl<'a> GroupAttempt<'a> {
@@ -542,7 +540,7 @@ impl<'a> GroupAttempt<'a> {
             owed: Some(owed),
             blocked: 0,
             granted_once: false,
-            tokens: Arc::default(),
+            tokens: Vec::new(),
         }
     }
 
@@ -656,7 +654,7 @@ impl Contender for &mut GroupAttempt<'_> {
         let place_lease = self.lock.options.get_place_lease();
         match self.ask(place_lease, deadline).await? {
             Asked::Granted { lease, tokens } => {
-                *self.tokens.lock().expect("never poisoned") = tokens;
+                self.tokens = tokens;
                 Ok(Try::Won(lease))
             }
             Asked::Held { index, .. } if index != self.blocked => {
@@ -691,7 +689,7 @@ impl Contender for &mut GroupAttempt<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::node::undefined_calls;
+    use crate::node::assert_carries_preludes;
     use crate::wait::PRELUDES;
 
     #[test]
@@ -702,12 +700,6 @@ mod tests {
             ("release", &*super::RELEASE),
             ("extend", &*super::EXTEND),
         ];
-        for (name, script) in scripts {
-            assert_eq!(
-                undefined_calls(script, &preludes, &[]),
-                Vec::<String>::new(),
-                "{name}"
-            );
-        }
+        assert_carries_preludes(&scripts, &preludes);
     }
 }

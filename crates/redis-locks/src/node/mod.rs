@@ -47,7 +47,7 @@ pub(crate) use replication::Acked;
 pub use replication::Replication;
 pub(crate) use script::LockScript;
 #[cfg(test)]
-pub(crate) use script::undefined_calls;
+pub(crate) use script::{assert_carries_preludes, undefined_calls};
 pub(crate) use url::redact;
 
 /// One Redis server, as every lock handle of a [`Client`](crate::Client) reaches it. Cheap to

@@ -84,6 +84,19 @@ impl LockScript {
     }
 }
 
+/// Asserts that each of the named `scripts` carries every prelude function it calls (see
+/// [`undefined_calls`], with no exceptions): the one test every module with scripts runs.
+#[cfg(test)]
+pub(crate) fn assert_carries_preludes(scripts: &[(&str, &LockScript)], preludes: &[&str]) {
+    for (name, script) in scripts {
+        assert_eq!(
+            undefined_calls(script, preludes, &[]),
+            Vec::<String>::new(),
+            "{name}"
+        );
+    }
+}
+
 /// The prelude functions `script` calls, from its own body and, in turn, from the prelude
 /// functions it calls, that none of its parts defines: a script must carry every prelude it
 /// calls (a call of an undefined function fails only when it runs). `preludes` are every

@@ -26,7 +26,9 @@ use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis,
 use crate::node::{LockScript, Node, Replication};
 use crate::options::LockOptions;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
-use crate::wait::{Answer, Asker, LOCK_LUA, Placed, QUEUE_LUA, acquire, answer_in_time, try_once};
+use crate::wait::{
+    Answer, Asker, LOCK_LUA, Placed, QUEUE_LUA, acquire, answer_in_time, tombstone, try_once,
+};
 
 pub use guard::SemaphoreGuard;
 pub use state::{PermitHolder, SemaphoreState};
@@ -118,10 +120,7 @@ impl Hold for SemaphoreHold {
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
             let id = owner.as_str();
-            let tombstone = self
-                .node
-                .may_run_twice()
-                .then(|| self.keys.companion(&format!("released:{id}")));
+            let tombstone = tombstone(&self.node, &self.keys, id);
             let all = [
                 self.keys.lock(),
                 &self.permits,
@@ -447,7 +446,6 @@ impl Semaphore {
         }
         Ok(Asking {
             semaphore: self,
-            permits,
             count: permits.to_string(),
             limit: self.permits.to_string(),
         })
@@ -486,7 +484,6 @@ fn check_permits(name: &str, permits: u32, what: &'static str) -> Result<()> {
 /// One acquisition of a number of permits: the acquire loop's [`Asker`].
 struct Asking<'a> {
     semaphore: &'a Semaphore,
-    permits: u32,
     /// `permits`, as the script takes it.
     count: String,
     /// N, as the script takes it.
@@ -559,7 +556,6 @@ impl Asker for Asking<'_> {
             &place,
             keys.wake_channel(),
         ];
-        debug_assert!(self.permits >= 1);
         answer_in_time(semaphore.options.get_lease_options(), deadline, || async {
             semaphore
                 .client
@@ -574,7 +570,7 @@ impl Asker for Asking<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::node::undefined_calls;
+    use crate::node::assert_carries_preludes;
     use crate::wait::PRELUDES;
 
     #[test]
@@ -587,12 +583,6 @@ mod tests {
             ("inspect", &*super::INSPECT),
             ("resize", &*super::RESIZE),
         ];
-        for (name, script) in scripts {
-            assert_eq!(
-                undefined_calls(script, &preludes, &[]),
-                Vec::<String>::new(),
-                "{name}"
-            );
-        }
+        assert_carries_preludes(&scripts, &preludes);
     }
 }

@@ -93,7 +93,7 @@ pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
 /// Where a node may run a script twice (a cluster client's retry): the key a release by `id`
 /// leaves its tombstone in, passed as the script's last KEY (see `released_before` in
 /// `lock.lua`). None elsewhere: nothing is passed, nothing is written.
-fn tombstone(node: &Node, keys: &LockKeys, id: &str) -> Option<String> {
+pub(crate) fn tombstone(node: &Node, keys: &LockKeys, id: &str) -> Option<String> {
     node.may_run_twice()
         .then(|| keys.companion(&format!("released:{id}")))
 }

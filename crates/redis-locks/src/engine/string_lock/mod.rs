@@ -113,7 +113,7 @@ impl StringLock {
 
 #[cfg(test)]
 mod tests {
-    use crate::node::undefined_calls;
+    use crate::node::assert_carries_preludes;
     use crate::wait::PRELUDES;
 
     #[test]
@@ -125,12 +125,6 @@ mod tests {
             ("extend", &*super::hold::EXTEND),
             ("inspect", &*super::inspect::INSPECT),
         ];
-        for (name, script) in scripts {
-            assert_eq!(
-                undefined_calls(script, &PRELUDES, &[]),
-                Vec::<String>::new(),
-                "{name}"
-            );
-        }
+        assert_carries_preludes(&scripts, &PRELUDES);
     }
 }
