@@ -65,7 +65,7 @@ impl MultiLockArgs {
 /// What one run measured.
 #[derive(Debug, Serialize)]
 pub struct MultiLockReport {
-    /// Tasks, names and subset sizes, as asked.
+    /// Tasks taking MultiLocks at once, as asked.
     pub tasks: u16,
     /// How many names the subsets were drawn from.
     pub names: u16,
@@ -73,7 +73,8 @@ pub struct MultiLockReport {
     pub acquisitions: u64,
     /// Acquisitions per second.
     pub per_second: f64,
-    /// Acquisitions that ran out of their total deadline (or failed otherwise): stuck.
+    /// Acquisitions that ran out of their total deadline: stuck (any other error ends the
+    /// run).
     pub stuck: u64,
     /// Acquisitions that returned later than their deadline plus a 100 ms grace.
     pub past_deadline: u64,

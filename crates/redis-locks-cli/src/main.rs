@@ -90,8 +90,9 @@ enum Commands {
     /// Semaphore NAME (at most N such runs at once); several names take the Mutex of each
     /// together, all or none (a MultiLock: any order, never a deadlock). The command gets the
     /// fencing token in REDIS_LOCKS_TOKEN and the lock name in REDIS_LOCKS_NAME (several names:
-    /// REDIS_LOCKS_TOKENS="name1=token1 name2=token2" and REDIS_LOCKS_NAMES, in the order
-    /// taken); it runs in a process group of
+    /// REDIS_LOCKS_NAMES, in the order taken), every name with its token in
+    /// REDIS_LOCKS_TOKENS="name1=token1 name2=token2", and with --permits N in
+    /// REDIS_LOCKS_PERMITS; it runs in a process group of
     /// its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL after
     /// --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
     Run {

@@ -203,7 +203,8 @@ async fn run_under(lock: &Lock, client: &Client, args: &RunArgs) -> Result<u8, C
     if let [(name, token)] = tokens.as_slice() {
         command
             .env("REDIS_LOCKS_TOKEN", token.to_string())
-            .env("REDIS_LOCKS_NAME", name);
+            .env("REDIS_LOCKS_NAME", name)
+            .env_remove("REDIS_LOCKS_NAMES");
     } else {
         // Several names: no one token or name; each name's in REDIS_LOCKS_TOKENS.
         command
@@ -221,6 +222,9 @@ async fn run_under(lock: &Lock, client: &Client, args: &RunArgs) -> Result<u8, C
     if let Some(permits) = args.permits {
         // The semaphore's N, for a command that wants to know how many run beside it.
         command.env("REDIS_LOCKS_PERMITS", permits.to_string());
+    } else {
+        // Not one of an outer `run --permits` either.
+        command.env_remove("REDIS_LOCKS_PERMITS");
     }
     if let Some(acked) = guard.replicas() {
         // How many replicas acknowledged the grant (--replicas).

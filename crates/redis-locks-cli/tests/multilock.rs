@@ -3,38 +3,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-use common::{command, eventually, expect, redis_locks, stderr, stdout};
+use common::{
+    command, eventually, expect, most_at_once, redis_locks, run, scratch, stderr, stdout,
+    until_exists,
+};
 use test_support::{ChildProcess, RedisServer};
-
-/// `redis-locks run --redis URL ARGS... -- sh -c SCRIPT`.
-fn run(server: &RedisServer, args: &[&str], script: &str) -> Command {
-    let mut cmd = command();
-    cmd.args(["run", "--redis", &server.url()])
-        .args(args)
-        .args(["--", "sh", "-c", script]);
-    cmd
-}
-
-/// A directory of the test's own (each test runs in a process of its own), emptied first.
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("redis-locks-multi-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A shell line that waits, for 20 s at most, until `file` exists, and exits 9 if it never
-/// does.
-fn until_exists(file: &Path) -> String {
-    format!(
-        "i=0; while [ ! -e {file} ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 9; sleep 0.02; done",
-        file = file.display()
-    )
-}
 
 /// Whether the lock `name` is held, as `status --json` says.
 fn held(server: &RedisServer, name: &str) -> bool {
@@ -42,32 +18,6 @@ fn held(server: &RedisServer, name: &str) -> bool {
     assert!(out.status.success(), "{}", stderr(&out));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     status["held"].as_bool().unwrap()
-}
-
-/// The most intervals of `log` open at once, and how many began: lines `start ID NS` and
-/// `end ID NS`.
-fn most_at_once(log: &str) -> (usize, usize) {
-    let mut edges: Vec<(u128, i32)> = Vec::new();
-    let mut started = 0;
-    for line in log.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let at: u128 = fields[2].parse().unwrap();
-        match fields[0] {
-            "start" => {
-                started += 1;
-                edges.push((at, 1));
-            }
-            "end" => edges.push((at, -1)),
-            other => panic!("unexpected line {other:?} in {log}"),
-        }
-    }
-    edges.sort();
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, step) in edges {
-        now += step;
-        most = most.max(now);
-    }
-    (most as usize, started)
 }
 
 #[test]
@@ -83,7 +33,12 @@ fn runs_over_a_b_and_b_a_at_once_never_overlap_and_all_run() {
     // deadlock nor overlap.
     let children: Vec<_> = (0..6)
         .map(|n| {
-            let names: &[&str] = if n % 2 == 0 { &["a", "b"] } else { &["b", "a"] };
+            // A deadlock would end each run at its wait budget (exit 75), not hang the test.
+            let names: &[&str] = if n % 2 == 0 {
+                &["a", "b", "--wait", "20s"]
+            } else {
+                &["b", "a", "--wait", "20s"]
+            };
             run(&server, names, &script)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -204,12 +159,14 @@ fn the_command_gets_every_name_with_its_fencing_token() {
 
     // Each name's token grows from one run to the next.
     let again = run(&server, &["a", "b"], script).output().unwrap();
+    common::succeeded(&again);
     let again = stdout(&again);
     let next = again
         .split("tokens=[")
         .nth(1)
         .and_then(|rest| rest.split(']').next())
         .unwrap();
+    assert_eq!(next.split(' ').count(), pairs.len(), "{again}");
     for (pair, (name, before)) in next.split(' ').zip(&pairs) {
         let (again_name, after) = pair.rsplit_once('=').unwrap();
         assert_eq!(again_name, *name);

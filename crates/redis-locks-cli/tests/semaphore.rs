@@ -3,38 +3,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{command, expect, redis_locks, stderr};
+use common::{expect, most_at_once, redis_locks, run, scratch, status, until_exists};
 use test_support::{ChildProcess, RedisServer};
-
-/// `redis-locks run --redis URL ARGS... -- sh -c SCRIPT`.
-fn run(server: &RedisServer, args: &[&str], script: &str) -> Command {
-    let mut cmd = command();
-    cmd.args(["run", "--redis", &server.url()])
-        .args(args)
-        .args(["--", "sh", "-c", script]);
-    cmd
-}
-
-/// A directory of the test's own (each test runs in a process of its own), emptied first.
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("redis-locks-sem-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A shell line that waits, for 20 s at most, until `file` exists, and exits 9 if it never
-/// does.
-fn until_exists(file: &Path) -> String {
-    format!(
-        "i=0; while [ ! -e {file} ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 9; sleep 0.02; done",
-        file = file.display()
-    )
-}
 
 /// A holder of one permit: `run ARGS -- sh -c 'echo ready token=...; <until release
 /// exists>'`, started and seen ready. Returns it with its fencing token.
@@ -56,39 +29,6 @@ fn holder(server: &RedisServer, args: &[&str], release: &Path) -> (ChildProcess,
     (child, token)
 }
 
-/// `status NAME --json`.
-fn status(server: &RedisServer, name: &str) -> serde_json::Value {
-    let out = redis_locks(&["status", name, "--json", "--redis", &server.url()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// The most intervals of `log` open at once: lines `start ID NS` and `end ID NS` (an end and
-/// a start at the same nanosecond are not two at once).
-fn most_at_once(log: &str) -> (usize, usize) {
-    let mut edges: Vec<(u128, i32)> = Vec::new();
-    let mut started = 0;
-    for line in log.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let at: u128 = fields[2].parse().unwrap();
-        match fields[0] {
-            "start" => {
-                started += 1;
-                edges.push((at, 1));
-            }
-            "end" => edges.push((at, -1)),
-            other => panic!("unexpected line {other:?} in {log}"),
-        }
-    }
-    edges.sort();
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, step) in edges {
-        now += step;
-        most = most.max(now);
-    }
-    (most as usize, started)
-}
-
 #[test]
 fn of_four_runs_with_two_permits_never_more_than_two_run_at_once_and_all_run() {
     let server = RedisServer::start().unwrap();
@@ -103,11 +43,16 @@ fn of_four_runs_with_two_permits_never_more_than_two_run_at_once_and_all_run() {
     );
     let children: Vec<_> = (0..4)
         .map(|_| {
-            run(&server, &["pool", "--permits", "2"], &script)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
+            // A leaked permit would end a run at its wait budget (exit 75), not hang the test.
+            run(
+                &server,
+                &["pool", "--permits", "2", "--wait", "20s"],
+                &script,
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
         })
         .collect();
     let mut tokens = Vec::new();

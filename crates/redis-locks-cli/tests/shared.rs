@@ -3,38 +3,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{command, redis_locks, stderr, stdout};
+use common::{redis_locks, run, scratch, status, stderr, stdout, until_exists};
 use test_support::{ChildProcess, RedisServer};
-
-/// `redis-locks run --redis URL ARGS... -- sh -c SCRIPT`.
-fn run(server: &RedisServer, args: &[&str], script: &str) -> Command {
-    let mut cmd = command();
-    cmd.args(["run", "--redis", &server.url()])
-        .args(args)
-        .args(["--", "sh", "-c", script]);
-    cmd
-}
-
-/// A directory of the test's own (each test runs in a process of its own), emptied first.
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("redis-locks-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A shell line that waits, for 20 s at most, until `file` exists, and exits 9 if it never
-/// does.
-fn until_exists(file: &Path) -> String {
-    format!(
-        "i=0; while [ ! -e {file} ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 9; sleep 0.02; done",
-        file = file.display()
-    )
-}
 
 /// A holder: `run ARGS -- sh -c 'echo ready token=$REDIS_LOCKS_TOKEN; <until release exists>'`,
 /// started and seen ready. Returns it with its fencing token.
@@ -49,13 +22,6 @@ fn holder(server: &RedisServer, args: &[&str], release: &Path) -> (ChildProcess,
         .expect("the holder started its command");
     let token = line.rsplit_once("token=").unwrap().1.parse().unwrap();
     (child, token)
-}
-
-/// `status NAME --json`.
-fn status(server: &RedisServer, name: &str) -> serde_json::Value {
-    let out = redis_locks(&["status", name, "--json", "--redis", &server.url()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Polls `status NAME --json` for 10 s at most until `want` holds, and returns that status.

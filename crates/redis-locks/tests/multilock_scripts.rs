@@ -69,11 +69,15 @@ fn release(con: &mut Connection, names: &[&str], owner: &str) -> redis::RedisRes
 }
 
 fn extend(con: &mut Connection, names: &[&str], owner: &str) -> redis::RedisResult<Vec<i64>> {
-    lua(&[LOCK_LUA, include_str!("../src/multilock/extend.lua")])
-        .key(keys(names))
-        .arg(owner)
-        .arg(20_000)
-        .invoke(con)
+    lua(&[
+        LOCK_LUA,
+        LINES_LUA,
+        include_str!("../src/multilock/extend.lua"),
+    ])
+    .key(keys(names))
+    .arg(owner)
+    .arg(20_000)
+    .invoke(con)
 }
 
 fn get(con: &mut Connection, key: &str) -> Option<String> {

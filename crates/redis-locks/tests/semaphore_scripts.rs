@@ -134,10 +134,17 @@ fn grants_count_permits_and_refusals_say_how_long() {
     assert!((4_000..=5_000).contains(&ms), "{ms}");
     let queued: i64 = redis::cmd("ZCARD").arg(KEYS[3]).query(&mut con).unwrap();
     assert_eq!(queued, 0, "try once never joins the line");
-    // A retry by a holder is granted again with a new token, its lease set again.
-    let (again, retried) = acquire(&mut con, "b", 1, 3, 8_000, 0).unwrap();
+    // A retry by a holder is granted again with a new token, its lease set again; it keeps
+    // the permits it holds, whatever count it asks with (no way past N).
+    let (again, retried) = acquire(&mut con, "b", 3, 3, 8_000, 0).unwrap();
     assert_eq!(again, 1);
     assert!(retried > second);
+    let count: i64 = redis::cmd("HGET")
+        .arg(KEYS[1])
+        .arg("b")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(count, 1, "b still holds one permit");
     // The holders key lasts as long as its latest lease; the hash as long as the holders.
     assert!(pttl(&server, "S") > 9_000);
     assert!(pttl(&server, KEYS[1]) > 9_000);

@@ -39,17 +39,20 @@ use verdict::Verdict;
 #[derive(Debug, Clone, clap::Args)]
 pub struct CheckArgs {
     /// The lock algorithm; give it several times for a side-by-side table. `ours` is this
-    /// library; the others are seed 000's, kept to be caught.
+    /// library; the others are broken on purpose, kept to be caught: seed 000's locks, and a
+    /// counter semaphore and a caller-order MultiLock as peers build them.
     #[arg(long, value_enum, default_values_t = [Algorithm::Ours])]
     pub algorithm: Vec<Algorithm>,
-    /// The primitive of `--algorithm ours`; several for several rows.
+    /// The primitive of `--algorithm ours` (`counter-semaphore` and `caller-order-multilock`
+    /// are a semaphore's and a MultiLock's); several for several rows.
     #[arg(long, value_enum, default_values_t = [CheckPrimitive::Mutex])]
     pub primitive: Vec<CheckPrimitive>,
-    /// N, the permits of `--primitive semaphore` (1 to 64): never more than N holders at
-    /// once is the check.
+    /// N, the permits of `--primitive semaphore` and of `counter-semaphore` (1 to 64): never
+    /// more than N holders at once is the check.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub permits: u32,
-    /// N, the most names of one acquisition of `--primitive multilock` (2 to 16): each takes
+    /// N, the most names of one acquisition of `--primitive multilock` and of
+    /// `caller-order-multilock` (2 to 16): each takes
     /// a random 2 to N of a pool of 2N names, named in a random order; no name may be held by
     /// two at once, and no acquisition may be stuck.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=16))]

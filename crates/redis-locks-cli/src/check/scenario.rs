@@ -1298,9 +1298,22 @@ async fn watch_ttl(
             cons.push(con);
         }
     }
+    // Every key of the lock that must expire: the lock key, its line of waiters (queue,
+    // places, tickets, handover) and a semaphore's hash of permits; the fencing counter
+    // alone never expires, on purpose.
     let keys: Vec<String> = names
         .iter()
-        .map(|name| lock_key(endpoint.settings(), name))
+        .flat_map(|name| match endpoint.settings().keys(name) {
+            Ok(keys) => vec![
+                keys.lock().to_string(),
+                keys.queue().to_string(),
+                keys.places().to_string(),
+                keys.tickets().to_string(),
+                keys.handover().to_string(),
+                keys.companion("permits"),
+            ],
+            Err(_) => vec![name.clone()],
+        })
         .collect();
     let follow = matches!(endpoint.place(), Place::Sentinel { .. });
     let mut master = if follow {
@@ -1372,7 +1385,9 @@ async fn permits_left(endpoint: &Endpoint, lock: &str, scenario: &Scenario) -> R
         Algorithm::Ours => None,
         _ => Some(
             cli_support::connection_with(
-                endpoint.server_url().unwrap_or_default(),
+                endpoint
+                    .server_url()
+                    .ok_or("the broken semaphore's counter is looked at on one server only")?,
                 endpoint.settings(),
             )
             .await
@@ -1395,8 +1410,11 @@ async fn permits_left(endpoint: &Endpoint, lock: &str, scenario: &Scenario) -> R
                 .query_async::<Option<i64>>(con)
                 .await
                 .map_err(|err| format!("cannot read the counter at the end: {err}"))?
-                .unwrap_or(0)
-                .max(0) as u32,
+                .map_or(Ok(0), |held| {
+                    u32::try_from(held).map_err(|_| {
+                        format!("the counter went below zero ({held}): a permit given back twice")
+                    })
+                })?,
         };
         if in_use == 0 || tokio::time::Instant::now() >= give_up {
             return Ok(in_use);

@@ -89,3 +89,63 @@ pub fn succeeded(out: &Output) {
         stderr(out)
     );
 }
+
+/// `redis-locks run --redis URL ARGS... -- sh -c SCRIPT`.
+pub fn run(server: &test_support::RedisServer, args: &[&str], script: &str) -> Command {
+    let mut cmd = command();
+    cmd.args(["run", "--redis", &server.url()])
+        .args(args)
+        .args(["--", "sh", "-c", script]);
+    cmd
+}
+
+/// A directory of the test's own, named after `tag` (each test runs in a process of its own),
+/// emptied first.
+pub fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("redis-locks-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A shell line that waits, for 20 s at most, until `file` exists, and exits 9 if it never
+/// does.
+pub fn until_exists(file: &std::path::Path) -> String {
+    format!(
+        "i=0; while [ ! -e {file} ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 9; sleep 0.02; done",
+        file = file.display()
+    )
+}
+
+/// `status NAME --json`.
+pub fn status(server: &test_support::RedisServer, name: &str) -> serde_json::Value {
+    let out = redis_locks(&["status", name, "--json", "--redis", &server.url()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The most intervals of `log` open at once, and how many began: lines `start ID NS` and
+/// `end ID NS` (an end and a start at the same nanosecond are not two at once).
+pub fn most_at_once(log: &str) -> (usize, usize) {
+    let mut edges: Vec<(u128, i32)> = Vec::new();
+    let mut started = 0;
+    for line in log.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let at: u128 = fields[2].parse().unwrap();
+        match fields[0] {
+            "start" => {
+                started += 1;
+                edges.push((at, 1));
+            }
+            "end" => edges.push((at, -1)),
+            other => panic!("unexpected line {other:?} in {log}"),
+        }
+    }
+    edges.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        now += step;
+        most = most.max(now);
+    }
+    (most as usize, started)
+}

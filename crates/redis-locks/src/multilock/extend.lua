@@ -1,5 +1,5 @@
 -- extend.lua: renew several locks taken together, owner-checked, all or none (after the
--- prelude lock.lua: holder_of, wrong_kind).
+-- preludes lock.lua: holder_of, wrong_kind; lines.lua: locks, lock_key).
 --
 -- KEYS     per lock, five (see lines.lua); the first of each is the lock key, the only one
 --          read here.
@@ -14,18 +14,15 @@
 --   WRONGTYPE <key> ...  a lock key holds another Redis type.
 
 local owner, lease = ARGV[1], ARGV[2]
-local count = math.floor(#KEYS / 5)
-local function lock_key(i)
-  return KEYS[5 * (i - 1) + 1]
-end
+local count = locks()
 for i = 1, count do
-  local wrong = wrong_kind(lock_key(i), 'string', 'a lock')
+  local wrong = wrong_kind(lock_key(i, 1), 'string', 'a lock')
   if wrong then
     return wrong
   end
 end
 for i = 1, count do
-  local holder = holder_of(lock_key(i))
+  local holder = holder_of(lock_key(i, 1))
   if not holder then
     return {0, i}
   end
@@ -34,6 +31,6 @@ for i = 1, count do
   end
 end
 for i = 1, count do
-  redis.call('PEXPIRE', lock_key(i), lease)
+  redis.call('PEXPIRE', lock_key(i, 1), lease)
 end
 return {1}

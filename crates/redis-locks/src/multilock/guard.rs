@@ -152,8 +152,9 @@ impl MultiLockGuard {
         self.parts.iter().all(|part| part.lease.is_renewed())
     }
 
-    /// Sets every lock's lease to `lease` from now, if they are all still this guard's (one
-    /// owner-checked request per cluster slot, all at once).
+    /// Sets every lock's lease to `lease` from now, if they are still this guard's: one
+    /// owner-checked request per cluster slot, all at once, each all or none for its slot (a
+    /// slot that lost a lock is left as it was; the other slots are extended).
     ///
     /// # Errors
     /// As [`MutexGuard::extend`](crate::MutexGuard::extend), for the first lock that failed.

@@ -53,7 +53,7 @@ static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 
 /// Renew a group's locks by owner, all or none: `{1}`, `{0, i}` or `{-1, i}`.
 static EXTEND: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend.lua")]));
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, LINES_LUA, include_str!("extend.lua")]));
 
 /// The most names one [`MultiLock`] takes.
 pub const MAX_MULTILOCK_NAMES: usize = 1000;
@@ -400,11 +400,12 @@ impl MultiLock {
         self.acquire_until(Instant::now().checked_add(wait)).await
     }
 
-    /// Takes every lock only if all are free now; never waits.
+    /// Takes every lock only if all are free now; never waits (nor joins a line).
     ///
     /// # Errors
-    /// [`Error::Held`] naming a lock held by another owner (with its remaining lease);
-    /// otherwise as [`MultiLock::lock`].
+    /// [`Error::Held`] naming a lock held by another owner (with its remaining lease), or a
+    /// slot's single lock that is free but has a waiter first in its line (`retry_after` is
+    /// then `None`); otherwise as [`MultiLock::lock`].
     ///
     /// # Cancel safety
     /// As [`MultiLock::lock`].
@@ -589,7 +590,6 @@ impl<'a> GroupAttempt<'a> {
         .await?;
         match outcome {
             Try::Won((tokens, sent_at)) => {
-                self.granted_once = true;
                 let owed = self
                     .owed
                     .take()

@@ -22,7 +22,8 @@
 --               token is the new fencing token (fence.lua's next_token), one per grant. The
 --               waiter left the queue; if permits are still free, the next waiter is woken.
 --               Also the reply when ARGV[1] holds already (a retried request, or a grant that
---               came back too late): the lease is set again, with a new token.
+--               came back too late): the lease is set again, with a new token, and the owner
+--               keeps the permits it holds (ARGV[2] is not looked at then).
 --   {0, ms}     not granted: too few permits are free; ms is how long until the earliest
 --               holder's lease ends (when a permit comes back at the latest).
 --   {0, -2}     not granted: permits are free but other waiters are ahead (they are served
@@ -59,25 +60,26 @@ end
 local used = permits_reclaim(KEYS[1], KEYS[2], now)
 queue_purge(KEYS[4], KEYS[5], now)
 
-local function grant(counted)
+local function grant(count, counted)
   local token, err = next_token(KEYS[3], micros)
   if not token then
     return err
   end
   redis.call('ZADD', KEYS[1], now + lease, owner)
-  redis.call('HSET', KEYS[2], owner, wanted, 'limit', limit, 'used', counted)
+  redis.call('HSET', KEYS[2], owner, count, 'limit', limit, 'used', counted)
   return {1, token}
 end
 
 if redis.call('ZSCORE', KEYS[1], owner) then
-  local reply = grant(used)
+  -- A re-grant keeps the permits the owner holds, whatever ARGV[2] says now.
+  local reply = grant(tonumber(redis.call('HGET', KEYS[2], owner)) or wanted, used)
   permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
   return reply
 end
 
 local head = queue_head(KEYS[4])
 if (head == nil or head == owner) and used + wanted <= limit then
-  local reply = grant(used + wanted)
+  local reply = grant(wanted, used + wanted)
   if reply[1] ~= 1 then
     return reply
   end

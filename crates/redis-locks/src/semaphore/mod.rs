@@ -191,7 +191,7 @@ impl Hold for SemaphoreHold {
 /// N is part of the semaphore: every process must open it with the same N while anybody
 /// holds or waits ([`Error::PermitsMismatch`] otherwise); change it on purpose with
 /// [`set_permits`](Semaphore::set_permits). A semaphore nobody holds or waits for keeps
-/// nothing on the server, so the next acquirer's N counts.
+/// nothing on the server but its fencing counter, so the next acquirer's N counts.
 ///
 /// # Examples
 /// ```
