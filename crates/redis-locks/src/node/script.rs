@@ -163,6 +163,19 @@ pub(crate) fn undefined_calls(
             }
         }
     }
+    // A fast path before the preludes runs before any of their functions is defined: it may
+    // call none of them (the code before the first definition, comments left out).
+    let first = source.find("local function ").unwrap_or(source.len());
+    let before: String = source[..first]
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (name, _) in &known {
+        if calls(&before, name) {
+            missing.push(format!("{name} (called before it is defined)"));
+        }
+    }
     missing
 }
 
@@ -193,6 +206,19 @@ mod tests {
             assert!(!source.contains("redis.call('PUBLISH'"));
             assert!(!source.contains("redis.call('SPUBLISH'"));
         }
+    }
+
+    #[test]
+    fn a_fast_path_that_calls_a_prelude_function_is_reported() {
+        let fast = "-- x_first.lua: a fast path\nif server_ms() > 0 then return 1 end";
+        let script = LockScript::new(&[fast, crate::wait::LOCK_LUA, "return 0"]);
+        assert_eq!(
+            undefined_calls(&script, &[crate::wait::LOCK_LUA], &[]),
+            ["server_ms (called before it is defined)"]
+        );
+        let fine = "-- x_first.lua: a fast path\nif redis.call('TIME') then return 1 end";
+        let script = LockScript::new(&[fine, crate::wait::LOCK_LUA, "return 0"]);
+        assert!(undefined_calls(&script, &[crate::wait::LOCK_LUA], &[]).is_empty());
     }
 
     #[test]
