@@ -17,7 +17,17 @@ static BARE_RELEASE: LazyLock<Script> =
 
 /// The bare permit: reclaim expired holders by the server clock, count, add, fence.
 static BARE_SEMAPHORE_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("bare_semaphore_acquire.lua")));
+    LazyLock::new(|| Script::new(include_str!("floors/semaphore_acquire.lua")));
+
+/// The floor of the hash-based locks: a hold as a field of one hash (`floors/hold_*.lua`).
+static HOLD_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("floors/hold_acquire.lua")));
+static HOLD_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("floors/hold_release.lua")));
+
+/// The floor of a first-come-first-served lock (`floors/fair_acquire.lua`).
+static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("floors/fair_acquire.lua")));
 
 /// A bare lock on one connection, counting the requests it sends.
 #[derive(Clone)]
@@ -84,7 +94,7 @@ impl BareLock {
     }
 
     /// One permit of `permits` in the sorted set `holders` for `owner`, leased by the server
-    /// clock, with a token from `fence`: one script call (`bare_semaphore_acquire.lua`).
+    /// clock, with a token from `fence`: one script call (`floors/semaphore_acquire.lua`).
     /// The token when taken, `None` when `permits` unexpired holders are there already.
     pub async fn try_acquire_permit(
         &self,
@@ -115,6 +125,67 @@ impl BareLock {
             .query_async(&mut self.connection.clone())
             .await?;
         Ok(removed == 1)
+    }
+
+    /// A hold of `owner` as the field `field` of the hash `hash`, with a token from `fence`,
+    /// unless `blocker` or `queue` exists: one script call (`floors/hold_acquire.lua`). True
+    /// when taken.
+    pub async fn try_acquire_hold(
+        &self,
+        [hash, fence, blocker, queue]: [&str; 4],
+        field: &str,
+        owner: &str,
+    ) -> redis::RedisResult<bool> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let token: i64 = HOLD_ACQUIRE
+            .key(hash)
+            .key(fence)
+            .key(blocker)
+            .key(queue)
+            .arg(field)
+            .arg(owner)
+            .arg(self.lease_ms)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(token > 0)
+    }
+
+    /// The hold's release: `HDEL` of its field and a look at the queue, in one script call
+    /// (`floors/hold_release.lua`). True when the field was there.
+    pub async fn release_hold(
+        &self,
+        hash: &str,
+        queue: &str,
+        field: &str,
+    ) -> redis::RedisResult<bool> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let (deleted, _waiting): (i64, i64) = HOLD_RELEASE
+            .key(hash)
+            .key(queue)
+            .arg(field)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    /// `key` for `token` with a token from `fence`, unless somebody waits in `queue` (or the
+    /// key is held): one script call (`floors/fair_acquire.lua`). True when taken; its
+    /// release is [`BareLock::release`].
+    pub async fn try_acquire_fair(
+        &self,
+        [key, fence, queue]: [&str; 3],
+        token: &str,
+    ) -> redis::RedisResult<bool> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let token: i64 = FAIR_ACQUIRE
+            .key(key)
+            .key(fence)
+            .key(queue)
+            .arg(token)
+            .arg(self.lease_ms)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(token > 0)
     }
 
     /// Polls every `retry` (fixed, as the peers' defaults do) until the lock is taken.
@@ -168,6 +239,22 @@ impl BareQuorum {
     pub async fn try_acquire(&self, key: &str, token: &str) -> redis::RedisResult<bool> {
         self.majority(key, token, |node, key, token| {
             Box::pin(async move { node.try_acquire(&key, &token).await })
+        })
+        .await
+    }
+
+    /// The fenced first attempt ([`BareLock::try_acquire_fenced`]: `SET NX PX` + `INCR` +
+    /// the epoch checks in one pipeline) on every node at once: true when a majority took
+    /// it. What the library's `Redlock` sends at the least, the floor it is measured against.
+    pub async fn try_acquire_fenced(
+        &self,
+        [key, fence, epoch]: [&str; 3],
+        token: &str,
+    ) -> redis::RedisResult<bool> {
+        let (fence, epoch) = (fence.to_string(), epoch.to_string());
+        self.majority(key, token, move |node, key, token| {
+            let (fence, epoch) = (fence.clone(), epoch.clone());
+            Box::pin(async move { node.try_acquire_fenced(&key, &fence, &epoch, &token).await })
         })
         .await
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, OwnerToken};
+use redis_locks::{Client, LockKeys, OwnerToken};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -109,12 +109,12 @@ pub struct Report {
     /// With `--kind semaphore`: its acquisitions per second over the `Mutex`'s in the same
     /// run (`one_node`).
     ratio_ours_to_mutex: Option<f64>,
-    /// With `--kind semaphore`: the floor, the least a leased, fenced, counted permit sends
-    /// (one script: reclaim by the server clock, count, add, fence; release: `ZREM`), with no
-    /// library code, each worker its own, in the same run.
-    bare_semaphore: Option<Variant>,
-    /// With `--kind semaphore`: its acquisitions per second over the floor's.
-    ratio_ours_to_floor: Option<f64>,
+    /// The primitive's floor, the least its design must send, with no library code, each
+    /// worker its own, in the same run ([`floor_name`]); `None` for a `Mutex`, whose floor is
+    /// `bare_fenced` (its own commands sent bare).
+    floor: Option<Variant>,
+    /// The acquisitions per second over the floor's (`floor`, or `bare_fenced` for a `Mutex`).
+    ratio_ours_to_floor: f64,
     /// With `--kind semaphore`: the floor's acquisitions per second over the `Mutex`'s.
     ratio_floor_to_mutex: Option<f64>,
     /// With `--kind redlock`: the bare Redlock (`SET NX PX` and compare-and-delete on every
@@ -152,8 +152,8 @@ enum Side {
     BareQuorum,
     /// The same primitive on one private server, beside a cluster or Sentinel.
     Single,
-    /// Beside a semaphore, its floor: one script (reclaim, count, add, fence) + `ZREM`.
-    BareSemaphore,
+    /// The primitive's floor ([`floor_name`]); a `Mutex`'s is `BareFenced`.
+    Floor,
 }
 
 /// Runs the benchmark against `target` and prints a table, or one JSON object with `json`.
@@ -202,12 +202,13 @@ pub async fn run(target: &RedisTarget, args: &ThroughputArgs, json: bool) -> Res
             locks.push(side_key(&key, Side::BareFenced, args.kind));
         }
     }
-    // The floor's keys: its fencing counter goes with the others, its holders here.
-    let floors: Vec<String> = match args.kind {
-        Primitive::Semaphore => (0..args.workers)
-            .map(|w| side_key(&worker_key(&run_id, w), Side::BareSemaphore, args.kind))
+    // The floor's keys: its fencing counter goes with the others, its keys here (a run cut
+    // short may leave a hold).
+    let floors: Vec<String> = match floor_name(args.kind) {
+        Some(_) => (0..args.workers)
+            .map(|w| side_key(&worker_key(&run_id, w), Side::Floor, args.kind))
             .collect(),
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     locks.extend(floors.iter().cloned());
     locks.push(memory_key(&run_id));
@@ -224,8 +225,8 @@ pub async fn run(target: &RedisTarget, args: &ThroughputArgs, json: bool) -> Res
     Ok(())
 }
 
-/// Deletes the holders of the floor's permits (`names`, under the endpoint's namespace), over
-/// a connection of its own: released permits leave none, a run cut short may.
+/// Deletes the lock keys of the floor's locks (`names`, under the endpoint's namespace), over
+/// a connection of its own: released locks leave none, a run cut short may.
 async fn delete_holders(endpoint: &Endpoint, names: &[String]) -> Result<(), CliError> {
     if names.is_empty() {
         return Ok(());
@@ -238,7 +239,7 @@ async fn delete_holders(endpoint: &Endpoint, names: &[String]) -> Result<(), Cli
             .query_async::<i64>(&mut connection)
             .await
             .map_err(|err| {
-                CliError::Unavailable(format!("deleting the permits {}: {err}", keys.lock()))
+                CliError::Unavailable(format!("deleting the floor's {}: {err}", keys.lock()))
             })?;
     }
     Ok(())
@@ -279,20 +280,10 @@ async fn measure(
             let one = Handle::new(clients, &one, Primitive::Mutex, args.lease)?;
             one.acquire().await?.release().await?;
         }
-        if semaphore {
+        if floor_name(args.kind).is_some() {
             // The floor's script loaded, its counter made.
-            let floor = clients[0].keys(&side_key(&key, Side::BareSemaphore, args.kind))?;
-            let owner = OwnerToken::random();
-            let taken = bare
-                .try_acquire_permit(floor.lock(), floor.fence(), owner.as_str(), permits)
-                .await;
-            let released = bare.release_permit(floor.lock(), owner.as_str()).await;
-            if !matches!((taken, released), (Ok(Some(_)), Ok(true))) {
-                return Err(CliError::CheckFailed(format!(
-                    "the bare semaphore on {} failed",
-                    floor.lock()
-                )));
-            }
+            let floor = clients[0].keys(&side_key(&key, Side::Floor, args.kind))?;
+            floor_cycle(args.kind, (&bare, &quorum), &floor, permits).await?;
         }
         if let Some(single) = single {
             let handle = handle_of(single, &key, args.kind, args)?;
@@ -323,9 +314,9 @@ async fn measure(
         &[Side::Ours, Side::Bare, Side::BareFenced]
     };
     let mut sides = sides.to_vec();
-    if semaphore {
-        // Its floor, right after the Mutex.
-        sides.insert(2, Side::BareSemaphore);
+    if floor_name(args.kind).is_some() {
+        // Its floor, right after the primitive (and the Mutex beside it).
+        sides.insert(if beside_mutex { 2 } else { 1 }, Side::Floor);
     }
     let requests = || -> u64 {
         clients
@@ -347,7 +338,7 @@ async fn measure(
                 Side::Bare => format!("bare, slice {}/{SLICES}", round + 1),
                 Side::BareFenced => format!("bare fenced, slice {}/{SLICES}", round + 1),
                 Side::Single => format!("one server, slice {}/{SLICES}", round + 1),
-                Side::BareSemaphore => format!("bare semaphore, slice {}/{SLICES}", round + 1),
+                Side::Floor => format!("floor, slice {}/{SLICES}", round + 1),
             };
             let bar = progress(&label, slice, json);
             let requests_before = requests() + bare.requests() + quorum.requests();
@@ -407,15 +398,12 @@ async fn measure(
         )
     });
     let ratio_ours_to_mutex = one_node.as_ref().filter(|_| semaphore).map(ratio);
-    let bare_semaphore = semaphore.then(|| {
-        variant(
-            format!("bare semaphore: 1 script + ZREM{place}"),
-            &totals[Side::BareSemaphore as usize],
-        )
-    });
-    let ratio_ours_to_floor = bare_semaphore.as_ref().map(ratio);
-    let ratio_floor_to_mutex = bare_semaphore
+    let floor = floor_name(args.kind)
+        .map(|name| variant(format!("{name}{place}"), &totals[Side::Floor as usize]));
+    let ratio_ours_to_floor = ratio(floor.as_ref().unwrap_or(&fenced));
+    let ratio_floor_to_mutex = floor
         .as_ref()
+        .filter(|_| semaphore)
         .zip(one_node.as_ref())
         .map(|(floor, mutex)| floor.per_second / mutex.per_second.max(f64::MIN_POSITIVE));
     let bare_quorum = redlock.then(|| {
@@ -445,7 +433,7 @@ async fn measure(
         nodes: clients.len(),
         permits: semaphore.then_some(permits),
         ratio_ours_to_mutex,
-        bare_semaphore,
+        floor,
         ratio_ours_to_floor,
         ratio_floor_to_mutex,
         one_node,
@@ -483,6 +471,7 @@ async fn phase(
         // The keys our locks use (under the namespace): the bare lock takes the same.
         let keys = clients[0].keys(&key)?;
         let (bare, quorum) = (bare.clone(), quorum.clone());
+        let kind = args.kind;
         tasks.push(tokio::spawn(async move {
             let mut latencies = Latencies::default();
             let mut cycles = Latencies::default();
@@ -495,19 +484,14 @@ async fn phase(
                         latencies.record(started.elapsed());
                         guard.release().await?;
                     }
-                    Side::BareSemaphore => {
+                    Side::Floor => {
                         let owner = OwnerToken::random();
-                        let taken = bare
-                            .try_acquire_permit(keys.lock(), keys.fence(), owner.as_str(), permits)
-                            .await;
+                        let owner = owner.as_str();
+                        let taken = floor_acquire(kind, (&bare, &quorum), &keys, owner, permits);
+                        let taken = taken.await;
                         latencies.record(started.elapsed());
-                        let released = bare.release_permit(keys.lock(), owner.as_str()).await;
-                        if !matches!((taken, released), (Ok(Some(_)), Ok(true))) {
-                            return Err(CliError::CheckFailed(format!(
-                                "the bare semaphore on {} failed",
-                                keys.lock()
-                            )));
-                        }
+                        let released = floor_release(kind, (&bare, &quorum), &keys, owner).await;
+                        floor_checked(&keys, taken, released)?;
                     }
                     Side::Bare | Side::BareFenced | Side::BareQuorum => {
                         let token = OwnerToken::random();
@@ -554,6 +538,111 @@ async fn phase(
     Ok((total, all, all_cycles))
 }
 
+/// What the floor of `kind` is, as its row names it: the least the primitive's design must
+/// send, with no library code (its scripts in `src/floors/`); `None` for a `Mutex`, whose
+/// floor is the bare fenced lock (its own commands sent bare) and for a `MultiLock` (see
+/// `bench multilock`).
+fn floor_name(kind: Primitive) -> Option<&'static str> {
+    match kind {
+        Primitive::Mutex | Primitive::MultiLock => None,
+        Primitive::FairMutex => Some("floor: script (line, SET NX PX, INCR) + c-a-d"),
+        Primitive::Reentrant | Primitive::Write => {
+            Some("floor: hash hold, two scripts (EXISTS, INCR, HSET, PEXPIRE / HDEL)")
+        }
+        Primitive::Read => {
+            Some("floor: read hold, two scripts (EXISTS, INCR, HSET, PEXPIRE / HDEL)")
+        }
+        Primitive::Redlock => Some("floor: fenced SET NX PX pipeline + c-a-d on all nodes"),
+        Primitive::Semaphore => Some("floor: 1 script (reclaim, count, add, INCR) + ZREM"),
+    }
+}
+
+/// The floor's acquire of `kind` for `owner` on `keys` (see [`floor_name`]): true when taken.
+async fn floor_acquire(
+    kind: Primitive,
+    (bare, quorum): (&BareLock, &BareQuorum),
+    keys: &LockKeys,
+    owner: &str,
+    permits: u32,
+) -> redis::RedisResult<bool> {
+    let (lock, fence, queue) = (keys.lock(), keys.fence(), keys.queue());
+    match kind {
+        Primitive::Semaphore => Ok(bare
+            .try_acquire_permit(lock, fence, owner, permits)
+            .await?
+            .is_some()),
+        // A reader is kept out by a writer's key (a design of its own, `read_floor`), a writer
+        // or a reentrant holder by any hold at all.
+        Primitive::Read => {
+            let writer = keys.companion("writer");
+            bare.try_acquire_hold([lock, fence, &writer, queue], owner, owner)
+                .await
+        }
+        Primitive::Write | Primitive::Reentrant => {
+            bare.try_acquire_hold([lock, fence, lock, queue], owner, owner)
+                .await
+        }
+        Primitive::FairMutex => bare.try_acquire_fair([lock, fence, queue], owner).await,
+        Primitive::Redlock => {
+            quorum
+                .try_acquire_fenced([lock, fence, keys.epoch()], owner)
+                .await
+        }
+        Primitive::Mutex | Primitive::MultiLock => {
+            bare.try_acquire_fenced(lock, fence, keys.epoch(), owner)
+                .await
+        }
+    }
+}
+
+/// The floor's release of `kind` for `owner` on `keys`: true when it was `owner`'s.
+async fn floor_release(
+    kind: Primitive,
+    (bare, quorum): (&BareLock, &BareQuorum),
+    keys: &LockKeys,
+    owner: &str,
+) -> redis::RedisResult<bool> {
+    match kind {
+        Primitive::Semaphore => bare.release_permit(keys.lock(), owner).await,
+        Primitive::Read | Primitive::Write | Primitive::Reentrant => {
+            bare.release_hold(keys.lock(), keys.queue(), owner).await
+        }
+        Primitive::Redlock => quorum.release(keys.lock(), owner).await,
+        Primitive::FairMutex | Primitive::Mutex | Primitive::MultiLock => {
+            bare.release(keys.lock(), owner).await
+        }
+    }
+}
+
+/// One acquire and release of the floor of `kind` on `keys`, checked (see [`floor_checked`]).
+async fn floor_cycle(
+    kind: Primitive,
+    sides: (&BareLock, &BareQuorum),
+    keys: &LockKeys,
+    permits: u32,
+) -> Result<(), CliError> {
+    let owner = OwnerToken::random();
+    let taken = floor_acquire(kind, sides, keys, owner.as_str(), permits).await;
+    let released = floor_release(kind, sides, keys, owner.as_str()).await;
+    floor_checked(keys, taken, released)
+}
+
+/// Whether a floor's acquire and release both did their work: an uncontended floor that
+/// refuses or finds its hold gone is a broken measurement, not a figure.
+fn floor_checked(
+    keys: &LockKeys,
+    taken: redis::RedisResult<bool>,
+    released: redis::RedisResult<bool>,
+) -> Result<(), CliError> {
+    match (taken, released) {
+        (Ok(true), Ok(true)) => Ok(()),
+        (taken, released) => Err(CliError::CheckFailed(format!(
+            "the floor on {} failed (acquire {taken:?}, release {released:?})",
+            keys.lock()
+        ))),
+    }
+}
+
 /// A handle of `kind` on `key` with the run's lease (and, for a semaphore, its N).
 fn handle_of(
     clients: &[Client],
@@ -587,7 +676,7 @@ fn side_key(key: &str, side: Side, kind: Primitive) -> String {
         // own.
         (Primitive::Semaphore, Side::OneNode) => format!("{key}:mutex"),
         (Primitive::Semaphore, Side::Bare | Side::BareFenced) => format!("{key}:bare"),
-        (Primitive::Semaphore, Side::BareSemaphore) => format!("{key}:floor"),
+        (_, Side::Floor) => format!("{key}:floor"),
         _ => key.to_string(),
     }
 }
@@ -664,7 +753,7 @@ fn print_report(report: &Report) {
         .chain(report.single_node.as_ref())
         .chain(report.one_node.as_ref())
         .chain(report.bare_quorum.as_ref())
-        .chain(report.bare_semaphore.as_ref())
+        .chain(report.floor.as_ref())
         .chain([&report.bare, &report.bare_fenced]);
     for v in variants {
         rows.push(vec![
@@ -702,10 +791,9 @@ fn print_report(report: &Report) {
             report.ratio_cycle_p50_to_one_node.unwrap_or_default(),
             report.permits.unwrap_or_default()
         );
-        if let (Some(ours), Some(floor)) = (report.ratio_ours_to_floor, report.ratio_floor_to_mutex)
-        {
+        if let Some(floor) = report.ratio_floor_to_mutex {
             println!(
-                "  ratio Semaphore/floor: {ours:.2}; floor/Mutex: {floor:.2}   (the least any leased, fenced permit must send, beside the Mutex)"
+                "  floor/Mutex: {floor:.2}   (the least any leased, fenced permit must send, beside the Mutex)"
             );
         }
     } else if let Some(ratio) = report.ratio_cycle_p50_to_one_node {
@@ -719,6 +807,16 @@ fn print_report(report: &Report) {
             "  Redlock / bare Redlock, acquire+release p50: {ratio:.2}   (what tokens, owner checks and validity cost over the bare fan-out)"
         );
     }
+    println!(
+        "  ratio ours/floor: {:.2}   (the floor: the least the {} design must send, with no library code{})",
+        report.ratio_ours_to_floor,
+        report.kind.label(),
+        if report.floor.is_some() {
+            ""
+        } else {
+            ": its own commands sent bare, the bare fenced lock"
+        }
+    );
     println!(
         "  requests/acq: round trips to Redis per acquire + release (SET NX PX + INCR + the epoch checks go as one pipeline)"
     );

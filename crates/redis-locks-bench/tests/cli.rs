@@ -157,9 +157,10 @@ fn handoff_compares_the_three_layouts_in_one_run_without_overlaps() {
 }
 
 #[test]
-fn throughput_measures_every_kind_of_lock_against_the_bare_minimum() {
+fn throughput_measures_every_kind_of_lock_against_the_bare_minimum_and_its_floor() {
     let server = RedisServer::start().unwrap();
     for (kind, name) in [
+        ("mutex", "redis-locks Mutex"),
         ("fair-mutex", "redis-locks FairMutex"),
         ("reentrant", "redis-locks ReentrantMutex"),
         ("read", "redis-locks RwLock read"),
@@ -182,8 +183,32 @@ fn throughput_measures_every_kind_of_lock_against_the_bare_minimum() {
         assert!(run["ratio_ours_to_bare"].as_f64().unwrap() > 0.0, "{run}");
         assert!(run["ratio_ours_to_bare_fenced"].as_f64().unwrap() > 0.0);
         assert!(run["memory"]["held_lock_key_bytes"].as_i64().unwrap() > 0);
+        // The floor, the least the design must send, in the same run: a side of its own, or
+        // for a Mutex the bare fenced lock (its own commands sent bare).
+        let to_floor = run["ratio_ours_to_floor"].as_f64().unwrap();
+        if kind == "mutex" {
+            assert!(run["floor"].is_null(), "{run}");
+            assert_eq!(to_floor, run["ratio_ours_to_bare_fenced"].as_f64().unwrap());
+        } else {
+            assert!(
+                run["floor"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("floor: ")
+            );
+            assert!(run["floor"]["acquisitions"].as_u64().unwrap() > 0, "{run}");
+            let requests = run["floor"]["requests_per_acquisition"].as_f64().unwrap();
+            assert!((2.0..2.5).contains(&requests), "{run}");
+            assert!(to_floor > 0.0, "{run}");
+        }
     }
     assert_no_counters_left(&server);
+    // Nor any floor's hold or lock.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
 }
 
 #[test]
@@ -303,10 +328,10 @@ fn semaphore_throughput_is_measured_beside_a_mutex_in_the_same_run() {
     assert_eq!(run["one_node"]["name"], "redis-locks Mutex", "{run}");
     // The floor: one script (reclaim by the server clock, count, add, fence) and a ZREM.
     assert_eq!(
-        run["bare_semaphore"]["name"], "bare semaphore: 1 script + ZREM",
+        run["floor"]["name"], "floor: 1 script (reclaim, count, add, INCR) + ZREM",
         "{run}"
     );
-    for variant in ["ours", "one_node", "bare_semaphore", "bare", "bare_fenced"] {
+    for variant in ["ours", "one_node", "floor", "bare", "bare_fenced"] {
         assert!(run[variant]["acquisitions"].as_u64().unwrap() > 0, "{run}");
         // Uncontended: an acquire and a release, two round trips.
         let requests = run[variant]["requests_per_acquisition"].as_f64().unwrap();
@@ -356,7 +381,7 @@ fn redlock_throughput_is_measured_beside_one_node_and_the_bare_fan_out() {
     let run = &runs[0];
     assert_eq!(run["kind"], "redlock");
     assert_eq!(run["nodes"], 3);
-    for variant in ["ours", "one_node", "bare_quorum"] {
+    for variant in ["ours", "one_node", "bare_quorum", "floor"] {
         assert!(
             run[variant]["acquisitions"].as_u64().unwrap() > 0,
             "{variant}: {run}"
@@ -368,6 +393,7 @@ fn redlock_throughput_is_measured_beside_one_node_and_the_bare_fan_out() {
     let requests = run["ours"]["requests_per_acquisition"].as_f64().unwrap();
     assert!((6.0..=9.5).contains(&requests), "{requests}");
     assert!(run["ratio_cycle_p50_to_one_node"].as_f64().unwrap() > 0.0);
+    assert!(run["ratio_ours_to_floor"].as_f64().unwrap() > 0.0);
     for server in &servers {
         assert_no_counters_left(server);
     }

@@ -18,7 +18,8 @@
 //!
 //! - *hash, two scripts*: a read hold as a field of the lock's hash (seed 004's layout, and
 //!   today's `RwLock`): a conditional write of several things at once, which Redis 7.0 does
-//!   in one round trip only in a script (`acquire.lua`, `release.lua` beside this file);
+//!   in one round trip only in a script (`src/floors/hold_acquire.lua`, `hold_release.lua`, which
+//!   `bench throughput` uses as the floor of the hash-based locks too);
 //! - *hash, script + pipeline*: the same, with the release as plain commands (`HDEL` and a
 //!   look at the queue, which a release must wake);
 //! - *key per reader*: no script at all — each read hold a key of its own with `PX` (its own
@@ -314,8 +315,8 @@ pub async fn run(args: &Args) -> Result<Vec<(&'static str, f64)>, Box<dyn std::e
             cli_support::endpoint::SideConnection::Server(conn.clone()),
             Duration::from_secs(30),
         ),
-        acquire: Script::new(include_str!("acquire.lua")),
-        release: Script::new(include_str!("release.lua")),
+        acquire: Script::new(include_str!("../../src/floors/hold_acquire.lua")),
+        release: Script::new(include_str!("../../src/floors/hold_release.lua")),
     });
     let run = format!("{:08x}", rand::random::<u32>());
     let keys: Vec<Arc<Keys>> = (0..args.workers)

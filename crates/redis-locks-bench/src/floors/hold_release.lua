@@ -1,4 +1,4 @@
--- release.lua (read_floor example): the least a hash-based read release can do in a script:
+-- hold_release.lua: the least a hash-based release (read, write, reentrant) can do in a script:
 -- delete the hold, and say whether anyone waits (a release must then wake them).
 --
 -- KEYS[1]  the lock hash.

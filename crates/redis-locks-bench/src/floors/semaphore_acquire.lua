@@ -1,4 +1,4 @@
--- bare_semaphore_acquire.lua: the least a leased, fenced, counted permit must send to be
+-- semaphore_acquire.lua: the least a leased, fenced, counted permit must send to be
 -- taken, the floor `bench throughput --kind semaphore` measures the library's Semaphore
 -- against. Not a semaphore: no weights, no agreement on N between the handles (N comes with
 -- each call), no waiting line, no restart-proof seed of the fencing counter; only what any

@@ -1,10 +1,14 @@
--- acquire.lua (read_floor example): the least a read hold kept as a field of one hash can do
--- in a script. Not a lock: no kinds, no hold deadline on the server clock, no queue to join,
--- no vouching of the counter; only what every hash-based read acquire runs at the least.
+-- hold_acquire.lua: the least a hold kept as a field of one hash can do in a script, the floor
+-- of the hash-based locks (`RwLock` read and write, `ReentrantMutex`) that `bench throughput`
+-- and the `read_floor` example measure the library against. Not a lock: no kinds, no hold
+-- deadline on the server clock, no queue to join, no vouching of the counter; only what every
+-- hash-based acquire runs at the least.
 --
 -- KEYS[1]  the lock hash.
 -- KEYS[2]  the fencing counter.
--- KEYS[3]  the writer's key, KEYS[4] the queue: while either exists, readers stay out.
+-- KEYS[3]  what keeps the hold out while it exists: for a read hold the writer's key, for a
+--          write (or reentrant) hold the lock hash itself (any hold there); KEYS[4] the queue,
+--          which keeps it out too.
 -- ARGV[1]  the hold's field.
 -- ARGV[2]  the owner.
 -- ARGV[3]  the lease in milliseconds.
