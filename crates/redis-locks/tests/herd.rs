@@ -12,50 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    child_main, client, env, eventually, holds_of, raw, record_hold, report_holds, server,
-    wait_for_go,
+    child_main, children, client, env, eventually, holds_of, raw, record_hold, report_holds, say,
+    say_go, server, wait_for_go,
 };
 use redis_locks::history::History;
 use redis_locks::{Client, MutexOptions};
-use test_support::{ChildProcess, RedisServer};
+use test_support::RedisServer;
 use tokio::time::Instant;
-
-/// Starts `count` children running the `#[ignore]`d test `name`, and waits until each has
-/// connected (it prints `ready`).
-fn children(
-    server: &RedisServer,
-    name: &str,
-    count: usize,
-    envs: &[(&str, &str)],
-) -> Vec<ChildProcess> {
-    let url = server.url();
-    let mut all_envs = vec![("CHILD_REDIS_URL", url.as_str())];
-    all_envs.extend_from_slice(envs);
-    let mut children: Vec<ChildProcess> = (0..count)
-        .map(|_| ChildProcess::spawn_test(name, &all_envs).unwrap())
-        .collect();
-    for child in &mut children {
-        assert!(
-            child
-                .wait_for_line("ready", Duration::from_secs(30))
-                .is_some(),
-            "child connected"
-        );
-    }
-    children
-}
-
-fn say_go(server: &RedisServer) {
-    say(server, "go");
-}
-
-fn say(server: &RedisServer, key: &str) {
-    redis::cmd("SET")
-        .arg(key)
-        .arg(1)
-        .exec(&mut raw(server))
-        .unwrap();
-}
 
 fn queued(server: &RedisServer, lock: &str) -> i64 {
     redis::cmd("ZCARD")

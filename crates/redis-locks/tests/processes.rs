@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    child_main, client, env, holds_of, pttl, raw, record_hold, report_holds, server, wait_for_go,
+    child_main, children, client, env, holds_of, pttl, record_hold, report_holds, say_go, server,
+    wait_for_go,
 };
 use redis_locks::history::History;
 use redis_locks::{Client, MutexOptions};
@@ -52,22 +53,11 @@ fn contender_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_tasks_and_processes() {
     let server = server();
-    let url = server.url();
     let history = Arc::new(History::default());
-    let mut children: Vec<ChildProcess> = (0..PROCESSES)
-        .map(|_| ChildProcess::spawn_test("contender_child", &[("CHILD_REDIS_URL", &url)]).unwrap())
-        .collect();
-    for child in &mut children {
-        let ready =
-            tokio::task::block_in_place(|| child.wait_for_line("ready", Duration::from_secs(30)));
-        assert!(ready.is_some(), "child connected");
-    }
+    let mut children =
+        tokio::task::block_in_place(|| children(&server, "contender_child", PROCESSES, &[]));
     let client = client(&server).await;
-    redis::cmd("SET")
-        .arg("go")
-        .arg(1)
-        .exec(&mut raw(&server))
-        .unwrap();
+    say_go(&server);
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {
             tokio::spawn(contend(

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    assert_not_held, child_main, client, env, eventually, exists, holds_of, raw, report_holds,
-    server, shared_holds_of, wait_for_go,
+    assert_not_held, child_main, children, client, env, eventually, exists, holds_of, raw,
+    report_holds, say_go, server, shared_holds_of, wait_for_go,
 };
 use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{Client, Error, LeaseOptions, LostReason, RwLockOptions};
@@ -97,25 +97,11 @@ fn rwlock_contender_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_share_and_writers_exclude_across_processes() {
     let server = server();
-    let url = server.url();
-    let mut children: Vec<ChildProcess> = (0..2)
-        .map(|_| {
-            ChildProcess::spawn_test("rwlock_contender_child", &[("CHILD_REDIS_URL", &url)])
-                .unwrap()
-        })
-        .collect();
-    for child in &mut children {
-        let ready =
-            tokio::task::block_in_place(|| child.wait_for_line("ready", Duration::from_secs(30)));
-        assert!(ready.is_some(), "child connected");
-    }
+    let mut children =
+        tokio::task::block_in_place(|| children(&server, "rwlock_contender_child", 2, &[]));
     let client = client(&server).await;
     let history = Arc::new(History::default());
-    redis::cmd("SET")
-        .arg("go")
-        .arg(1)
-        .exec(&mut raw(&server))
-        .unwrap();
+    say_go(&server);
     // Here: 4 readers and 1 writer; in each child 2 readers and 1 writer (the child's
     // writer does READS writes): 8 readers and 3 writers in all.
     contend(client, "task".into(), 4, 1, WRITES, history.clone()).await;

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{child_main, client, env, eventually, raw, server, wait_for_go};
+use common::{child_main, children, client, env, eventually, raw, say_go, server, wait_for_go};
 use redis_locks::history::{Interval, check_permits, now_nanos};
 use redis_locks::{Client, Error, LostReason, SemaphoreOptions};
 use test_support::ChildProcess;
@@ -91,23 +91,10 @@ fn permit_taker_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_more_than_n_holders_across_tasks_and_processes() {
     let server = server();
-    let url = server.url();
-    let mut children: Vec<ChildProcess> = (0..PROCESSES)
-        .map(|_| {
-            ChildProcess::spawn_test("permit_taker_child", &[("CHILD_REDIS_URL", &url)]).unwrap()
-        })
-        .collect();
-    for child in &mut children {
-        let ready =
-            tokio::task::block_in_place(|| child.wait_for_line("ready", Duration::from_secs(30)));
-        assert!(ready.is_some(), "child connected");
-    }
+    let mut children =
+        tokio::task::block_in_place(|| children(&server, "permit_taker_child", PROCESSES, &[]));
     let client = client(&server).await;
-    redis::cmd("SET")
-        .arg("go")
-        .arg(1)
-        .exec(&mut raw(&server))
-        .unwrap();
+    say_go(&server);
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {
             tokio::spawn(take_permits(

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redis_locks::{Client, ClientOptions, MutexOptions};
-use test_support::RedisServer;
+use test_support::{ChildProcess, RedisServer};
 use tokio::time::Instant;
 
 /// A private server; panics with the reason when it cannot start (the test cannot run).
@@ -325,4 +325,44 @@ pub async fn contend_as(
             other => panic!("no primitive {other}"),
         }
     }
+}
+
+/// Starts `count` children running the `#[ignore]`d test `name` (with `CHILD_REDIS_URL` the
+/// server's URL, and `envs`), and waits (bounded) until each has connected (it prints
+/// `ready`). Blocking: from a multi-threaded async test, call it in `block_in_place`.
+pub fn children(
+    server: &RedisServer,
+    name: &str,
+    count: usize,
+    envs: &[(&str, &str)],
+) -> Vec<ChildProcess> {
+    let url = server.url();
+    let mut all_envs = vec![("CHILD_REDIS_URL", url.as_str())];
+    all_envs.extend_from_slice(envs);
+    let mut children: Vec<ChildProcess> = (0..count)
+        .map(|_| ChildProcess::spawn_test(name, &all_envs).unwrap())
+        .collect();
+    for child in &mut children {
+        assert!(
+            child
+                .wait_for_line("ready", Duration::from_secs(30))
+                .is_some(),
+            "child connected"
+        );
+    }
+    children
+}
+
+/// Sets the `go` key the children wait for ([`wait_for_go`]): they start at one moment.
+pub fn say_go(server: &RedisServer) {
+    say(server, "go");
+}
+
+/// Sets `key` on `server` (a `GO_KEY` of [`wait_for_go`]).
+pub fn say(server: &RedisServer, key: &str) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(1)
+        .exec(&mut raw(server))
+        .unwrap();
 }
