@@ -25,6 +25,16 @@ static HOLD_ACQUIRE: LazyLock<Script> =
 static HOLD_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("floors/hold_release.lua")));
 
+/// The floor of a `Mutex`'s release: the library's own release fast path with the keys and
+/// arguments the library sends (`floors/mutex_release.lua`).
+static MUTEX_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{}\n{}\nreturn 0",
+        include_str!("floors/mutex_release.lua"),
+        include_str!("../../redis-locks/src/engine/string_lock/release_first.lua")
+    ))
+});
+
 /// The floor of a first-come-first-served lock (`floors/fair_acquire.lua`).
 static FAIR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("floors/fair_acquire.lua")));
@@ -186,6 +196,29 @@ impl BareLock {
             .invoke_async(&mut self.connection.clone())
             .await?;
         Ok(token > 0)
+    }
+
+    /// The `Mutex`'s floor release: its own release fast path, sent bare with the keys and
+    /// arguments the library's release sends (`keys`: the lock, the line, the places, the
+    /// tickets, the handover hash, the fencing counter; `owner`, the wake-up `channel`). True
+    /// when the key held exactly `owner` and is deleted.
+    pub async fn release_as_mutex(
+        &self,
+        keys: [&str; 6],
+        owner: &str,
+        channel: &str,
+    ) -> redis::RedisResult<bool> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let mut invocation = MUTEX_RELEASE.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        let released: i64 = invocation
+            .arg(owner)
+            .arg(channel)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(released == 1)
     }
 
     /// Polls every `retry` (fixed, as the peers' defaults do) until the lock is taken.

@@ -110,10 +110,9 @@ pub struct Report {
     /// run (`one_node`).
     ratio_ours_to_mutex: Option<f64>,
     /// The primitive's floor, the least its design must send, with no library code, each
-    /// worker its own, in the same run ([`floor_name`]); `None` for a `Mutex`, whose floor is
-    /// `bare_fenced` (its own commands sent bare).
+    /// worker its own, in the same run ([`floor_name`]).
     floor: Option<Variant>,
-    /// The acquisitions per second over the floor's (`floor`, or `bare_fenced` for a `Mutex`).
+    /// The acquisitions per second over the floor's.
     ratio_ours_to_floor: f64,
     /// With `--kind semaphore`: the floor's acquisitions per second over the `Mutex`'s.
     ratio_floor_to_mutex: Option<f64>,
@@ -152,7 +151,7 @@ enum Side {
     BareQuorum,
     /// The same primitive on one private server, beside a cluster or Sentinel.
     Single,
-    /// The primitive's floor ([`floor_name`]); a `Mutex`'s is `BareFenced`.
+    /// The primitive's floor ([`floor_name`]).
     Floor,
 }
 
@@ -539,12 +538,15 @@ async fn phase(
 }
 
 /// What the floor of `kind` is, as its row names it: the least the primitive's design must
-/// send, with no library code (its scripts in `src/floors/`); `None` for a `Mutex`, whose
-/// floor is the bare fenced lock (its own commands sent bare) and for a `MultiLock` (see
-/// `bench multilock`).
+/// send, with no library code (its scripts in `src/floors/`); for a `Mutex`, its own commands
+/// sent bare (the first attempt's pipeline, and its release's fast path with the keys and
+/// arguments the library sends). `None` for a `MultiLock` (see `bench multilock`).
 fn floor_name(kind: Primitive) -> Option<&'static str> {
     match kind {
-        Primitive::Mutex | Primitive::MultiLock => None,
+        Primitive::MultiLock => None,
+        Primitive::Mutex => {
+            Some("floor: its own commands sent bare (fenced pipeline + release fast path)")
+        }
         Primitive::FairMutex => Some("floor: script (line, SET NX PX, INCR) + c-a-d"),
         Primitive::Reentrant | Primitive::Write => {
             Some("floor: hash hold, two scripts (EXISTS, INCR, HSET, PEXPIRE / HDEL)")
@@ -608,9 +610,18 @@ async fn floor_release(
             bare.release_hold(keys.lock(), keys.queue(), owner).await
         }
         Primitive::Redlock => quorum.release(keys.lock(), owner).await,
-        Primitive::FairMutex | Primitive::Mutex | Primitive::MultiLock => {
-            bare.release(keys.lock(), owner).await
+        Primitive::Mutex => {
+            let all = [
+                keys.lock(),
+                keys.queue(),
+                keys.places(),
+                keys.tickets(),
+                keys.handover(),
+                keys.fence(),
+            ];
+            bare.release_as_mutex(all, owner, keys.wake_channel()).await
         }
+        Primitive::FairMutex | Primitive::MultiLock => bare.release(keys.lock(), owner).await,
     }
 }
 
@@ -808,14 +819,13 @@ fn print_report(report: &Report) {
         );
     }
     println!(
-        "  ratio ours/floor: {:.2}   (the floor: the least the {} design must send, with no library code{})",
+        "  ratio ours/floor: {:.2}   (the least the {} design must send, with no library code{})",
         report.ratio_ours_to_floor,
         report.kind.label(),
-        if report.floor.is_some() {
-            ""
-        } else {
-            ": its own commands sent bare, the bare fenced lock"
-        }
+        report
+            .floor
+            .as_ref()
+            .map_or(String::new(), |floor| format!(": {}", floor.name))
     );
     println!(
         "  requests/acq: round trips to Redis per acquire + release (SET NX PX + INCR + the epoch checks go as one pipeline)"

@@ -1,0 +1,15 @@
+-- mutex_release.lua: the Mutex's floor release: the library's own release fast path
+-- (crates/redis-locks/src/engine/string_lock/release_first.lua, the same text, put before
+-- this file's last line), sent bare with the keys and arguments the library's release sends
+-- (a release must declare every key its contended case may touch, so that it hands the lock
+-- over in the same round trip, on a cluster too). With nobody waiting that fast path is the
+-- whole release.
+--
+-- KEYS[1]  the lock key; KEYS[2..6] the line, the places, the tickets, the handover hash and
+--          the fencing counter (declared, not touched while nobody waits).
+-- ARGV[1]  the owner token; ARGV[2] the wake-up channel.
+--
+-- Replies:
+--   1  released: the key held exactly ARGV[1] (no waiter's mark) and is deleted.
+--   0  not released here: the key is gone, another's, or marked (the library's release
+--      would go on to its full body).
