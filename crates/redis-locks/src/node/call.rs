@@ -1,0 +1,400 @@
+//! How a script call reaches the server: the one code path that chooses between a function
+//! of the crate's library (`FCALL`, see [`library`](super::library)) and the script itself
+//! (`EVALSHA`), and loads what the call needs, once per server however many first calls
+//! race (see [`loading`](super::loading)).
+//!
+//! - **Functions first.** A node calls the script's function once the library is loaded.
+//!   The first caller leads the load (`FUNCTION LOAD REPLACE`); callers that come meanwhile
+//!   wait for it. On one server the load and the leader's own call go in one round trip,
+//!   the call as `EVAL` of the script's source: it runs the crate's code whatever became of
+//!   the load. On a cluster the load goes alone to every master first (redis-rs routes
+//!   `FUNCTION LOAD` so), then the call.
+//! - **Replaced, never trusted.** `REPLACE` puts this build's code under the library's
+//!   name whatever was there; a function is called only after the server said the load
+//!   succeeded. A library of another version has other names and is never called.
+//! - **Refused: `EVALSHA`.** A load the server refuses (no `FUNCTION` command, an ACL
+//!   without it, a function name another library holds) makes this node use `EVALSHA` for
+//!   good; so does [`ClientOptions::functions`](super::ClientOptions::functions)`(false)`.
+//!   A script's first `EVALSHA` goes with its `SCRIPT LOAD`, single-flight too.
+//! - **Lost: load again.** A call that finds the function or script missing (`FUNCTION
+//!   FLUSH`, a restarted server without its data, a new shard) did not run: the next caller
+//!   leads a new load and the call is sent again, once. `SCRIPT FLUSH` leaves functions be.
+
+use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
+
+use super::backend::Backend;
+use super::library::LIBRARY;
+use super::loading::{Lead, Ready};
+use super::{LockScript, Node, request_error};
+use crate::error::{Error, Phase, Result};
+
+/// The replies of one script call and the commands sent with it.
+pub(super) struct Sent {
+    /// The replies of the commands sent before the script, in order.
+    pub(super) before: Vec<Value>,
+    /// The script's reply; an error the server replied with is `Err`.
+    pub(super) reply: RedisResult<Value>,
+    /// The replies of the commands sent after the script, in order.
+    pub(super) after: Vec<Value>,
+    /// The reply of the load sent with the script, if one was.
+    load: Option<Value>,
+}
+
+impl Node {
+    /// Runs `script` (in the form this node's backend runs) over `backend`, after `before`
+    /// and followed by `after` in the same round trip.
+    pub(super) async fn call(
+        &self,
+        backend: &Backend,
+        phase: Phase,
+        script: &LockScript,
+        keys: &[&str],
+        args: &[&str],
+        before: &[Cmd],
+        after: &[Cmd],
+    ) -> Result<Sent> {
+        let form = LIBRARY.form(self.inner.backend.cluster_form());
+        let hash = script.variant(self.inner.backend.cluster_form()).get_hash();
+        if let Some(function) = form.function(hash) {
+            let call = Call {
+                backend,
+                phase,
+                script,
+                keys,
+                args,
+                before,
+                after,
+            };
+            if let Some(sent) = self.call_function(&call, function).await? {
+                return Ok(sent);
+            }
+        }
+        self.call_script(backend, phase, script, keys, args, before, after)
+            .await
+    }
+
+    /// The call as `FCALL`, loading the library first where needed; `None` when this call
+    /// must go with `EVALSHA` (the library refused, or not loaded on a cluster now).
+    async fn call_function(&self, call: &Call<'_>, function: &str) -> Result<Option<Sent>> {
+        let library = &self.inner.loads.library;
+        let mut found_missing = false;
+        loop {
+            match library.ready().await {
+                Ready::Refused => return Ok(None),
+                Ready::Call(epoch) => {
+                    let fcall = script_command("FCALL", function, call.keys, call.args);
+                    let sent = self.send(call, None, &fcall).await?;
+                    if !is_missing(&sent.reply) {
+                        return Ok(Some(sent));
+                    }
+                    if found_missing {
+                        return Err(not_found(call.phase));
+                    }
+                    library.lost(epoch);
+                    found_missing = true;
+                }
+                Ready::Lead(lead) => {
+                    let load = self.library_load();
+                    tracing::debug!(library = LIBRARY.form(self.inner.backend.cluster_form()).name(), "loading the function library");
+                    if self.inner.backend.one_connection() {
+                        // One server: the load and this call in one round trip, the call as
+                        // EVAL of the source (the crate's code, whatever the load did).
+                        let cluster = self.inner.backend.cluster_form();
+                        let eval = script_command(
+                            "EVAL",
+                            call.script.source(cluster),
+                            call.keys,
+                            call.args,
+                        );
+                        let sent = self.send(call, Some(&load), &eval).await?;
+                        settle(lead, sent.load.as_ref());
+                        return Ok(Some(sent));
+                    }
+                    // A cluster: every master, alone, first.
+                    self.count_request();
+                    match call.backend.command(&load).await {
+                        Ok(_) => lead.loaded(),
+                        Err(err) => {
+                            tracing::debug!(%err, "loading the function library");
+                            if is_refusal(&err) {
+                                lead.refused();
+                            }
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The call as `EVALSHA`, with the script's `SCRIPT LOAD` in the same round trip when
+    /// this node has not loaded it yet (single-flight).
+    #[allow(clippy::too_many_arguments)]
+    async fn call_script(
+        &self,
+        backend: &Backend,
+        phase: Phase,
+        script: &LockScript,
+        keys: &[&str],
+        args: &[&str],
+        before: &[Cmd],
+        after: &[Cmd],
+    ) -> Result<Sent> {
+        let call = Call {
+            backend,
+            phase,
+            script,
+            keys,
+            args,
+            before,
+            after,
+        };
+        let cluster = self.inner.backend.cluster_form();
+        let hash = script.variant(cluster).get_hash();
+        let loading = self.inner.loads.script(hash);
+        let evalsha = script_command("EVALSHA", hash, keys, args);
+        let mut found_missing = false;
+        loop {
+            // On a cluster the load of the others reached their shards only: a call that
+            // found the script missing loads it on its own.
+            let ready = if found_missing && cluster {
+                Ready::Lead(loading.lead().await)
+            } else {
+                loading.ready().await
+            };
+            match ready {
+                Ready::Call(epoch) => {
+                    let sent = self.send(&call, None, &evalsha).await?;
+                    if !is_missing(&sent.reply) {
+                        return Ok(sent);
+                    }
+                    if found_missing {
+                        return Err(not_found(phase));
+                    }
+                    loading.lost(epoch);
+                    found_missing = true;
+                }
+                Ready::Lead(lead) => {
+                    let mut load = redis::cmd("SCRIPT");
+                    load.arg("LOAD").arg(script.source(cluster));
+                    let mut sent = self.send(&call, Some(&load), &evalsha).await?;
+                    let failed = match &sent.load {
+                        Some(Value::ServerError(err)) => Some(err.clone()),
+                        _ => None,
+                    };
+                    settle(lead, sent.load.as_ref());
+                    // The script ran unless it said NOSCRIPT; then the load's error says why.
+                    if let (Some(failed), true) = (failed, is_missing(&sent.reply)) {
+                        sent.reply = Err(failed.into());
+                    }
+                    return Ok(sent);
+                }
+                // Scripts are never refused for good: a failed load is tried again.
+                Ready::Refused => {
+                    let sent = self.send(&call, None, &evalsha).await?;
+                    return Ok(sent);
+                }
+            }
+        }
+    }
+
+    /// `FUNCTION LOAD REPLACE` of the library in the form this node's backend runs.
+    fn library_load(&self) -> Cmd {
+        let form = LIBRARY.form(self.inner.backend.cluster_form());
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(form.text());
+        load
+    }
+
+    /// Loads what a call of `scripts` needs (see [`Node::load_scripts`]).
+    pub(super) async fn load(&self, scripts: &[&LockScript]) -> Result<()> {
+        let cluster = self.inner.backend.cluster_form();
+        let form = LIBRARY.form(cluster);
+        let all_in_library = scripts
+            .iter()
+            .all(|script| form.function(script.variant(cluster).get_hash()).is_some());
+        if all_in_library {
+            if let Ready::Lead(lead) = self.inner.loads.library.ready().await {
+                self.count_request();
+                match self.inner.backend.command(&self.library_load()).await {
+                    Ok(_) => lead.loaded(),
+                    Err(err) if is_refusal(&err) => lead.refused(),
+                    Err(err) => return Err(request_error(Phase::Acquire, &[], err)),
+                }
+            }
+            if !self.inner.loads.library.is_refused() {
+                return Ok(());
+            }
+        }
+        if !self.inner.backend.one_connection() {
+            // A keyless pipeline would reach one shard of many: each shard loads a script
+            // with its first call instead.
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for script in scripts {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(script.source(cluster));
+        }
+        self.count_request();
+        self.inner
+            .backend
+            .pipeline(&pipe)
+            .await
+            .map_err(|err| request_error(Phase::Acquire, &[], err))?;
+        for script in scripts {
+            self.inner
+                .loads
+                .script_loaded(script.variant(cluster).get_hash());
+        }
+        Ok(())
+    }
+
+    /// Sends `call`'s commands before, `load` if given, `command` (the script's call) and
+    /// `call`'s commands after, in one round trip: a lone call as a command.
+    async fn send(&self, call: &Call<'_>, load: Option<&Cmd>, command: &Cmd) -> Result<Sent> {
+        let Call {
+            backend,
+            phase,
+            keys,
+            before,
+            after,
+            ..
+        } = *call;
+        self.count_request();
+        if before.is_empty() && after.is_empty() && load.is_none() {
+            let reply = match backend.command(command).await {
+                Ok(reply) => Ok(reply),
+                Err(err) if is_server_reply(&err) => Err(err),
+                Err(err) => return Err(request_error(phase, keys, err)),
+            };
+            return Ok(Sent {
+                before: Vec::new(),
+                reply,
+                after: Vec::new(),
+                load: None,
+            });
+        }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for command in before {
+            pipe.add_command(command.clone());
+        }
+        if let Some(load) = load {
+            pipe.add_command(load.clone());
+        }
+        pipe.add_command(command.clone());
+        for command in after {
+            pipe.add_command(command.clone());
+        }
+        let replies = backend
+            .pipeline(&pipe)
+            .await
+            .map_err(|err| request_error(phase, keys, err))?;
+        let expected = before.len() + usize::from(load.is_some()) + 1 + after.len();
+        if replies.len() != expected {
+            return Err(Error::UnexpectedReply {
+                phase,
+                detail: format!(
+                    "a pipeline of {expected} commands got {} replies",
+                    replies.len()
+                ),
+            });
+        }
+        let mut replies = replies.into_iter();
+        let before = replies.by_ref().take(before.len()).collect();
+        let load = load.and_then(|_| replies.next());
+        let reply = match replies.next() {
+            Some(Value::ServerError(err)) => Err(err.into()),
+            reply => Ok(reply.unwrap_or(Value::Nil)),
+        };
+        Ok(Sent {
+            before,
+            reply,
+            after: replies.collect(),
+            load,
+        })
+    }
+}
+
+/// One script call's parts.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    backend: &'a Backend,
+    phase: Phase,
+    script: &'a LockScript,
+    keys: &'a [&'a str],
+    args: &'a [&'a str],
+    before: &'a [Cmd],
+    after: &'a [Cmd],
+}
+
+/// `<name> <script> <numkeys> <keys...> <args...>` (`EVAL`, `EVALSHA`, `FCALL`).
+fn script_command(name: &str, script: &str, keys: &[&str], args: &[&str]) -> Cmd {
+    let mut command = redis::cmd(name);
+    command.arg(script).arg(keys.len()).arg(keys).arg(args);
+    command
+}
+
+/// Ends `lead` by the reply of the load it sent: loaded, refused for good, or neither (an
+/// error that may pass: the next caller loads again).
+fn settle(lead: Lead<'_>, load: Option<&Value>) {
+    match load {
+        Some(Value::ServerError(err)) => {
+            let err: RedisError = err.clone().into();
+            tracing::debug!(%err, "loading");
+            if is_refusal(&err) {
+                lead.refused();
+            }
+        }
+        Some(_) => lead.loaded(),
+        None => {}
+    }
+}
+
+/// Whether the server answered that it has no such script (`NOSCRIPT`) or function: the
+/// call did not run.
+fn is_missing(reply: &RedisResult<Value>) -> bool {
+    let Err(err) = reply else {
+        return false;
+    };
+    err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
+        || (err.code() == Some("ERR")
+            && err
+                .detail()
+                .is_some_and(|detail| detail.to_ascii_lowercase().starts_with("function not found")))
+}
+
+/// Whether `err` is a reply of the server (not a broken connection or a timeout).
+fn is_server_reply(err: &RedisError) -> bool {
+    matches!(
+        err.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    )
+}
+
+/// Whether a load the server answered with `err` is refused for good: anything but the
+/// server being busy, loading, out of memory, read-only or between masters, which pass.
+fn is_refusal(err: &RedisError) -> bool {
+    is_server_reply(err)
+        && !matches!(
+            err.code(),
+            Some(
+                "BUSY"
+                    | "LOADING"
+                    | "OOM"
+                    | "READONLY"
+                    | "MASTERDOWN"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "MOVED"
+                    | "ASK"
+            )
+        )
+}
+
+fn not_found(phase: Phase) -> Error {
+    Error::UnexpectedReply {
+        phase,
+        detail: "the script was not found even after it was loaded".into(),
+    }
+}
