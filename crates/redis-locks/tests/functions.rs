@@ -134,9 +134,15 @@ fn function_load(server: &RedisServer, text: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_first_calls_load_the_library_once_then_call_functions() {
     let server = common::server();
-    let client = Client::connect_with(&server.url(), options()).await.unwrap();
+    let client = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     race(&client, "first").await;
-    assert_eq!(stat(&server, "function|load").0, 1, "one load, however many raced");
+    assert_eq!(
+        stat(&server, "function|load").0,
+        1,
+        "one load, however many raced"
+    );
     assert!(stat(&server, "fcall").0 > 0, "the others call functions");
     assert_eq!(stat(&server, "script|load").0, 0);
     assert_eq!(stat(&server, "evalsha").0, 0);
@@ -147,12 +153,22 @@ async fn concurrent_first_calls_load_the_library_once_then_call_functions() {
     let version = name.strip_prefix("redis_locks_").unwrap();
     assert_eq!(version.len(), 12, "{name}");
     assert!(version.chars().all(|c| c.is_ascii_hexdigit()), "{name}");
-    assert!(functions.iter().all(|function| function.starts_with(name.as_str())));
+    assert!(
+        functions
+            .iter()
+            .all(|function| function.starts_with(name.as_str()))
+    );
     // A second client of the same build loads once more (its own first call), no more.
-    let other = Client::connect_with(&server.url(), options()).await.unwrap();
+    let other = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     race(&other, "second").await;
     assert_eq!(stat(&server, "function|load").0, 2);
-    assert_eq!(libraries(&server).len(), 1, "the same library, replaced by itself");
+    assert_eq!(
+        libraries(&server).len(),
+        1,
+        "the same library, replaced by itself"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,7 +191,9 @@ async fn without_functions_each_script_is_loaded_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_function_flush_the_next_calls_reload_once() {
     let server = common::server();
-    let client = Client::connect_with(&server.url(), options()).await.unwrap();
+    let client = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     race(&client, "before").await;
     redis::cmd("FUNCTION")
         .arg("FLUSH")
@@ -193,7 +211,9 @@ async fn after_function_flush_the_next_calls_reload_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_script_flush_functions_run_on_without_a_load() {
     let server = common::server();
-    let client = Client::connect_with(&server.url(), options()).await.unwrap();
+    let client = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     race(&client, "before").await;
     redis::cmd("SCRIPT")
         .arg("FLUSH")
@@ -242,7 +262,9 @@ async fn a_user_without_function_gets_evalsha_and_still_locks() {
 async fn another_version_or_foreign_code_under_the_names_is_never_run() {
     let server = common::server();
     // The crate's names, as a client of this build loads them.
-    let client = Client::connect_with(&server.url(), options()).await.unwrap();
+    let client = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     race(&client, "names").await;
     let (name, functions) = libraries(&server).remove(0);
     drop(client);
@@ -252,7 +274,10 @@ async fn another_version_or_foreign_code_under_the_names_is_never_run() {
     let older: Vec<String> = (0..functions.len())
         .map(|n| format!("redis_locks_000000000000_{n}"))
         .collect();
-    function_load(&server, &foreign_library("redis_locks_000000000000", &older));
+    function_load(
+        &server,
+        &foreign_library("redis_locks_000000000000", &older),
+    );
     // 2. Foreign code under this build's library name and function names: replaced.
     redis::cmd("FUNCTION")
         .arg("DELETE")
@@ -260,7 +285,9 @@ async fn another_version_or_foreign_code_under_the_names_is_never_run() {
         .exec(&mut common::raw(&server))
         .unwrap();
     function_load(&server, &foreign_library(&name, &functions));
-    let client = Client::connect_with(&server.url(), options()).await.unwrap();
+    let client = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     race(&client, "replaced").await;
     assert!(!exists(&server), "foreign code ran");
     let now = libraries(&server);
@@ -276,9 +303,39 @@ async fn another_version_or_foreign_code_under_the_names_is_never_run() {
         .unwrap();
     function_load(&server, &foreign_library("impostor", &functions));
     reset_stats(&server);
-    let client = Client::connect_with(&server.url(), options()).await.unwrap();
+    let client = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     race(&client, "impostor").await;
     assert!(!exists(&server), "foreign code ran");
     assert_eq!(stat(&server, "fcall").0, 0);
     assert!(stat(&server, "evalsha").0 > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_every_master_loads_the_library_once() {
+    let cluster = test_support::RedisCluster::start(3, 0).unwrap();
+    let seeds = cluster.seed_urls();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let client =
+        Client::connect_cluster(&seeds, options().response_timeout(Duration::from_secs(5)))
+            .await
+            .unwrap();
+    race(&client, "cluster").await;
+    let masters = cluster.masters();
+    for port in &masters {
+        let master = cluster.node(*port).unwrap();
+        assert_eq!(stat(master, "function|load").0, 1, "master {port}");
+        assert!(stat(master, "fcall").0 > 0, "master {port}");
+        assert_eq!(stat(master, "evalsha").0, 0, "master {port}");
+    }
+    // A master that lost the library: the next calls there load it again, once for all.
+    let first = cluster.node(masters[0]).unwrap();
+    redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .exec(&mut common::raw(first))
+        .unwrap();
+    race(&client, "flushed").await;
+    assert_eq!(stat(first, "function|load").0, 2);
+    assert_eq!(libraries(first).len(), 1);
 }

@@ -41,36 +41,17 @@ pub(super) struct Sent {
 }
 
 impl Node {
-    /// Runs `script` (in the form this node's backend runs) over `backend`, after `before`
-    /// and followed by `after` in the same round trip.
-    pub(super) async fn call(
-        &self,
-        backend: &Backend,
-        phase: Phase,
-        script: &LockScript,
-        keys: &[&str],
-        args: &[&str],
-        before: &[Cmd],
-        after: &[Cmd],
-    ) -> Result<Sent> {
-        let form = LIBRARY.form(self.inner.backend.cluster_form());
-        let hash = script.variant(self.inner.backend.cluster_form()).get_hash();
-        if let Some(function) = form.function(hash) {
-            let call = Call {
-                backend,
-                phase,
-                script,
-                keys,
-                args,
-                before,
-                after,
-            };
-            if let Some(sent) = self.call_function(&call, function).await? {
-                return Ok(sent);
-            }
+    /// Runs `call.script` (in the form this node's backend runs) over `call.backend`, after
+    /// `call.before` and followed by `call.after` in the same round trip.
+    pub(super) async fn call(&self, call: &Call<'_>) -> Result<Sent> {
+        let cluster = self.inner.backend.cluster_form();
+        let hash = call.script.variant(cluster).get_hash();
+        if let Some(function) = LIBRARY.form(cluster).function(hash)
+            && let Some(sent) = self.call_function(call, function).await?
+        {
+            return Ok(sent);
         }
-        self.call_script(backend, phase, script, keys, args, before, after)
-            .await
+        self.call_script(call).await
     }
 
     /// The call as `FCALL`, loading the library first where needed; `None` when this call
@@ -80,7 +61,7 @@ impl Node {
         let mut found_missing = false;
         loop {
             match library.ready().await {
-                Ready::Refused => return Ok(None),
+                Ready::Without => return Ok(None),
                 Ready::Call(epoch) => {
                     let fcall = script_command("FCALL", function, call.keys, call.args);
                     let sent = self.send(call, None, &fcall).await?;
@@ -95,7 +76,10 @@ impl Node {
                 }
                 Ready::Lead(lead) => {
                     let load = self.library_load();
-                    tracing::debug!(library = LIBRARY.form(self.inner.backend.cluster_form()).name(), "loading the function library");
+                    tracing::debug!(
+                        library = LIBRARY.form(self.inner.backend.cluster_form()).name(),
+                        "loading the function library"
+                    );
                     if self.inner.backend.one_connection() {
                         // One server: the load and this call in one round trip, the call as
                         // EVAL of the source (the crate's code, whatever the load did).
@@ -107,7 +91,10 @@ impl Node {
                             call.args,
                         );
                         let sent = self.send(call, Some(&load), &eval).await?;
-                        settle(lead, sent.load.as_ref());
+                        match &sent.load {
+                            Some(Value::ServerError(err)) => failed(lead, &err.clone().into()),
+                            _ => lead.loaded(),
+                        }
                         return Ok(Some(sent));
                     }
                     // A cluster: every master, alone, first.
@@ -115,10 +102,7 @@ impl Node {
                     match call.backend.command(&load).await {
                         Ok(_) => lead.loaded(),
                         Err(err) => {
-                            tracing::debug!(%err, "loading the function library");
-                            if is_refusal(&err) {
-                                lead.refused();
-                            }
+                            failed(lead, &err);
                             return Ok(None);
                         }
                     }
@@ -129,26 +113,14 @@ impl Node {
 
     /// The call as `EVALSHA`, with the script's `SCRIPT LOAD` in the same round trip when
     /// this node has not loaded it yet (single-flight).
-    #[allow(clippy::too_many_arguments)]
-    async fn call_script(
-        &self,
-        backend: &Backend,
-        phase: Phase,
-        script: &LockScript,
-        keys: &[&str],
-        args: &[&str],
-        before: &[Cmd],
-        after: &[Cmd],
-    ) -> Result<Sent> {
-        let call = Call {
-            backend,
+    async fn call_script(&self, call: &Call<'_>) -> Result<Sent> {
+        let Call {
             phase,
             script,
             keys,
             args,
-            before,
-            after,
-        };
+            ..
+        } = *call;
         let cluster = self.inner.backend.cluster_form();
         let hash = script.variant(cluster).get_hash();
         let loading = self.inner.loads.script(hash);
@@ -164,7 +136,7 @@ impl Node {
             };
             match ready {
                 Ready::Call(epoch) => {
-                    let sent = self.send(&call, None, &evalsha).await?;
+                    let sent = self.send(call, None, &evalsha).await?;
                     if !is_missing(&sent.reply) {
                         return Ok(sent);
                     }
@@ -177,21 +149,22 @@ impl Node {
                 Ready::Lead(lead) => {
                     let mut load = redis::cmd("SCRIPT");
                     load.arg("LOAD").arg(script.source(cluster));
-                    let mut sent = self.send(&call, Some(&load), &evalsha).await?;
-                    let failed = match &sent.load {
-                        Some(Value::ServerError(err)) => Some(err.clone()),
-                        _ => None,
-                    };
-                    settle(lead, sent.load.as_ref());
-                    // The script ran unless it said NOSCRIPT; then the load's error says why.
-                    if let (Some(failed), true) = (failed, is_missing(&sent.reply)) {
-                        sent.reply = Err(failed.into());
+                    let mut sent = self.send(call, Some(&load), &evalsha).await?;
+                    match &sent.load {
+                        // The script ran unless it said NOSCRIPT; then the load's error
+                        // says why. The next call loads again.
+                        Some(Value::ServerError(err)) => {
+                            if is_missing(&sent.reply) {
+                                sent.reply = Err(err.clone().into());
+                            }
+                        }
+                        _ => lead.loaded(),
                     }
                     return Ok(sent);
                 }
-                // Scripts are never refused for good: a failed load is tried again.
-                Ready::Refused => {
-                    let sent = self.send(&call, None, &evalsha).await?;
+                // Scripts are never refused, nor paused: a failed load is tried again.
+                Ready::Without => {
+                    let sent = self.send(call, None, &evalsha).await?;
                     return Ok(sent);
                 }
             }
@@ -218,7 +191,7 @@ impl Node {
                 self.count_request();
                 match self.inner.backend.command(&self.library_load()).await {
                     Ok(_) => lead.loaded(),
-                    Err(err) if is_refusal(&err) => lead.refused(),
+                    Err(err) if is_server_reply(&err) => failed(lead, &err),
                     Err(err) => return Err(request_error(Phase::Acquire, &[], err)),
                 }
             }
@@ -316,16 +289,41 @@ impl Node {
     }
 }
 
-/// One script call's parts.
+/// One script call: what runs, over which backend, with what around it.
 #[derive(Clone, Copy)]
-struct Call<'a> {
-    backend: &'a Backend,
-    phase: Phase,
-    script: &'a LockScript,
-    keys: &'a [&'a str],
-    args: &'a [&'a str],
-    before: &'a [Cmd],
-    after: &'a [Cmd],
+pub(super) struct Call<'a> {
+    /// The backend it goes over (the node's, or its replicated requests' one).
+    pub(super) backend: &'a Backend,
+    pub(super) phase: Phase,
+    pub(super) script: &'a LockScript,
+    /// The keys it touches, the lock key first.
+    pub(super) keys: &'a [&'a str],
+    pub(super) args: &'a [&'a str],
+    /// Commands sent before it in the same round trip.
+    pub(super) before: &'a [Cmd],
+    /// Commands sent after it in the same round trip.
+    pub(super) after: &'a [Cmd],
+}
+
+impl<'a> Call<'a> {
+    /// `script` with `keys` and `args` over `backend`, nothing sent around it.
+    pub(super) fn on(
+        backend: &'a Backend,
+        phase: Phase,
+        script: &'a LockScript,
+        keys: &'a [&'a str],
+        args: &'a [&'a str],
+    ) -> Call<'a> {
+        Call {
+            backend,
+            phase,
+            script,
+            keys,
+            args,
+            before: &[],
+            after: &[],
+        }
+    }
 }
 
 /// `<name> <script> <numkeys> <keys...> <args...>` (`EVAL`, `EVALSHA`, `FCALL`).
@@ -335,19 +333,14 @@ fn script_command(name: &str, script: &str, keys: &[&str], args: &[&str]) -> Cmd
     command
 }
 
-/// Ends `lead` by the reply of the load it sent: loaded, refused for good, or neither (an
-/// error that may pass: the next caller loads again).
-fn settle(lead: Lead<'_>, load: Option<&Value>) {
-    match load {
-        Some(Value::ServerError(err)) => {
-            let err: RedisError = err.clone().into();
-            tracing::debug!(%err, "loading");
-            if is_refusal(&err) {
-                lead.refused();
-            }
-        }
-        Some(_) => lead.loaded(),
-        None => {}
+/// Ends `lead` after the server refused its load with `err`: for good, or for a moment when
+/// the reason may pass.
+fn failed(lead: Lead<'_>, err: &RedisError) {
+    tracing::debug!(%err, "loading the function library");
+    if is_refusal(err) {
+        lead.refused();
+    } else {
+        lead.failed();
     }
 }
 
@@ -359,9 +352,11 @@ fn is_missing(reply: &RedisResult<Value>) -> bool {
     };
     err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
         || (err.code() == Some("ERR")
-            && err
-                .detail()
-                .is_some_and(|detail| detail.to_ascii_lowercase().starts_with("function not found")))
+            && err.detail().is_some_and(|detail| {
+                detail
+                    .to_ascii_lowercase()
+                    .starts_with("function not found")
+            }))
 }
 
 /// Whether `err` is a reply of the server (not a broken connection or a timeout).

@@ -170,7 +170,10 @@ mod tests {
         let scripts = crate::scripts::all();
         for cluster in [false, true] {
             let form = LIBRARY.form(cluster);
-            assert!(form.text().starts_with(&format!("#!lua name={}\n", form.name())));
+            assert!(
+                form.text()
+                    .starts_with(&format!("#!lua name={}\n", form.name()))
+            );
             for prelude in [
                 crate::token::FENCE_LUA,
                 crate::wait::LOCK_LUA,
@@ -193,7 +196,11 @@ mod tests {
             assert!(!form.text().contains(VERSION_MARK));
         }
         let (plain, cluster) = (LIBRARY.form(false), LIBRARY.form(true));
-        assert_ne!(plain.name(), cluster.name(), "each form has its own version");
+        assert_ne!(
+            plain.name(),
+            cluster.name(),
+            "each form has its own version"
+        );
         assert!(!cluster.text().contains("_first.lua:"), "no fast path");
         assert!(plain.text().contains("_first.lua:"));
     }

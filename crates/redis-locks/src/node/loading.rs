@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Mutex as Gate, MutexGuard};
 
@@ -15,6 +16,10 @@ const UNKNOWN: u64 = 0;
 const LOADED: u64 = 1;
 const REFUSED: u64 = 2;
 const STATE: u64 = 3;
+
+/// How long calls do without a thing whose load failed for a reason that may pass (a
+/// master of the cluster out of reach, a server out of memory), before one loads it again.
+const PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 /// One thing to load (the library, or one script), single-flight.
 #[derive(Default)]
@@ -25,6 +30,8 @@ pub(super) struct Loading {
     word: AtomicU64,
     /// Held by the caller that leads the load.
     gate: Gate<()>,
+    /// After a failed load: calls do without the thing until then.
+    paused_until: Mutex<Option<Instant>>,
 }
 
 /// What a caller does next.
@@ -33,8 +40,8 @@ pub(super) enum Ready<'a> {
     Call(u64),
     /// Load it, with the call if it can: this caller leads. Others wait until it is dropped.
     Lead(Lead<'a>),
-    /// The server refused the load: do without.
-    Refused,
+    /// The server refused the load, or a load failed a moment ago: do without.
+    Without,
 }
 
 /// The turn to load a thing; dropping it without [`Lead::loaded`] or [`Lead::refused`]
@@ -51,6 +58,17 @@ impl Lead<'_> {
         self.loading
             .word
             .store(((epoch + 1) << 2) | LOADED, Ordering::Release);
+    }
+
+    /// The load failed for a reason that may pass: calls do without the thing for a
+    /// moment, then one loads it again.
+    pub(super) fn failed(self) {
+        *self
+            .loading
+            .paused_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(Instant::now() + PAUSE_AFTER_FAILURE);
     }
 
     /// The server refused the load for good (no such command, no permission, a name taken).
@@ -89,8 +107,24 @@ impl Loading {
         let word = self.word.load(Ordering::Acquire);
         match word & STATE {
             LOADED => Some(Ready::Call(word >> 2)),
-            REFUSED => Some(Ready::Refused),
-            _ => None,
+            REFUSED => Some(Ready::Without),
+            _ => self.paused().then_some(Ready::Without),
+        }
+    }
+
+    /// Whether a load failed a moment ago.
+    fn paused(&self) -> bool {
+        let mut until = self
+            .paused_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match *until {
+            Some(at) if Instant::now() < at => true,
+            Some(_) => {
+                *until = None;
+                false
+            }
+            None => false,
         }
     }
 
@@ -167,6 +201,19 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn a_failed_load_pauses_loading_then_lets_one_lead() {
+        let loading = Loading::default();
+        let Ready::Lead(lead) = loading.ready().await else {
+            panic!("the first caller leads");
+        };
+        lead.failed();
+        assert!(matches!(loading.ready().await, Ready::Without));
+        assert!(!loading.is_refused());
+        *loading.paused_until.lock().unwrap() = Some(Instant::now());
+        assert!(matches!(loading.ready().await, Ready::Lead(_)));
+    }
+
+    #[tokio::test]
     async fn one_leads_the_others_wait_and_a_dropped_lead_poisons_nothing() {
         let loading = Loading::default();
         let Ready::Lead(lead) = loading.ready().await else {
@@ -193,7 +240,7 @@ mod tests {
             panic!("lost: load again");
         };
         lead.refused();
-        assert!(matches!(loading.ready().await, Ready::Refused));
+        assert!(matches!(loading.ready().await, Ready::Without));
         assert!(loading.is_refused());
     }
 

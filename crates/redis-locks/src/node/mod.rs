@@ -293,7 +293,13 @@ impl Node {
         args: &[&str],
     ) -> Result<T> {
         let sent = self
-            .call(&self.inner.backend, phase, script, keys, args, &[], &[])
+            .call(&call::Call::on(
+                &self.inner.backend,
+                phase,
+                script,
+                keys,
+                args,
+            ))
             .await?;
         let reply = sent.reply.map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
@@ -322,16 +328,12 @@ impl Node {
             .replicated
             .get_or_try_init(|| self.inner.recipe.build(&self.inner.options))
             .await?;
+        let wait = [replication.command()];
         let sent = self
-            .call(
-                backend,
-                phase,
-                script,
-                keys,
-                args,
-                &[],
-                &[replication.command()],
-            )
+            .call(&call::Call {
+                after: &wait,
+                ..call::Call::on(backend, phase, script, keys, args)
+            })
             .await?;
         let reply = sent.reply.map_err(|err| request_error(phase, keys, err))?;
         let wait = sent.after.into_iter().next().unwrap_or(Value::Nil);
@@ -400,16 +402,12 @@ impl Node {
         set.arg("SETNAME").arg(name);
         let mut get = redis::cmd("CLIENT");
         get.arg("GETNAME");
+        let naming = [set, get];
         let sent = self
-            .call(
-                &self.inner.backend,
-                phase,
-                script,
-                keys,
-                args,
-                &[set, get],
-                &[],
-            )
+            .call(&call::Call {
+                before: &naming,
+                ..call::Call::on(&self.inner.backend, phase, script, keys, args)
+            })
             .await?;
         match sent.before.get(1) {
             Some(Value::BulkString(got)) if got == name.as_bytes() => {
