@@ -259,6 +259,34 @@ async fn a_user_without_function_gets_evalsha_and_still_locks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_may_load_but_not_call_functions_gets_evalsha() {
+    let server = common::server();
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("loadonly")
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-fcall")
+        .exec(&mut common::raw(&server))
+        .unwrap();
+    let url = format!("redis://loadonly:secret@127.0.0.1:{}", server.port());
+    let client = Client::connect_with(&url, options()).await.unwrap();
+    race(&client, "loadonly").await;
+    // The library loaded; the FCALLs sent before the first refusal came back were refused
+    // (each then ran with EVALSHA), and none after.
+    assert_eq!(stat(&server, "function|load").0, 1);
+    let (calls, refused) = stat(&server, "fcall");
+    assert_eq!(calls, 0);
+    assert!((1..=RACERS as u64).contains(&refused), "{refused}");
+    race(&client, "loadonly-again").await;
+    assert_eq!(stat(&server, "fcall"), (0, refused));
+    assert!(stat(&server, "evalsha").0 > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_version_or_foreign_code_under_the_names_is_never_run() {
     let server = common::server();
     // The crate's names, as a client of this build loads them.

@@ -65,6 +65,11 @@ impl Node {
                 Ready::Call(epoch) => {
                     let fcall = script_command("FCALL", function, call.keys, call.args);
                     let sent = self.send(call, None, &fcall).await?;
+                    if fcall_refused(&sent.reply) {
+                        // An ACL with FUNCTION LOAD but without FCALL: it did not run.
+                        library.refuse();
+                        return Ok(None);
+                    }
                     if !is_missing(&sent.reply) {
                         return Ok(Some(sent));
                     }
@@ -357,6 +362,20 @@ fn is_missing(reply: &RedisResult<Value>) -> bool {
                     .to_ascii_lowercase()
                     .starts_with("function not found")
             }))
+}
+
+/// Whether the server refused `FCALL` itself to this user (not a command inside the
+/// function): the call did not run.
+fn fcall_refused(reply: &RedisResult<Value>) -> bool {
+    let Err(err) = reply else {
+        return false;
+    };
+    err.code() == Some("NOPERM")
+        && err.detail().is_some_and(|detail| {
+            detail
+                .to_ascii_lowercase()
+                .contains("run the 'fcall' command")
+        })
 }
 
 /// Whether `err` is a reply of the server (not a broken connection or a timeout).

@@ -144,7 +144,8 @@ impl Loading {
         self.word.load(Ordering::Acquire) & STATE == REFUSED
     }
 
-    /// Marks the load refused from the start (the client asked for `EVALSHA`).
+    /// Marks the load refused: from the start (the client asked for `EVALSHA`), or when the
+    /// server refuses to call what it loaded.
     pub(super) fn refuse(&self) {
         self.word.store(REFUSED, Ordering::Release);
     }
