@@ -123,6 +123,24 @@ fn foreign_library(name: &str, functions: &[String]) -> String {
     text
 }
 
+/// Makes the user `name`, who may run every command but `denied`, and returns its URL.
+fn user_without(server: &RedisServer, name: &str, denied: &[&str]) -> String {
+    let mut command = redis::cmd("ACL");
+    command
+        .arg("SETUSER")
+        .arg(name)
+        .arg("on")
+        .arg(">secret")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all");
+    for denied in denied {
+        command.arg(format!("-{denied}"));
+    }
+    command.exec(&mut common::raw(server)).unwrap();
+    format!("redis://{name}:secret@127.0.0.1:{}", server.port())
+}
+
 fn function_load(server: &RedisServer, text: &str) {
     redis::cmd("FUNCTION")
         .arg("LOAD")
@@ -230,20 +248,7 @@ async fn after_script_flush_functions_run_on_without_a_load() {
 async fn a_user_without_function_gets_evalsha_and_still_locks() {
     let server = common::server();
     // All it needs but FUNCTION and FCALL.
-    redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("nofunctions")
-        .arg("on")
-        .arg(">secret")
-        .arg("~*")
-        .arg("&*")
-        .arg("+@all")
-        .arg("-function")
-        .arg("-fcall")
-        .arg("-fcall_ro")
-        .exec(&mut common::raw(&server))
-        .unwrap();
-    let url = format!("redis://nofunctions:secret@127.0.0.1:{}", server.port());
+    let url = user_without(&server, "nofunctions", &["function", "fcall", "fcall_ro"]);
     let client = Client::connect_with(&url, options()).await.unwrap();
     race(&client, "acl").await;
     // Refused once, then never asked again.
@@ -261,18 +266,7 @@ async fn a_user_without_function_gets_evalsha_and_still_locks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_that_may_load_but_not_call_functions_gets_evalsha() {
     let server = common::server();
-    redis::cmd("ACL")
-        .arg("SETUSER")
-        .arg("loadonly")
-        .arg("on")
-        .arg(">secret")
-        .arg("~*")
-        .arg("&*")
-        .arg("+@all")
-        .arg("-fcall")
-        .exec(&mut common::raw(&server))
-        .unwrap();
-    let url = format!("redis://loadonly:secret@127.0.0.1:{}", server.port());
+    let url = user_without(&server, "loadonly", &["fcall"]);
     let client = Client::connect_with(&url, options()).await.unwrap();
     race(&client, "loadonly").await;
     // The library loaded; the FCALLs sent before the first refusal came back were refused
