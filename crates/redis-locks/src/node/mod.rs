@@ -1,6 +1,8 @@
 //! The backend seam: every request a lock makes to Redis goes through a [`Node`].
 //!
-//! A node is one Redis server as the locks see it: script calls ([`Node::run_script`]),
+//! A node is one Redis server as the locks see it: script calls ([`Node::run_script`]: a
+//! function of the crate's library where the server allows it, else `EVALSHA`; see
+//! [`library`] and `call.rs`),
 //! pipelines of plain commands ([`Node::run_pipeline`]), single commands ([`Node::query`])
 //! and wake-up subscriptions ([`Node::subscribe`]), each failure sorted into the crate's
 //! [`Error`]. No primitive touches a connection.

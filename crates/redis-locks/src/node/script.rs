@@ -2,8 +2,9 @@
 //! the module of the primitive or engine that uses it, with a header stating KEYS, ARGV and
 //! every reply), put after the shared preludes it calls (`token/fence.lua`, the lock prelude
 //! `wait/lock.lua`, the queue prelude `wait/queue.lua`, the holds prelude
-//! `engine/holds/holds.lua`),
-//! loaded once into a [`redis::Script`] so calls use `EVALSHA` with a `NOSCRIPT` fallback.
+//! `engine/holds/holds.lua`). Every script is also a function of the crate's function
+//! library ([`library`](super::library)); a node calls it there with `FCALL`, or sends it
+//! with `EVALSHA` where the server refuses functions (see `call.rs`).
 //!
 //! Two things about a script belong to the backend, not to the script, and the lock
 //! prelude names each once: how a wake-up is published (`local PUBLISH = 'PUBLISH'`), and
