@@ -361,3 +361,16 @@ async fn on_a_cluster_every_master_loads_the_library_once() {
     assert_eq!(stat(first, "function|load").0, 2);
     assert_eq!(libraries(first).len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_functions_gets_evalsha() {
+    // As an older server: no FUNCTION command at all.
+    let server = RedisServer::start_with_args(&["--rename-command", "FUNCTION", ""]).unwrap();
+    let client = Client::connect_with(&server.url(), options()).await.unwrap();
+    race(&client, "old").await;
+    race(&client, "old-again").await;
+    assert_eq!(stat(&server, "fcall").0, 0);
+    assert!(stat(&server, "evalsha").0 > 0);
+    let guard = client.mutex("old:mutex").unwrap().lock().await.unwrap();
+    guard.release().await.unwrap();
+}
