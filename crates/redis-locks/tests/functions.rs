@@ -39,6 +39,22 @@ fn stat(server: &RedisServer, command: &str) -> (u64, u64) {
     (field("calls"), field("rejected_calls"))
 }
 
+/// `failed_calls` of `command` on `server`.
+fn failed_calls(server: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut common::raw(server))
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|line| {
+            line.split(',')
+                .find_map(|pair| pair.strip_prefix("failed_calls="))
+        })
+        .map_or(0, |value| value.trim().parse().unwrap())
+}
+
 fn reset_stats(server: &RedisServer) {
     redis::cmd("CONFIG")
         .arg("RESETSTAT")
@@ -176,17 +192,21 @@ async fn concurrent_first_calls_load_the_library_once_then_call_functions() {
             .iter()
             .all(|function| function.starts_with(name.as_str()))
     );
-    // A second client of the same build loads once more (its own first call), no more.
+    // A second client of the same build finds the library there (its load fails with
+    // "already exists", the code listed is its own): nothing compiled or replaced again.
     let other = Client::connect_with(&server.url(), options())
         .await
         .unwrap();
+    let listed = stat(&server, "function|list").0;
     race(&other, "second").await;
-    assert_eq!(stat(&server, "function|load").0, 2);
+    assert_eq!(stat(&server, "function|load").0, 2, "no REPLACE");
     assert_eq!(
-        libraries(&server).len(),
+        failed_calls(&server, "function|load"),
         1,
-        "the same library, replaced by itself"
+        "the one that found it"
     );
+    assert_eq!(stat(&server, "function|list").0, listed + 1);
+    assert_eq!(libraries(&server).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,11 +327,15 @@ async fn another_version_or_foreign_code_under_the_names_is_never_run() {
         .exec(&mut common::raw(&server))
         .unwrap();
     function_load(&server, &foreign_library(&name, &functions));
+    reset_stats(&server);
     let client = Client::connect_with(&server.url(), options())
         .await
         .unwrap();
     race(&client, "replaced").await;
     assert!(!exists(&server), "foreign code ran");
+    // The load found the name taken, the code listed was not this build's: replaced.
+    assert_eq!(stat(&server, "function|load").0, 2);
+    assert_eq!(failed_calls(&server, "function|load"), 1);
     let now = libraries(&server);
     assert_eq!(now.len(), 2, "{now:?}");
     drop(client);
@@ -366,7 +390,9 @@ async fn on_a_cluster_every_master_loads_the_library_once() {
 async fn a_server_without_functions_gets_evalsha() {
     // As an older server: no FUNCTION command at all.
     let server = RedisServer::start_with_args(&["--rename-command", "FUNCTION", ""]).unwrap();
-    let client = Client::connect_with(&server.url(), options()).await.unwrap();
+    let client = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
     race(&client, "old").await;
     race(&client, "old-again").await;
     assert_eq!(stat(&server, "fcall").0, 0);

@@ -4,14 +4,17 @@
 //! race (see [`loading`](super::loading)).
 //!
 //! - **Functions first.** A node calls the script's function once the library is loaded.
-//!   The first caller leads the load (`FUNCTION LOAD REPLACE`); callers that come meanwhile
-//!   wait for it. On one server the load and the leader's own call go in one round trip,
-//!   the call as `EVAL` of the script's source: it runs the crate's code whatever became of
-//!   the load. On a cluster the load goes alone to every master first (redis-rs routes
-//!   `FUNCTION LOAD` so), then the call.
-//! - **Replaced, never trusted.** `REPLACE` puts this build's code under the library's
-//!   name whatever was there; a function is called only after the server said the load
-//!   succeeded. A library of another version has other names and is never called.
+//!   The first caller leads the load; callers that come meanwhile wait for it. On one server
+//!   the leader sends `FUNCTION LOAD` (no `REPLACE`), `FUNCTION LIST` of the library's name
+//!   with its code, and its own call as `EVAL` of the script's source (the crate's code,
+//!   whatever the load did), in one round trip. The library is loaded then, or was there:
+//!   with this build's code (a client of this build loaded it; nothing is compiled,
+//!   replicated or written to the AOF again), or with other code, which one more round trip
+//!   replaces (`REPLACE`). On a cluster the load goes alone to every master first
+//!   (`FUNCTION LOAD REPLACE`: redis-rs routes `FUNCTION LOAD` to all masters), then the call.
+//! - **Checked, never trusted.** A function is called only after the server said the load
+//!   succeeded or listed this build's code under the name. A library of another version has
+//!   other names and is never called.
 //! - **Refused: `EVALSHA`.** A load the server refuses (no `FUNCTION` command, an ACL
 //!   without it, a function name another library holds) makes this node use `EVALSHA` for
 //!   good; so does [`ClientOptions::functions`](super::ClientOptions::functions)`(false)`.
@@ -23,7 +26,7 @@
 use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::backend::Backend;
-use super::library::LIBRARY;
+use super::library::{Form, LIBRARY};
 use super::loading::{Lead, Ready};
 use super::{LockScript, Node, request_error};
 use crate::error::{Error, Phase, Result};
@@ -36,8 +39,8 @@ pub(super) struct Sent {
     pub(super) reply: RedisResult<Value>,
     /// The replies of the commands sent after the script, in order.
     pub(super) after: Vec<Value>,
-    /// The reply of the load sent with the script, if one was.
-    load: Option<Value>,
+    /// The replies of the load commands sent with the script, in order.
+    load: Vec<Value>,
 }
 
 impl Node {
@@ -64,7 +67,7 @@ impl Node {
                 Ready::Without => return Ok(None),
                 Ready::Call(epoch) => {
                     let fcall = script_command("FCALL", function, call.keys, call.args);
-                    let sent = self.send(call, None, &fcall).await?;
+                    let sent = self.send(call, &[], &fcall).await?;
                     if fcall_refused(&sent.reply) {
                         // An ACL with FUNCTION LOAD but without FCALL: it did not run.
                         library.refuse();
@@ -80,11 +83,7 @@ impl Node {
                     found_missing = true;
                 }
                 Ready::Lead(lead) => {
-                    let load = self.library_load();
-                    tracing::debug!(
-                        library = LIBRARY.form(self.inner.backend.cluster_form()).name(),
-                        "loading the function library"
-                    );
+                    tracing::debug!(library = self.form().name(), "loading the function library");
                     if self.inner.backend.one_connection() {
                         // One server: the load and this call in one round trip, the call as
                         // EVAL of the source (the crate's code, whatever the load did).
@@ -95,16 +94,13 @@ impl Node {
                             call.keys,
                             call.args,
                         );
-                        let sent = self.send(call, Some(&load), &eval).await?;
-                        match &sent.load {
-                            Some(Value::ServerError(err)) => failed(lead, &err.clone().into()),
-                            _ => lead.loaded(),
-                        }
+                        let sent = self.send(call, &self.library_check(), &eval).await?;
+                        self.settle(call.backend, lead, &sent.load).await;
                         return Ok(Some(sent));
                     }
                     // A cluster: every master, alone, first.
                     self.count_request();
-                    match call.backend.command(&load).await {
+                    match call.backend.command(&self.library_replace()).await {
                         Ok(_) => lead.loaded(),
                         Err(err) => {
                             failed(lead, &err);
@@ -141,7 +137,7 @@ impl Node {
             };
             match ready {
                 Ready::Call(epoch) => {
-                    let sent = self.send(call, None, &evalsha).await?;
+                    let sent = self.send(call, &[], &evalsha).await?;
                     if !is_missing(&sent.reply) {
                         return Ok(sent);
                     }
@@ -154,8 +150,8 @@ impl Node {
                 Ready::Lead(lead) => {
                     let mut load = redis::cmd("SCRIPT");
                     load.arg("LOAD").arg(script.source(cluster));
-                    let mut sent = self.send(call, Some(&load), &evalsha).await?;
-                    match &sent.load {
+                    let mut sent = self.send(call, &[load], &evalsha).await?;
+                    match sent.load.first() {
                         // The script ran unless it said NOSCRIPT; then the load's error
                         // says why. The next call loads again.
                         Some(Value::ServerError(err)) => {
@@ -169,19 +165,66 @@ impl Node {
                 }
                 // Scripts are never refused, nor paused: a failed load is tried again.
                 Ready::Without => {
-                    let sent = self.send(call, None, &evalsha).await?;
+                    let sent = self.send(call, &[], &evalsha).await?;
                     return Ok(sent);
                 }
             }
         }
     }
 
-    /// `FUNCTION LOAD REPLACE` of the library in the form this node's backend runs.
-    fn library_load(&self) -> Cmd {
-        let form = LIBRARY.form(self.inner.backend.cluster_form());
+    /// The library in the form this node's backend runs.
+    fn form(&self) -> &'static Form {
+        LIBRARY.form(self.inner.backend.cluster_form())
+    }
+
+    /// `FUNCTION LOAD` of the library (no `REPLACE`), then `FUNCTION LIST` of its name with
+    /// the code: the library loaded now, or the code already under its name, to compare.
+    /// Nothing is compiled, replicated or written to the AOF when it is there already.
+    fn library_check(&self) -> [Cmd; 2] {
+        let form = self.form();
         let mut load = redis::cmd("FUNCTION");
-        load.arg("LOAD").arg("REPLACE").arg(form.text());
+        load.arg("LOAD").arg(form.text());
+        let mut list = redis::cmd("FUNCTION");
+        list.arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(form.name())
+            .arg("WITHCODE");
+        [load, list]
+    }
+
+    /// `FUNCTION LOAD REPLACE` of the library: whatever is under its name, it is this
+    /// build's code after.
+    fn library_replace(&self) -> Cmd {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(self.form().text());
         load
+    }
+
+    /// Ends `lead` by the replies to [`Node::library_check`]: loaded (now, or by a client of
+    /// this build before), replaced when other code was under the name (one more round
+    /// trip), refused, or failed for a moment.
+    async fn settle(&self, backend: &Backend, lead: Lead<'_>, replies: &[Value]) {
+        let (load, list) = (replies.first(), replies.get(1));
+        let exists = match load {
+            Some(Value::ServerError(err)) => {
+                let err: RedisError = err.clone().into();
+                if !library_exists(&err) {
+                    return failed(lead, &err);
+                }
+                err
+            }
+            _ => return lead.loaded(),
+        };
+        if list.is_some_and(|list| listed_code(list) == Some(self.form().text().as_bytes())) {
+            return lead.loaded();
+        }
+        // Other code under this build's name (or a user that may not list it): replace it.
+        tracing::debug!(%exists, "replacing the function library");
+        self.count_request();
+        match backend.command(&self.library_replace()).await {
+            Ok(_) => lead.loaded(),
+            Err(err) => failed(lead, &err),
+        }
     }
 
     /// Loads what a call of `scripts` needs (see [`Node::load_scripts`]).
@@ -193,11 +236,25 @@ impl Node {
             .all(|script| form.function(script.variant(cluster).get_hash()).is_some());
         if all_in_library {
             if let Ready::Lead(lead) = self.inner.loads.library.ready().await {
+                let backend = &self.inner.backend;
                 self.count_request();
-                match self.inner.backend.command(&self.library_load()).await {
-                    Ok(_) => lead.loaded(),
-                    Err(err) if is_server_reply(&err) => failed(lead, &err),
-                    Err(err) => return Err(request_error(Phase::Acquire, &[], err)),
+                if backend.one_connection() {
+                    let mut pipe = redis::pipe();
+                    pipe.ignore_errors();
+                    for command in self.library_check() {
+                        pipe.add_command(command);
+                    }
+                    let replies = backend
+                        .pipeline(&pipe)
+                        .await
+                        .map_err(|err| request_error(Phase::Acquire, &[], err))?;
+                    self.settle(backend, lead, &replies).await;
+                } else {
+                    match backend.command(&self.library_replace()).await {
+                        Ok(_) => lead.loaded(),
+                        Err(err) if is_server_reply(&err) => failed(lead, &err),
+                        Err(err) => return Err(request_error(Phase::Acquire, &[], err)),
+                    }
                 }
             }
             if !self.inner.loads.library.is_refused() {
@@ -227,9 +284,9 @@ impl Node {
         Ok(())
     }
 
-    /// Sends `call`'s commands before, `load` if given, `command` (the script's call) and
-    /// `call`'s commands after, in one round trip: a lone call as a command.
-    async fn send(&self, call: &Call<'_>, load: Option<&Cmd>, command: &Cmd) -> Result<Sent> {
+    /// Sends `call`'s commands before, the `load` commands, `command` (the script's call)
+    /// and `call`'s commands after, in one round trip: a lone call as a command.
+    async fn send(&self, call: &Call<'_>, load: &[Cmd], command: &Cmd) -> Result<Sent> {
         let Call {
             backend,
             phase,
@@ -239,7 +296,7 @@ impl Node {
             ..
         } = *call;
         self.count_request();
-        if before.is_empty() && after.is_empty() && load.is_none() {
+        if before.is_empty() && after.is_empty() && load.is_empty() {
             let reply = match backend.command(command).await {
                 Ok(reply) => Ok(reply),
                 Err(err) if is_server_reply(&err) => Err(err),
@@ -249,16 +306,13 @@ impl Node {
                 before: Vec::new(),
                 reply,
                 after: Vec::new(),
-                load: None,
+                load: Vec::new(),
             });
         }
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for command in before {
+        for command in before.iter().chain(load) {
             pipe.add_command(command.clone());
-        }
-        if let Some(load) = load {
-            pipe.add_command(load.clone());
         }
         pipe.add_command(command.clone());
         for command in after {
@@ -268,7 +322,7 @@ impl Node {
             .pipeline(&pipe)
             .await
             .map_err(|err| request_error(phase, keys, err))?;
-        let expected = before.len() + usize::from(load.is_some()) + 1 + after.len();
+        let expected = before.len() + load.len() + 1 + after.len();
         if replies.len() != expected {
             return Err(Error::UnexpectedReply {
                 phase,
@@ -280,7 +334,7 @@ impl Node {
         }
         let mut replies = replies.into_iter();
         let before = replies.by_ref().take(before.len()).collect();
-        let load = load.and_then(|_| replies.next());
+        let load = replies.by_ref().take(load.len()).collect();
         let reply = match replies.next() {
             Some(Value::ServerError(err)) => Err(err.into()),
             reply => Ok(reply.unwrap_or(Value::Nil)),
@@ -362,6 +416,45 @@ fn is_missing(reply: &RedisResult<Value>) -> bool {
                     .to_ascii_lowercase()
                     .starts_with("function not found")
             }))
+}
+
+/// Whether a `FUNCTION LOAD` failed because a library of that name is there already.
+fn library_exists(err: &RedisError) -> bool {
+    err.detail().is_some_and(|detail| {
+        let detail = detail.to_ascii_lowercase();
+        detail.starts_with("library") && detail.contains("already exists")
+    })
+}
+
+/// The code of the one library in a `FUNCTION LIST ... WITHCODE` reply (RESP2 or RESP3).
+fn listed_code(list: &Value) -> Option<&[u8]> {
+    let Value::Array(libraries) = list else {
+        return None;
+    };
+    let [library] = libraries.as_slice() else {
+        return None;
+    };
+    let field = |name: &str, value: &Value| {
+        matches!(value, Value::BulkString(bytes) if bytes == name.as_bytes())
+            || matches!(value, Value::SimpleString(text) if text == name)
+    };
+    let code = match library {
+        Value::Array(pairs) => pairs
+            .chunks(2)
+            .find(|pair| field("library_code", &pair[0]))
+            .and_then(|pair| pair.get(1)),
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(key, _)| field("library_code", key))
+            .map(|(_, value)| value),
+        _ => None,
+    };
+    match code? {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::VerbatimString { text, .. } => Some(text.as_bytes()),
+        Value::SimpleString(text) => Some(text.as_bytes()),
+        _ => None,
+    }
 }
 
 /// Whether the server refused `FCALL` itself to this user (not a command inside the
