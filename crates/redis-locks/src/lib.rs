@@ -22,6 +22,7 @@ mod owner;
 mod redlock;
 mod reentrant;
 mod rwlock;
+mod scripts;
 mod semaphore;
 mod state;
 mod token;

@@ -396,7 +396,11 @@ async fn a_server_busy_with_a_script_is_a_connection_error_that_passes() {
 #[tokio::test]
 async fn a_server_that_lost_its_script_cache_gets_the_scripts_again_with_the_call() {
     let server = server();
-    let client = client(&server).await;
+    // The EVALSHA path (a server that refuses functions); functions survive SCRIPT FLUSH
+    // (tests/functions.rs).
+    let client = Client::connect_with(&server.url(), ClientOptions::default().functions(false))
+        .await
+        .unwrap();
     let mutex = client.mutex("flushed").unwrap();
     mutex.try_lock().await.unwrap().release().await.unwrap();
     // As after a restart or a failover: the server knows none of the scripts now.

@@ -1098,21 +1098,25 @@ async fn a_node_that_answers_after_the_decision_still_takes_the_first_grant() {
     );
 }
 
-/// How many scripts (`EVALSHA` and `EVAL`) `server` has run.
+/// How many scripts (`EVALSHA`, `EVAL` and `FCALL`) `server` has run.
 fn script_calls(server: &RedisServer) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut common::raw(server))
         .unwrap();
-    ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
-        .iter()
-        .map(|prefix| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(prefix))
-                .and_then(|rest| rest.split(',').next())
-                .map_or(0, |calls| calls.parse::<u64>().unwrap())
-        })
-        .sum()
+    [
+        "cmdstat_evalsha:calls=",
+        "cmdstat_eval:calls=",
+        "cmdstat_fcall:calls=",
+    ]
+    .iter()
+    .map(|prefix| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |calls| calls.parse::<u64>().unwrap())
+    })
+    .sum()
 }
 
 /// Waits (at most 5 s) until `holds` says so of every node.

@@ -27,12 +27,12 @@ use crate::wait::{
 };
 
 /// FIFO acquire with a server-side ticket queue: `{1, token}` or `{0, pttl | -2}`.
-static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("acquire.lua")])
 });
 
 /// Leave a FairMutex (release and/or give up a place), waking only the next waiter.
-static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("release.lua")])
 });
 

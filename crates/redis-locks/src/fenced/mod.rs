@@ -10,7 +10,8 @@ use crate::token::FencingToken;
 
 /// A write applied only for a fencing token ≥ the highest seen: `{1, previous}` or
 /// `{0, highest}`.
-static SET: LazyLock<LockScript> = LazyLock::new(|| LockScript::new(&[include_str!("set.lua")]));
+pub(crate) static SET: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[include_str!("set.lua")]));
 
 /// A string value in Redis that only the newest lock holder may write.
 ///

@@ -35,7 +35,7 @@ use guard::Part;
 const LINES_LUA: &str = include_str!("lines.lua");
 
 /// Take a group's locks, all or none: `{1, tokens...}` or `{0, i, pttl}`.
-static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         FENCE_LUA,
         LOCK_LUA,
@@ -47,12 +47,12 @@ static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
 
 /// Release a group's locks by owner (and leave their lines), waking their waiters:
 /// `{r_1, ..., r_n}`.
-static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[LOCK_LUA, QUEUE_LUA, LINES_LUA, include_str!("release.lua")])
 });
 
 /// Renew a group's locks by owner, all or none: `{1}`, `{0, i}` or `{-1, i}`.
-static EXTEND: LazyLock<LockScript> =
+pub(crate) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, LINES_LUA, include_str!("extend.lua")]));
 
 /// The most names one [`MultiLock`] takes.

@@ -1,6 +1,8 @@
 //! The backend seam: every request a lock makes to Redis goes through a [`Node`].
 //!
-//! A node is one Redis server as the locks see it: script calls ([`Node::run_script`]),
+//! A node is one Redis server as the locks see it: script calls ([`Node::run_script`]: a
+//! function of the crate's library where the server allows it, else `EVALSHA`; see
+//! [`library`] and `call.rs`),
 //! pipelines of plain commands ([`Node::run_pipeline`]), single commands ([`Node::query`])
 //! and wake-up subscriptions ([`Node::subscribe`]), each failure sorted into the crate's
 //! [`Error`]. No primitive touches a connection.
@@ -19,7 +21,10 @@
 //! quorum over N independent nodes (a Redlock) is N `Node`s asked at once ([`quorum`]).
 
 mod backend;
+mod call;
 mod connect;
+mod library;
+mod loading;
 mod naming;
 mod options;
 mod pubsub;
@@ -30,12 +35,11 @@ mod sentinel;
 mod tls;
 mod url;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::{FromRedisValue, ServerErrorKind, Value};
+use redis::{FromRedisValue, Value};
 
 use crate::error::{Error, Phase, Result};
 
@@ -75,11 +79,9 @@ struct Inner {
     /// The server's `run_id` (`INFO server`) when the node connected, if it told: the same
     /// server reached by two URLs has one.
     run_id: Option<String>,
-    /// The hashes of the scripts this node has loaded into the server's script cache: a
-    /// script not among them is loaded and run in one round trip (`SCRIPT LOAD` + `EVALSHA`
-    /// pipelined), not the three of `EVALSHA`, `NOSCRIPT`, `SCRIPT LOAD`, `EVALSHA` — which
-    /// would make a holder's first renewal three times slower than the next ones.
-    loaded: std::sync::Mutex<HashSet<String>>,
+    /// What the server has loaded of the crate's scripts, as far as this node knows: the
+    /// function library, or the scripts it runs with `EVALSHA` (see `call.rs`).
+    loads: loading::Loads,
 }
 
 impl Node {
@@ -219,6 +221,7 @@ impl Node {
         pubsub: pubsub::Wakeups,
         run_id: Option<String>,
     ) -> Node {
+        let loads = loading::Loads::new(options.get_functions());
         Node {
             inner: Arc::new(Inner {
                 backend,
@@ -230,7 +233,7 @@ impl Node {
                 naming: naming::Naming::default(),
                 requests: AtomicU64::new(0),
                 run_id,
-                loaded: Default::default(),
+                loads,
             }),
         }
     }
@@ -281,7 +284,9 @@ impl Node {
     }
 
     /// Runs one of the crate's scripts; `keys` are the keys it touches, the lock key first
-    /// (a `WRONGTYPE` error names the one its message starts with).
+    /// (a `WRONGTYPE` error names the one its message starts with). It runs as a function
+    /// of the crate's library (`FCALL`) where the server allows it, else with `EVALSHA`
+    /// (see [`library`] and `call.rs`).
     pub(crate) async fn run_script<T: FromRedisValue>(
         &self,
         phase: Phase,
@@ -289,34 +294,25 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
-        self.count_request();
-        let hash = self.hash_of(script);
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(hash).arg(keys.len()).arg(keys).arg(args);
-        let reply = if self.is_loaded(hash) {
-            match self.inner.backend.command(&evalsha).await {
-                // The server lost its script cache (a restart, a failover; on a cluster,
-                // another shard that never had it): load it again, with the call, in one
-                // more round trip.
-                Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    self.unmark_loaded(hash);
-                    self.count_request();
-                    self.load_and_run(script, &evalsha).await
-                }
-                other => other,
-            }
-        } else {
-            self.load_and_run(script, &evalsha).await
-        }
-        .map_err(|err| request_error(phase, keys, err))?;
+        let sent = self
+            .call(&call::Call::on(
+                &self.inner.backend,
+                phase,
+                script,
+                keys,
+                args,
+            ))
+            .await?;
+        let reply = sent.reply.map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
     }
 
     /// Runs one of the crate's scripts, then `replication`'s `WAIT` (or `WAITAOF`) in the
     /// same round trip on the same connection, so that what it acknowledges includes the
     /// script's write. Replicated requests have connections of their own (made at the first
-    /// one), so a `WAIT` waiting for slow replicas holds up no other lock's requests. Returns the script's reply and what was acknowledged; whether that is
-    /// enough is the caller's to judge ([`Replication`]'s `enough`).
+    /// one), so a `WAIT` waiting for slow replicas holds up no other lock's requests. Returns
+    /// the script's reply and what was acknowledged; whether that is enough is the caller's
+    /// to judge ([`Replication`]'s `enough`).
     ///
     /// # Errors
     /// As [`Node::run_script`]; [`Error::Unsupported`] when the server does not know the
@@ -334,117 +330,16 @@ impl Node {
             .replicated
             .get_or_try_init(|| self.inner.recipe.build(&self.inner.options))
             .await?;
-        let hash = self.hash_of(script);
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(hash).arg(keys.len()).arg(keys).arg(args);
-        // A script the server turned out not to have is loaded and the whole asked again,
-        // once: it did not run, so nothing was acknowledged for it.
-        for load in [!self.is_loaded(hash), true] {
-            self.count_request();
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            if load {
-                pipe.cmd("SCRIPT").arg("LOAD").arg(self.source_of(script));
-            }
-            pipe.add_command(evalsha.clone())
-                .add_command(replication.command());
-            let mut replies = backend
-                .pipeline(&pipe)
-                .await
-                .map_err(|err| request_error(phase, keys, err))?
-                .into_iter()
-                .rev();
-            let (wait, reply) = (
-                replies.next().unwrap_or(Value::Nil),
-                replies.next().unwrap_or(Value::Nil),
-            );
-            let loaded = replies.next();
-            if load && !matches!(loaded, Some(Value::ServerError(_))) {
-                self.mark_loaded(&[script]);
-            }
-            match reply {
-                Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript) => {
-                    self.unmark_loaded(hash);
-                    if load {
-                        let err = match loaded {
-                            Some(Value::ServerError(load)) => load.into(),
-                            _ => err.into(),
-                        };
-                        return Err(request_error(phase, keys, err));
-                    }
-                }
-                Value::ServerError(err) => return Err(request_error(phase, keys, err.into())),
-                reply => return Ok((convert(phase, reply)?, replication.acked(wait)?)),
-            }
-        }
-        Err(Error::UnexpectedReply {
-            phase,
-            detail: "the script was not found even after it was loaded".into(),
-        })
-    }
-
-    /// The hash of `script` in the form this node's backend runs (the cluster's form on a
-    /// cluster, see [`LockScript`]).
-    fn hash_of<'s>(&self, script: &'s LockScript) -> &'s str {
-        script.variant(self.inner.backend.cluster_form()).get_hash()
-    }
-
-    /// The source of `script` in the form this node's backend runs (see [`Node::hash_of`]).
-    fn source_of<'s>(&self, script: &'s LockScript) -> &'s str {
-        script.source(self.inner.backend.cluster_form())
-    }
-
-    /// `SCRIPT LOAD` and the script's `EVALSHA` in one round trip (the first call of a script
-    /// on this node, or the first after the server lost its script cache). The `EVALSHA`'s
-    /// reply is the answer, error or not — it ran whenever it did not say `NOSCRIPT`; only
-    /// then does a failed load (an ACL without `SCRIPT LOAD`, say) count. On a cluster the
-    /// pipeline goes to the shard of the script's first key, so both reach the same server.
-    async fn load_and_run(
-        &self,
-        script: &LockScript,
-        evalsha: &redis::Cmd,
-    ) -> redis::RedisResult<Value> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.cmd("SCRIPT").arg("LOAD").arg(self.source_of(script));
-        pipe.add_command(evalsha.clone());
-        let mut replies = self.inner.backend.pipeline(&pipe).await?.into_iter();
-        let (load, reply) = (replies.next(), replies.next().unwrap_or(Value::Nil));
-        let loaded = !matches!(load, Some(Value::ServerError(_)));
-        if loaded {
-            self.mark_loaded(&[script]);
-        }
-        match (load, reply) {
-            (Some(Value::ServerError(load)), Value::ServerError(err))
-                if err.kind() == Some(ServerErrorKind::NoScript) =>
-            {
-                Err(load.into())
-            }
-            (_, Value::ServerError(err)) => Err(err.into()),
-            (_, reply) => Ok(reply),
-        }
-    }
-
-    fn is_loaded(&self, hash: &str) -> bool {
-        self.inner
-            .loaded
-            .lock()
-            .map(|loaded| loaded.contains(hash))
-            .unwrap_or(false)
-    }
-
-    fn unmark_loaded(&self, hash: &str) {
-        if let Ok(mut loaded) = self.inner.loaded.lock() {
-            loaded.remove(hash);
-        }
-    }
-
-    fn mark_loaded(&self, scripts: &[&LockScript]) {
-        if let Ok(mut loaded) = self.inner.loaded.lock() {
-            for script in scripts {
-                loaded.insert(self.hash_of(script).to_string());
-            }
-        }
+        let wait = [replication.command()];
+        let sent = self
+            .call(&call::Call {
+                after: &wait,
+                ..call::Call::on(backend, phase, script, keys, args)
+            })
+            .await?;
+        let reply = sent.reply.map_err(|err| request_error(phase, keys, err))?;
+        let wait = sent.after.into_iter().next().unwrap_or(Value::Nil);
+        Ok((convert(phase, reply)?, replication.acked(wait)?))
     }
 
     /// Sends `pipe` (plain commands, not a transaction, built with
@@ -465,27 +360,12 @@ impl Node {
             .map_err(|err| request_error(phase, keys, err))
     }
 
-    /// Loads `scripts` into the server's script cache in one round trip, so that a call of
-    /// one of them is a single `EVALSHA` (a call whose reply is no longer awaited, as a
-    /// Redlock's late node, then still runs: it never needs its `NOSCRIPT` fallback).
+    /// Loads what a call of `scripts` needs in one round trip: the function library (see
+    /// [`library`]), or, where the server refuses functions, the scripts into its script
+    /// cache. A call of one of them then is a single `FCALL` or `EVALSHA`: one whose reply is
+    /// no longer awaited, as a Redlock's late node, still runs (it never needs a fallback).
     pub(crate) async fn load_scripts(&self, scripts: &[&LockScript]) -> Result<()> {
-        if !self.inner.backend.one_connection() {
-            // A keyless pipeline would reach one shard of many: each shard loads a script
-            // with its first call instead.
-            return Ok(());
-        }
-        let mut pipe = redis::pipe();
-        for script in scripts {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(self.source_of(script));
-        }
-        self.count_request();
-        self.inner
-            .backend
-            .pipeline(&pipe)
-            .await
-            .map_err(|err| request_error(Phase::Acquire, &[], err))?;
-        self.mark_loaded(scripts);
-        Ok(())
+        self.load(scripts).await
     }
 
     /// Sends one plain command (a read of a companion key, say).
@@ -505,13 +385,13 @@ impl Node {
         convert(phase, reply)
     }
 
-    /// Runs `script` with `EVAL` in a pipeline after `CLIENT SETNAME name` and
-    /// `CLIENT GETNAME`, so the script surely runs on the connection the name was given to
-    /// (see `engine/string_lock/acquire.lua`, `KEYS[3]`). Used only on the rare path that brings a fencing
-    /// counter up to the clock on a new connection. When the name sticks, it is recorded as
-    /// the connection's; when it does not (an ACL without `CLIENT`, a proxy that answers for
-    /// the server), this node never names again, and the script numbers every grant: slower,
-    /// never unsafe.
+    /// Runs `script` in a pipeline after `CLIENT SETNAME name` and `CLIENT GETNAME`, so the
+    /// script surely runs on the connection the name was given to (see
+    /// `engine/string_lock/acquire.lua`, `KEYS[3]`). Used only on the rare path that brings
+    /// a fencing counter up to the clock on a new connection. When the name sticks, it is
+    /// recorded as the connection's; when it does not (an ACL without `CLIENT`, a proxy that
+    /// answers for the server), this node never names again, and the script numbers every
+    /// grant: slower, never unsafe.
     pub(crate) async fn run_script_naming<T: FromRedisValue>(
         &self,
         phase: Phase,
@@ -520,33 +400,24 @@ impl Node {
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors()
-            .cmd("CLIENT")
-            .arg("SETNAME")
-            .arg(name)
-            .cmd("CLIENT")
-            .arg("GETNAME")
-            .cmd("EVAL")
-            .arg(self.source_of(script))
-            .arg(keys.len())
-            .arg(keys)
-            .arg(args);
-        let replies = self.run_pipeline(phase, &pipe, keys).await?;
-        let [_, named, reply] =
-            <[Value; 3]>::try_from(replies).map_err(|_| Error::UnexpectedReply {
-                phase,
-                detail: "a pipeline of three commands did not get three replies".into(),
-            })?;
-        match named {
-            Value::BulkString(got) if got == name.as_bytes() => {
+        let mut set = redis::cmd("CLIENT");
+        set.arg("SETNAME").arg(name);
+        let mut get = redis::cmd("CLIENT");
+        get.arg("GETNAME");
+        let naming = [set, get];
+        let sent = self
+            .call(&call::Call {
+                before: &naming,
+                ..call::Call::on(&self.inner.backend, phase, script, keys, args)
+            })
+            .await?;
+        match sent.before.get(1) {
+            Some(Value::BulkString(got)) if got == name.as_bytes() => {
                 self.inner.naming.set(name.into());
             }
             _ => self.inner.naming.refuse(),
         }
-        if let Value::ServerError(err) = reply {
-            return Err(request_error(phase, keys, err.into()));
-        }
+        let reply = sent.reply.map_err(|err| request_error(phase, keys, err))?;
         convert(phase, reply)
     }
 

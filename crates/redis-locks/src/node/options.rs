@@ -25,6 +25,7 @@ pub struct ClientOptions {
     response_timeout: Duration,
     reconnect_attempts: usize,
     namespace: String,
+    functions: bool,
     pub(super) tls: TlsSettings,
 }
 
@@ -54,6 +55,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("response_timeout", &self.response_timeout)
             .field("reconnect_attempts", &self.reconnect_attempts)
             .field("namespace", &self.namespace)
+            .field("functions", &self.functions)
             .field("tls_ca", &self.tls.ca.is_some())
             .field("tls_client_cert", &self.tls.client.is_some())
             .field("tls_insecure", &self.tls.insecure)
@@ -62,14 +64,15 @@ impl std::fmt::Debug for ClientOptions {
 }
 
 impl Default for ClientOptions {
-    /// 2 s to connect, 2 s for each reply, 3 reconnect attempts, no namespace, the system's
-    /// CAs for `rediss://`.
+    /// 2 s to connect, 2 s for each reply, 3 reconnect attempts, no namespace, scripts as
+    /// Redis functions where the server allows them, the system's CAs for `rediss://`.
     fn default() -> Self {
         ClientOptions {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             reconnect_attempts: 3,
             namespace: String::new(),
+            functions: true,
             tls: TlsSettings::default(),
         }
     }
@@ -120,6 +123,26 @@ impl ClientOptions {
     /// slot) or the ACL pattern characters `*`, `?`, `[`, `]`, `\`.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = namespace.into();
+        self
+    }
+
+    /// Whether the crate's scripts run as Redis functions (`FCALL` of one function library,
+    /// loaded once per server with `FUNCTION LOAD`) where the server allows them: the
+    /// default. With `false`, every script runs with `EVALSHA`, as on a server that refuses
+    /// functions (an ACL without `FUNCTION`/`FCALL`, a server older than Redis 7): the same
+    /// Lua, the same replies, the shared parts of the scripts defined again at each call.
+    /// The crate README ("How scripts reach the server") says more; a benchmark sets it to
+    /// compare the two.
+    ///
+    /// ```
+    /// use redis_locks::ClientOptions;
+    ///
+    /// let options = ClientOptions::default().functions(false);
+    /// assert!(!options.get_functions());
+    /// assert!(ClientOptions::default().get_functions());
+    /// ```
+    pub fn functions(mut self, functions: bool) -> Self {
+        self.functions = functions;
         self
     }
 
@@ -179,6 +202,12 @@ impl ClientOptions {
     /// The namespace in force (empty: none).
     pub fn get_namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// Whether scripts run as Redis functions where the server allows them (see
+    /// [`ClientOptions::functions`]).
+    pub fn get_functions(&self) -> bool {
+        self.functions
     }
 
     /// Whether `rediss://` connections may skip the certificate check.

@@ -2,8 +2,9 @@
 //! the module of the primitive or engine that uses it, with a header stating KEYS, ARGV and
 //! every reply), put after the shared preludes it calls (`token/fence.lua`, the lock prelude
 //! `wait/lock.lua`, the queue prelude `wait/queue.lua`, the holds prelude
-//! `engine/holds/holds.lua`),
-//! loaded once into a [`redis::Script`] so calls use `EVALSHA` with a `NOSCRIPT` fallback.
+//! `engine/holds/holds.lua`). Every script is also a function of the crate's function
+//! library ([`library`](super::library)); a node calls it there with `FCALL`, or sends it
+//! with `EVALSHA` where the server refuses functions (see `call.rs`).
 //!
 //! Two things about a script belong to the backend, not to the script, and the lock
 //! prelude names each once: how a wake-up is published (`local PUBLISH = 'PUBLISH'`), and
@@ -42,25 +43,41 @@ fn is_fast_path(part: &str) -> bool {
 pub(crate) struct LockScript {
     plain: (String, Script),
     cluster: (String, Script),
+    /// The fast paths (`*_first.lua`), the preludes and the body, as given.
+    parts: Parts,
+}
+
+/// A script's parts, as the function library (see [`super::library`]) takes them apart.
+pub(super) struct Parts {
+    /// The `*_first.lua` fast paths, run first (the plain form only).
+    pub(super) fast: Vec<&'static str>,
+    /// The preludes, in order.
+    pub(super) preludes: Vec<&'static str>,
+    /// The script's own body: its last part.
+    pub(super) body: &'static str,
 }
 
 impl LockScript {
     /// The script made of `parts`, in order: the preludes it calls, then its own body; a
     /// fast path for its common case may come before the preludes.
-    pub(crate) fn new(parts: &[&str]) -> LockScript {
+    pub(crate) fn new(parts: &[&'static str]) -> LockScript {
         let source = parts.join("\n");
         let kept: Vec<&str> = parts
             .iter()
             .copied()
             .filter(|part| !is_fast_path(part))
             .collect();
-        let mut cluster = kept.join("\n");
-        for (plain, clustered) in CLUSTER_LINES {
-            cluster = cluster.replace(plain, clustered);
-        }
+        let cluster = cluster_form(&kept.join("\n"));
+        let (body, rest) = parts.split_last().map_or(("", &[][..]), |(b, r)| (*b, r));
+        let (fast, preludes) = rest.iter().copied().partition(|part| is_fast_path(part));
         LockScript {
             plain: (source.clone(), Script::new(&source)),
             cluster: (cluster.clone(), Script::new(&cluster)),
+            parts: Parts {
+                fast,
+                preludes,
+                body,
+            },
         }
     }
 
@@ -82,6 +99,20 @@ impl LockScript {
             &self.plain.1
         }
     }
+
+    /// The parts the script was made of.
+    pub(super) fn parts(&self) -> &Parts {
+        &self.parts
+    }
+}
+
+/// `text` in the cluster's form: the lock prelude's `PUBLISH` and `RETRIED` lines changed.
+pub(super) fn cluster_form(text: &str) -> String {
+    let mut cluster = text.to_string();
+    for (plain, clustered) in CLUSTER_LINES {
+        cluster = cluster.replace(plain, clustered);
+    }
+    cluster
 }
 
 /// Asserts that each of the named `scripts` carries every prelude function it calls (see

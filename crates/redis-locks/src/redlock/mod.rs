@@ -44,7 +44,7 @@ use crate::token::{FENCE_LUA, FencingToken};
 use crate::wait::{Contender, LOCK_LUA, Line, Try, acquire, in_time};
 
 /// Bring a node's counter up to the chosen token, owner-checked: `1` / `0` gone / `-1` taken.
-static RAISE: LazyLock<LockScript> =
+pub(crate) static RAISE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[FENCE_LUA, LOCK_LUA, include_str!("raise.lua")]));
 
 /// A lock over N independent Redis masters (the Redlock algorithm), held while a majority of

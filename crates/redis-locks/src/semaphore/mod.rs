@@ -38,7 +38,7 @@ const PERMITS_LUA: &str = include_str!("permits.lua");
 
 /// Take permits, first come, first served: `{1, token}`, `{0, ms}` or `{0, -2}`; the common
 /// case (nobody in line, room counted) by the fast path before the preludes.
-static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("acquire_first.lua"),
         FENCE_LUA,
@@ -51,7 +51,7 @@ static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
 
 /// Give permits back (or a place up), waking the first waiter: `1` or `0`; the common case
 /// (a live holder, nobody in line) by the fast path before the preludes.
-static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("release_first.lua"),
         LOCK_LUA,
@@ -62,11 +62,11 @@ static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 });
 
 /// Renew a holder's lease: `1` or `0`.
-static EXTEND: LazyLock<LockScript> =
+pub(crate) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, PERMITS_LUA, include_str!("extend.lua")]));
 
 /// Read N, the counter, the line and the holders.
-static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         FENCE_LUA,
         LOCK_LUA,
@@ -76,7 +76,7 @@ static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
 });
 
 /// Change N: the N it replaced, or `0`.
-static RESIZE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static RESIZE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[LOCK_LUA, QUEUE_LUA, PERMITS_LUA, include_str!("resize.lua")])
 });
 

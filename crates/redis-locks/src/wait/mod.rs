@@ -153,7 +153,7 @@ pub(crate) async fn leave_queue(
 
 /// Leave a lock's queue, waking the next waiter if the lock is free: `1` left, `0` had no
 /// place.
-static LEAVE: LazyLock<LockScript> =
+pub(crate) static LEAVE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, QUEUE_LUA, include_str!("leave.lua")]));
 
 /// How an attempt stands in line.

@@ -29,7 +29,7 @@ use crate::wait::{
 const HOLDS_LUA: &str = include_str!("holds.lua");
 
 /// Read or write hold: `{1, token}`, `{0, ms | -2 | -3}`.
-static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         FENCE_LUA,
         LOCK_LUA,
@@ -40,7 +40,7 @@ static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
 });
 
 /// Release one hold by its id (and give up a place): `{1, left}`, `{0, 0}`.
-static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         include_str!("release_first.lua"),
         LOCK_LUA,
@@ -51,11 +51,11 @@ static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 });
 
 /// Set one hold's lease: `1`, `0`.
-static EXTEND: LazyLock<LockScript> =
+pub(crate) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, HOLDS_LUA, include_str!("extend.lua")]));
 
 /// Turn a write hold into a read hold: `1`, `0`, `-1`.
-static DOWNGRADE: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static DOWNGRADE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[
         LOCK_LUA,
         QUEUE_LUA,
@@ -65,7 +65,7 @@ static DOWNGRADE: LazyLock<LockScript> = LazyLock::new(|| {
 });
 
 /// The state: `{kind, counter, waiting_readers, waiting_writers, (id, mode, owner, ms, token)...}`.
-static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
+pub(crate) static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[FENCE_LUA, LOCK_LUA, HOLDS_LUA, include_str!("inspect.lua")])
 });
 

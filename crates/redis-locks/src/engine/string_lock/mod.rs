@@ -111,6 +111,17 @@ impl StringLock {
     }
 }
 
+/// The engine's scripts, for the crate's function library (see `crate::scripts`).
+pub(crate) fn scripts() -> [&'static LockScript; 5] {
+    [
+        &attempt::ACQUIRE,
+        &attempt::ACQUIRE_ON_NODE,
+        &hold::RELEASE,
+        &hold::EXTEND,
+        &inspect::INSPECT,
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use crate::node::assert_carries_preludes;

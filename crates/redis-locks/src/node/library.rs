@@ -1,0 +1,230 @@
+//! The crate's scripts as one Redis function library (`FUNCTION LOAD`, `FCALL`).
+//!
+//! A script sent with `EVALSHA` defines its preludes again at every call. In the library
+//! each prelude is defined once, when the library loads, and each script is a function
+//! that runs only its own body. The library's text is made from the same `.lua` files:
+//!
+//! ```text
+//! #!lua name=redis_locks_<version>
+//! local KEYS, ARGV
+//! <each prelude, once, in the order the scripts give them>
+//! redis.register_function('redis_locks_<version>_<n>', function(keys, args)
+//!   KEYS, ARGV = keys, args
+//!   <the script's fast paths, then its body>
+//! end)
+//! ```
+//!
+//! A function gets its keys and arguments as parameters, and a library may not assign
+//! globals; the bodies and preludes read `KEYS` and `ARGV`, so each function sets the two
+//! locals the preludes see before it runs. Functions run one at a time, so sharing them is
+//! safe.
+//!
+//! The version is the first 12 hex digits of the SHA-1 of the library's text, and both the
+//! library and every function carry it: two builds of the crate on one server never call
+//! each other's code. The library exists in the two forms of [`LockScript`] (the cluster's
+//! one with `SPUBLISH`, `RETRIED` true and no fast paths); a node loads the form its
+//! backend runs.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use super::LockScript;
+use super::script::cluster_form;
+
+/// The library in both forms, made from every script of the crate.
+pub(super) static LIBRARY: LazyLock<Library> =
+    LazyLock::new(|| Library::new(&crate::scripts::all()));
+
+/// The library's name and its functions' names start with this.
+const PREFIX: &str = "redis_locks_";
+
+/// Stands for the version in the text until the version is known.
+const VERSION_MARK: &str = "@VERSION@";
+
+/// The crate's scripts as a function library, in the two forms.
+pub(super) struct Library {
+    plain: Form,
+    cluster: Form,
+}
+
+/// One form of the library.
+pub(super) struct Form {
+    /// `redis_locks_<version>`.
+    name: String,
+    /// The text `FUNCTION LOAD` takes.
+    text: String,
+    /// The function of each script, by the script's SHA-1 in this form.
+    functions: HashMap<String, String>,
+}
+
+impl Library {
+    /// The library of `scripts` (a script given twice is one function).
+    ///
+    /// # Panics
+    /// When two scripts give their preludes in different orders: a prelude may call only
+    /// the ones before it, so one order must suit all.
+    pub(super) fn new(scripts: &[&LockScript]) -> Library {
+        Library {
+            plain: Form::new(scripts, false),
+            cluster: Form::new(scripts, true),
+        }
+    }
+
+    /// The form a backend runs: the cluster's when `cluster`.
+    pub(super) fn form(&self, cluster: bool) -> &Form {
+        if cluster { &self.cluster } else { &self.plain }
+    }
+}
+
+impl Form {
+    fn new(scripts: &[&LockScript], cluster: bool) -> Form {
+        let preludes = prelude_order(scripts);
+        let mut text = format!("#!lua name={PREFIX}{VERSION_MARK}\nlocal KEYS, ARGV\n");
+        for prelude in &preludes {
+            text.push_str(prelude);
+            text.push('\n');
+        }
+        let mut names: Vec<(String, String)> = Vec::new();
+        for script in scripts {
+            let hash = script.variant(cluster).get_hash().to_string();
+            if names.iter().any(|(known, _)| *known == hash) {
+                continue;
+            }
+            let name = format!("{PREFIX}{VERSION_MARK}_{}", names.len());
+            let parts = script.parts();
+            text.push_str(&format!(
+                "redis.register_function('{name}', function(keys, args)\nKEYS, ARGV = keys, args\n"
+            ));
+            if !cluster {
+                for fast in &parts.fast {
+                    text.push_str(fast);
+                    text.push('\n');
+                }
+            }
+            text.push_str(parts.body);
+            text.push_str("\nend)\n");
+            names.push((hash, name));
+        }
+        if cluster {
+            text = cluster_form(&text);
+        }
+        let version = redis::Script::new(&text).get_hash()[..12].to_string();
+        let version = version.as_str();
+        Form {
+            name: format!("{PREFIX}{version}"),
+            text: text.replace(VERSION_MARK, version),
+            functions: names
+                .into_iter()
+                .map(|(hash, name)| (hash, name.replace(VERSION_MARK, version)))
+                .collect(),
+        }
+    }
+
+    /// The library's name: `redis_locks_<version>`.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The text `FUNCTION LOAD` takes.
+    pub(super) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The function that runs the script whose SHA-1 (in this form) is `hash`, if the
+    /// library has it.
+    pub(super) fn function(&self, hash: &str) -> Option<&str> {
+        self.functions.get(hash).map(String::as_str)
+    }
+}
+
+/// Every prelude the scripts give, each once, in an order that keeps each script's own.
+fn prelude_order(scripts: &[&LockScript]) -> Vec<&'static str> {
+    let mut order: Vec<&'static str> = Vec::new();
+    for script in scripts {
+        let mut at = 0;
+        for prelude in &script.parts().preludes {
+            match order.iter().position(|known| known == prelude) {
+                Some(found) => {
+                    assert!(
+                        found >= at,
+                        "two scripts give their preludes in different orders"
+                    );
+                    at = found + 1;
+                }
+                None => {
+                    order.insert(at, prelude);
+                    at += 1;
+                }
+            }
+        }
+    }
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_prelude_is_defined_once_and_every_script_is_a_function() {
+        let scripts = crate::scripts::all();
+        for cluster in [false, true] {
+            let form = LIBRARY.form(cluster);
+            assert!(
+                form.text()
+                    .starts_with(&format!("#!lua name={}\n", form.name()))
+            );
+            for prelude in [
+                crate::token::FENCE_LUA,
+                crate::wait::LOCK_LUA,
+                crate::wait::QUEUE_LUA,
+            ] {
+                let prelude = if cluster {
+                    cluster_form(prelude)
+                } else {
+                    prelude.to_string()
+                };
+                assert_eq!(form.text().matches(&prelude).count(), 1);
+            }
+            for script in &scripts {
+                let name = form
+                    .function(script.variant(cluster).get_hash())
+                    .expect("every script is a function");
+                assert!(name.starts_with(form.name()));
+                assert!(form.text().contains(&format!("'{name}'")));
+            }
+            assert!(!form.text().contains(VERSION_MARK));
+        }
+        let (plain, cluster) = (LIBRARY.form(false), LIBRARY.form(true));
+        assert_ne!(
+            plain.name(),
+            cluster.name(),
+            "each form has its own version"
+        );
+        assert!(!cluster.text().contains("_first.lua:"), "no fast path");
+        assert!(plain.text().contains("_first.lua:"));
+    }
+
+    #[test]
+    fn no_two_preludes_define_the_same_name() {
+        let mut seen = std::collections::HashSet::new();
+        for prelude in prelude_order(&crate::scripts::all()) {
+            for line in prelude.lines().filter(|line| line.starts_with("local ")) {
+                let name = line["local ".len()..]
+                    .trim_start_matches("function ")
+                    .split(['(', ' ', '='])
+                    .next()
+                    .unwrap_or_default();
+                assert!(seen.insert(name.to_string()), "{name} is defined twice");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "different orders")]
+    fn preludes_in_different_orders_are_refused() {
+        let one = LockScript::new(&["-- a.lua\nlocal function a() end", "-- b.lua", "return 1"]);
+        let two = LockScript::new(&["-- b.lua", "-- a.lua\nlocal function a() end", "return 2"]);
+        Library::new(&[&one, &two]);
+    }
+}
