@@ -400,3 +400,45 @@ async fn a_server_without_functions_gets_evalsha() {
     let guard = client.mutex("old:mutex").unwrap().lock().await.unwrap();
     guard.release().await.unwrap();
 }
+
+/// A server past `maxmemory` (with `noeviction`): a held lock is still released and
+/// extended (those functions carry `allow-oom`: a refused release would leave the lock held
+/// until its lease ends), and taking a lock is refused with an error, writing nothing. On
+/// both paths: functions, and `EVALSHA`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_a_lock_is_still_released_and_extended_and_taking_is_refused() {
+    for functions in [true, false] {
+        let server = common::server();
+        let client = Client::connect_with(&server.url(), options().functions(functions))
+            .await
+            .unwrap();
+        let held = client.mutex("held").unwrap().lock().await.unwrap();
+        let read = client.rwlock("shared").unwrap();
+        let reader = read.read().await.unwrap();
+        let set = |value: &str| {
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg("noeviction")
+                .arg("maxmemory")
+                .arg(value)
+                .exec(&mut common::raw(&server))
+                .unwrap();
+        };
+        let key = |name: &str| client.keys(name).unwrap().lock().to_string();
+        set("1");
+        held.extend(Duration::from_secs(40)).await.unwrap();
+        assert!(common::pttl(&server, &key("held")) > 35_000, "extended");
+        let refused = client.mutex("new").unwrap().try_lock().await;
+        assert!(refused.is_err(), "functions {functions}: {refused:?}");
+        held.release().await.unwrap();
+        reader.release().await.unwrap();
+        assert!(!common::exists(&server, &key("held")), "released");
+        assert!(!common::exists(&server, &key("shared")), "released");
+        assert!(!common::exists(&server, &key("new")), "nothing written");
+        set("0");
+        // Taking works again once memory is back.
+        let again = client.mutex("new").unwrap().try_lock().await.unwrap();
+        again.release().await.unwrap();
+    }
+}

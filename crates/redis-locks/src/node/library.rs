@@ -8,11 +8,16 @@
 //! #!lua name=redis_locks_<version>
 //! local KEYS, ARGV
 //! <each prelude, once, in the order the scripts give them>
-//! redis.register_function('redis_locks_<version>_<n>', function(keys, args)
+//! redis.register_function{function_name = 'redis_locks_<version>_<n>', flags = {...},
+//!   callback = function(keys, args)
 //!   KEYS, ARGV = keys, args
 //!   <the script's fast paths, then its body>
-//! end)
+//! end}
 //! ```
+//!
+//! A release, an extension and a waiter leaving its place carry the `allow-oom` flag: a
+//! server past `maxmemory` refuses a function without it whole, and a refused release would
+//! leave the lock held until its lease ends (see [`FREEING`]).
 //!
 //! A function gets its keys and arguments as parameters, and a library may not assign
 //! globals; the bodies and preludes read `KEYS` and `ARGV`, so each function sets the two
@@ -76,6 +81,23 @@ impl Library {
     }
 }
 
+/// The bodies whose functions run on a server out of memory (`allow-oom`): the ones that
+/// give something back or keep what is there — a release, an extension, a waiter leaving
+/// its place. A function without flags is refused whole on a server past `maxmemory` (a
+/// script sent with `EVALSHA` would only fail at a write that needs memory), and a release
+/// refused there would leave the lock held until its lease ends. Taking a lock is refused.
+const FREEING: [&str; 4] = ["release.lua", "extend.lua", "extend_many.lua", "leave.lua"];
+
+/// Whether `body` (a script's own `.lua`, whose header's first line names its file: `--
+/// release.lua: ...`) is one of [`FREEING`].
+fn frees(body: &str) -> bool {
+    body.lines()
+        .next()
+        .and_then(|line| line.strip_prefix("-- "))
+        .and_then(|line| line.split_once(':'))
+        .is_some_and(|(file, _)| FREEING.contains(&file))
+}
+
 impl Form {
     fn new(scripts: &[&LockScript], cluster: bool) -> Form {
         let preludes = prelude_order(scripts);
@@ -93,7 +115,8 @@ impl Form {
             let name = format!("{PREFIX}{VERSION_MARK}_{}", names.len());
             let parts = script.parts();
             text.push_str(&format!(
-                "redis.register_function('{name}', function(keys, args)\nKEYS, ARGV = keys, args\n"
+                "redis.register_function{{function_name = '{name}', flags = {{{}}}, callback = function(keys, args)\nKEYS, ARGV = keys, args\n",
+                if frees(parts.body) { "'allow-oom'" } else { "" }
             ));
             if !cluster {
                 for fast in &parts.fast {
@@ -102,7 +125,7 @@ impl Form {
                 }
             }
             text.push_str(parts.body);
-            text.push_str("\nend)\n");
+            text.push_str("\nend}\n");
             names.push((hash, name));
         }
         if cluster {
@@ -203,6 +226,28 @@ mod tests {
         );
         assert!(!cluster.text().contains("_first.lua:"), "no fast path");
         assert!(plain.text().contains("_first.lua:"));
+    }
+
+    #[test]
+    fn releases_extensions_and_leaving_run_out_of_memory_and_taking_does_not() {
+        assert!(frees(include_str!("../engine/string_lock/release.lua")));
+        assert!(frees(include_str!("../engine/holds/extend.lua")));
+        assert!(frees(include_str!("../wait/leave.lua")));
+        assert!(!frees(include_str!("../engine/string_lock/acquire.lua")));
+        assert!(!frees(include_str!("../semaphore/resize.lua")));
+        for cluster in [false, true] {
+            let text = LIBRARY.form(cluster).text();
+            // Every release, extension and leave script of the crate: 5 releases (string
+            // lock, holds, fair, semaphore, MultiLock), 4 extensions, 1 leave.
+            assert!(
+                text.matches("flags = {'allow-oom'}").count() >= 10,
+                "{cluster}"
+            );
+            assert_eq!(
+                text.matches("flags = {").count(),
+                text.matches("redis.register_function{").count()
+            );
+        }
     }
 
     #[test]
