@@ -1,6 +1,7 @@
 //! How every client of a command talks to its Redis, beside where that Redis is (the
 //! [`Endpoint`](crate::endpoint::Endpoint)): TLS for `rediss://` URLs (`--tls-ca`,
-//! `--tls-cert`, `--tls-key`, `--tls-insecure`) and the key namespace (`--namespace`), and,
+//! `--tls-cert`, `--tls-key`, `--tls-insecure`), the key namespace (`--namespace`) and
+//! whether scripts go as functions (`--no-functions`: `EVALSHA` only), and,
 //! for the commands that take locks, replicated acquisition (`--replicas`,
 //! `--replicas-timeout`); each also an environment variable. Every command that connects
 //! flattens [`SettingsArgs`] (and one that takes locks [`ReplicationArgs`]);
@@ -95,6 +96,17 @@ pub struct SettingsArgs {
         help_heading = HEADING
     )]
     namespace: Option<String>,
+    /// Send the locks' scripts with EVALSHA instead of loading them as one function library
+    /// (FUNCTION LOAD, then FCALL). The library falls back to EVALSHA by itself where the
+    /// server or the ACL refuses functions; this skips even the first, refused load.
+    #[arg(
+        long,
+        env = "REDIS_LOCKS_NO_FUNCTIONS",
+        global = true,
+        value_parser = clap::builder::BoolishValueParser::new(),
+        help_heading = HEADING
+    )]
+    no_functions: bool,
 }
 
 impl SettingsArgs {
@@ -137,6 +149,7 @@ impl SettingsArgs {
             tls_insecure: self.tls_insecure,
             namespace,
             replication: None,
+            no_functions: self.no_functions,
         })
     }
 }
@@ -215,6 +228,9 @@ pub struct ClientSettings {
     /// `--replicas` and `--replicas-timeout`.
     #[serde(default)]
     replication: Option<Replicas>,
+    /// `--no-functions`.
+    #[serde(default)]
+    no_functions: bool,
 }
 
 impl ClientSettings {
@@ -307,7 +323,8 @@ impl ClientSettings {
         }
         Ok(options
             .tls_insecure(self.tls_insecure)
-            .namespace(self.namespace.clone()))
+            .namespace(self.namespace.clone())
+            .functions(!self.no_functions))
     }
 
     /// Checks that every file can be read, so that a command fails at once (exit 66), before
@@ -337,6 +354,9 @@ impl ClientSettings {
         }
         if self.tls_insecure {
             args.push("--tls-insecure".into());
+        }
+        if self.no_functions {
+            args.push("--no-functions".into());
         }
         if !self.namespace.is_empty() {
             args.extend(["--namespace".to_string(), self.namespace.clone()]);
@@ -498,6 +518,7 @@ mod tests {
                 replicas: 2,
                 timeout: Duration::from_millis(250),
             }),
+            no_functions: true,
         };
         let args = std::iter::once("cli".to_string()).chain(settings.args());
         let cli = Cli::try_parse_from(args).unwrap();
@@ -507,6 +528,21 @@ mod tests {
             .unwrap()
             .with_replication(&cli.replication);
         assert_eq!(parsed, settings);
+    }
+
+    #[test]
+    fn no_functions_reaches_the_client_options() {
+        let settings = ClientSettings {
+            no_functions: true,
+            ..ClientSettings::default()
+        };
+        assert!(!settings.client_options().unwrap().get_functions());
+        assert!(
+            ClientSettings::default()
+                .client_options()
+                .unwrap()
+                .get_functions()
+        );
     }
 
     #[test]
