@@ -385,10 +385,21 @@ impl<'a> Call<'a> {
     }
 }
 
-/// `<name> <script> <numkeys> <keys...> <args...>` (`EVAL`, `EVALSHA`, `FCALL`).
+/// `<name> <script> <numkeys> <keys...> <args...>` (`EVAL`, `EVALSHA`, `FCALL`), its
+/// buffers sized once (every lock call passes here: growing them argument by argument cost
+/// several reallocations a call).
 fn script_command(name: &str, script: &str, keys: &[&str], args: &[&str]) -> Cmd {
-    let mut command = redis::cmd(name);
-    command.arg(script).arg(keys.len()).arg(keys).arg(args);
+    let bytes = name.len()
+        + script.len()
+        + 20
+        + keys.iter().chain(args).map(|part| part.len()).sum::<usize>();
+    let mut command = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+    command
+        .arg(name)
+        .arg(script)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
     command
 }
 
