@@ -260,3 +260,9 @@ pub fn hash_tag(key: &str) -> Option<&str> {
     let close = key[open + 1..].find('}')? + open + 1;
     (close > open + 1).then(|| &key[open + 1..close])
 }
+
+/// The Redis Cluster slot of `key`: CRC16 of its hash tag, or of the whole key, mod 16384.
+pub(crate) fn slot(key: &str) -> u16 {
+    let hashed = hash_tag(key).unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % 16384
+}

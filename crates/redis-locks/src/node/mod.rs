@@ -19,6 +19,7 @@
 //! quorum over N independent nodes (a Redlock) is N `Node`s asked at once ([`quorum`]).
 
 mod backend;
+mod batch;
 mod connect;
 mod naming;
 mod options;
@@ -39,9 +40,10 @@ use redis::{FromRedisValue, ServerErrorKind, Value};
 
 use crate::error::{Error, Phase, Result};
 
+pub(crate) use batch::ScriptCall;
 use connect::{connect_error, open};
 pub(crate) use naming::NamingTurn;
-pub use options::ClientOptions;
+pub use options::{ClientOptions, DEFAULT_RENEWAL_BATCH};
 pub(crate) use pubsub::{Listener, Subscription, WAKE_ALL};
 pub(crate) use replication::Acked;
 pub use replication::Replication;

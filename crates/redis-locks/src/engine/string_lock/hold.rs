@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, extend_replicated_by, lease_millis, owner_reply};
-use crate::node::{LockScript, Node, Replication};
+use crate::node::{LockScript, Node, Replication, ScriptCall};
 use crate::token::{FENCE_LUA, OwnerToken};
 use crate::wait::{LOCK_LUA, QUEUE_LUA, run_handing_over, run_on_line};
 
@@ -98,6 +98,18 @@ impl Hold for StringHold {
         Box::pin(async move {
             let reply = self.run_extend(owner, lease, false).await?;
             owner_reply(self.name(), Phase::Extend, reply)
+        })
+    }
+
+    fn extend_on(&self) -> Option<(&Node, &str)> {
+        Some((&self.node, self.keys.lock()))
+    }
+
+    fn extend_call(&self, owner: &OwnerToken, lease: Duration) -> Result<ScriptCall<'_>> {
+        Ok(ScriptCall {
+            script: &EXTEND,
+            keys: vec![self.keys.lock()],
+            args: extend_args(owner, lease, false)?.into(),
         })
     }
 
