@@ -131,7 +131,9 @@ pub async fn run(endpoint: &Endpoint, args: &HoldManyArgs, json: bool) -> Result
     }
     let lost = batched.lost + before.as_ref().map_or(0, |before| before.lost);
     if lost > 0 {
-        return Err(CliError::CheckFailed(format!("{lost} held locks were lost")));
+        return Err(CliError::CheckFailed(format!(
+            "{lost} held locks were lost"
+        )));
     }
     Ok(())
 }

@@ -31,7 +31,8 @@ pub(crate) struct Lease {
     attached: Option<Box<dyn Send + Sync>>,
     /// What every extension waits for, and the lease an acquisition confirms with, when the
     /// options ask for replicas.
-    replication: Option<(Replication, Duration)>,
+    /// Boxed: most leases have none, and a process may hold 100,000.
+    replication: Option<Box<(Replication, Duration)>>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -74,7 +75,7 @@ impl Lease {
             state,
             token,
             attached: None,
-            replication: options.replicated(),
+            replication: options.replicated().map(Box::new),
         }
     }
 
@@ -124,7 +125,7 @@ impl Lease {
             state,
             token,
             attached: None,
-            replication: options.replicated(),
+            replication: options.replicated().map(Box::new),
         }
     }
 
@@ -183,17 +184,15 @@ impl Lease {
         let sent_at = Instant::now();
         self.state.at_most(self.state.deadline_for(sent_at, lease));
         let owed = self.owed();
-        let replication = self
-            .replication
-            .as_ref()
-            .map(|(replication, _)| replication);
+        let replication = self.replication.as_ref().map(|replicated| &replicated.0);
         match extend_hold(owed.hold().as_ref(), owed.owner(), lease, replication).await {
             Ok(replicas) => {
                 self.state.extended(self.state.deadline_for(sent_at, lease));
                 self.state.acknowledged(replicas);
-                if let Some(watchdog) = &self.watchdog {
-                    watchdog.holder_extended();
-                }
+                // A handed-over lease's first extension is owed no more (without renewals to
+                // follow, the watchdog then sends nothing; with them, its next request is a
+                // renewal, on the schedule it had).
+                self.state.owe_extension(false);
                 Ok(())
             }
             Err(err) => {
@@ -215,7 +214,7 @@ impl Lease {
     /// released; a release that failed too (Redis unreachable) leaves the key to its lease,
     /// as every failed release does.
     pub(crate) async fn replicated(self) -> Result<Lease> {
-        let Some((_, lease)) = self.replication else {
+        let Some(lease) = self.replication.as_ref().map(|replicated| replicated.1) else {
             return Ok(self);
         };
         // Boxed as `dyn Future`: the acquire futures that await this one stay shallow enough

@@ -10,9 +10,10 @@
 //!
 //! # Batches
 //!
-//! When the scheduler wakes for the earliest due renewal, it also takes those due within an
-//! eighth of their renewal period after it ([`COALESCE`]): renewals close in time are sent
-//! together, a little early. Those of one node (one slot, on a cluster) go as one pipeline
+//! When the scheduler wakes for the earliest due renewal, it also takes those due within
+//! their window after it: an eighth of the renewal period, or of the wait when that is
+//! shorter (a retry, a handed-over lease's first extension; [`COALESCE`]). Renewals close in
+//! time are so sent together, a little early. Those of one node (one slot, on a cluster) go as one pipeline
 //! of at most [`ClientOptions::renewal_batch`](crate::ClientOptions::renewal_batch) script
 //! calls, in one round trip ([`Hold::extend_call`]); 100,000 locks on a 30 s lease so cost
 //! about 20 round trips a second, not 10,000. Each lock keeps its own call and reply:
@@ -48,8 +49,8 @@ const MIN_RETRY: Duration = Duration::from_millis(5);
 /// The shortest extension a handed-over lease without renewals is given (see
 /// [`First::Extend`]), when the lease asked for is over by the time it is sent.
 const MIN_EXTENSION: Duration = Duration::from_millis(1);
-/// A renewal due within `1 / COALESCE` of its period after the earliest due one is sent
-/// with it, in the same batch.
+/// A renewal may be sent with a batch up to `1 / COALESCE` of its wait (at most of its
+/// renewal period) before it is due.
 const COALESCE: u32 = 8;
 
 /// When the watchdog stops renewing on its own.
@@ -147,15 +148,13 @@ struct Job {
     lease: Watched,
     /// Renewals so far.
     renewals: AtomicU32,
-    /// A handed-over lease's first extension is still to be made (shared with the guard's
-    /// [`Watchdog`], whose holder's own extension makes it owed no more).
-    extending: Arc<std::sync::atomic::AtomicBool>,
     /// Whether renewals follow the first extension of a handed-over lease.
     renews: bool,
     /// When the job was made (for a handed-over lease: when it was taken).
     since: Instant,
-    /// The last renewal failed: the next try is sent when due, not earlier with a batch.
-    retrying: std::sync::atomic::AtomicBool,
+    /// How much earlier than due the next renewal may go with a batch, in nanoseconds (see
+    /// [`Job::window`]).
+    window: std::sync::atomic::AtomicU64,
 }
 
 /// A guard's place in the watchdog; dropping it stops the renewals (a renewal already sent
@@ -163,8 +162,6 @@ struct Job {
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     id: u64,
-    /// The job's `extending`.
-    extending: Arc<std::sync::atomic::AtomicBool>,
     /// The job's `renews`.
     renews: bool,
     _open: Arc<Open>,
@@ -175,13 +172,6 @@ impl Watchdog {
     /// first extension).
     pub(crate) fn renews(&self) -> bool {
         self.renews
-    }
-
-    /// The holder extended the lease itself: a handed-over lease's first extension is owed no
-    /// more (without renewals to follow, the watchdog then sends nothing; with them, its next
-    /// request is a renewal, on the schedule it had).
-    pub(crate) fn holder_extended(&self) {
-        self.extending.store(false, Ordering::Relaxed);
     }
 }
 
@@ -214,23 +204,20 @@ impl Renewals {
             id,
             lease,
             renewals: AtomicU32::new(0),
-            extending: Arc::new(std::sync::atomic::AtomicBool::new(extending)),
             renews,
             since: Instant::now(),
-            retrying: std::sync::atomic::AtomicBool::new(false),
+            window: std::sync::atomic::AtomicU64::new(0),
         });
-        queue.widest = queue.widest.max(job.window());
         queue.live.insert(id, None);
         if queue.scheduler.as_ref().is_none_or(JoinHandle::is_finished) {
             queue.wakes_at = None;
             queue.scheduler = Some(tokio::spawn(run_scheduler(self.shared.clone())));
         }
-        let extending = job.extending.clone();
+        job.lease.state.owe_extension(extending);
         self.shared.schedule(&mut queue, job, due);
         Watchdog {
             shared: self.shared.clone(),
             id,
-            extending,
             renews,
             _open: self.open.clone(),
         }
@@ -272,6 +259,15 @@ impl Shared {
             return;
         };
         *slot = Some(at);
+        // An eighth of the wait, at most an eighth of the renewal period: a lease due soon
+        // after it was taken (a handed-over one) or a retry is not sent much earlier.
+        let window = (at.saturating_duration_since(Instant::now()) / COALESCE)
+            .min(job.lease.renewal.lease / 3 / COALESCE);
+        job.window.store(
+            u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        queue.widest = queue.widest.max(window);
         queue.due.insert((at, job.id), job);
         if queue.wakes_at.is_none_or(|wakes| at < wakes) {
             queue.wakes_at = Some(at);
@@ -439,11 +435,7 @@ struct Plan {
 impl Job {
     /// How long after the earliest due renewal this one may be sent with it, in a batch.
     fn window(&self) -> Duration {
-        if self.retrying.load(Ordering::Relaxed) {
-            Duration::ZERO
-        } else {
-            self.lease.renewal.lease / 3 / COALESCE
-        }
+        Duration::from_nanos(self.window.load(Ordering::Relaxed))
     }
 
     /// Which batch this job's renewal may join (its node and slot), if any: with batches of
@@ -481,7 +473,7 @@ impl Job {
         }
         // A handed-over lease's first extension is owed whatever the caps: the lease the
         // caller asked for begins with it.
-        let extending = self.extending.load(Ordering::Relaxed);
+        let extending = state.extension_owed();
         if !extending && !self.renews {
             return None; // the holder extended the handed lease itself: nothing more is owed
         }
@@ -533,14 +525,13 @@ impl Job {
                 state.extended(state.deadline_for(plan.sent_at, plan.lease));
                 state.acknowledged(replicas);
                 if plan.extending {
-                    self.extending.store(false, Ordering::Relaxed);
+                    state.owe_extension(false);
                     if !self.renews {
                         return;
                     }
                 } else {
                     self.renewals.fetch_add(1, Ordering::Relaxed);
                 }
-                self.retrying.store(false, Ordering::Relaxed);
                 plan.sent_at + period
             }
             Err(Error::NotHeld { reason, .. }) => {
@@ -560,7 +551,6 @@ impl Job {
                     state.lose(LostReason::LeaseEnded);
                     return;
                 }
-                self.retrying.store(true, Ordering::Relaxed);
                 Instant::now() + (left / 4).clamp(MIN_RETRY.min(period), period)
             }
         };
