@@ -154,16 +154,24 @@ async fn hold_once(
 
     let (server_before, rss_before) = (server_stats(side).await?, rss_bytes());
     let started = Instant::now();
-    let taken: Vec<Result<MutexGuard, redis_locks::Error>> = futures_util::stream::iter(&names)
+    let mut taken = Vec::with_capacity(names.len());
+    let mut acquisitions = futures_util::stream::iter(&names)
         .map(|name| {
             let (client, lock_options) = (&client, lock_options.clone());
             async move { client.mutex_with(name, lock_options)?.lock().await }
         })
-        .buffer_unordered(AT_ONCE)
-        .collect()
-        .await;
+        .buffer_unordered(AT_ONCE);
+    while let Some(taken_one) = acquisitions.next().await {
+        taken.push(taken_one);
+    }
+    drop(acquisitions);
     let acquire = started.elapsed();
-    let guards = taken.into_iter().collect::<Result<Vec<_>, _>>()?;
+    // Sized once: a Vec grown by doubling would count up to half its size again as the
+    // client's memory.
+    let mut guards = Vec::with_capacity(taken.len());
+    for guard in taken {
+        guards.push(guard?);
+    }
     let (server_held, rss_held) = (server_stats(side).await?, rss_bytes());
 
     let requests_before = client.stats().requests;

@@ -107,11 +107,13 @@ impl Lease {
                 state: state.clone(),
                 // Without the watchdog, only the first extension is made (`then_renew` is
                 // false), to end the lease the caller asked for after the handover.
-                renewal: renewal.unwrap_or(Renewal {
-                    lease: options.get_lease(),
-                    max_renewals: None,
-                    max_hold: None,
-                    replication: options.get_replication().copied(),
+                renewal: renewal.unwrap_or_else(|| {
+                    Renewal::new(
+                        options.get_lease(),
+                        None,
+                        None,
+                        options.get_replication().copied(),
+                    )
                 }),
                 // The lock may have been handed over any time since: count a hold cap from
                 // the earliest it can have been.

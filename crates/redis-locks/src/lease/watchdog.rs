@@ -54,13 +54,57 @@ const MIN_EXTENSION: Duration = Duration::from_millis(1);
 const COALESCE: u32 = 8;
 
 /// When the watchdog stops renewing on its own.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Renewal {
     pub(crate) lease: Duration,
-    pub(crate) max_renewals: Option<u32>,
-    pub(crate) max_hold: Option<Duration>,
+    /// The caps and the replicas to wait for, when any is set (boxed: most leases have none,
+    /// and a process may hold 100,000).
+    limits: Option<Box<Limits>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_renewals: Option<u32>,
+    max_hold: Option<Duration>,
     /// What each renewal waits for, if anything.
-    pub(crate) replication: Option<Replication>,
+    replication: Option<Replication>,
+}
+
+impl Renewal {
+    /// Renewals of `lease`, capped at `max_renewals` and `max_hold`, each waiting for
+    /// `replication`.
+    pub(crate) fn new(
+        lease: Duration,
+        max_renewals: Option<u32>,
+        max_hold: Option<Duration>,
+        replication: Option<Replication>,
+    ) -> Renewal {
+        let limited = max_renewals.is_some() || max_hold.is_some() || replication.is_some();
+        Renewal {
+            lease,
+            limits: limited.then(|| {
+                Box::new(Limits {
+                    max_renewals,
+                    max_hold,
+                    replication,
+                })
+            }),
+        }
+    }
+
+    fn max_renewals(&self) -> Option<u32> {
+        self.limits.as_ref().and_then(|limits| limits.max_renewals)
+    }
+
+    fn max_hold(&self) -> Option<Duration> {
+        self.limits.as_ref().and_then(|limits| limits.max_hold)
+    }
+
+    fn replication(&self) -> Option<&Replication> {
+        self.limits
+            .as_ref()
+            .and_then(|limits| limits.replication.as_ref())
+    }
 }
 
 /// One client's renewal queue and its scheduler task. The scheduler ends when the client and
@@ -364,13 +408,7 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
         renewal,
         ..
     } = &job.lease;
-    let outcome = extend_hold(
-        hold.as_ref(),
-        owner,
-        plan.lease,
-        renewal.replication.as_ref(),
-    )
-    .await;
+    let outcome = extend_hold(hold.as_ref(), owner, plan.lease, renewal.replication()).await;
     job.settle(&shared, plan, outcome.as_ref().copied());
 }
 
@@ -441,7 +479,7 @@ impl Job {
     /// Which batch this job's renewal may join (its node and slot), if any: with batches of
     /// one, a renewal that waits for replicas, or a hold renewed otherwise, none.
     fn batch_key(&self, batch: usize) -> Option<(usize, u16)> {
-        if batch <= 1 || self.lease.renewal.replication.is_some() {
+        if batch <= 1 || self.lease.renewal.replication().is_some() {
             return None;
         }
         let (node, key) = self.lease.hold.extend_on()?;
@@ -478,9 +516,9 @@ impl Job {
             return None; // the holder extended the handed lease itself: nothing more is owed
         }
         let renewals = self.renewals.load(Ordering::Relaxed);
-        let capped = renewal.max_renewals.is_some_and(|max| renewals >= max)
+        let capped = renewal.max_renewals().is_some_and(|max| renewals >= max)
             || renewal
-                .max_hold
+                .max_hold()
                 .is_some_and(|max| Instant::now() + renewal.lease > *acquired_at + max);
         if capped && !extending {
             // Let the lease run out; `lost()` tells the holder at its deadline.
