@@ -146,3 +146,53 @@ async fn one_request_per_renewal_when_batches_are_of_one() {
     );
     release_all(guards).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_or_retyped_key_loses_its_lock_alone_in_a_batch() {
+    const LOCKS: usize = 20;
+    let server = server();
+    let client = batching_client(&server).await;
+    let guards = hold(&client, LOCKS, 600).await;
+    // Another owner's token in one key, a hash in another: each is judged alone.
+    let () = redis::cmd("SET")
+        .arg("many:3")
+        .arg("someone-else")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut raw(&server))
+        .unwrap();
+    let () = redis::pipe()
+        .cmd("DEL")
+        .arg("many:7")
+        .ignore()
+        .cmd("HSET")
+        .arg("many:7")
+        .arg("field")
+        .arg("value")
+        .ignore()
+        .query(&mut raw(&server))
+        .unwrap();
+    for i in [3, 7] {
+        let lost = tokio::time::timeout(Duration::from_secs(2), guards[i].lost())
+            .await
+            .expect("the lock whose key changed was told");
+        assert_eq!(lost, LostReason::Taken, "many:{i}");
+    }
+    // Two more renewal periods: the others are still held.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut kept = Vec::new();
+    for (i, guard) in guards.into_iter().enumerate() {
+        if i == 3 || i == 7 {
+            assert!(guard.release().await.is_err(), "many:{i} is not held");
+        } else {
+            assert_eq!(guard.lost_reason(), None, "many:{i}");
+            kept.push(guard);
+        }
+    }
+    release_all(kept).await;
+    assert_eq!(
+        existing(&server, LOCKS),
+        2,
+        "only the foreign keys are left"
+    );
+}

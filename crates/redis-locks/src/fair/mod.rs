@@ -87,6 +87,14 @@ impl Hold for FairHold {
         self.lock.extend_call(owner, lease)
     }
 
+    fn extend_many(&self) -> Option<&'static LockScript> {
+        self.lock.extend_many()
+    }
+
+    fn extend_reply(&self, reply: i64) -> Result<()> {
+        self.lock.extend_reply(reply)
+    }
+
     fn extend_replicated<'a>(
         &'a self,
         owner: &'a OwnerToken,

@@ -146,6 +146,15 @@ pub(crate) trait Hold: Send + Sync + 'static {
         })
     }
 
+    /// A script that runs many [`Hold::extend_call`]s of holds like this one in one call,
+    /// if there is one: KEYS the calls' keys (one each), ARGV their ARGV in turn, and an
+    /// array of their replies (each read by [`Hold::extend_reply`]). A batch of such holds on
+    /// one node and slot is then one script call instead of a pipeline of them. By default
+    /// `None`.
+    fn extend_many(&self) -> Option<&'static crate::node::LockScript> {
+        None
+    }
+
     /// What the reply of [`Hold::extend_call`]'s script says: by default the `1 / 0 / -1`
     /// of [`owner_reply`].
     fn extend_reply(&self, reply: i64) -> Result<()> {

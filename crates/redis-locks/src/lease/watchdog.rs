@@ -373,7 +373,7 @@ async fn run_scheduler(shared: Arc<Shared>) {
 /// most `shared.batch`, each batch a task and one round trip; the others each a task of
 /// their own.
 fn start(shared: &Arc<Shared>, due: Vec<Arc<Job>>) {
-    let mut batches: HashMap<(usize, u16), Vec<Arc<Job>>> = HashMap::new();
+    let mut batches: HashMap<BatchKey, Vec<Arc<Job>>> = HashMap::new();
     for job in due {
         match job.batch_key(shared.batch) {
             Some(key) => batches.entry(key).or_default().push(job),
@@ -444,7 +444,12 @@ async fn renew_batch(shared: Arc<Shared>, jobs: Vec<Arc<Job>>) {
     let Some(node) = node else {
         return;
     };
-    match node.run_scripts::<i64>(Phase::Extend, &calls).await {
+    let many = jobs.first().and_then(|job| job.lease.hold.extend_many());
+    let replies = match many {
+        Some(script) => run_as_one(node, script, &calls).await,
+        None => node.run_scripts::<i64>(Phase::Extend, &calls).await,
+    };
+    match replies {
         Ok(replies) => {
             for ((job, _gate, plan), reply) in sent.into_iter().zip(replies) {
                 let outcome = reply.and_then(|reply| job.lease.hold.extend_reply(reply));
@@ -459,6 +464,35 @@ async fn renew_batch(shared: Arc<Shared>, jobs: Vec<Arc<Job>>) {
         }
     }
 }
+
+/// Runs `calls` (of one key each) as one call of `script`, which takes their keys and ARGV
+/// in turn and replies with an array of their replies.
+async fn run_as_one(
+    node: &crate::node::Node,
+    script: &crate::node::LockScript,
+    calls: &[crate::node::ScriptCall<'_>],
+) -> crate::error::Result<Vec<crate::error::Result<i64>>> {
+    let keys: Vec<&str> = calls
+        .iter()
+        .flat_map(|call| call.keys.iter().copied())
+        .collect();
+    let args: Vec<&str> = calls
+        .iter()
+        .flat_map(|call| call.args.iter().map(String::as_str))
+        .collect();
+    let replies: Vec<i64> = node.run_script(Phase::Extend, script, &keys, &args).await?;
+    if replies.len() != calls.len() {
+        return Err(Error::UnexpectedReply {
+            phase: Phase::Extend,
+            detail: format!("{} replies to {} renewals", replies.len(), calls.len()),
+        });
+    }
+    Ok(replies.into_iter().map(Ok).collect())
+}
+
+/// What the renewals of one batch share: the node's id, the slot (0 on one server), and the
+/// address of the script that renews them all in one call (0: none, a pipeline).
+type BatchKey = (usize, u16, usize);
 
 /// A renewal about to be sent: when, for how long, and the lease's state before it.
 struct Plan {
@@ -476,14 +510,19 @@ impl Job {
         Duration::from_nanos(self.window.load(Ordering::Relaxed))
     }
 
-    /// Which batch this job's renewal may join (its node and slot), if any: with batches of
-    /// one, a renewal that waits for replicas, or a hold renewed otherwise, none.
-    fn batch_key(&self, batch: usize) -> Option<(usize, u16)> {
+    /// Which batch this job's renewal may join (its node, slot, and the script that renews
+    /// many such holds in one call, if any), if any: with batches of one, a renewal that
+    /// waits for replicas, or a hold renewed otherwise, none.
+    fn batch_key(&self, batch: usize) -> Option<BatchKey> {
         if batch <= 1 || self.lease.renewal.replication().is_some() {
             return None;
         }
-        let (node, key) = self.lease.hold.extend_on()?;
-        Some((node.id(), node.slot_of(key)))
+        let hold = self.lease.hold.as_ref();
+        let (node, key) = hold.extend_on()?;
+        let many = hold
+            .extend_many()
+            .map_or(0, |script| std::ptr::from_ref(script) as usize);
+        Some((node.id(), node.slot_of(key), many))
     }
 
     /// What to send now, with the gate held, if anything: nothing once the job was stopped,

@@ -4,7 +4,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::error::{Phase, Result};
+use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, extend_replicated_by, lease_millis, owner_reply};
 use crate::node::{LockScript, Node, Replication, ScriptCall};
@@ -27,6 +27,11 @@ pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 /// another owner's.
 pub(super) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend.lua")]));
+
+/// Many owner-checked `PEXPIRE`s in one call, the watchdog's batch: for each lock, what
+/// [`EXTEND`] would reply, `-2` where it would answer `WRONGTYPE`.
+pub(super) static EXTEND_MANY: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend_many.lua")]));
 
 /// A `Mutex`'s lock key on its node.
 pub(crate) struct StringHold {
@@ -111,6 +116,20 @@ impl Hold for StringHold {
             keys: vec![self.keys.lock()],
             args: extend_args(owner, lease, false)?.into(),
         })
+    }
+
+    fn extend_many(&self) -> Option<&'static LockScript> {
+        Some(&EXTEND_MANY)
+    }
+
+    fn extend_reply(&self, reply: i64) -> Result<()> {
+        match reply {
+            -2 => Err(Error::WrongType {
+                key: self.keys.lock().to_string(),
+                detail: "the lock key is not a string".into(),
+            }),
+            reply => owner_reply(self.name(), Phase::Extend, reply),
+        }
     }
 
     fn extend_replicated<'a>(

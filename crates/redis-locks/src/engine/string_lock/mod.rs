@@ -123,6 +123,7 @@ mod tests {
             ("acquire on a node", &*super::attempt::ACQUIRE_ON_NODE),
             ("release", &*super::hold::RELEASE),
             ("extend", &*super::hold::EXTEND),
+            ("extend many", &*super::hold::EXTEND_MANY),
             ("inspect", &*super::inspect::INSPECT),
         ];
         assert_carries_preludes(&scripts, &PRELUDES);
