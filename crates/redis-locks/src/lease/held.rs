@@ -108,10 +108,9 @@ impl Lease {
                 // Without the watchdog, only the first extension is made (`then_renew` is
                 // false), to end the lease the caller asked for after the handover.
                 renewal: renewal.unwrap_or_else(|| {
-                    Renewal::new(
+                    Renewal::handed_over(
                         options.get_lease(),
-                        None,
-                        None,
+                        Instant::now(),
                         options.get_replication().copied(),
                     )
                 }),

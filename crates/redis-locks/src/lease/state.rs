@@ -18,6 +18,12 @@ pub(crate) struct Status {
     pub(crate) lost: Option<LostReason>,
     /// The reason to give if the deadline passes without a renewal.
     pub(crate) ending: LostReason,
+    /// How many replicas acknowledged the last confirmed grant or renewal, plus one (0:
+    /// never asked). Here rather than in a field of its own: it fits in the padding.
+    replicas: u32,
+    /// A handed-over lease's first extension is still to be made by the watchdog (the
+    /// holder's own extension makes it owed no more).
+    extension_owed: bool,
 }
 
 /// The shared cell behind [`Status`]: kept small (a process may hold 100,000 leases), so a
@@ -33,12 +39,6 @@ pub(crate) struct LeaseState {
     pub(crate) gate: tokio::sync::Mutex<()>,
     /// How much of every lease (the first, and each renewal's) is not counted on.
     drift: ClockDrift,
-    /// How many replicas acknowledged the last confirmed grant or renewal, plus one (0:
-    /// never asked).
-    replicas: std::sync::atomic::AtomicU64,
-    /// A handed-over lease's first extension is still to be made by the watchdog (the
-    /// holder's own extension makes it owed no more).
-    extension_owed: std::sync::atomic::AtomicBool,
 }
 
 impl LeaseState {
@@ -54,12 +54,12 @@ impl LeaseState {
                 deadline,
                 lost: None,
                 ending: LostReason::LeaseEnded,
+                replicas: 0,
+                extension_owed: false,
             }),
             changed: Notify::new(),
             gate: tokio::sync::Mutex::new(()),
             drift,
-            replicas: std::sync::atomic::AtomicU64::new(0),
-            extension_owed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -72,34 +72,26 @@ impl LeaseState {
     /// none was asked for).
     pub(crate) fn acknowledged(&self, replicas: Option<u32>) {
         if let Some(replicas) = replicas {
-            self.replicas.store(
-                u64::from(replicas) + 1,
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            self.locked().replicas = replicas.saturating_add(1);
         }
     }
 
     /// How many replicas acknowledged the last confirmed grant or renewal, if any was asked
     /// for.
     pub(crate) fn replicas(&self) -> Option<u32> {
-        match self.replicas.load(std::sync::atomic::Ordering::Relaxed) {
-            0 => None,
-            plus_one => u32::try_from(plus_one - 1).ok(),
-        }
+        self.status().replicas.checked_sub(1)
     }
 
     /// Whether a handed-over lease's first extension is still owed (see
     /// [`LeaseState::owe_extension`]).
     pub(crate) fn extension_owed(&self) -> bool {
-        self.extension_owed
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.status().extension_owed
     }
 
     /// Records whether the watchdog still owes a handed-over lease its first extension: set
     /// when the watchdog takes the lease, cleared by that extension or by the holder's own.
     pub(crate) fn owe_extension(&self, owed: bool) {
-        self.extension_owed
-            .store(owed, std::sync::atomic::Ordering::Relaxed);
+        self.locked().extension_owed = owed;
     }
 
     fn locked(&self) -> MutexGuard<'_, Status> {

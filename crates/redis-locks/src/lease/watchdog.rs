@@ -68,6 +68,9 @@ struct Limits {
     max_hold: Option<Duration>,
     /// What each renewal waits for, if anything.
     replication: Option<Replication>,
+    /// When a handed-over lease without renewals was taken (its one extension ends the
+    /// lease asked for after that).
+    handed_at: Option<Instant>,
 }
 
 impl Renewal {
@@ -87,9 +90,31 @@ impl Renewal {
                     max_renewals,
                     max_hold,
                     replication,
+                    handed_at: None,
                 })
             }),
         }
+    }
+
+    /// The one extension of a lease handed over at `at`, without renewals after it.
+    pub(crate) fn handed_over(
+        lease: Duration,
+        at: Instant,
+        replication: Option<Replication>,
+    ) -> Renewal {
+        Renewal {
+            lease,
+            limits: Some(Box::new(Limits {
+                max_renewals: None,
+                max_hold: None,
+                replication,
+                handed_at: Some(at),
+            })),
+        }
+    }
+
+    fn handed_at(&self) -> Option<Instant> {
+        self.limits.as_ref().and_then(|limits| limits.handed_at)
     }
 
     fn max_renewals(&self) -> Option<u32> {
@@ -118,7 +143,7 @@ impl Renewals {
     /// The renewal queue of a client that sends at most `batch` renewals in one round trip.
     pub(crate) fn new(batch: usize) -> Self {
         let shared = Arc::new(Shared {
-            queue: Mutex::default(),
+            queue: Mutex::new(Queue::new()),
             nudge: Notify::new(),
             batch: batch.max(1),
         });
@@ -144,13 +169,15 @@ struct Shared {
     batch: usize,
 }
 
-#[derive(Default)]
 struct Queue {
+    /// What due times count from: they are kept as [`Tick`]s (8 bytes, not an `Instant`'s
+    /// 16), as a process may hold 100,000 leases.
+    base: Instant,
     /// Waiting renewals by due time (ties broken by id).
-    due: BTreeMap<(Instant, u64), Arc<Job>>,
-    /// Every live renewal: when it is due, or `None` while its renewal runs. A job missing
-    /// here was stopped (its guard released or dropped) and is never renewed again.
-    live: HashMap<u64, Option<Instant>>,
+    due: BTreeMap<(Tick, u64), Arc<Job>>,
+    /// Every live renewal: when it is due, or [`RUNNING`] while its renewal runs. A job
+    /// missing here was stopped (its guard released or dropped) and is never renewed again.
+    live: HashMap<u64, Tick>,
     next_id: u64,
     /// The widest coalescing window of any job so far (see [`Job::window`]).
     widest: Duration,
@@ -159,6 +186,38 @@ struct Queue {
     /// The scheduler task, once started; started again if its runtime shut down.
     scheduler: Option<JoinHandle<()>>,
     closed: bool,
+}
+
+/// An instant as nanoseconds after the queue's `base`.
+type Tick = u64;
+
+/// The [`Tick`] of a job whose renewal is under way (not in the due queue).
+const RUNNING: Tick = Tick::MAX;
+
+impl Queue {
+    fn new() -> Queue {
+        Queue {
+            base: Instant::now(),
+            due: BTreeMap::new(),
+            live: HashMap::new(),
+            next_id: 0,
+            widest: Duration::ZERO,
+            wakes_at: None,
+            scheduler: None,
+            closed: false,
+        }
+    }
+
+    /// `at` as a tick (an instant before `base` as `base`: due at once).
+    fn tick(&self, at: Instant) -> Tick {
+        let since = at.saturating_duration_since(self.base);
+        // Short of `RUNNING` for 584 years.
+        u64::try_from(since.as_nanos()).unwrap_or(RUNNING - 1)
+    }
+
+    fn instant(&self, tick: Tick) -> Instant {
+        self.base + Duration::from_nanos(tick)
+    }
 }
 
 /// A held lease to renew: whose, on which lock, how, since when.
@@ -194,8 +253,6 @@ struct Job {
     renewals: AtomicU32,
     /// Whether renewals follow the first extension of a handed-over lease.
     renews: bool,
-    /// When the job was made (for a handed-over lease: when it was taken).
-    since: Instant,
     /// How much earlier than due the next renewal may go with a batch, in nanoseconds (see
     /// [`Job::window`]).
     window: std::sync::atomic::AtomicU64,
@@ -249,10 +306,9 @@ impl Renewals {
             lease,
             renewals: AtomicU32::new(0),
             renews,
-            since: Instant::now(),
             window: std::sync::atomic::AtomicU64::new(0),
         });
-        queue.live.insert(id, None);
+        queue.live.insert(id, RUNNING);
         if queue.scheduler.as_ref().is_none_or(JoinHandle::is_finished) {
             queue.wakes_at = None;
             queue.scheduler = Some(tokio::spawn(run_scheduler(self.shared.clone())));
@@ -279,7 +335,7 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         let mut queue = self.shared.lock();
         let job = match queue.live.remove(&self.id) {
-            Some(Some(due)) => queue.due.remove(&(due, self.id)),
+            Some(due) if due != RUNNING => queue.due.remove(&(due, self.id)),
             _ => None,
         };
         drop(queue);
@@ -299,10 +355,11 @@ impl Shared {
     /// Queues `job` for `at`, unless it was stopped meanwhile; nudges the scheduler if it
     /// would otherwise sleep past `at`.
     fn schedule(&self, queue: &mut Queue, job: Arc<Job>, at: Instant) {
+        let tick = queue.tick(at);
         let Some(slot) = queue.live.get_mut(&job.id) else {
             return;
         };
-        *slot = Some(at);
+        *slot = tick;
         // An eighth of the wait, at most an eighth of the renewal period: a lease due soon
         // after it was taken (a handed-over one) or a retry is not sent much earlier.
         let window = (at.saturating_duration_since(Instant::now()) / COALESCE)
@@ -312,7 +369,7 @@ impl Shared {
             Ordering::Relaxed,
         );
         queue.widest = queue.widest.max(window);
-        queue.due.insert((at, job.id), job);
+        queue.due.insert((tick, job.id), job);
         if queue.wakes_at.is_none_or(|wakes| at < wakes) {
             queue.wakes_at = Some(at);
             self.nudge.notify_one();
@@ -324,18 +381,21 @@ impl Queue {
     /// Takes the renewals due by `now` — and, with `coalesce`, those due within their
     /// window after it, so they go in one batch with the others — each marked as running.
     fn take_due(&mut self, now: Instant, coalesce: bool) -> Vec<Arc<Job>> {
-        let horizon = if coalesce { now + self.widest } else { now };
-        let taken: Vec<(Instant, u64)> = self
+        let horizon = self.tick(if coalesce { now + self.widest } else { now });
+        let now = self.tick(now);
+        let taken: Vec<(Tick, u64)> = self
             .due
             .range(..=(horizon, u64::MAX))
-            .filter(|((at, _), job)| *at <= now || (coalesce && *at <= now + job.window()))
+            .filter(|((at, _), job)| {
+                *at <= now || (coalesce && *at <= now.saturating_add(job.window()))
+            })
             .map(|(key, _)| *key)
             .collect();
         taken
             .into_iter()
             .filter_map(|key| {
                 let job = self.due.remove(&key)?;
-                self.live.insert(job.id, None);
+                self.live.insert(job.id, RUNNING);
                 Some(job)
             })
             .collect()
@@ -352,7 +412,7 @@ async fn run_scheduler(shared: Arc<Shared>) {
                 return;
             }
             let due = queue.take_due(Instant::now(), shared.batch > 1);
-            queue.wakes_at = queue.due.keys().next().map(|(at, _)| *at);
+            queue.wakes_at = queue.due.keys().next().map(|(at, _)| queue.instant(*at));
             (due, queue.wakes_at)
         };
         // Started with the queue unlocked: a job holds the primitive's `Hold`.
@@ -506,8 +566,8 @@ struct Plan {
 
 impl Job {
     /// How long after the earliest due renewal this one may be sent with it, in a batch.
-    fn window(&self) -> Duration {
-        Duration::from_nanos(self.window.load(Ordering::Relaxed))
+    fn window(&self) -> Tick {
+        self.window.load(Ordering::Relaxed)
     }
 
     /// Which batch this job's renewal may join (its node, slot, and the script that renews
@@ -572,7 +632,7 @@ impl Job {
             // Past the lease asked for (a late retry), a last millisecond ends it.
             renewal
                 .lease
-                .saturating_sub(sent_at - self.since)
+                .saturating_sub(sent_at - renewal.handed_at().unwrap_or(*acquired_at))
                 .max(MIN_EXTENSION)
         } else {
             renewal.lease
