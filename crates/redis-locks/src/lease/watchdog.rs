@@ -13,10 +13,13 @@
 //! When the scheduler wakes for the earliest due renewal, it also takes those due within
 //! their window after it: an eighth of the renewal period, or of the wait when that is
 //! shorter (a retry, a handed-over lease's first extension; [`COALESCE`]). Renewals close in
-//! time are so sent together, a little early. Those of one node (one slot, on a cluster) go as one pipeline
-//! of at most [`ClientOptions::renewal_batch`](crate::ClientOptions::renewal_batch) script
-//! calls, in one round trip ([`Hold::extend_call`]); 100,000 locks on a 30 s lease so cost
-//! about 20 round trips a second, not 10,000. Each lock keeps its own call and reply:
+//! time are so sent together, a little early. Those of one node (one slot, on a cluster) go
+//! in batches of at most
+//! [`ClientOptions::renewal_batch`](crate::ClientOptions::renewal_batch), one round trip
+//! each: one script call when the holds have a script that renews many
+//! ([`Hold::extend_many`]: a `Mutex`'s, a `FairMutex`'s), else a pipeline of their own calls
+//! ([`Hold::extend_call`]). 100,000 locks on a 30 s lease so cost about 20 round trips a
+//! second, not 10,000. Each lock keeps its own owner check and reply:
 //!
 //! - a lock whose extend says it is gone or taken is lost; the others of the batch are not;
 //! - a failed batch is retried lock by lock on each lease's own schedule, as a failed

@@ -133,8 +133,9 @@ impl ClientOptions {
 
     /// How many renewals the watchdog sends in one round trip, at most (default
     /// [`DEFAULT_RENEWAL_BATCH`]). The watchdog renews the leases due close together (within
-    /// an eighth of a renewal period) in batches: one pipeline per batch, each lock still
-    /// renewed by its own owner-checked call, each lease still lost on its own. A batch
+    /// an eighth of a renewal period) in batches: one round trip per batch (one script call
+    /// for `Mutex`es and `FairMutex`es, a pipeline of owner-checked calls for the others),
+    /// each lock still checked for its owner and each lease still lost on its own. A batch
     /// holds up the requests behind it on the connection while the server runs it (about
     /// 2 µs a lock). `1` (or `0`) renews each lock by a request of its own, when it is due,
     /// as before batching. Renewals that wait for replicas, and those of a `Redlock` or a
