@@ -196,3 +196,34 @@ async fn a_taken_or_retyped_key_loses_its_lock_alone_in_a_batch() {
         "only the foreign keys are left"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_locks_of_one_slot_are_renewed_together() {
+    let cluster = test_support::RedisCluster::start(3, 0).unwrap();
+    let seeds = cluster.seed_urls();
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let client = Client::connect_cluster(&seeds, ClientOptions::default())
+        .await
+        .unwrap();
+    // 300 locks in three slots (hash tags), and 50 locks each in a slot of its own.
+    let names: Vec<String> = (0..300)
+        .map(|i| format!("{{tag{}}}:lock:{i}", i % 3))
+        .chain((0..50).map(|i| format!("alone:{i}")))
+        .collect();
+    let mut guards = Vec::with_capacity(names.len());
+    for name in &names {
+        let mutex = client.mutex_with(name, renewed(600)).unwrap();
+        guards.push(mutex.lock().await.unwrap());
+    }
+    let before = client.stats().requests;
+    // Two and a half leases: every lock is renewed about seven times.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let requests = client.stats().requests - before;
+    for guard in &guards {
+        assert_eq!(guard.lost_reason(), None, "{}", guard.name());
+        assert!(!guard.lease_remaining().is_zero(), "{}", guard.name());
+    }
+    // One request per renewal would be about 2,600; the tagged locks go a slot at a time.
+    assert!(requests < 1_000, "{requests} requests: not batched by slot");
+    release_all(guards).await;
+}
