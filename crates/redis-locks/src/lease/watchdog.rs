@@ -264,11 +264,11 @@ struct Job {
 /// A guard's place in the watchdog; dropping it stops the renewals (a renewal already sent
 /// still lands, which is why release and renewals share [`LeaseState::gate`]).
 pub(crate) struct Watchdog {
-    shared: Arc<Shared>,
+    /// Keeps the scheduler running, and reaches its queue (`open.shared`).
+    open: Arc<Open>,
     id: u64,
     /// The job's `renews`.
     renews: bool,
-    _open: Arc<Open>,
 }
 
 impl Watchdog {
@@ -319,10 +319,9 @@ impl Renewals {
         job.lease.state.owe_extension(extending);
         self.shared.schedule(&mut queue, job, due);
         Watchdog {
-            shared: self.shared.clone(),
+            open: self.open.clone(),
             id,
             renews,
-            _open: self.open.clone(),
         }
     }
 }
@@ -336,7 +335,7 @@ impl Drop for Open {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        let mut queue = self.shared.lock();
+        let mut queue = self.open.shared.lock();
         let job = match queue.live.remove(&self.id) {
             Some(due) if due != RUNNING => queue.due.remove(&(due, self.id)),
             _ => None,
