@@ -179,7 +179,7 @@ impl Lease {
     /// moves at once, whatever happens to the reply.
     pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
         lease_millis(lease)?;
-        let _gate = self.state.gate.lock().await;
+        let _gate = self.state.gate().await;
         // A shorter lease applies on the server as soon as the request lands: count on no
         // more than it from now on, whatever happens to the reply.
         let sent_at = Instant::now();
@@ -249,7 +249,7 @@ impl Lease {
     pub(crate) async fn release(mut self) -> Result<Released> {
         let state = self.state.clone();
         // Wait for a renewal under way, and stop the watchdog before the release is sent.
-        let _gate = state.gate.lock().await;
+        let _gate = state.gate().await;
         self.watchdog.take();
         self.attached.take();
         let owed = self
@@ -286,7 +286,7 @@ impl Drop for Lease {
             let pending = owed.hold().background();
             runtime.spawn(async move {
                 let _pending = pending;
-                let _gate = state.gate.lock().await;
+                let _gate = state.gate().await;
                 if let Err(err) = owed.pay().await {
                     tracing::debug!(%err, "background release of a dropped guard");
                 }

@@ -24,6 +24,8 @@ pub(crate) struct Status {
     /// A handed-over lease's first extension is still to be made by the watchdog (the
     /// holder's own extension makes it owed no more).
     extension_owed: bool,
+    /// A [`Gate`] is held.
+    gated: bool,
 }
 
 /// The shared cell behind [`Status`]: kept small (a process may hold 100,000 leases), so a
@@ -31,12 +33,9 @@ pub(crate) struct Status {
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     status: Mutex<Status>,
-    /// Wakes every `lost()` future when the status changes.
+    /// Wakes every `lost()` future when the status changes, and every [`LeaseState::gate`]
+    /// waiter when the gate opens.
     changed: Notify,
-    /// Held while a renewal, an extension or the release is under way, so they never
-    /// overlap: no renewal is sent once a release has begun, and the deadline always follows
-    /// the request the server applied last.
-    pub(crate) gate: tokio::sync::Mutex<()>,
     /// How much of every lease (the first, and each renewal's) is not counted on.
     drift: ClockDrift,
 }
@@ -56,9 +55,9 @@ impl LeaseState {
                 ending: LostReason::LeaseEnded,
                 replicas: 0,
                 extension_owed: false,
+                gated: false,
             }),
             changed: Notify::new(),
-            gate: tokio::sync::Mutex::new(()),
             drift,
         })
     }
@@ -92,6 +91,34 @@ impl LeaseState {
     /// when the watchdog takes the lease, cleared by that extension or by the holder's own.
     pub(crate) fn owe_extension(&self, owed: bool) {
         self.locked().extension_owed = owed;
+    }
+
+    /// Waits until no renewal, extension or release of this lease is under way, and keeps
+    /// others out until the returned [`Gate`] is dropped: they never overlap, so no renewal
+    /// is sent once a release has begun, and the deadline always follows the request the
+    /// server applied last. (A flag in the status and the status's `Notify`, not an async
+    /// mutex of its own: 40 bytes less per held lock.)
+    pub(crate) async fn gate(&self) -> Gate<'_> {
+        loop {
+            let opened = self.changed.notified();
+            let mut opened = std::pin::pin!(opened);
+            // Listening before trying: an opening after the try still wakes this.
+            opened.as_mut().enable();
+            if let Some(gate) = self.try_gate() {
+                return gate;
+            }
+            opened.await;
+        }
+    }
+
+    /// The gate, if nothing holds it now (see [`LeaseState::gate`]).
+    pub(crate) fn try_gate(&self) -> Option<Gate<'_>> {
+        let mut status = self.locked();
+        if status.gated {
+            return None;
+        }
+        status.gated = true;
+        Some(Gate { state: self })
     }
 
     fn locked(&self) -> MutexGuard<'_, Status> {
@@ -200,5 +227,17 @@ impl LeaseState {
                 }
             }
         }
+    }
+}
+
+/// A held gate of a lease (see [`LeaseState::gate`]); dropping it lets the next one in.
+pub(crate) struct Gate<'a> {
+    state: &'a LeaseState,
+}
+
+impl Drop for Gate<'_> {
+    fn drop(&mut self) {
+        self.state.locked().gated = false;
+        self.state.changed.notify_waiters();
     }
 }

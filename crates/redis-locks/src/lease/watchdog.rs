@@ -460,7 +460,7 @@ fn start(shared: &Arc<Shared>, due: Vec<Arc<Job>>) {
 /// is over.
 async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
     // Never beside an extension or the release (see `LeaseState::gate`).
-    let _gate = job.lease.state.gate.lock().await;
+    let _gate = job.lease.state.gate().await;
     let Some(plan) = job.plan(&shared) else {
         return;
     };
@@ -482,7 +482,7 @@ async fn renew_batch(shared: Arc<Shared>, jobs: Vec<Arc<Job>>) {
     let mut calls = Vec::with_capacity(jobs.len());
     let mut node = None;
     for job in &jobs {
-        let Ok(gate) = job.lease.state.gate.try_lock() else {
+        let Some(gate) = job.lease.state.try_gate() else {
             drop(tokio::spawn(renew(shared.clone(), job.clone())));
             continue;
         };
