@@ -1,6 +1,6 @@
 //! The redis-locks benchmarks: `throughput` (what a lock costs against the bare minimum),
-//! `handoff` (one contended lock changing hands) and `market` (the "Redis in Action" market
-//! simulation), printed as tables (or JSON lines). The `redis-locks-bench` binary runs them,
+//! `handoff` (one contended lock changing hands), `hold-many` (what a held lock costs) and
+//! `market` (the "Redis in Action" market simulation), printed as tables (or JSON lines). The `redis-locks-bench` binary runs them,
 //! and `redis-locks bench ...` runs that binary.
 //!
 //! A crate of its own, so that the `redis-locks` binary users install carries neither the
@@ -8,6 +8,7 @@
 
 mod baseline;
 mod handoff;
+mod hold_many;
 mod market;
 mod multilock;
 mod stats;
@@ -25,6 +26,7 @@ use cli_support::topology::Wanted;
 
 pub use baseline::BareLock;
 pub use handoff::{HandoffArgs, HandoffWorkerArgs};
+pub use hold_many::HoldManyArgs;
 pub use market::MarketArgs;
 pub use multilock::MultiLockArgs;
 pub use throughput::ThroughputArgs;
@@ -46,6 +48,10 @@ pub enum Bench {
     /// T tasks take MultiLocks over random subsets of a few names for a while: none stuck
     /// (each within its total deadline), no name held twice at once; wait percentiles.
     Multilock(MultiLockArgs),
+    /// One client holds N Mutexes with the watchdog for at least two leases: renewal round
+    /// trips and script calls per second, Redis CPU and memory and client memory per held
+    /// lock, none lost; --compare adds one request per renewal (the before).
+    HoldMany(HoldManyArgs),
     /// What TLS and replicated acquisition (WAIT 1) cost an uncontended Mutex, each beside
     /// its plain form on private servers started for the run (a plaintext and a TLS server,
     /// a master with one replica).
@@ -72,6 +78,7 @@ impl Bench {
             (Bench::Handoff(args), _) => args.check(topology),
             (Bench::Throughput(args), _) => args.check(topology),
             (Bench::Multilock(args), _) => args.check(),
+            (Bench::HoldMany(args), _) => args.check(topology),
             (Bench::Market(_), Some("--cluster")) => Err(CliError::Usage(
                 "market runs on one server (--redis) or a Sentinel master: its transactions \
                  (WATCH, MULTI) span keys of several hash slots"
@@ -100,6 +107,7 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
             market::run(&url, endpoint.settings(), args, json).await
         }
         Bench::Multilock(args) => multilock::run(target.endpoint(), args, json).await,
+        Bench::HoldMany(args) => hold_many::run(target.endpoint(), args, json).await,
         Bench::HandoffWorker(args) => handoff::worker_process(target.endpoint(), args).await,
         // Drawn before any Redis is resolved (see main.rs); here for completeness.
         Bench::Timeline(args) => timeline::run(args),

@@ -51,6 +51,7 @@ fn help_lists_the_benchmarks_and_bad_usage_exits_64() {
         "throughput",
         "handoff",
         "market",
+        "hold-many",
         "--redis",
         "--json",
         "--runtime",
@@ -408,4 +409,52 @@ fn redlock_handoff_runs_across_processes_with_no_overlap() {
     for server in &servers {
         assert_no_counters_left(server);
     }
+}
+
+#[test]
+fn hold_many_renews_in_batches_beside_one_request_per_renewal_and_loses_none() {
+    let server = RedisServer::start().unwrap();
+    let runs = json_runs(
+        &server,
+        "hold-many --locks 300 --lease 300ms --hold 700ms --compare",
+    );
+    let run = &runs[0];
+    assert_eq!(runs.len(), 1, "one object: {runs:?}");
+    let before = &run["one_per_lock"];
+    assert_eq!(run["batch"], 500, "{run}");
+    assert_eq!(before["batch"], 1, "{run}");
+    for report in [run, before] {
+        assert_eq!(report["locks"], 300, "{run}");
+        assert_eq!(report["lost"], 0, "{run}");
+        for field in [
+            "acquire_s",
+            "renewal_round_trips_per_s",
+            "script_calls_per_s",
+            "redis_bytes_per_lock",
+            "client_bytes_per_lock",
+        ] {
+            assert!(report[field].as_f64().is_some(), "{field}: {run}");
+        }
+    }
+    // 300 locks renewed every 100 ms: about 3,000 requests a second one by one.
+    let batched = run["renewal_round_trips_per_s"].as_f64().unwrap();
+    let one_by_one = before["renewal_round_trips_per_s"].as_f64().unwrap();
+    assert!(batched * 10.0 < one_by_one, "{run}");
+    // Each lock's key was released, each counter deleted.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.connection().unwrap())
+        .unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+    // Fewer than two leases of hold is refused.
+    let out = bench(&[
+        "hold-many",
+        "--redis",
+        &server.url(),
+        "--lease",
+        "1s",
+        "--hold",
+        "1500ms",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
 }

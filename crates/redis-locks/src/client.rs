@@ -270,8 +270,8 @@ impl Client {
         Client {
             inner: Arc::new(Inner {
                 local: LocalQueues::new(node.address().clone()),
+                renewals: Renewals::new(node.options().get_renewal_batch()),
                 node,
-                renewals: Renewals::default(),
             }),
         }
     }

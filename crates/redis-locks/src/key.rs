@@ -34,19 +34,41 @@ pub(crate) const COMPANION_SUFFIXES: [&str; 8] = [
 ///
 /// assert!(LockKeys::new("").is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct LockKeys {
-    name: String,
+    /// Every part (see [`Part`]) in one allocation: a held lock keeps its keys for as long as
+    /// it is held, and a process may hold 100,000 locks.
+    text: Box<str>,
+    /// Where each part is in `text`, by [`Part`] (a part equal to an earlier one shares it).
+    spans: [(u16, u16); PARTS],
+}
+
+/// The parts of [`LockKeys`], in the order of its `spans`.
+#[derive(Clone, Copy)]
+enum Part {
+    Name,
     /// The lock key: the name, under the namespace if there is one.
-    key: String,
-    prefix: String,
-    fence: String,
-    epoch: String,
-    wake: String,
-    queue: String,
-    places: String,
-    tickets: String,
-    handover: String,
+    Key,
+    Prefix,
+    Fence,
+    Epoch,
+    Wake,
+    Queue,
+    Places,
+    Tickets,
+    Handover,
+}
+
+const PARTS: usize = 10;
+
+impl std::fmt::Debug for LockKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockKeys")
+            .field("name", &self.name())
+            .field("key", &self.lock())
+            .field("prefix", &self.part(Part::Prefix))
+            .finish_non_exhaustive()
+    }
 }
 
 impl LockKeys {
@@ -131,35 +153,59 @@ impl LockKeys {
         } else {
             format!("{{{key}}}")
         };
-        Ok(LockKeys {
-            name: name.to_string(),
-            key,
-            fence: format!("{prefix}:fence"),
-            epoch: format!("{prefix}:epoch"),
-            wake: format!("{prefix}:wake"),
-            queue: format!("{prefix}:queue"),
-            places: format!("{prefix}:places"),
-            tickets: format!("{prefix}:tickets"),
-            handover: format!("{prefix}:handover"),
-            prefix,
-        })
+        // fence, epoch, wake, queue, places, tickets, handover: the order of `Part`.
+        let companions: Vec<String> = COMPANION_SUFFIXES[..7]
+            .iter()
+            .map(|suffix| format!("{prefix}:{suffix}"))
+            .collect();
+        let mut parts = vec![name, key.as_str(), prefix.as_str()];
+        parts.extend(companions.iter().map(String::as_str));
+        Ok(LockKeys::joined(&parts))
+    }
+
+    /// The keys made of `parts`, in the order of [`Part`].
+    fn joined(parts: &[&str]) -> LockKeys {
+        let mut text = String::with_capacity(parts.iter().map(|part| part.len()).sum());
+        let mut spans = [(0u16, 0u16); PARTS];
+        for (i, part) in parts.iter().enumerate() {
+            // A part equal to an earlier one (the key is the name without a namespace, the
+            // prefix the key with a hash tag) shares its text.
+            spans[i] = match parts[..i].iter().position(|earlier| earlier == part) {
+                Some(earlier) => spans[earlier],
+                None => {
+                    let start = text.len();
+                    text.push_str(part);
+                    // At most about 12 KB in all: names and namespaces are bounded.
+                    (start as u16, text.len() as u16)
+                }
+            };
+        }
+        LockKeys {
+            text: text.into_boxed_str(),
+            spans,
+        }
+    }
+
+    fn part(&self, part: Part) -> &str {
+        let (start, end) = self.spans[part as usize];
+        &self.text[usize::from(start)..usize::from(end)]
     }
 
     /// The lock name as given.
     pub fn name(&self) -> &str {
-        &self.name
+        self.part(Part::Name)
     }
 
     /// The key that holds the owner token while the lock is held: the name, under the
     /// namespace if there is one.
     pub fn lock(&self) -> &str {
-        &self.key
+        self.part(Part::Key)
     }
 
     /// The fencing counter: an integer that only grows, at least one step per acquisition
     /// (an attempt refused on the fast path takes a step too).
     pub fn fence(&self) -> &str {
-        &self.fence
+        self.part(Part::Fence)
     }
 
     /// The fencing counter's epochs: a sorted set of the names of the connections on which a
@@ -167,30 +213,30 @@ impl LockKeys {
     /// counter only on such a connection, which cannot outlive a restart or move to another
     /// server (see the crate README, "Fencing tokens").
     pub fn epoch(&self) -> &str {
-        &self.epoch
+        self.part(Part::Epoch)
     }
 
     /// The pub/sub channel on which releases wake this lock's waiters (in the lock's slot, so
     /// a cluster-aware client can use sharded pub/sub).
     pub fn wake_channel(&self) -> &str {
-        &self.wake
+        self.part(Part::Wake)
     }
 
     /// The queue of waiters: a sorted set of waiter ids by arrival (a ticket the server hands
     /// out). A release wakes the first of them.
     pub fn queue(&self) -> &str {
-        &self.queue
+        self.part(Part::Queue)
     }
 
     /// The waiters' place leases: a sorted set of waiter ids by the server time (ms) at which
     /// each place runs out unless its waiter renews it.
     pub fn places(&self) -> &str {
-        &self.places
+        self.part(Part::Places)
     }
 
     /// The ticket counter of the queue; it exists only while somebody waits.
     pub fn tickets(&self) -> &str {
-        &self.tickets
+        self.part(Part::Tickets)
     }
 
     /// The owner tokens waiters are handed the lock under: a hash of waiter id ->
@@ -201,12 +247,12 @@ impl LockKeys {
     /// so the woken waiter holds the lock without asking Redis again. It exists only while
     /// somebody waits.
     pub fn handover(&self) -> &str {
-        &self.handover
+        self.part(Part::Handover)
     }
 
     /// A companion key `<prefix>:<suffix>` in the lock's slot.
     pub fn companion(&self, suffix: &str) -> String {
-        format!("{}:{suffix}", self.prefix)
+        format!("{}:{suffix}", self.part(Part::Prefix))
     }
 }
 
@@ -259,4 +305,10 @@ pub fn hash_tag(key: &str) -> Option<&str> {
     let open = key.find('{')?;
     let close = key[open + 1..].find('}')? + open + 1;
     (close > open + 1).then(|| &key[open + 1..close])
+}
+
+/// The Redis Cluster slot of `key`: CRC16 of its hash tag, or of the whole key, mod 16384.
+pub(crate) fn slot(key: &str) -> u16 {
+    let hashed = hash_tag(key).unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % 16384
 }

@@ -36,7 +36,7 @@ pub use key::LockKeys;
 pub use lease::{ClockDrift, DEFAULT_LEASE, LeaseOptions, MAX_LEASE, MIN_LEASE, Released};
 pub use multilock::{MAX_MULTILOCK_NAMES, MultiLock, MultiLockGuard, MultiLockOptions};
 pub use mutex::{Mutex, MutexGuard, MutexOptions};
-pub use node::{ClientOptions, Replication};
+pub use node::{ClientOptions, DEFAULT_RENEWAL_BATCH, Replication};
 pub use options::LockOptions;
 pub use owner::OwnerId;
 pub use redlock::{

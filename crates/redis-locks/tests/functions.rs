@@ -442,3 +442,43 @@ async fn out_of_memory_a_lock_is_still_released_and_extended_and_taking_is_refus
         again.release().await.unwrap();
     }
 }
+
+/// Batched renewals go through the same loading as a lone call: after `FUNCTION FLUSH` (or,
+/// with `EVALSHA`, `SCRIPT FLUSH`) while locks are held, the next batch reloads once and
+/// renews every lock; none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_locks_are_renewed_in_batches_across_a_flush() {
+    for functions in [true, false] {
+        let server = common::server();
+        let client = Client::connect_with(&server.url(), options().functions(functions))
+            .await
+            .unwrap();
+        let mut guards = Vec::new();
+        for i in 0..50 {
+            let mutex = client
+                .mutex_with(&format!("batch-{i}"), common::renewed(900))
+                .unwrap();
+            guards.push(mutex.lock().await.unwrap());
+        }
+        let flush = if functions { "FUNCTION" } else { "SCRIPT" };
+        redis::cmd(flush)
+            .arg("FLUSH")
+            .exec(&mut common::raw(&server))
+            .unwrap();
+        reset_stats(&server);
+        // Past two leases: every lock renewed at least twice after the flush.
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        for guard in &guards {
+            assert_eq!(guard.lost_reason(), None, "{functions}: {}", guard.name());
+        }
+        let loads = if functions {
+            stat(&server, "function|load").0
+        } else {
+            stat(&server, "script|load").0
+        };
+        assert!((1..=2).contains(&loads), "{functions}: {loads} loads");
+        for guard in guards {
+            guard.release().await.unwrap();
+        }
+    }
+}

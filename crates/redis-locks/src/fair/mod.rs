@@ -18,7 +18,7 @@ use crate::engine::string_lock::{MutexGuard, StringHold, inspect};
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
-use crate::node::LockScript;
+use crate::node::{LockScript, Node, ScriptCall};
 use crate::options::LockOptions;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
@@ -77,6 +77,22 @@ impl Hold for FairHold {
 
     fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
         self.lock.extend(owner, lease)
+    }
+
+    fn extend_on(&self) -> Option<(&Node, &str)> {
+        self.lock.extend_on()
+    }
+
+    fn extend_call(&self, owner: &OwnerToken, lease: Duration) -> Result<ScriptCall<'_>> {
+        self.lock.extend_call(owner, lease)
+    }
+
+    fn extend_many(&self) -> Option<&'static LockScript> {
+        self.lock.extend_many()
+    }
+
+    fn extend_reply(&self, reply: i64) -> Result<()> {
+        self.lock.extend_reply(reply)
     }
 
     fn extend_replicated<'a>(

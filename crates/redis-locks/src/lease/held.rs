@@ -31,7 +31,8 @@ pub(crate) struct Lease {
     attached: Option<Box<dyn Send + Sync>>,
     /// What every extension waits for, and the lease an acquisition confirms with, when the
     /// options ask for replicas.
-    replication: Option<(Replication, Duration)>,
+    /// Boxed: most leases have none, and a process may hold 100,000.
+    replication: Option<Box<(Replication, Duration)>>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -74,7 +75,7 @@ impl Lease {
             state,
             token,
             attached: None,
-            replication: options.replicated(),
+            replication: options.replicated().map(Box::new),
         }
     }
 
@@ -106,11 +107,12 @@ impl Lease {
                 state: state.clone(),
                 // Without the watchdog, only the first extension is made (`then_renew` is
                 // false), to end the lease the caller asked for after the handover.
-                renewal: renewal.unwrap_or(Renewal {
-                    lease: options.get_lease(),
-                    max_renewals: None,
-                    max_hold: None,
-                    replication: options.get_replication().copied(),
+                renewal: renewal.unwrap_or_else(|| {
+                    Renewal::handed_over(
+                        options.get_lease(),
+                        Instant::now(),
+                        options.get_replication().copied(),
+                    )
                 }),
                 // The lock may have been handed over any time since: count a hold cap from
                 // the earliest it can have been.
@@ -124,7 +126,7 @@ impl Lease {
             state,
             token,
             attached: None,
-            replication: options.replicated(),
+            replication: options.replicated().map(Box::new),
         }
     }
 
@@ -177,23 +179,21 @@ impl Lease {
     /// moves at once, whatever happens to the reply.
     pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
         lease_millis(lease)?;
-        let _gate = self.state.gate.lock().await;
+        let _gate = self.state.gate().await;
         // A shorter lease applies on the server as soon as the request lands: count on no
         // more than it from now on, whatever happens to the reply.
         let sent_at = Instant::now();
         self.state.at_most(self.state.deadline_for(sent_at, lease));
         let owed = self.owed();
-        let replication = self
-            .replication
-            .as_ref()
-            .map(|(replication, _)| replication);
+        let replication = self.replication.as_ref().map(|replicated| &replicated.0);
         match extend_hold(owed.hold().as_ref(), owed.owner(), lease, replication).await {
             Ok(replicas) => {
                 self.state.extended(self.state.deadline_for(sent_at, lease));
                 self.state.acknowledged(replicas);
-                if let Some(watchdog) = &self.watchdog {
-                    watchdog.holder_extended();
-                }
+                // A handed-over lease's first extension is owed no more (without renewals to
+                // follow, the watchdog then sends nothing; with them, its next request is a
+                // renewal, on the schedule it had).
+                self.state.owe_extension(false);
                 Ok(())
             }
             Err(err) => {
@@ -215,7 +215,7 @@ impl Lease {
     /// released; a release that failed too (Redis unreachable) leaves the key to its lease,
     /// as every failed release does.
     pub(crate) async fn replicated(self) -> Result<Lease> {
-        let Some((_, lease)) = self.replication else {
+        let Some(lease) = self.replication.as_ref().map(|replicated| replicated.1) else {
             return Ok(self);
         };
         // Boxed as `dyn Future`: the acquire futures that await this one stay shallow enough
@@ -249,7 +249,7 @@ impl Lease {
     pub(crate) async fn release(mut self) -> Result<Released> {
         let state = self.state.clone();
         // Wait for a renewal under way, and stop the watchdog before the release is sent.
-        let _gate = state.gate.lock().await;
+        let _gate = state.gate().await;
         self.watchdog.take();
         self.attached.take();
         let owed = self
@@ -286,7 +286,7 @@ impl Drop for Lease {
             let pending = owed.hold().background();
             runtime.spawn(async move {
                 let _pending = pending;
-                let _gate = state.gate.lock().await;
+                let _gate = state.gate().await;
                 if let Err(err) = owed.pay().await {
                     tracing::debug!(%err, "background release of a dropped guard");
                 }

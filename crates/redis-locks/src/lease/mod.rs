@@ -79,7 +79,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::error::{Error, LostReason, Phase, Result};
-use crate::node::Replication;
+use crate::node::{Replication, ScriptCall};
 use crate::token::OwnerToken;
 
 pub(crate) use guard::guard_methods;
@@ -127,6 +127,38 @@ pub(crate) trait Hold: Send + Sync + 'static {
                 detail: format!("lock {:?} cannot wait for replicas", self.name()),
             })
         })
+    }
+
+    /// Where [`Hold::extend`] runs when it is one script call on one node (a batch of
+    /// renewals then sends it beside others, see [`Hold::extend_call`]): the node and the
+    /// lock key. By default `None`: renewed one request at a time (a Redlock's extend asks N
+    /// nodes, a MultiLock's spans slots).
+    fn extend_on(&self) -> Option<(&crate::node::Node, &str)> {
+        None
+    }
+
+    /// [`Hold::extend`] as the script call a batch sends, when [`Hold::extend_on`] names a
+    /// node; [`Hold::extend_reply`] reads its reply.
+    fn extend_call(&self, _owner: &OwnerToken, _lease: Duration) -> Result<ScriptCall<'_>> {
+        Err(Error::Unsupported {
+            what: "batched renewals".into(),
+            detail: format!("lock {:?} is renewed one request at a time", self.name()),
+        })
+    }
+
+    /// A script that runs many [`Hold::extend_call`]s of holds like this one in one call,
+    /// if there is one: KEYS the calls' keys (one each), ARGV their ARGV in turn, and an
+    /// array of their replies (each read by [`Hold::extend_reply`]). A batch of such holds on
+    /// one node and slot is then one script call instead of a pipeline of them. By default
+    /// `None`.
+    fn extend_many(&self) -> Option<&'static crate::node::LockScript> {
+        None
+    }
+
+    /// What the reply of [`Hold::extend_call`]'s script says: by default the `1 / 0 / -1`
+    /// of [`owner_reply`].
+    fn extend_reply(&self, reply: i64) -> Result<()> {
+        owner_reply(self.name(), Phase::Extend, reply)
     }
 
     /// Taken at once when a release of this hold is moved to a background task (a guard

@@ -191,11 +191,13 @@ impl LeaseOptions {
 
     /// What the watchdog does, if it is on.
     pub(crate) fn renewal(&self) -> Option<Renewal> {
-        self.get_watchdog().then(|| Renewal {
-            lease: self.get_lease(),
-            max_renewals: self.max_renewals,
-            max_hold: self.max_hold,
-            replication: self.replication,
+        self.get_watchdog().then(|| {
+            Renewal::new(
+                self.get_lease(),
+                self.max_renewals,
+                self.max_hold,
+                self.replication,
+            )
         })
     }
 }

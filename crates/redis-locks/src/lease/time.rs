@@ -60,7 +60,9 @@ pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
 pub struct ClockDrift {
     /// The share of the lease, in millionths.
     parts_per_million: u32,
-    fixed: Duration,
+    /// The fixed part, in microseconds (at most a minute: kept small, as every lease has
+    /// one).
+    fixed_us: u32,
 }
 
 impl Default for ClockDrift {
@@ -68,13 +70,14 @@ impl Default for ClockDrift {
     fn default() -> Self {
         ClockDrift {
             parts_per_million: 10_000,
-            fixed: Duration::from_millis(2),
+            fixed_us: 2_000,
         }
     }
 }
 
 impl ClockDrift {
-    /// An allowance of `rate` (a share of the lease: 0.01 is 1%) plus `fixed`.
+    /// An allowance of `rate` (a share of the lease: 0.01 is 1%) plus `fixed` (in whole
+    /// microseconds).
     ///
     /// # Errors
     /// [`Error::InvalidDuration`] for a rate that is not a number from 0 to 0.5 (a lease
@@ -97,14 +100,15 @@ impl ClockDrift {
         }
         Ok(ClockDrift {
             parts_per_million: (rate * 1_000_000.0).round() as u32,
-            fixed,
+            // At most 60,000,000 µs: fits.
+            fixed_us: fixed.as_micros() as u32,
         })
     }
 
     /// How much of `lease` is not counted on.
     pub fn allowance(self, lease: Duration) -> Duration {
         let share = lease.as_nanos() * u128::from(self.parts_per_million) / 1_000_000;
-        Duration::from_nanos(u64::try_from(share).unwrap_or(u64::MAX)).saturating_add(self.fixed)
+        Duration::from_nanos(u64::try_from(share).unwrap_or(u64::MAX)).saturating_add(self.fixed())
     }
 
     /// The share of the lease, as a fraction (0.01 is 1%).
@@ -112,9 +116,9 @@ impl ClockDrift {
         f64::from(self.parts_per_million) / 1_000_000.0
     }
 
-    /// The fixed part.
+    /// The fixed part (in whole microseconds).
     pub fn fixed(self) -> Duration {
-        self.fixed
+        Duration::from_micros(u64::from(self.fixed_us))
     }
 
     /// The instant until which a lease granted by a request sent at `sent_at` certainly

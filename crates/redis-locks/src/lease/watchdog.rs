@@ -1,12 +1,36 @@
 //! The watchdog: renews the leases of held locks in the background, owner-checked.
 //!
 //! One scheduler task per [`Client`](crate::Client) keeps every renewed lease in a queue
-//! ordered by when its next renewal is due, sleeps until the earliest, and starts each due
-//! renewal as a task of its own. Taking a lock adds an entry and releasing it removes one — a
-//! map insert and remove under a mutex, with no task spawned and no timer armed per lock. The
-//! scheduler is started with the first renewed lease (again if the runtime it ran on shut
-//! down) and ends once the client and every watched guard are gone. A renewal is the
-//! primitive's owner-checked extend ([`Hold::extend`]).
+//! ordered by when its next renewal is due, and sleeps until the earliest. Taking a lock adds
+//! an entry and releasing it removes one — a map insert and remove under a mutex, with no
+//! task spawned and no timer armed per lock. The scheduler is started with the first renewed
+//! lease (again if the runtime it ran on shut down) and ends once the client and every
+//! watched guard are gone. A renewal is the primitive's owner-checked extend
+//! ([`Hold::extend`]).
+//!
+//! # Batches
+//!
+//! When the scheduler wakes for the earliest due renewal, it also takes those due within
+//! their window after it: an eighth of the renewal period, or of the wait when that is
+//! shorter (a retry, a handed-over lease's first extension; [`COALESCE`]). Renewals close in
+//! time are so sent together, a little early. Those of one node (one slot, on a cluster) go
+//! in batches of at most
+//! [`ClientOptions::renewal_batch`](crate::ClientOptions::renewal_batch), one round trip
+//! each: one script call when the holds have a script that renews many
+//! ([`Hold::extend_many`]: a `Mutex`'s, a `FairMutex`'s), else a pipeline of their own calls
+//! ([`Hold::extend_call`]). 100,000 locks on a 30 s lease so cost about 20 round trips a
+//! second, not 10,000. Each lock keeps its own owner check and reply:
+//!
+//! - a lock whose extend says it is gone or taken is lost; the others of the batch are not;
+//! - a failed batch is retried lock by lock on each lease's own schedule, as a failed
+//!   renewal always was; each lease's deadline (and so `lost()`) stands on its own, whatever
+//!   a batch does;
+//! - a lock whose release or extension is under way is left out and renewed alone after it,
+//!   so a batch waits for no holder.
+//!
+//! Renewals that wait for replicas, and those of a hold that is not one script call on one
+//! node (a `Redlock`, a `MultiLock`), go one request per lock. With a batch of one, every
+//! renewal is a request of its own, sent when due.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,7 +43,7 @@ use tokio::time::Instant;
 
 use super::state::LeaseState;
 use super::{Hold, extend_hold};
-use crate::error::{Error, LostReason};
+use crate::error::{Error, LostReason, Phase};
 use crate::node::Replication;
 use crate::token::OwnerToken;
 
@@ -28,15 +52,87 @@ const MIN_RETRY: Duration = Duration::from_millis(5);
 /// The shortest extension a handed-over lease without renewals is given (see
 /// [`First::Extend`]), when the lease asked for is over by the time it is sent.
 const MIN_EXTENSION: Duration = Duration::from_millis(1);
+/// A renewal may be sent with a batch up to `1 / COALESCE` of its wait (at most of its
+/// renewal period) before it is due.
+const COALESCE: u32 = 8;
 
 /// When the watchdog stops renewing on its own.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Renewal {
     pub(crate) lease: Duration,
-    pub(crate) max_renewals: Option<u32>,
-    pub(crate) max_hold: Option<Duration>,
+    /// The caps and the replicas to wait for, when any is set (boxed: most leases have none,
+    /// and a process may hold 100,000).
+    limits: Option<Box<Limits>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_renewals: Option<u32>,
+    max_hold: Option<Duration>,
     /// What each renewal waits for, if anything.
-    pub(crate) replication: Option<Replication>,
+    replication: Option<Replication>,
+    /// When a handed-over lease without renewals was taken (its one extension ends the
+    /// lease asked for after that).
+    handed_at: Option<Instant>,
+}
+
+impl Renewal {
+    /// Renewals of `lease`, capped at `max_renewals` and `max_hold`, each waiting for
+    /// `replication`.
+    pub(crate) fn new(
+        lease: Duration,
+        max_renewals: Option<u32>,
+        max_hold: Option<Duration>,
+        replication: Option<Replication>,
+    ) -> Renewal {
+        let limited = max_renewals.is_some() || max_hold.is_some() || replication.is_some();
+        Renewal {
+            lease,
+            limits: limited.then(|| {
+                Box::new(Limits {
+                    max_renewals,
+                    max_hold,
+                    replication,
+                    handed_at: None,
+                })
+            }),
+        }
+    }
+
+    /// The one extension of a lease handed over at `at`, without renewals after it.
+    pub(crate) fn handed_over(
+        lease: Duration,
+        at: Instant,
+        replication: Option<Replication>,
+    ) -> Renewal {
+        Renewal {
+            lease,
+            limits: Some(Box::new(Limits {
+                max_renewals: None,
+                max_hold: None,
+                replication,
+                handed_at: Some(at),
+            })),
+        }
+    }
+
+    fn handed_at(&self) -> Option<Instant> {
+        self.limits.as_ref().and_then(|limits| limits.handed_at)
+    }
+
+    fn max_renewals(&self) -> Option<u32> {
+        self.limits.as_ref().and_then(|limits| limits.max_renewals)
+    }
+
+    fn max_hold(&self) -> Option<Duration> {
+        self.limits.as_ref().and_then(|limits| limits.max_hold)
+    }
+
+    fn replication(&self) -> Option<&Replication> {
+        self.limits
+            .as_ref()
+            .and_then(|limits| limits.replication.as_ref())
+    }
 }
 
 /// One client's renewal queue and its scheduler task. The scheduler ends when the client and
@@ -46,9 +142,14 @@ pub(crate) struct Renewals {
     open: Arc<Open>,
 }
 
-impl Default for Renewals {
-    fn default() -> Self {
-        let shared = Arc::new(Shared::default());
+impl Renewals {
+    /// The renewal queue of a client that sends at most `batch` renewals in one round trip.
+    pub(crate) fn new(batch: usize) -> Self {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::new()),
+            nudge: Notify::new(),
+            batch: batch.max(1),
+        });
         Renewals {
             open: Arc::new(Open {
                 shared: shared.clone(),
@@ -63,26 +164,63 @@ struct Open {
     shared: Arc<Shared>,
 }
 
-#[derive(Default)]
 struct Shared {
     queue: Mutex<Queue>,
     /// Nudges the scheduler: an entry due sooner than it planned to wake, or the end.
     nudge: Notify,
+    /// The most renewals sent in one round trip (1: each alone, when due).
+    batch: usize,
 }
 
-#[derive(Default)]
 struct Queue {
+    /// What due times count from: they are kept as [`Tick`]s (8 bytes, not an `Instant`'s
+    /// 16), as a process may hold 100,000 leases.
+    base: Instant,
     /// Waiting renewals by due time (ties broken by id).
-    due: BTreeMap<(Instant, u64), Arc<Job>>,
-    /// Every live renewal: when it is due, or `None` while its renewal runs. A job missing
-    /// here was stopped (its guard released or dropped) and is never renewed again.
-    live: HashMap<u64, Option<Instant>>,
+    due: BTreeMap<(Tick, u64), Arc<Job>>,
+    /// Every live renewal: when it is due, or [`RUNNING`] while its renewal runs. A job
+    /// missing here was stopped (its guard released or dropped) and is never renewed again.
+    live: HashMap<u64, Tick>,
     next_id: u64,
+    /// The widest coalescing window of any job so far (see [`Job::window`]).
+    widest: Duration,
     /// When the scheduler wakes on its own next (`None`: only when nudged).
     wakes_at: Option<Instant>,
     /// The scheduler task, once started; started again if its runtime shut down.
     scheduler: Option<JoinHandle<()>>,
     closed: bool,
+}
+
+/// An instant as nanoseconds after the queue's `base`.
+type Tick = u64;
+
+/// The [`Tick`] of a job whose renewal is under way (not in the due queue).
+const RUNNING: Tick = Tick::MAX;
+
+impl Queue {
+    fn new() -> Queue {
+        Queue {
+            base: Instant::now(),
+            due: BTreeMap::new(),
+            live: HashMap::new(),
+            next_id: 0,
+            widest: Duration::ZERO,
+            wakes_at: None,
+            scheduler: None,
+            closed: false,
+        }
+    }
+
+    /// `at` as a tick (an instant before `base` as `base`: due at once).
+    fn tick(&self, at: Instant) -> Tick {
+        let since = at.saturating_duration_since(self.base);
+        // Short of `RUNNING` for 584 years.
+        u64::try_from(since.as_nanos()).unwrap_or(RUNNING - 1)
+    }
+
+    fn instant(&self, tick: Tick) -> Instant {
+        self.base + Duration::from_nanos(tick)
+    }
 }
 
 /// A held lease to renew: whose, on which lock, how, since when.
@@ -116,25 +254,21 @@ struct Job {
     lease: Watched,
     /// Renewals so far.
     renewals: AtomicU32,
-    /// A handed-over lease's first extension is still to be made (shared with the guard's
-    /// [`Watchdog`], whose holder's own extension makes it owed no more).
-    extending: Arc<std::sync::atomic::AtomicBool>,
     /// Whether renewals follow the first extension of a handed-over lease.
     renews: bool,
-    /// When the job was made (for a handed-over lease: when it was taken).
-    since: Instant,
+    /// How much earlier than due the next renewal may go with a batch, in nanoseconds (see
+    /// [`Job::window`]).
+    window: std::sync::atomic::AtomicU64,
 }
 
 /// A guard's place in the watchdog; dropping it stops the renewals (a renewal already sent
 /// still lands, which is why release and renewals share [`LeaseState::gate`]).
 pub(crate) struct Watchdog {
-    shared: Arc<Shared>,
+    /// Keeps the scheduler running, and reaches its queue (`open.shared`).
+    open: Arc<Open>,
     id: u64,
-    /// The job's `extending`.
-    extending: Arc<std::sync::atomic::AtomicBool>,
     /// The job's `renews`.
     renews: bool,
-    _open: Arc<Open>,
 }
 
 impl Watchdog {
@@ -142,13 +276,6 @@ impl Watchdog {
     /// first extension).
     pub(crate) fn renews(&self) -> bool {
         self.renews
-    }
-
-    /// The holder extended the lease itself: a handed-over lease's first extension is owed no
-    /// more (without renewals to follow, the watchdog then sends nothing; with them, its next
-    /// request is a renewal, on the schedule it had).
-    pub(crate) fn holder_extended(&self) {
-        self.extending.store(false, Ordering::Relaxed);
     }
 }
 
@@ -181,23 +308,20 @@ impl Renewals {
             id,
             lease,
             renewals: AtomicU32::new(0),
-            extending: Arc::new(std::sync::atomic::AtomicBool::new(extending)),
             renews,
-            since: Instant::now(),
+            window: std::sync::atomic::AtomicU64::new(0),
         });
-        queue.live.insert(id, None);
+        queue.live.insert(id, RUNNING);
         if queue.scheduler.as_ref().is_none_or(JoinHandle::is_finished) {
             queue.wakes_at = None;
             queue.scheduler = Some(tokio::spawn(run_scheduler(self.shared.clone())));
         }
-        let extending = job.extending.clone();
+        job.lease.state.owe_extension(extending);
         self.shared.schedule(&mut queue, job, due);
         Watchdog {
-            shared: self.shared.clone(),
+            open: self.open.clone(),
             id,
-            extending,
             renews,
-            _open: self.open.clone(),
         }
     }
 }
@@ -211,9 +335,9 @@ impl Drop for Open {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        let mut queue = self.shared.lock();
+        let mut queue = self.open.shared.lock();
         let job = match queue.live.remove(&self.id) {
-            Some(Some(due)) => queue.due.remove(&(due, self.id)),
+            Some(due) if due != RUNNING => queue.due.remove(&(due, self.id)),
             _ => None,
         };
         drop(queue);
@@ -233,11 +357,21 @@ impl Shared {
     /// Queues `job` for `at`, unless it was stopped meanwhile; nudges the scheduler if it
     /// would otherwise sleep past `at`.
     fn schedule(&self, queue: &mut Queue, job: Arc<Job>, at: Instant) {
+        let tick = queue.tick(at);
         let Some(slot) = queue.live.get_mut(&job.id) else {
             return;
         };
-        *slot = Some(at);
-        queue.due.insert((at, job.id), job);
+        *slot = tick;
+        // An eighth of the wait, at most an eighth of the renewal period: a lease due soon
+        // after it was taken (a handed-over one) or a retry is not sent much earlier.
+        let window = (at.saturating_duration_since(Instant::now()) / COALESCE)
+            .min(job.lease.renewal.lease / 3 / COALESCE);
+        job.window.store(
+            u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        queue.widest = queue.widest.max(window);
+        queue.due.insert((tick, job.id), job);
         if queue.wakes_at.is_none_or(|wakes| at < wakes) {
             queue.wakes_at = Some(at);
             self.nudge.notify_one();
@@ -245,31 +379,46 @@ impl Shared {
     }
 }
 
-/// Starts every due renewal, then sleeps until the next is due or a nudge comes.
+impl Queue {
+    /// Takes the renewals due by `now` — and, with `coalesce`, those due within their
+    /// window after it, so they go in one batch with the others — each marked as running.
+    fn take_due(&mut self, now: Instant, coalesce: bool) -> Vec<Arc<Job>> {
+        let horizon = self.tick(if coalesce { now + self.widest } else { now });
+        let now = self.tick(now);
+        let taken: Vec<(Tick, u64)> = self
+            .due
+            .range(..=(horizon, u64::MAX))
+            .filter(|((at, _), job)| {
+                *at <= now || (coalesce && *at <= now.saturating_add(job.window()))
+            })
+            .map(|(key, _)| *key)
+            .collect();
+        taken
+            .into_iter()
+            .filter_map(|key| {
+                let job = self.due.remove(&key)?;
+                self.live.insert(job.id, RUNNING);
+                Some(job)
+            })
+            .collect()
+    }
+}
+
+/// Starts every due renewal (in batches, when the client batches them), then sleeps until
+/// the next is due or a nudge comes.
 async fn run_scheduler(shared: Arc<Shared>) {
     loop {
-        let mut due = Vec::new();
-        let wakes_at = {
+        let (due, wakes_at) = {
             let mut queue = shared.lock();
             if queue.closed {
                 return;
             }
-            let now = Instant::now();
-            while let Some(entry) = queue.due.first_entry() {
-                if entry.key().0 > now {
-                    break;
-                }
-                let job = entry.remove();
-                queue.live.insert(job.id, None);
-                due.push(job);
-            }
-            queue.wakes_at = queue.due.keys().next().map(|(at, _)| *at);
-            queue.wakes_at
+            let due = queue.take_due(Instant::now(), shared.batch > 1);
+            queue.wakes_at = queue.due.keys().next().map(|(at, _)| queue.instant(*at));
+            (due, queue.wakes_at)
         };
-        // Spawned with the queue unlocked: a job holds the primitive's `Hold`.
-        for job in due {
-            tokio::spawn(renew(shared.clone(), job));
-        }
+        // Started with the queue unlocked: a job holds the primitive's `Hold`.
+        start(&shared, due);
         match wakes_at {
             Some(at) => {
                 tokio::select! {
@@ -282,95 +431,269 @@ async fn run_scheduler(shared: Arc<Shared>) {
     }
 }
 
-/// One renewal of `job`'s lease; queues the next one unless the lease is over.
+/// Starts the renewals of `due`: those of one node (one slot of a cluster) in batches of at
+/// most `shared.batch`, each batch a task and one round trip; the others each a task of
+/// their own.
+fn start(shared: &Arc<Shared>, due: Vec<Arc<Job>>) {
+    let mut batches: HashMap<BatchKey, Vec<Arc<Job>>> = HashMap::new();
+    for job in due {
+        match job.batch_key(shared.batch) {
+            Some(key) => batches.entry(key).or_default().push(job),
+            None => drop(tokio::spawn(renew(shared.clone(), job))),
+        }
+    }
+    for jobs in batches.into_values() {
+        let mut jobs = jobs.into_iter().peekable();
+        while jobs.peek().is_some() {
+            let mut batch: Vec<Arc<Job>> = jobs.by_ref().take(shared.batch).collect();
+            let shared = shared.clone();
+            if batch.len() == 1 {
+                drop(tokio::spawn(renew(shared, batch.remove(0))));
+            } else {
+                drop(tokio::spawn(renew_batch(shared, batch)));
+            }
+        }
+    }
+}
+
+/// One renewal of `job`'s lease, a request of its own; queues the next one unless the lease
+/// is over.
 async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
+    // Never beside an extension or the release (see `LeaseState::gate`).
+    let _gate = job.lease.state.gate().await;
+    let Some(plan) = job.plan(&shared) else {
+        return;
+    };
     let Watched {
         hold,
         owner,
-        state,
         renewal,
-        acquired_at,
+        ..
     } = &job.lease;
-    // Never beside an extension or the release (see `LeaseState::gate`).
-    let _gate = state.gate.lock().await;
-    if !shared.lock().live.contains_key(&job.id) {
-        return; // released while this renewal waited for the gate
-    }
-    let status = state.status();
-    if status.lost.is_some() {
-        return;
-    }
-    if status.deadline <= Instant::now() {
-        // Too late: the lease may be gone, so no renewal may revive it now.
-        state.lose(status.ending);
-        return;
-    }
-    // A handed-over lease's first extension is owed whatever the caps: the lease the caller
-    // asked for begins with it.
-    let extending = job.extending.load(Ordering::Relaxed);
-    if !extending && !job.renews {
-        return; // the holder extended the handed lease itself: nothing more is owed
-    }
-    let renewals = job.renewals.load(Ordering::Relaxed);
-    let capped = renewal.max_renewals.is_some_and(|max| renewals >= max)
-        || renewal
-            .max_hold
-            .is_some_and(|max| Instant::now() + renewal.lease > *acquired_at + max);
-    if capped && !extending {
-        // Let the lease run out; `lost()` tells the holder at its deadline.
-        tracing::debug!(lock = hold.name(), renewals, "renewal cap reached");
-        state.ending_as(LostReason::RenewalCapReached);
-        return;
-    }
-    let period = renewal.lease / 3;
-    let sent_at = Instant::now();
-    // A handed-over lease without renewals is extended to end the lease asked for after the
-    // handover; past that, the handed lease simply runs out.
-    let lease = if extending && !job.renews {
-        // Past the lease asked for (a late retry), a last millisecond ends it.
-        renewal
-            .lease
-            .saturating_sub(sent_at - job.since)
-            .max(MIN_EXTENSION)
-    } else {
-        renewal.lease
-    };
-    // After a longer `extend`, a renewal shortens the lease: count on that at once.
-    state.at_most(state.deadline_for(sent_at, lease));
-    let next = match extend_hold(hold.as_ref(), owner, lease, renewal.replication.as_ref()).await {
-        Ok(replicas) => {
-            state.extended(state.deadline_for(sent_at, lease));
-            state.acknowledged(replicas);
-            if extending {
-                job.extending.store(false, Ordering::Relaxed);
-                if !job.renews {
-                    return;
-                }
-            } else {
-                job.renewals.fetch_add(1, Ordering::Relaxed);
+    let outcome = extend_hold(hold.as_ref(), owner, plan.lease, renewal.replication()).await;
+    job.settle(&shared, plan, outcome.as_ref().copied());
+}
+
+/// The renewals of `jobs` (all of one node and slot) in one round trip; each lease's
+/// outcome is its own, as if renewed alone. A job whose extension or release is under way
+/// is renewed alone after it, so the batch waits for no holder.
+async fn renew_batch(shared: Arc<Shared>, jobs: Vec<Arc<Job>>) {
+    let mut sent = Vec::with_capacity(jobs.len());
+    let mut calls = Vec::with_capacity(jobs.len());
+    let mut node = None;
+    for job in &jobs {
+        let Some(gate) = job.lease.state.try_gate() else {
+            drop(tokio::spawn(renew(shared.clone(), job.clone())));
+            continue;
+        };
+        let Some(plan) = job.plan(&shared) else {
+            continue;
+        };
+        let hold = job.lease.hold.as_ref();
+        match (
+            hold.extend_on(),
+            hold.extend_call(&job.lease.owner, plan.lease),
+        ) {
+            (Some((on, _)), Ok(call)) => {
+                node.get_or_insert(on);
+                calls.push(call);
+                sent.push((job, gate, plan));
             }
-            sent_at + period
+            (_, Err(err)) => job.settle(&shared, plan, Err(&err)),
+            (None, Ok(_)) => unreachable!("a batched job's hold names its node"),
         }
-        Err(Error::NotHeld { reason, .. }) => {
-            state.lose(reason);
-            return;
-        }
-        Err(Error::WrongType { .. }) => {
-            // The lock key was replaced by a value of another type.
-            state.lose(LostReason::Taken);
-            return;
+    }
+    let Some(node) = node else {
+        return;
+    };
+    let many = jobs.first().and_then(|job| job.lease.hold.extend_many());
+    let replies = match many {
+        Some(script) => run_as_one(node, script, &calls).await,
+        None => node.run_scripts::<i64>(Phase::Extend, &calls).await,
+    };
+    match replies {
+        Ok(replies) => {
+            for ((job, _gate, plan), reply) in sent.into_iter().zip(replies) {
+                let outcome = reply.and_then(|reply| job.lease.hold.extend_reply(reply));
+                job.settle(&shared, plan, outcome.as_ref().map(|_| None));
+            }
         }
         Err(err) => {
-            // Redis unreachable or slow: keep trying while the lease lasts.
-            tracing::debug!(lock = hold.name(), %err, "renewal failed; retrying");
-            let left = status.deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                state.lose(LostReason::LeaseEnded);
+            tracing::debug!(%err, locks = calls.len(), "batched renewal failed; retrying");
+            for (job, _gate, plan) in sent {
+                job.settle(&shared, plan, Err(&err));
+            }
+        }
+    }
+}
+
+/// Runs `calls` (of one key each) as one call of `script`, which takes their keys and ARGV
+/// in turn and replies with an array of their replies.
+async fn run_as_one(
+    node: &crate::node::Node,
+    script: &crate::node::LockScript,
+    calls: &[crate::node::ScriptCall<'_>],
+) -> crate::error::Result<Vec<crate::error::Result<i64>>> {
+    let keys: Vec<&str> = calls
+        .iter()
+        .flat_map(|call| call.keys.iter().copied())
+        .collect();
+    let args: Vec<&str> = calls
+        .iter()
+        .flat_map(|call| call.args.iter().map(String::as_str))
+        .collect();
+    let replies: Vec<i64> = node.run_script(Phase::Extend, script, &keys, &args).await?;
+    if replies.len() != calls.len() {
+        return Err(Error::UnexpectedReply {
+            phase: Phase::Extend,
+            detail: format!("{} replies to {} renewals", replies.len(), calls.len()),
+        });
+    }
+    Ok(replies.into_iter().map(Ok).collect())
+}
+
+/// What the renewals of one batch share: the node's id, the slot (0 on one server), and the
+/// address of the script that renews them all in one call (0: none, a pipeline).
+type BatchKey = (usize, u16, usize);
+
+/// A renewal about to be sent: when, for how long, and the lease's state before it.
+struct Plan {
+    sent_at: Instant,
+    lease: Duration,
+    /// The lease's deadline before this renewal.
+    deadline: Instant,
+    /// Whether this is a handed-over lease's first extension.
+    extending: bool,
+}
+
+impl Job {
+    /// How long after the earliest due renewal this one may be sent with it, in a batch.
+    fn window(&self) -> Tick {
+        self.window.load(Ordering::Relaxed)
+    }
+
+    /// Which batch this job's renewal may join (its node, slot, and the script that renews
+    /// many such holds in one call, if any), if any: with batches of one, a renewal that
+    /// waits for replicas, or a hold renewed otherwise, none.
+    fn batch_key(&self, batch: usize) -> Option<BatchKey> {
+        if batch <= 1 || self.lease.renewal.replication().is_some() {
+            return None;
+        }
+        let hold = self.lease.hold.as_ref();
+        let (node, key) = hold.extend_on()?;
+        let many = hold
+            .extend_many()
+            .map_or(0, |script| std::ptr::from_ref(script) as usize);
+        Some((node.id(), node.slot_of(key), many))
+    }
+
+    /// What to send now, with the gate held, if anything: nothing once the job was stopped,
+    /// the lease is lost or over, or a cap is reached. Counts on the new lease's end at once
+    /// (a renewal after a longer `extend` shortens the lease).
+    fn plan(&self, shared: &Shared) -> Option<Plan> {
+        let Watched {
+            hold,
+            state,
+            renewal,
+            acquired_at,
+            ..
+        } = &self.lease;
+        if !shared.lock().live.contains_key(&self.id) {
+            return None; // released while this renewal waited for the gate
+        }
+        let status = state.status();
+        if status.lost.is_some() {
+            return None;
+        }
+        if status.deadline <= Instant::now() {
+            // Too late: the lease may be gone, so no renewal may revive it now.
+            state.lose(status.ending);
+            return None;
+        }
+        // A handed-over lease's first extension is owed whatever the caps: the lease the
+        // caller asked for begins with it.
+        let extending = state.extension_owed();
+        if !extending && !self.renews {
+            return None; // the holder extended the handed lease itself: nothing more is owed
+        }
+        let renewals = self.renewals.load(Ordering::Relaxed);
+        let capped = renewal.max_renewals().is_some_and(|max| renewals >= max)
+            || renewal
+                .max_hold()
+                .is_some_and(|max| Instant::now() + renewal.lease > *acquired_at + max);
+        if capped && !extending {
+            // Let the lease run out; `lost()` tells the holder at its deadline.
+            tracing::debug!(lock = hold.name(), renewals, "renewal cap reached");
+            state.ending_as(LostReason::RenewalCapReached);
+            return None;
+        }
+        let sent_at = Instant::now();
+        // A handed-over lease without renewals is extended to end the lease asked for after
+        // the handover; past that, the handed lease simply runs out.
+        let lease = if extending && !self.renews {
+            // Past the lease asked for (a late retry), a last millisecond ends it.
+            renewal
+                .lease
+                .saturating_sub(sent_at - renewal.handed_at().unwrap_or(*acquired_at))
+                .max(MIN_EXTENSION)
+        } else {
+            renewal.lease
+        };
+        // After a longer `extend`, a renewal shortens the lease: count on that at once.
+        state.at_most(state.deadline_for(sent_at, lease));
+        Some(Plan {
+            sent_at,
+            lease,
+            deadline: status.deadline,
+            extending,
+        })
+    }
+
+    /// Records the outcome of the renewal `plan` sent (how many replicas acknowledged, or
+    /// why it failed) and queues the next one, unless the lease is over.
+    fn settle(self: &Arc<Self>, shared: &Shared, plan: Plan, outcome: Result<Option<u32>, &Error>) {
+        let Watched {
+            hold,
+            state,
+            renewal,
+            ..
+        } = &self.lease;
+        let period = renewal.lease / 3;
+        let next = match outcome {
+            Ok(replicas) => {
+                state.extended(state.deadline_for(plan.sent_at, plan.lease));
+                state.acknowledged(replicas);
+                if plan.extending {
+                    state.owe_extension(false);
+                    if !self.renews {
+                        return;
+                    }
+                } else {
+                    self.renewals.fetch_add(1, Ordering::Relaxed);
+                }
+                plan.sent_at + period
+            }
+            Err(Error::NotHeld { reason, .. }) => {
+                state.lose(*reason);
                 return;
             }
-            Instant::now() + (left / 4).clamp(MIN_RETRY.min(period), period)
-        }
-    };
-    let mut queue = shared.lock();
-    shared.schedule(&mut queue, job.clone(), next);
+            Err(Error::WrongType { .. }) => {
+                // The lock key was replaced by a value of another type.
+                state.lose(LostReason::Taken);
+                return;
+            }
+            Err(err) => {
+                // Redis unreachable or slow: keep trying while the lease lasts.
+                tracing::debug!(lock = hold.name(), %err, "renewal failed; retrying");
+                let left = plan.deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    state.lose(LostReason::LeaseEnded);
+                    return;
+                }
+                Instant::now() + (left / 4).clamp(MIN_RETRY.min(period), period)
+            }
+        };
+        let mut queue = shared.lock();
+        shared.schedule(&mut queue, self.clone(), next);
+    }
 }

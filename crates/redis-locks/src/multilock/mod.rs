@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::error::{Error, LostReason, Phase, Result};
-use crate::key::{LockKeys, hash_tag};
+use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis};
 use crate::node::{LockScript, Node, Replication};
 use crate::options::LockOptions;
@@ -481,9 +481,7 @@ impl MultiLock {
 
 /// The cluster slot of a lock (CRC16 of its hash tag, or of its whole key, mod 16384).
 fn slot(keys: &LockKeys) -> u16 {
-    let key = keys.lock();
-    let hashed = hash_tag(key).unwrap_or(key);
-    crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % 16384
+    crate::key::slot(keys.lock())
 }
 
 /// Releases every part at once (a failed or cancelled acquisition's); each failure is only

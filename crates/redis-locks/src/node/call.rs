@@ -388,7 +388,7 @@ impl<'a> Call<'a> {
 /// `<name> <script> <numkeys> <keys...> <args...>` (`EVAL`, `EVALSHA`, `FCALL`), its
 /// buffers sized once (every lock call passes here: growing them argument by argument cost
 /// several reallocations a call).
-fn script_command(name: &str, script: &str, keys: &[&str], args: &[&str]) -> Cmd {
+pub(super) fn script_command(name: &str, script: &str, keys: &[&str], args: &[&str]) -> Cmd {
     let bytes = name.len()
         + script.len()
         + 20
@@ -416,7 +416,7 @@ fn failed(lead: Lead<'_>, err: &RedisError) {
 
 /// Whether the server answered that it has no such script (`NOSCRIPT`) or function: the
 /// call did not run.
-fn is_missing(reply: &RedisResult<Value>) -> bool {
+pub(super) fn is_missing(reply: &RedisResult<Value>) -> bool {
     let Err(err) = reply else {
         return false;
     };
@@ -470,7 +470,7 @@ fn listed_code(list: &Value) -> Option<&[u8]> {
 
 /// Whether the server refused `FCALL` itself to this user (not a command inside the
 /// function): the call did not run.
-fn fcall_refused(reply: &RedisResult<Value>) -> bool {
+pub(super) fn fcall_refused(reply: &RedisResult<Value>) -> bool {
     let Err(err) = reply else {
         return false;
     };
@@ -510,7 +510,7 @@ fn is_refusal(err: &RedisError) -> bool {
         )
 }
 
-fn not_found(phase: Phase) -> Error {
+pub(super) fn not_found(phase: Phase) -> Error {
     Error::UnexpectedReply {
         phase,
         detail: "the script was not found even after it was loaded".into(),

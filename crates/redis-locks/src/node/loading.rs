@@ -139,6 +139,12 @@ impl Loading {
         );
     }
 
+    /// The load the thing is loaded under, if it is (without waiting for a load under way).
+    pub(super) fn loaded(&self) -> Option<u64> {
+        let word = self.word.load(Ordering::Acquire);
+        (word & STATE == LOADED).then_some(word >> 2)
+    }
+
     /// Whether the server refused the load for good.
     pub(super) fn is_refused(&self) -> bool {
         self.word.load(Ordering::Acquire) & STATE == REFUSED

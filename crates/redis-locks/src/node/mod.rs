@@ -22,6 +22,7 @@
 
 mod backend;
 mod call;
+mod batch;
 mod connect;
 mod library;
 mod loading;
@@ -43,9 +44,10 @@ use redis::{FromRedisValue, Value};
 
 use crate::error::{Error, Phase, Result};
 
+pub(crate) use batch::ScriptCall;
 use connect::{connect_error, open};
 pub(crate) use naming::NamingTurn;
-pub use options::ClientOptions;
+pub use options::{ClientOptions, DEFAULT_RENEWAL_BATCH};
 pub(crate) use pubsub::{Listener, Subscription, WAKE_ALL};
 pub(crate) use replication::Acked;
 pub use replication::Replication;

@@ -23,7 +23,7 @@ use crate::client::Client;
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
-use crate::node::{LockScript, Node, Replication};
+use crate::node::{LockScript, Node, Replication, ScriptCall};
 use crate::options::LockOptions;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{
@@ -148,6 +148,19 @@ impl Hold for SemaphoreHold {
                 .run_script(Phase::Extend, &EXTEND, &keys, &args)
                 .await?;
             owner_reply(self.name(), Phase::Extend, reply)
+        })
+    }
+
+    fn extend_on(&self) -> Option<(&Node, &str)> {
+        Some((&self.node, self.keys.lock()))
+    }
+
+    fn extend_call(&self, owner: &OwnerToken, lease: Duration) -> Result<ScriptCall<'_>> {
+        let (keys, lease) = self.extend_request(lease)?;
+        Ok(ScriptCall {
+            script: &EXTEND,
+            keys: keys.into(),
+            args: vec![owner.as_str().to_string(), lease],
         })
     }
 

@@ -14,7 +14,7 @@ use crate::key::LockKeys;
 use crate::lease::{
     Hold, HoldFuture, Lease, OwedRelease, Released, extend_replicated_by, lease_millis,
 };
-use crate::node::{LockScript, Node};
+use crate::node::{LockScript, Node, ScriptCall};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldInfo, HoldMode, HoldsState};
@@ -156,6 +156,22 @@ impl Hold for HoldsHold {
                 .await?;
             self.extended(reply)
         })
+    }
+
+    fn extend_on(&self) -> Option<(&Node, &str)> {
+        Some((&self.node, self.keys.lock()))
+    }
+
+    fn extend_call(&self, owner: &OwnerToken, lease: Duration) -> Result<ScriptCall<'_>> {
+        Ok(ScriptCall {
+            script: &EXTEND,
+            keys: vec![self.keys.lock()],
+            args: extend_args(owner, lease)?.into(),
+        })
+    }
+
+    fn extend_reply(&self, reply: i64) -> Result<()> {
+        self.extended(reply)
     }
 
     fn extend_replicated<'a>(

@@ -4,10 +4,10 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::error::{Phase, Result};
+use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, extend_replicated_by, lease_millis, owner_reply};
-use crate::node::{LockScript, Node, Replication};
+use crate::node::{LockScript, Node, Replication, ScriptCall};
 use crate::token::{FENCE_LUA, OwnerToken};
 use crate::wait::{LOCK_LUA, QUEUE_LUA, run_handing_over, run_on_line};
 
@@ -27,6 +27,11 @@ pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
 /// another owner's.
 pub(super) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend.lua")]));
+
+/// Many owner-checked `PEXPIRE`s in one call, the watchdog's batch: for each lock, what
+/// [`EXTEND`] would reply, `-2` where it would answer `WRONGTYPE`.
+pub(super) static EXTEND_MANY: LazyLock<LockScript> =
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend_many.lua")]));
 
 /// A `Mutex`'s lock key on its node.
 pub(crate) struct StringHold {
@@ -99,6 +104,32 @@ impl Hold for StringHold {
             let reply = self.run_extend(owner, lease, false).await?;
             owner_reply(self.name(), Phase::Extend, reply)
         })
+    }
+
+    fn extend_on(&self) -> Option<(&Node, &str)> {
+        Some((&self.node, self.keys.lock()))
+    }
+
+    fn extend_call(&self, owner: &OwnerToken, lease: Duration) -> Result<ScriptCall<'_>> {
+        Ok(ScriptCall {
+            script: &EXTEND,
+            keys: vec![self.keys.lock()],
+            args: extend_args(owner, lease, false)?.into(),
+        })
+    }
+
+    fn extend_many(&self) -> Option<&'static LockScript> {
+        Some(&EXTEND_MANY)
+    }
+
+    fn extend_reply(&self, reply: i64) -> Result<()> {
+        match reply {
+            -2 => Err(Error::WrongType {
+                key: self.keys.lock().to_string(),
+                detail: "the lock key is not a string".into(),
+            }),
+            reply => owner_reply(self.name(), Phase::Extend, reply),
+        }
     }
 
     fn extend_replicated<'a>(

@@ -112,12 +112,13 @@ impl StringLock {
 }
 
 /// The engine's scripts, for the crate's function library (see `crate::scripts`).
-pub(crate) fn scripts() -> [&'static LockScript; 5] {
+pub(crate) fn scripts() -> [&'static LockScript; 6] {
     [
         &attempt::ACQUIRE,
         &attempt::ACQUIRE_ON_NODE,
         &hold::RELEASE,
         &hold::EXTEND,
+        &hold::EXTEND_MANY,
         &inspect::INSPECT,
     ]
 }
@@ -134,6 +135,7 @@ mod tests {
             ("acquire on a node", &*super::attempt::ACQUIRE_ON_NODE),
             ("release", &*super::hold::RELEASE),
             ("extend", &*super::hold::EXTEND),
+            ("extend many", &*super::hold::EXTEND_MANY),
             ("inspect", &*super::inspect::INSPECT),
         ];
         assert_carries_preludes(&scripts, &PRELUDES);
