@@ -403,8 +403,8 @@ async fn a_server_without_functions_gets_evalsha() {
 
 /// A server past `maxmemory` (with `noeviction`): a held lock is still released and
 /// extended (those functions carry `allow-oom`: a refused release would leave the lock held
-/// until its lease ends), and taking a lock is refused with an error, writing nothing. On
-/// both paths: functions, and `EVALSHA`.
+/// until its lease ends), locks are still inspected (`no-writes`), and taking a lock is
+/// refused with an error, writing nothing. On both paths: functions, and `EVALSHA`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_a_lock_is_still_released_and_extended_and_taking_is_refused() {
     for functions in [true, false] {
@@ -429,6 +429,11 @@ async fn out_of_memory_a_lock_is_still_released_and_extended_and_taking_is_refus
         set("1");
         held.extend(Duration::from_secs(40)).await.unwrap();
         assert!(common::pttl(&server, &key("held")) > 35_000, "extended");
+        // Inspections write nothing (no-writes): they read past maxmemory too.
+        let state = client.mutex("held").unwrap().state().await.unwrap();
+        assert!(state.holder.is_some(), "{state:?}");
+        read.state().await.unwrap();
+        client.semaphore("pool", 2).unwrap().state().await.unwrap();
         let refused = client.mutex("new").unwrap().try_lock().await;
         assert!(refused.is_err(), "functions {functions}: {refused:?}");
         held.release().await.unwrap();
@@ -480,5 +485,58 @@ async fn held_locks_are_renewed_in_batches_across_a_flush() {
         for guard in guards {
             guard.release().await.unwrap();
         }
+    }
+}
+
+/// A server that stops answering during the first load: the callers waiting behind the
+/// leader do not each lead in turn and wait out a response timeout of their own (40 callers
+/// would then take 40 timeouts); they fail together, and the next calls work once it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_load_that_times_out_does_not_queue_the_callers_behind_it() {
+    for functions in [true, false] {
+        let server = common::server();
+        let timeout = Duration::from_millis(300);
+        let options = options().response_timeout(timeout).functions(functions);
+        let client = Client::connect_with(&server.url(), options).await.unwrap();
+        server.pause();
+        let callers: Vec<_> = (0..40)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    client
+                        .mutex(&format!("m{i}"))
+                        .unwrap()
+                        .try_lock()
+                        .await
+                        .map(drop)
+                })
+            })
+            .collect();
+        // 40 timeouts one after the other would take 12 s; together they take about one.
+        let outcomes = tokio::time::timeout(Duration::from_secs(6), async {
+            let mut outcomes = Vec::new();
+            for caller in callers {
+                outcomes.push(caller.await.unwrap());
+            }
+            outcomes
+        })
+        .await
+        .expect("the callers behind a failed load are not queued");
+        assert!(
+            outcomes.iter().all(Result::is_err),
+            "{functions}: {outcomes:?}"
+        );
+        server.resume();
+        // Then calls work again (the first may still meet the backlog of the paused ones).
+        let mutex = client.mutex("after").unwrap();
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        let guard = loop {
+            match mutex.try_lock().await {
+                Ok(guard) => break guard,
+                Err(err) => assert!(tokio::time::Instant::now() < until, "{err}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        guard.release().await.unwrap();
     }
 }

@@ -60,7 +60,10 @@ impl Node {
             let mut scripts: Vec<&LockScript> = Vec::new();
             for &i in &pending {
                 let hash = calls[i].script.variant(cluster).get_hash();
-                if !scripts.iter().any(|s| s.variant(cluster).get_hash() == hash) {
+                if !scripts
+                    .iter()
+                    .any(|s| s.variant(cluster).get_hash() == hash)
+                {
                     scripts.push(calls[i].script);
                 }
             }

@@ -21,7 +21,13 @@
 //!   A script's first `EVALSHA` goes with its `SCRIPT LOAD`, single-flight too.
 //! - **Lost: load again.** A call that finds the function or script missing (`FUNCTION
 //!   FLUSH`, a restarted server without its data, a new shard) did not run: the next caller
-//!   leads a new load and the call is sent again, once. `SCRIPT FLUSH` leaves functions be.
+//!   leads a new load and the call is sent again, once (on a cluster, a function still
+//!   missing after the load goes as `EVALSHA`, which loads on the key's own shard). `SCRIPT
+//!   FLUSH` leaves functions be.
+//! - **Out of reach: no queue.** A leader whose round trip fails (a timeout, a broken
+//!   connection) pauses loading for a moment: the callers waiting behind it go on with loads of
+//!   their own (`SCRIPT LOAD` with their `EVALSHA`) instead of each leading in turn and waiting
+//!   out its own timeout.
 
 use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
@@ -77,7 +83,13 @@ impl Node {
                         return Ok(Some(sent));
                     }
                     if found_missing {
-                        return Err(not_found(call.phase));
+                        if self.inner.backend.one_connection() {
+                            return Err(not_found(call.phase));
+                        }
+                        // A cluster whose master of this key the load did not reach (one
+                        // the slot map does not list yet): EVALSHA loads the script on the
+                        // key's own shard.
+                        return Ok(None);
                     }
                     library.lost(epoch);
                     found_missing = true;
@@ -94,7 +106,16 @@ impl Node {
                             call.keys,
                             call.args,
                         );
-                        let sent = self.send(call, &self.library_check(), &eval).await?;
+                        let sent = match self.send(call, &self.library_check(), &eval).await {
+                            Ok(sent) => sent,
+                            Err(err) => {
+                                // Unreachable or timed out: the callers behind this one go
+                                // without the load for a moment instead of each waiting out
+                                // its own timeout in turn at the gate.
+                                lead.failed();
+                                return Err(err);
+                            }
+                        };
                         self.settle(call.backend, lead, &sent.load).await;
                         return Ok(Some(sent));
                     }
@@ -150,7 +171,16 @@ impl Node {
                 Ready::Lead(lead) => {
                     let mut load = redis::cmd("SCRIPT");
                     load.arg("LOAD").arg(script.source(cluster));
-                    let mut sent = self.send(call, &[load], &evalsha).await?;
+                    let mut sent = match self.send(call, &[load], &evalsha).await {
+                        Ok(sent) => sent,
+                        Err(err) => {
+                            // As for the library: the callers behind this one do not each
+                            // wait out a timeout in turn; they load with their own calls for
+                            // a moment.
+                            lead.failed();
+                            return Err(err);
+                        }
+                    };
                     match sent.load.first() {
                         // The script ran unless it said NOSCRIPT; then the load's error
                         // says why. The next call loads again.
@@ -163,9 +193,18 @@ impl Node {
                     }
                     return Ok(sent);
                 }
-                // Scripts are never refused, nor paused: a failed load is tried again.
+                // A leader's round trip failed a moment ago (the server out of reach): each
+                // call goes with a load of its own meanwhile, not in turn. Scripts are never
+                // refused for good.
                 Ready::Without => {
-                    let sent = self.send(call, &[], &evalsha).await?;
+                    let mut load = redis::cmd("SCRIPT");
+                    load.arg("LOAD").arg(script.source(cluster));
+                    let mut sent = self.send(call, &[load], &evalsha).await?;
+                    if let Some(Value::ServerError(err)) = sent.load.first()
+                        && is_missing(&sent.reply)
+                    {
+                        sent.reply = Err(err.clone().into());
+                    }
                     return Ok(sent);
                 }
             }
@@ -392,7 +431,11 @@ pub(super) fn script_command(name: &str, script: &str, keys: &[&str], args: &[&s
     let bytes = name.len()
         + script.len()
         + 20
-        + keys.iter().chain(args).map(|part| part.len()).sum::<usize>();
+        + keys
+            .iter()
+            .chain(args)
+            .map(|part| part.len())
+            .sum::<usize>();
     let mut command = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
     command
         .arg(name)
@@ -506,6 +549,8 @@ fn is_refusal(err: &RedisError) -> bool {
                     | "CLUSTERDOWN"
                     | "MOVED"
                     | "ASK"
+                    | "NOREPLICAS"
+                    | "MISCONF"
             )
         )
 }

@@ -17,7 +17,8 @@
 //!
 //! A release, an extension and a waiter leaving its place carry the `allow-oom` flag: a
 //! server past `maxmemory` refuses a function without it whole, and a refused release would
-//! leave the lock held until its lease ends (see [`FREEING`]).
+//! leave the lock held until its lease ends (see [`FREEING`]). An inspection carries
+//! `no-writes` ([`READING`]), so it reads where writes are refused.
 //!
 //! A function gets its keys and arguments as parameters, and a library may not assign
 //! globals; the bodies and preludes read `KEYS` and `ARGV`, so each function sets the two
@@ -88,14 +89,27 @@ impl Library {
 /// refused there would leave the lock held until its lease ends. Taking a lock is refused.
 const FREEING: [&str; 4] = ["release.lua", "extend.lua", "extend_many.lua", "leave.lua"];
 
-/// Whether `body` (a script's own `.lua`, whose header's first line names its file: `--
-/// release.lua: ...`) is one of [`FREEING`].
-fn frees(body: &str) -> bool {
+/// The bodies that write nothing (`no-writes`): they run where writes are refused (past
+/// `maxmemory`, without the replicas `min-replicas-to-write` asks for), as with `EVALSHA`.
+const READING: [&str; 1] = ["inspect.lua"];
+
+/// The file a script's own `.lua` (`body`) is, as its header's first line names it (`--
+/// release.lua: ...`).
+fn file_of(body: &str) -> Option<&str> {
     body.lines()
         .next()
         .and_then(|line| line.strip_prefix("-- "))
         .and_then(|line| line.split_once(':'))
-        .is_some_and(|(file, _)| FREEING.contains(&file))
+        .map(|(file, _)| file)
+}
+
+/// The flags of `body`'s function, as the library's text gives them.
+fn flags(body: &str) -> &'static str {
+    match file_of(body) {
+        Some(file) if FREEING.contains(&file) => "'allow-oom'",
+        Some(file) if READING.contains(&file) => "'no-writes'",
+        _ => "",
+    }
 }
 
 impl Form {
@@ -116,7 +130,7 @@ impl Form {
             let parts = script.parts();
             text.push_str(&format!(
                 "redis.register_function{{function_name = '{name}', flags = {{{}}}, callback = function(keys, args)\nKEYS, ARGV = keys, args\n",
-                if frees(parts.body) { "'allow-oom'" } else { "" }
+                flags(parts.body)
             ));
             if !cluster {
                 for fast in &parts.fast {
@@ -230,17 +244,35 @@ mod tests {
 
     #[test]
     fn releases_extensions_and_leaving_run_out_of_memory_and_taking_does_not() {
-        assert!(frees(include_str!("../engine/string_lock/release.lua")));
-        assert!(frees(include_str!("../engine/holds/extend.lua")));
-        assert!(frees(include_str!("../wait/leave.lua")));
-        assert!(!frees(include_str!("../engine/string_lock/acquire.lua")));
-        assert!(!frees(include_str!("../semaphore/resize.lua")));
+        let oom = "'allow-oom'";
+        assert_eq!(
+            flags(include_str!("../engine/string_lock/release.lua")),
+            oom
+        );
+        assert_eq!(flags(include_str!("../engine/holds/extend.lua")), oom);
+        assert_eq!(flags(include_str!("../wait/leave.lua")), oom);
+        assert_eq!(
+            flags(include_str!("../engine/string_lock/extend_many.lua")),
+            oom
+        );
+        assert_eq!(
+            flags(include_str!("../semaphore/inspect.lua")),
+            "'no-writes'"
+        );
+        assert_eq!(flags(include_str!("../engine/string_lock/acquire.lua")), "");
+        assert_eq!(flags(include_str!("../semaphore/resize.lua")), "");
         for cluster in [false, true] {
             let text = LIBRARY.form(cluster).text();
             // Every release, extension and leave script of the crate: 5 releases (string
             // lock, holds, fair, semaphore, MultiLock), 4 extensions, 1 leave.
             assert!(
-                text.matches("flags = {'allow-oom'}").count() >= 10,
+                text.matches("flags = {'allow-oom'}").count() >= 11,
+                "{cluster}"
+            );
+            // The three inspections (string lock, holds, semaphore) write nothing.
+            assert_eq!(
+                text.matches("flags = {'no-writes'}").count(),
+                3,
                 "{cluster}"
             );
             assert_eq!(

@@ -21,8 +21,8 @@
 //! quorum over N independent nodes (a Redlock) is N `Node`s asked at once ([`quorum`]).
 
 mod backend;
-mod call;
 mod batch;
+mod call;
 mod connect;
 mod library;
 mod loading;
@@ -366,7 +366,13 @@ impl Node {
     /// [`library`]), or, where the server refuses functions, the scripts into its script
     /// cache. A call of one of them then is a single `FCALL` or `EVALSHA`: one whose reply is
     /// no longer awaited, as a Redlock's late node, still runs (it never needs a fallback).
+    /// Asked of the server even when this node loaded the library before: the caller asks
+    /// because the server may have come back without it (a Redlock's node that failed).
     pub(crate) async fn load_scripts(&self, scripts: &[&LockScript]) -> Result<()> {
+        let library = &self.inner.loads.library;
+        if let Some(epoch) = library.loaded() {
+            library.lost(epoch);
+        }
         self.load(scripts).await
     }
 
