@@ -1301,3 +1301,74 @@ async fn a_node_back_with_an_old_counter_is_renumbered_from_the_clock_not_truste
     // the old value.
     released_above(retry_no_quorum(&lock).await, token).await;
 }
+
+/// A client of its own on each of `servers`: what a contender in a process of its own has.
+async fn own_clients(servers: &[RedisServer]) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for server in servers {
+        clients.push(common::client(server).await);
+    }
+    clients
+}
+
+/// Contenders with a client each on `servers` take `lock` `rounds` times each, holding
+/// `hold`; every holding is recorded. Returns the history and the requests all their
+/// clients sent.
+async fn contend_with_a_client_each(
+    servers: &[RedisServer],
+    lock: &str,
+    contenders: usize,
+    rounds: usize,
+    hold: Duration,
+) -> (Arc<History>, u64) {
+    let history = Arc::new(History::default());
+    let mut tasks = Vec::new();
+    for worker in 0..contenders {
+        let clients = own_clients(servers).await;
+        let lock = Redlock::with_options(&clients, lock, options(2_000, 200)).unwrap();
+        let history = history.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = lock.lock_timeout(Duration::from_secs(30)).await.unwrap();
+                let start = now_nanos();
+                tokio::time::sleep(hold).await;
+                let end = now_nanos();
+                history.record(Interval {
+                    worker: format!("client-{worker}"),
+                    token: guard.fencing_token().get(),
+                    start,
+                    end,
+                });
+                guard.release().await.unwrap();
+            }
+            lock.settle().await;
+            clients
+                .iter()
+                .map(|client| client.stats().requests)
+                .sum::<u64>()
+        }));
+    }
+    let mut requests = 0;
+    for task in tasks {
+        requests += tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("no contender hangs")
+            .unwrap();
+    }
+    (history, requests)
+}
+
+#[tokio::test]
+async fn contenders_with_a_client_each_are_handed_the_lock_without_overlap() {
+    for nodes in [3, 5] {
+        let servers = test_support::start_many(nodes).expect("start private redis-servers");
+        let (history, requests) =
+            contend_with_a_client_each(&servers, "rl:handed", 6, 12, Duration::from_millis(2))
+                .await;
+        let report = history.check();
+        assert_eq!(report.acquisitions, 72);
+        assert!(report.is_ok(), "{nodes} nodes: {report}: {report:?}");
+        let per_acquisition = requests as f64 / 72.0;
+        eprintln!("{nodes} nodes: {per_acquisition:.2} requests per acquisition");
+    }
+}

@@ -53,6 +53,11 @@
 --          which a majority of nodes must grant).
 -- ARGV[10] with KEYS[7]: this attempt's nonce (a decimal number, new per attempt of the
 --          caller's line).
+-- ARGV[11] optional, with ARGV[5]: the ticket a new place is numbered with, instead of the
+--          ticket counter's next (a Redlock's waiter gives every node the same one, its
+--          clock in µs when its line began to wait, so that the nodes order their lines
+--          alike and a release on each hands over to the same waiter). '' or absent: the
+--          counter.
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
@@ -130,7 +135,7 @@ end
 -- lock to; nil, or a WRONGTYPE reply with nothing written.
 local function stay_in_line(now)
   return queue_enter(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]),
-    handover, ARGV[1], ARGV[10])
+    handover, ARGV[1], ARGV[10], tonumber(ARGV[11] or ''))
 end
 
 local micros = server_micros()
