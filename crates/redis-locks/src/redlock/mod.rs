@@ -542,7 +542,15 @@ impl Redlock {
                 |answers| {
                     let held = count(answers, |grant| matches!(grant, Try::Held(_)));
                     let granted = count(answers, |grant| matches!(grant, Try::Won(_)));
-                    granted >= needed || total - held - unreachable(answers) < needed
+                    if granted >= needed {
+                        return true;
+                    }
+                    // A refused waiting attempt hears every node out (each within the node
+                    // timeout): a node that refused needs no release, and one that did not
+                    // answer would (the waiter sleeps until a wake-up after it anyway, and
+                    // one that comes meanwhile is heard, its listener made before).
+                    let answered = answers.iter().filter(|answer| answer.is_some()).count();
+                    total - held - unreachable(answers) < needed && (first || answered == total)
                 },
             )
             .await;
