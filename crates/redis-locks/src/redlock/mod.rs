@@ -1016,9 +1016,10 @@ impl Contending<'_> {
 impl Drop for Contending<'_> {
     /// A wait that ends without the lock (out of time, cancelled, failed) gives up its places
     /// on every node but the first (the first node's is the local queue's, see
-    /// [`LocalQueue::leave`]) in the background, with a key handed to its token there:
-    /// otherwise each lasts until its place lease ends, and a release there may hand that node
-    /// to it meanwhile.
+    /// [`LocalQueue::leave`]) in the background, so that no later release there hands that
+    /// node to it. Places only: the line's token may still be asked with by another waiter of
+    /// this process, whose grant a release by that token here would undo; a node handed to it
+    /// already keeps the key until the place lease it was handed for ends.
     fn drop(&mut self) {
         let Some(asking) = self.asking.take() else {
             return;
@@ -1029,9 +1030,10 @@ impl Drop for Contending<'_> {
         let nodes = self.lock.hold.quorum.nodes()[1..].to_vec();
         let keys = self.lock.keys.clone();
         runtime.spawn(async move {
-            let leaves = nodes.iter().enumerate().map(|(other, node)| {
-                leave_queue(node, &keys, &asking.ids[other + 1], Some(&asking.owner))
-            });
+            let leaves = nodes
+                .iter()
+                .enumerate()
+                .map(|(other, node)| leave_queue(node, &keys, &asking.ids[other + 1], None));
             futures_util::future::join_all(leaves).await;
         });
     }
