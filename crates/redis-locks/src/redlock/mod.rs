@@ -9,7 +9,9 @@
 //! its counter on that connection: `engine::string_lock::acquire_first_on`; a waiting attempt runs the
 //! string-key engine's acquire script, with `acquire_first.lua` in front for a node's common case)
 //! and `raise.lua` brings the fencing counters of the granting majority up to the chosen
-//! token, in the background when a majority has it already. The lease core ([`Hold`] for
+//! token, in the background when a majority has it already. Waiters keep a place in line on
+//! every node, and a release hands each node to its first waiter: one woken on the first
+//! node holds once a majority handed it the lock ([`Contending`]). The lease core ([`Hold`] for
 //! release and extend, the watchdog, `lost()`, the owed release) and the one acquire loop are
 //! the same as every primitive's.
 
@@ -390,6 +392,7 @@ impl Redlock {
             others: Vec::new(),
             asking: None,
             ticket: None,
+            nudging: None,
         };
         let lease = acquire(on, contending, deadline).await?;
         Ok(RedlockGuard::new(lease))
@@ -879,6 +882,9 @@ struct Contending<'a> {
     /// lines alike (by when each waiter began to wait), and a release on each hands over to
     /// the same waiter. A place kept keeps its number.
     ticket: Option<Arc<str>>,
+    /// The nudge of the latest refused waiting attempt, if one is pending (see
+    /// [`Contending::nudge`]).
+    nudging: Option<tokio::task::AbortHandle>,
 }
 
 /// What a waiting attempt registered on the nodes.
@@ -898,7 +904,8 @@ impl Contending<'_> {
         let lock = self.lock;
         local.placing(&lock.hold.quorum.nodes()[0], &lock.keys);
         self.place = Some(local.id().clone());
-        self.listen_on_others().await;
+        self.stop_nudging();
+        let nudges = self.listen_on_others().await;
         let (owner, nonce) = local.asking();
         let ids = lock.waiter_ids(local.id());
         let waiting = Waiting {
@@ -931,17 +938,88 @@ impl Contending<'_> {
             Try::Held(_) => {
                 let place_lease = lock.options.get_wait_options().get_place_lease();
                 local.refused(&owner, nonce, sent_at, place_lease);
+                let took = sent_at.elapsed();
                 if let Some(asking) = &mut self.asking {
-                    asking.took = sent_at.elapsed();
+                    asking.took = took;
+                    let ids = asking.ids.clone();
+                    self.nudge(
+                        nudges,
+                        &ids,
+                        owner.as_str(),
+                        nonce,
+                        self.gather_window(took),
+                    );
                 }
             }
         }
         Ok(attempt)
     }
 
+    /// How long a waiter handed the lock on one node waits for the others' handovers: four
+    /// of its attempts' round trips (`took`, the latest), at least [`GATHER_AT_LEAST`], at
+    /// most the node timeout.
+    fn gather_window(&self, took: Duration) -> Duration {
+        (took * 4).clamp(GATHER_AT_LEAST, self.lock.options.get_node_timeout())
+    }
+
+    /// Wakes this waiter when another node hands the lock to `owner` under `nonce` (heard on
+    /// `listeners`, made before the attempt, one per node after the first) and no handover on
+    /// the first node, where the acquire loop listens, has been taken within `window` after:
+    /// a `*` on the first node's wake channel in this client alone (no request), after which
+    /// the waiter asks again with the line's token, which the nodes handed to it grant at
+    /// once. Without it, a waiter handed a majority but not the first node (its first waiter
+    /// differed) would keep those nodes until its place renewal.
+    fn nudge(
+        &mut self,
+        listeners: Vec<Listener>,
+        ids: &[Arc<str>],
+        owner: &str,
+        nonce: u64,
+        window: Duration,
+    ) {
+        if listeners.is_empty() {
+            return;
+        }
+        let first = self.lock.hold.quorum.nodes()[0].clone();
+        let channel = self.lock.keys.wake_channel().to_string();
+        let mut heard: FuturesUnordered<_> = listeners
+            .into_iter()
+            .zip(&ids[1..])
+            .map(|(mut listener, id)| {
+                let (id, owner) = (id.clone(), owner.to_string());
+                async move {
+                    loop {
+                        if let Some(grant) = woken(&mut listener, Some(&id)).await
+                            && grant.owner == owner
+                            && grant.nonce == nonce
+                        {
+                            return;
+                        }
+                    }
+                }
+            })
+            .collect();
+        let task = tokio::spawn(async move {
+            heard.next().await;
+            tokio::time::sleep(window).await;
+            if let Some(subscription) = first.subscribe_live(&channel) {
+                subscription.wake_here();
+            }
+        });
+        self.nudging = Some(task.abort_handle());
+    }
+
+    /// Stops the nudge of the latest attempt (see [`nudge`](Self::nudge)).
+    fn stop_nudging(&mut self) {
+        if let Some(nudging) = self.nudging.take() {
+            nudging.abort();
+        }
+    }
+
     /// Listens on every node but the first (subscribing there the first time: a subscription
     /// that lingers from an earlier wait costs no request), from before the next attempt.
-    async fn listen_on_others(&mut self) {
+    /// Returns a second listener on each of those nodes, for [`nudge`](Self::nudge).
+    async fn listen_on_others(&mut self) -> Vec<Listener> {
         let channel = self.lock.keys.wake_channel();
         if self.others.is_empty() {
             for node in &self.lock.hold.quorum.nodes()[1..] {
@@ -954,9 +1032,12 @@ impl Contending<'_> {
                 self.others.push((subscription, None));
             }
         }
+        let mut nudges = Vec::new();
         for (subscription, listener) in &mut self.others {
             *listener = Some(subscription.listen());
+            nudges.push(subscription.listen());
         }
+        nudges
     }
 
     /// One attempt, remembering how soon to look again; a first attempt (no `waiting`) asks
@@ -1021,6 +1102,7 @@ impl Drop for Contending<'_> {
     /// this process, whose grant a release by that token here would undo; a node handed to it
     /// already keeps the key until the place lease it was handed for ends.
     fn drop(&mut self) {
+        self.stop_nudging();
         let Some(asking) = self.asking.take() else {
             return;
         };
@@ -1085,6 +1167,7 @@ impl Contender for Contending<'_> {
     /// lasts until that place lease ends), then extended by the watchdog on a majority.
     async fn take_handed(&mut self, line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
         let local: &LocalQueue = line.local?;
+        self.stop_nudging();
         let asking = self.asking.clone()?;
         if handed.owner != asking.owner.as_str() {
             return None;
@@ -1092,7 +1175,7 @@ impl Contender for Contending<'_> {
         let lock = self.lock;
         let quorum = &lock.hold.quorum;
         let needed = quorum.needed();
-        let window = (asking.took * 4).clamp(GATHER_AT_LEAST, lock.options.get_node_timeout());
+        let window = self.gather_window(asking.took);
         let grants = self.gather(&asking.ids, handed, window).await;
         if grants.len() < needed {
             // Too few handovers heard: the next attempt asks with the line's token, which the

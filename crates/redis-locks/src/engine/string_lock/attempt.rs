@@ -385,7 +385,7 @@ struct Placing<'a> {
     place_ms: &'a str,
     /// The lock's wake channel (`ARGV[7]`).
     channel: &'a str,
-    /// The place is for wake-ups only (`ARGV[9]`, a Redlock's first node).
+    /// A free lock is taken even with others ahead (`ARGV[9]`, a Redlock's nodes).
     wake_only: bool,
     /// The attempt's nonce, registered for a handover (`ARGV[10]`, with the handover hash as
     /// `KEYS[7]`); none: no handover.
