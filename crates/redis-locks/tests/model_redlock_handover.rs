@@ -177,14 +177,12 @@ impl RedlockHandover {
     }
 
     /// `who` takes the greatest of `tokens` (by node) and raises the counters of those nodes
-    /// that still hold its key; the token if a majority then has it, in time (`deadline`).
+    /// that still hold its key (owner-checked); the token if a majority then has it.
     fn raise(state: &mut State, who: Who, tokens: &[Option<u8>; NODES]) -> Option<u8> {
         let token = tokens.iter().flatten().copied().max()?;
         let mut at_token = 0;
-        for node in 0..NODES {
-            if tokens[node].is_some()
-                && matches!(state.keys[node], Some((owner, _)) if owner == who)
-            {
+        for (node, granted) in tokens.iter().enumerate() {
+            if granted.is_some() && matches!(state.keys[node], Some((owner, _)) if owner == who) {
                 state.counters[node] = state.counters[node].max(token);
                 at_token += 1;
             }
