@@ -1305,3 +1305,277 @@ async fn a_node_back_with_an_old_counter_is_renumbered_from_the_clock_not_truste
     // the old value.
     released_above(retry_no_quorum(&lock).await, token).await;
 }
+
+/// A client of its own on each of `servers` (a server that is down gets a client that
+/// connects on its first request): what a contender in a process of its own has.
+async fn own_clients(servers: &[RedisServer]) -> Vec<Client> {
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    Redlock::connect_nodes(&urls).await.unwrap().clients
+}
+
+/// Contenders with a client each on `servers` take the lock `name` `rounds` times each,
+/// holding `hold`; every holding is recorded. Returns the history and the requests all their
+/// clients sent.
+async fn contend_with_a_client_each(
+    servers: &[RedisServer],
+    name: &str,
+    contenders: usize,
+    rounds: usize,
+) -> (Arc<History>, u64) {
+    let history = Arc::new(History::default());
+    let mut tasks = Vec::new();
+    for worker in 0..contenders {
+        let clients = own_clients(servers).await;
+        let lock = Redlock::with_options(&clients, name, options(2_000, 200)).unwrap();
+        let history = history.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let guard = lock.lock_timeout(Duration::from_secs(30)).await.unwrap();
+                let start = now_nanos();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let end = now_nanos();
+                history.record(Interval {
+                    worker: format!("client-{worker}"),
+                    token: guard.fencing_token().get(),
+                    start,
+                    end,
+                });
+                guard.release().await.unwrap();
+            }
+            lock.settle().await;
+            clients
+                .iter()
+                .map(|client| client.stats().requests)
+                .sum::<u64>()
+        }));
+    }
+    let mut requests = 0;
+    for task in tasks {
+        requests += tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("no contender hangs")
+            .unwrap();
+    }
+    (history, requests)
+}
+
+#[tokio::test]
+async fn contenders_with_a_client_each_never_overlap_and_tokens_increase() {
+    for nodes in [3, 5] {
+        let servers = test_support::start_many(nodes).expect("start private redis-servers");
+        let (history, requests) = contend_with_a_client_each(&servers, "rl:handed", 6, 12).await;
+        let report = history.check();
+        assert_eq!(report.acquisitions, 72);
+        assert!(report.is_ok(), "{nodes} nodes: {report}: {report:?}");
+        eprintln!(
+            "{nodes} nodes: {:.2} requests per acquisition",
+            requests as f64 / 72.0
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_a_node_down_contenders_with_a_client_each_still_take_turns() {
+    // A node after the first, and then the first (whose wake-ups then never come: the waiters
+    // look again at the retry delay, and a majority still decides).
+    for down in [2, 0] {
+        let mut servers = test_support::start_many(5).expect("start private redis-servers");
+        servers[down].kill();
+        let (history, _) = contend_with_a_client_each(&servers, "rl:down-handed", 4, 8).await;
+        let report = history.check();
+        assert_eq!(report.acquisitions, 32);
+        assert!(report.is_ok(), "node {down} down: {report}: {report:?}");
+    }
+}
+
+/// Waits until `waiters` waiter ids are registered for a handover of the lock `name` on every
+/// one of `servers` (each waiting line is in the queue there with its owner token).
+async fn registered_everywhere(servers: &[RedisServer], name: &str, waiters: usize) -> bool {
+    let handover = format!("{{{name}}}:handover");
+    common::eventually(Duration::from_secs(10), || {
+        let handover = handover.clone();
+        async move {
+            servers.iter().all(|server| {
+                redis::cmd("HLEN")
+                    .arg(&handover)
+                    .query::<usize>(&mut common::raw(server))
+                    .unwrap()
+                    == waiters
+            })
+        }
+    })
+    .await
+}
+
+/// The owner token that holds the lock key `name` on `server`, without the waiter mark.
+fn holder_on(server: &RedisServer, name: &str) -> Option<String> {
+    let value: Option<String> = redis::cmd("GET")
+        .arg(name)
+        .query(&mut common::raw(server))
+        .unwrap();
+    value.map(|value| value.trim_end_matches("+w").to_string())
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_waiter_in_line_on_every_node_without_a_new_vote() {
+    for nodes in [3, 5] {
+        let servers = test_support::start_many(nodes).expect("start private redis-servers");
+        let name = "rl:hand-over";
+        let holder =
+            Redlock::with_options(&own_clients(&servers).await, name, options(5_000, 500)).unwrap();
+        let waiter_clients = own_clients(&servers).await;
+        let waiter = Redlock::with_options(&waiter_clients, name, options(5_000, 500)).unwrap();
+        let held = holder.lock().await.unwrap();
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move { waiter.lock_timeout(Duration::from_secs(30)).await }
+        });
+        assert!(
+            registered_everywhere(&servers, name, 1).await,
+            "in line on every node"
+        );
+        let asked: u64 = waiter_clients.iter().map(|c| c.stats().requests).sum();
+        let before = held.fencing_token();
+        held.release().await.unwrap();
+        let handed = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiter is handed the lock")
+            .unwrap()
+            .unwrap();
+        let after: u64 = waiter_clients.iter().map(|c| c.stats().requests).sum();
+        assert_eq!(
+            after, asked,
+            "{nodes} nodes: the waiter holds from the release's wake-ups alone, asking no node again"
+        );
+        assert!(handed.fencing_token() > before, "tokens increase");
+        let owner = handed.owner_token().as_str().to_string();
+        let holding_nodes = servers
+            .iter()
+            .filter(|server| holder_on(server, name).as_deref() == Some(owner.as_str()))
+            .count();
+        assert!(holding_nodes >= waiter.quorum(), "handed on a majority");
+        assert_eq!(
+            waiter.state().await.unwrap().holder(),
+            Some(owner.as_str()),
+            "a majority agrees on the new holder"
+        );
+        handed.release().await.unwrap();
+        waiter.settle().await;
+        assert!(holding(&servers, name).is_empty(), "released everywhere");
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_frozen_after_being_handed_the_lock_blocks_others_only_for_its_place_lease() {
+    let servers = test_support::start_many(3).expect("start private redis-servers");
+    let name = "rl:frozen-waiter";
+    let place_lease = Duration::from_millis(600);
+    let short_places = RedlockOptions::default()
+        .lock_options(
+            redis_locks::LockOptions::default()
+                .lease(Duration::from_secs(5))
+                .place_lease(place_lease),
+        )
+        .node_timeout(Duration::from_millis(500));
+    let holder =
+        Redlock::with_options(&own_clients(&servers).await, name, options(5_000, 500)).unwrap();
+    let held = holder.lock().await.unwrap();
+    // The frozen waiter: its own clients on a runtime of its own, whose one thread is then
+    // blocked (a process stopped by SIGSTOP, say): it gets in line everywhere, then takes no
+    // step, so a handover reaches the servers but never this waiter.
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (freeze, frozen) = tokio::sync::oneshot::channel::<()>();
+    let (thaw, thawed) = std::sync::mpsc::channel::<()>();
+    let frozen_waiter = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let clients = Redlock::connect_nodes(&urls).await.unwrap().clients;
+            let lock = Redlock::with_options(&clients, name, short_places).unwrap();
+            let waiting =
+                tokio::spawn(
+                    async move { lock.lock_timeout(Duration::from_secs(30)).await.map(drop) },
+                );
+            // The waiter runs until the freeze; then this runtime's only thread blocks until
+            // thawed.
+            frozen.await.unwrap();
+            thawed.recv().unwrap();
+            waiting.abort();
+        });
+    });
+    assert!(
+        registered_everywhere(&servers, name, 1).await,
+        "in line on every node"
+    );
+    freeze.send(()).unwrap();
+    let (before, released_by) = (
+        held.fencing_token(),
+        held.owner_token().as_str().to_string(),
+    );
+    held.release().await.unwrap();
+    // Every node handed the lock to the frozen waiter's token, for what was left of its place
+    // lease; then another contender takes it.
+    let handed = servers
+        .iter()
+        .filter_map(|server| holder_on(server, name))
+        .filter(|owner| *owner != released_by)
+        .count();
+    assert!(handed >= 2, "handed to the frozen waiter on a majority");
+    let other =
+        Redlock::with_options(&own_clients(&servers).await, name, options(5_000, 500)).unwrap();
+    let started = Instant::now();
+    let next = other
+        .lock_timeout(Duration::from_secs(20))
+        .await
+        .expect("the frozen waiter's handover runs out");
+    eprintln!(
+        "taken {:?} after the release (place lease {place_lease:?})",
+        started.elapsed()
+    );
+    assert!(next.fencing_token() > before, "tokens increase");
+    next.release().await.unwrap();
+    thaw.send(()).unwrap();
+    frozen_waiter.join().unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_waiter_leaves_its_place_on_every_node() {
+    let servers = test_support::start_many(5).expect("start private redis-servers");
+    let name = "rl:cancelled-waiter";
+    let holder =
+        Redlock::with_options(&own_clients(&servers).await, name, options(5_000, 500)).unwrap();
+    let held = holder.lock().await.unwrap();
+    let waiter =
+        Redlock::with_options(&own_clients(&servers).await, name, options(5_000, 500)).unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock().await.map(drop) });
+    assert!(
+        registered_everywhere(&servers, name, 1).await,
+        "in line on every node"
+    );
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    let queue = format!("{{{name}}}:queue");
+    let left = common::eventually(Duration::from_secs(10), || {
+        let queue = queue.clone();
+        let servers = &servers;
+        async move {
+            servers.iter().all(|server| {
+                redis::cmd("ZCARD")
+                    .arg(&queue)
+                    .query::<usize>(&mut common::raw(server))
+                    .unwrap()
+                    == 0
+            })
+        }
+    })
+    .await;
+    assert!(left, "its places are given up on every node");
+    held.release().await.unwrap();
+    holder.settle().await;
+    assert!(
+        holding(&servers, name).is_empty(),
+        "the release handed nothing to the cancelled waiter"
+    );
+}

@@ -185,6 +185,7 @@ impl FairMutex {
             keys: keys.clone(),
             // Its own release script passes the lock on in ticket order.
             hands_over: false,
+            proposes: false,
         };
         Ok(FairMutex {
             hold: Arc::new(FairHold {

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::engine::string_lock::StringHold;
+use crate::engine::string_lock::{StringHold, clock_proposal};
 use crate::error::{Error, LostReason, Phase, Result, Vote};
 use crate::lease::{Hold, HoldFuture, Released};
 use crate::node::quorum::{Answer, Answers, Quorum, Running, count, unreachable};
 use crate::token::OwnerToken;
+use crate::wait::leave_queue;
 
 /// A Redlock's key on every node.
 pub(crate) struct RedlockHold {
@@ -37,7 +38,7 @@ impl RedlockHold {
     /// answered that the key was gone.
     async fn on_all<F>(&self, phase: Phase, request: F) -> (Result<()>, Vec<usize>)
     where
-        F: Fn(Arc<StringHold>) -> HoldFuture<'static, ()>,
+        F: Fn(usize, Arc<StringHold>) -> HoldFuture<'static, ()>,
     {
         let needed = self.quorum.needed();
         let total = self.nodes.len();
@@ -46,7 +47,7 @@ impl RedlockHold {
             .ask_keeping(
                 0..total,
                 |index, _node| {
-                    let request = request(self.nodes[index].clone());
+                    let request = request(index, self.nodes[index].clone());
                     async move {
                         match request.await {
                             Ok(()) => Ok(Ok(())),
@@ -115,6 +116,72 @@ impl RedlockHold {
     }
 }
 
+impl RedlockHold {
+    /// Releases `owner`'s key on every node at once, each handing the lock to its first
+    /// waiter under one token (this client's clock, [`clock_proposal`]); done at the majority
+    /// (the rest in the background). With `places`, the waiter ids under which the line that
+    /// took the lock with `owner` may still have a place on a node, with `owner` registered
+    /// for a handover: a node that says the key is not `owner`'s is asked to take that place
+    /// out (`leave.lua`, releasing a key handed to `owner` meanwhile), so that no later
+    /// release there hands it to a holding that is over.
+    async fn release_leaving(
+        &self,
+        owner: &OwnerToken,
+        places: Option<&Arc<[Arc<str>]>>,
+    ) -> Result<Released> {
+        // A restore still under way (each is bounded by the node timeout) goes first.
+        let _ = self
+            .restoring
+            .subscribe()
+            .wait_for(|restoring| *restoring == 0)
+            .await;
+        let proposal: Arc<str> = clock_proposal().to_string().into();
+        let owner = owner.clone();
+        self.on_all(Phase::Release, |index, node| {
+            let (owner, proposal) = (owner.clone(), proposal.clone());
+            let place = places.map(|ids| ids[index].clone());
+            Box::pin(async move {
+                let released = node.release_proposing(&owner, Some(&proposal)).await;
+                if let (Err(Error::NotHeld { .. }), Some(place)) = (&released, place) {
+                    leave_queue(&node.node, &node.keys, &place, Some(&owner)).await;
+                }
+                released.map(drop)
+            })
+        })
+        .await
+        .0
+        .map(|()| Released::Freed)
+    }
+}
+
+/// A Redlock holding taken by a waiter's line (by a waiting attempt, or handed over), whose
+/// places on the nodes that did not grant it may still be registered for a handover to its
+/// owner token: its release takes them out where the key is not its own (see
+/// [`RedlockHold::release_leaving`]); all else is the Redlock's.
+pub(crate) struct LineHold {
+    pub(crate) hold: Arc<RedlockHold>,
+    /// The line's waiter id on each node, in the nodes' order.
+    pub(crate) places: Arc<[Arc<str>]>,
+}
+
+impl Hold for LineHold {
+    fn name(&self) -> &str {
+        self.hold.name_of()
+    }
+
+    fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
+        Box::pin(self.hold.release_leaving(owner, Some(&self.places)))
+    }
+
+    fn background(&self) -> Option<Box<dyn Send>> {
+        self.hold.background()
+    }
+
+    fn extend<'a>(&'a self, owner: &'a OwnerToken, lease: Duration) -> HoldFuture<'a, ()> {
+        self.hold.extend(owner, lease)
+    }
+}
+
 impl Hold for RedlockHold {
     fn name(&self) -> &str {
         self.name_of()
@@ -128,14 +195,7 @@ impl Hold for RedlockHold {
                 .subscribe()
                 .wait_for(|restoring| *restoring == 0)
                 .await;
-            let owner = owner.clone();
-            self.on_all(Phase::Release, |node| {
-                let owner = owner.clone();
-                Box::pin(async move { node.release(&owner).await.map(drop) })
-            })
-            .await
-            .0
-            .map(|()| Released::Freed)
+            self.release_leaving(owner, None).await
         })
     }
 
@@ -155,7 +215,7 @@ impl Hold for RedlockHold {
         Box::pin(async move {
             let extend_owner = owner.clone();
             let (outcome, gone) = self
-                .on_all(Phase::Extend, |node| {
+                .on_all(Phase::Extend, |_, node| {
                     let owner = extend_owner.clone();
                     Box::pin(async move { node.extend(&owner, lease).await })
                 })

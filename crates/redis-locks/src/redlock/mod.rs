@@ -9,7 +9,9 @@
 //! its counter on that connection: `engine::string_lock::acquire_first_on`; a waiting attempt runs the
 //! string-key engine's acquire script, with `acquire_first.lua` in front for a node's common case)
 //! and `raise.lua` brings the fencing counters of the granting majority up to the chosen
-//! token, in the background when a majority has it already. The lease core ([`Hold`] for
+//! token, in the background when a majority has it already. Waiters keep a place in line on
+//! every node, and a release hands each node to its first waiter: one woken on the first
+//! node holds once a majority handed it the lock ([`Contending`]). The lease core ([`Hold`] for
 //! release and extend, the watchdog, `lost()`, the owed release) and the one acquire loop are
 //! the same as every primitive's.
 
@@ -22,26 +24,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt, stream::FuturesUnordered};
 use rand::Rng;
 use tokio::time::Instant;
 
 use crate::node::quorum::{Answer, Answers, Quorum, count, unreachable};
 pub use connect::{NODE_GRACE, NodeStart, RedlockNodes};
 pub use guard::RedlockGuard;
-use hold::RedlockHold;
+use hold::{LineHold, RedlockHold};
 pub use options::RedlockOptions;
 
 use crate::client::Client;
 use crate::engine::string_lock::{
-    InLine, StringHold, acquire_first_on, acquire_on, inspect, node_scripts,
+    InLine, StringHold, acquire_first_on, acquire_on, clock_proposal, inspect, node_scripts,
 };
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
-use crate::lease::{Hold, Lease, OwedRelease, lease_millis};
-use crate::node::{LockScript, Node};
+use crate::lease::{Lease, OwedRelease, lease_millis};
+use crate::node::{Listener, LockScript, Node, Subscription};
 use crate::state::LockState;
-use crate::token::{FENCE_LUA, FencingToken};
-use crate::wait::{Contender, LOCK_LUA, Line, Try, acquire, in_time};
+use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
+use crate::wait::{
+    Contender, HandedOver, LOCK_LUA, Line, LocalQueue, Try, acquire, in_time, leave_queue, woken,
+};
 
 /// Bring a node's counter up to the chosen token, owner-checked: `1` / `0` gone / `-1` taken.
 pub(crate) static RAISE: LazyLock<LockScript> =
@@ -217,7 +223,10 @@ impl Redlock {
                 Arc::new(StringHold {
                     node: node.clone(),
                     keys: keys.clone(),
-                    hands_over: false,
+                    // Each node's release hands the lock to its first waiter, under the token
+                    // the releasing client proposes, so that the nodes hand over under one.
+                    hands_over: true,
+                    proposes: true,
                 })
             })
             .collect();
@@ -380,6 +389,10 @@ impl Redlock {
             lock: self,
             place: None,
             poll: None,
+            others: Vec::new(),
+            asking: None,
+            ticket: None,
+            nudging: None,
         };
         let lease = acquire(on, contending, deadline).await?;
         Ok(RedlockGuard::new(lease))
@@ -401,7 +414,18 @@ impl Redlock {
             self.load_scripts().await;
         }
         let ask = |_| async {
-            let owed = OwedRelease::new(self.hold.clone());
+            // A waiting attempt asks with its line's token, which it registers for a release to
+            // hand the lock to (and a key handed to it already is granted again); armed all
+            // the same: a dropped attempt releases what it may have been granted.
+            let owed = match &line {
+                Some(waiting) => {
+                    let mut owed =
+                        OwedRelease::of_line(self.line_hold(&waiting.ids), waiting.owner.clone());
+                    owed.arm();
+                    owed
+                }
+                None => OwedRelease::new(self.hold.clone()),
+            };
             let sent_at = Instant::now();
             match self.ask(&owed, sent_at, line.as_ref(), with_pttl).await {
                 Ok(Try::Won(token)) => Ok(Try::Won((owed, token))),
@@ -416,7 +440,8 @@ impl Redlock {
                 }
             }
         };
-        // Each attempt asks with a token of its own: a late grant is given back at once.
+        // A late grant is given back at once (by the line's token, for a waiting attempt: what
+        // was handed to it is then handed on).
         let give_back = |(owed, _token): (OwedRelease, u64), _give_up| owed.give_back();
         let lease_options = self.options.get_lease_options();
         match in_time(lease_options, deadline, 0, ask, give_back).await? {
@@ -480,7 +505,7 @@ impl Redlock {
         // The proposed token: this host's clock in µs. The script numbers a grant
         // `max(counter + 1, proposal)`: nodes whose counters are behind it all grant exactly
         // it, and then no raise is needed.
-        let proposal: Arc<str> = proposal().to_string().into();
+        let proposal: Arc<str> = clock_proposal().to_string().into();
         // A first attempt asks each node in one pipeline, with no script where the node
         // vouches for its counter: the counters advance together (every attempt increments
         // every node it reaches), so counters that agreed still agree.
@@ -496,10 +521,9 @@ impl Redlock {
                         lease_ms.clone(),
                         proposal.clone(),
                     );
-                    // Waiters keep their place on the first node only, where they listen.
-                    let line = line
-                        .filter(|_| index == 0)
-                        .map(|line| (line.clone(), self.place_ms.clone()));
+                    // Waiters keep their place on every node, under that node's waiter id, with
+                    // the line's token registered for a release to hand the lock to.
+                    let line = line.map(|line| (line.clone(), self.place_ms.clone()));
                     async move {
                         if first {
                             return acquire_first_on(
@@ -508,10 +532,12 @@ impl Redlock {
                             .await;
                         }
                         let in_line = line.as_ref().map(|(line, place_ms)| InLine {
-                            waiter: &line.waiter,
+                            waiter: &line.ids[index],
                             place_ms,
                             mark: line.mark,
                             wake_only: true,
+                            nonce: Some(&line.nonce),
+                            ticket: &line.ticket,
                         });
                         acquire_on(&node, &keys, &owner, &lease_ms, &proposal, in_line).await
                     }
@@ -519,7 +545,15 @@ impl Redlock {
                 |answers| {
                     let held = count(answers, |grant| matches!(grant, Try::Held(_)));
                     let granted = count(answers, |grant| matches!(grant, Try::Won(_)));
-                    granted >= needed || total - held - unreachable(answers) < needed
+                    if granted >= needed {
+                        return true;
+                    }
+                    // A refused waiting attempt hears every node out (each within the node
+                    // timeout): a node that refused needs no release, and one that did not
+                    // answer would (the waiter sleeps until a wake-up after it anyway, and
+                    // one that comes meanwhile is heard, its listener made before).
+                    let answered = answers.iter().filter(|answer| answer.is_some()).count();
+                    total - held - unreachable(answers) < needed && (first || answered == total)
                 },
             )
             .await;
@@ -557,20 +591,7 @@ impl Redlock {
             .map(|(index, _)| *index)
             .collect();
         let at_token = grants.len() - behind.len();
-        let chosen: Arc<str> = token.to_string().into();
-        let raise = |_, node: &Node| {
-            let (node, keys, owner, chosen) =
-                (node.clone(), keys.clone(), owner.clone(), chosen.clone());
-            async move {
-                node.run_script::<i64>(
-                    Phase::Acquire,
-                    &RAISE,
-                    &[keys.lock(), keys.fence()],
-                    &[&owner, &chosen],
-                )
-                .await
-            }
-        };
+        let raise = self.raise(&owner, token);
         if at_token >= needed {
             // A majority has the token already, which is all its order needs. The nodes
             // behind are raised all the same, in the background, so that the next attempt's
@@ -615,6 +636,51 @@ impl Redlock {
             needed,
             votes,
         })
+    }
+
+    /// The request that brings a node's fencing counter up to `token`, owner-checked for
+    /// `owner` (`raise.lua`): `1` raised, `0` gone, `-1` taken.
+    fn raise(
+        &self,
+        owner: &Arc<str>,
+        token: u64,
+    ) -> impl Fn(usize, &Node) -> BoxFuture<'static, Result<i64>> + use<> {
+        let (keys, owner, chosen) = (self.keys.clone(), owner.clone(), token.to_string());
+        move |_, node: &Node| {
+            let (node, keys, owner, chosen) =
+                (node.clone(), keys.clone(), owner.clone(), chosen.clone());
+            async move {
+                node.run_script::<i64>(
+                    Phase::Acquire,
+                    &RAISE,
+                    &[keys.lock(), keys.fence()],
+                    &[&owner, &chosen],
+                )
+                .await
+            }
+            .boxed()
+        }
+    }
+
+    /// The hold of a lock taken by the line whose waiter ids are `places` (see [`LineHold`]).
+    fn line_hold(&self, places: &Arc<[Arc<str>]>) -> Arc<LineHold> {
+        Arc::new(LineHold {
+            hold: self.hold.clone(),
+            places: places.clone(),
+        })
+    }
+
+    /// This process's waiter id on each node, in the nodes' order, for the line whose id is
+    /// `line` (its random part, then `@` and each node's client address, so that each node's
+    /// wake-ups for it go to its client there alone).
+    fn waiter_ids(&self, line: &str) -> Arc<[Arc<str>]> {
+        let base = line.rsplit_once('@').map_or(line, |(base, _)| base);
+        self.hold
+            .quorum
+            .nodes()
+            .iter()
+            .map(|node| format!("{base}@{}", node.address()).into())
+            .collect()
     }
 
     /// A failed attempt: release whatever may have been granted (every node but those that
@@ -683,27 +749,21 @@ impl Redlock {
     async fn release_now(&self, owed: &OwedRelease, nodes: Vec<usize>) {
         let owner = owed.owner().clone();
         let holds = &self.hold.nodes;
+        // One proposal for every node: what they hand on, they hand under one token.
+        let proposal: Arc<str> = clock_proposal().to_string().into();
         self.hold
             .quorum
             .ask(
                 nodes,
                 |index, _| {
                     let (hold, owner) = (holds[index].clone(), owner.clone());
-                    async move { Hold::release(&*hold, &owner).await }
+                    let proposal = proposal.clone();
+                    async move { hold.release_proposing(&owner, Some(&proposal)).await }
                 },
                 |_| false,
             )
             .await;
     }
-}
-
-/// The token an attempt proposes: this host's wall clock in µs (at least 1, below 2^53 for
-/// the scripts' Lua numbers).
-fn proposal() -> u64 {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |since| since.as_micros());
-    micros.clamp(1, (1 << 53) - 1) as u64
 }
 
 /// A refused attempt: how long the holders' leases still run, as far as the nodes said
@@ -782,45 +842,202 @@ pub(super) fn check_count(count: usize) -> Result<()> {
     Ok(())
 }
 
-/// A waiting attempt's place in line: this process's waiter id in the lock's queue on every
-/// node, and whether to mark a grant at once.
+/// A waiting attempt's place in line: this process's waiter id in the lock's queue on each
+/// node, whether to mark a grant at once, and the line's owner token with this attempt's
+/// nonce, registered with each place for a release to hand the lock to.
 #[derive(Debug, Clone)]
 struct Waiting {
-    waiter: Arc<str>,
+    ids: Arc<[Arc<str>]>,
     mark: bool,
+    owner: OwnerToken,
+    nonce: Arc<str>,
+    /// The line's ticket on every node (see [`Contending::ticket`]).
+    ticket: Arc<str>,
 }
 
 /// A Redlock's side of the acquire loop: each attempt asks every node. Waiters of one process
-/// take local turns (as a `Mutex`'s do) and keep one place in the lock's queue on the first
-/// node, where they listen, so that a release wakes one waiting process (the first in line),
-/// not a herd whose votes would split (two contenders never split the votes of an odd number
-/// of nodes that all answer). The place is for wake-ups only: who holds is decided by the
-/// majority of all nodes, not by the first node's queue.
+/// take local turns (as a `Mutex`'s do) and keep one place in the lock's queue on every node
+/// (under that node's waiter id, [`Redlock::waiter_ids`]), with their line's owner token
+/// registered there, so that a release hands the lock, on each node, to the first waiter in
+/// line there, under one fencing token (the releasing client's proposal). The waiter listens
+/// on every node: woken on the first node with the lock handed to it, it holds the Redlock
+/// once a majority of nodes has handed it the lock under the nonce of its latest attempt
+/// ([`Contender::take_handed`]), without asking again. Where the nodes' first waiters
+/// differ, or a message does not come in time, it asks again with the line's token, which a
+/// key handed to it grants at once.
 struct Contending<'a> {
     lock: &'a Redlock,
-    /// The place in line this wait's attempts took, to be woken by.
+    /// The place in line this wait's attempts took on the first node, to be woken by.
     place: Option<Arc<str>>,
     /// How soon to look again without a wake-up, as the last refusal said.
     poll: Option<Duration>,
+    /// The wake channel's subscription on every node but the first (in the nodes' order),
+    /// with a listener made before the latest waiting attempt went out.
+    others: Vec<(Subscription, Option<Listener>)>,
+    /// The line's owner token and waiter ids of the latest waiting attempt, and how long that
+    /// attempt took, until the lock is granted or handed to it.
+    asking: Option<Asking>,
+    /// The ticket this wait's place is numbered with on every node that gives it a new one:
+    /// this host's clock in µs when the wait first got in line, so that the nodes order their
+    /// lines alike (by when each waiter began to wait), and a release on each hands over to
+    /// the same waiter. A place kept keeps its number.
+    ticket: Option<Arc<str>>,
+    /// The nudge of the latest refused waiting attempt, if one is pending (see
+    /// [`Contending::nudge`]).
+    nudging: Option<tokio::task::AbortHandle>,
+}
+
+/// What a waiting attempt registered on the nodes.
+#[derive(Clone)]
+struct Asking {
+    owner: OwnerToken,
+    ids: Arc<[Arc<str>]>,
+    took: Duration,
 }
 
 impl Contending<'_> {
-    /// One attempt, in `line`'s place on the first node when it has one.
+    /// One attempt, in `line`'s place on every node when it has one.
     async fn in_line(&mut self, line: Line<'_>, deadline: Option<Instant>) -> Result<Try> {
         let Some(local) = line.local else {
             return self.once(None, deadline, true).await;
         };
-        local.placing(&self.lock.hold.quorum.nodes()[0], &self.lock.keys);
+        let lock = self.lock;
+        local.placing(&lock.hold.quorum.nodes()[0], &lock.keys);
         self.place = Some(local.id().clone());
+        self.stop_nudging();
+        let nudges = self.listen_on_others().await;
+        let (owner, nonce) = local.asking();
+        let ids = lock.waiter_ids(local.id());
         let waiting = Waiting {
-            waiter: local.id().clone(),
+            ids: ids.clone(),
             mark: line.mark,
+            owner: owner.clone(),
+            nonce: nonce.to_string().into(),
+            ticket: self
+                .ticket
+                .get_or_insert_with(|| clock_proposal().to_string().into())
+                .clone(),
         };
+        // Before the request goes out: the places the nodes renew count from no earlier.
+        let sent_at = Instant::now();
+        self.asking = Some(Asking {
+            owner: owner.clone(),
+            ids,
+            took: Duration::ZERO,
+        });
         // A won attempt keeps the place recorded: the majority may have granted without the
         // first node, whose queue then still holds it, and a stale place there would be woken
         // by every release instead of the waiters behind it. The place is left when this
         // process's last waiter of the lock is done (a leave that finds no place does nothing).
-        self.once(Some(waiting), deadline, false).await
+        let attempt = self.once(Some(waiting), deadline, false).await?;
+        match &attempt {
+            Try::Won(_) => {
+                local.granted(&owner);
+                self.asking = None;
+            }
+            Try::Held(_) => {
+                let place_lease = lock.options.get_wait_options().get_place_lease();
+                local.refused(&owner, nonce, sent_at, place_lease);
+                let took = sent_at.elapsed();
+                if let Some(asking) = &mut self.asking {
+                    asking.took = took;
+                    let ids = asking.ids.clone();
+                    self.nudge(
+                        nudges,
+                        &ids,
+                        owner.as_str(),
+                        nonce,
+                        self.gather_window(took),
+                    );
+                }
+            }
+        }
+        Ok(attempt)
+    }
+
+    /// How long a waiter handed the lock on one node waits for the others' handovers: four
+    /// of its attempts' round trips (`took`, the latest), at least [`GATHER_AT_LEAST`], at
+    /// most the node timeout.
+    fn gather_window(&self, took: Duration) -> Duration {
+        (took * 4).clamp(GATHER_AT_LEAST, self.lock.options.get_node_timeout())
+    }
+
+    /// Wakes this waiter when another node hands the lock to `owner` under `nonce` (heard on
+    /// `listeners`, made before the attempt, one per node after the first) and no handover on
+    /// the first node, where the acquire loop listens, has been taken within `window` after:
+    /// a `*` on the first node's wake channel in this client alone (no request), after which
+    /// the waiter asks again with the line's token, which the nodes handed to it grant at
+    /// once. Without it, a waiter handed a majority but not the first node (its first waiter
+    /// differed) would keep those nodes until its place renewal.
+    fn nudge(
+        &mut self,
+        listeners: Vec<Listener>,
+        ids: &[Arc<str>],
+        owner: &str,
+        nonce: u64,
+        window: Duration,
+    ) {
+        if listeners.is_empty() {
+            return;
+        }
+        let first = self.lock.hold.quorum.nodes()[0].clone();
+        let channel = self.lock.keys.wake_channel().to_string();
+        let mut heard: FuturesUnordered<_> = listeners
+            .into_iter()
+            .zip(&ids[1..])
+            .map(|(mut listener, id)| {
+                let (id, owner) = (id.clone(), owner.to_string());
+                async move {
+                    loop {
+                        if let Some(grant) = woken(&mut listener, Some(&id)).await
+                            && grant.owner == owner
+                            && grant.nonce == nonce
+                        {
+                            return;
+                        }
+                    }
+                }
+            })
+            .collect();
+        let task = tokio::spawn(async move {
+            heard.next().await;
+            tokio::time::sleep(window).await;
+            if let Some(subscription) = first.subscribe_live(&channel) {
+                subscription.wake_here();
+            }
+        });
+        self.nudging = Some(task.abort_handle());
+    }
+
+    /// Stops the nudge of the latest attempt (see [`nudge`](Self::nudge)).
+    fn stop_nudging(&mut self) {
+        if let Some(nudging) = self.nudging.take() {
+            nudging.abort();
+        }
+    }
+
+    /// Listens on every node but the first (subscribing there the first time: a subscription
+    /// that lingers from an earlier wait costs no request), from before the next attempt.
+    /// Returns a second listener on each of those nodes, for [`nudge`](Self::nudge).
+    async fn listen_on_others(&mut self) -> Vec<Listener> {
+        let channel = self.lock.keys.wake_channel();
+        if self.others.is_empty() {
+            for node in &self.lock.hold.quorum.nodes()[1..] {
+                // Not waited for: until the server confirms it, a handover on that node is
+                // not heard, and the waiter asks again instead.
+                let subscription = match node.subscribe_live(channel) {
+                    Some(live) => live,
+                    None => node.subscribe(channel, Duration::ZERO).await,
+                };
+                self.others.push((subscription, None));
+            }
+        }
+        let mut nudges = Vec::new();
+        for (subscription, listener) in &mut self.others {
+            *listener = Some(subscription.listen());
+            nudges.push(subscription.listen());
+        }
+        nudges
     }
 
     /// One attempt, remembering how soon to look again; a first attempt (no `waiting`) asks
@@ -834,6 +1051,73 @@ impl Contending<'_> {
         let (attempt, poll) = self.lock.attempt(waiting, deadline, with_pttl).await?;
         self.poll = poll;
         Ok(attempt)
+    }
+
+    /// The handovers to `handed`'s owner token under its nonce that the other nodes publish
+    /// (besides the first node's, `handed`), as `(node, fencing token)`, gathered until a
+    /// majority with the first node's, or until `window` has passed.
+    async fn gather(
+        &mut self,
+        ids: &[Arc<str>],
+        handed: &HandedOver,
+        window: Duration,
+    ) -> Vec<(usize, u64)> {
+        let needed = self.lock.quorum();
+        let mut grants = vec![(0, handed.token)];
+        let mut pending: FuturesUnordered<_> = self
+            .others
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(other, (_, listener))| {
+                let (index, mut listener) = (other + 1, listener.take()?);
+                let id = ids[index].clone();
+                Some(async move {
+                    loop {
+                        if let Some(grant) = woken(&mut listener, Some(&id)).await
+                            && grant.owner == handed.owner
+                            && grant.nonce == handed.nonce
+                        {
+                            return (index, grant.token);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let until = Instant::now() + window;
+        while grants.len() < needed {
+            match tokio::time::timeout_at(until, pending.next()).await {
+                Ok(Some(grant)) => grants.push(grant),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        grants
+    }
+}
+
+impl Drop for Contending<'_> {
+    /// A wait that ends without the lock (out of time, cancelled, failed) gives up its places
+    /// on every node but the first (the first node's is the local queue's, see
+    /// [`LocalQueue::leave`]) in the background, so that no later release there hands that
+    /// node to it. Places only: the line's token may still be asked with by another waiter of
+    /// this process, whose grant a release by that token here would undo; a node handed to it
+    /// already keeps the key until the place lease it was handed for ends.
+    fn drop(&mut self) {
+        self.stop_nudging();
+        let Some(asking) = self.asking.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let nodes = self.lock.hold.quorum.nodes()[1..].to_vec();
+        let keys = self.lock.keys.clone();
+        runtime.spawn(async move {
+            let leaves = nodes
+                .iter()
+                .enumerate()
+                .map(|(other, node)| leave_queue(node, &keys, &asking.ids[other + 1], None));
+            futures_util::future::join_all(leaves).await;
+        });
     }
 }
 
@@ -873,7 +1157,75 @@ impl Contender for Contending<'_> {
         let place = self.lock.options.get_wait_options().get_place_lease() / 3;
         Some(self.poll.map_or(place, |poll| poll.min(place)))
     }
+
+    /// The first node handed the lock to this waiter's line: it holds the Redlock once a
+    /// majority of nodes has (the others' messages are gathered for a few of its attempts'
+    /// round trips), under the greatest of their tokens (the nodes behind it raised to it,
+    /// awaited when fewer than a majority have it), with the lease the Mutex's handover has:
+    /// counted from when the latest waiting attempt was sent, for its place lease (every node
+    /// handing over under that attempt's nonce renewed the place then, and the handed key
+    /// lasts until that place lease ends), then extended by the watchdog on a majority.
+    async fn take_handed(&mut self, line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
+        let local: &LocalQueue = line.local?;
+        self.stop_nudging();
+        let asking = self.asking.clone()?;
+        if handed.owner != asking.owner.as_str() {
+            return None;
+        }
+        let lock = self.lock;
+        let quorum = &lock.hold.quorum;
+        let needed = quorum.needed();
+        let window = self.gather_window(asking.took);
+        let grants = self.gather(&asking.ids, handed, window).await;
+        if grants.len() < needed {
+            // Too few handovers heard: the next attempt asks with the line's token, which the
+            // keys handed to it grant at once.
+            return None;
+        }
+        let token = grants.iter().map(|(_, token)| *token).max()?;
+        let behind: Vec<usize> = grants
+            .iter()
+            .filter(|(_, node_token)| *node_token < token)
+            .map(|(index, _)| *index)
+            .collect();
+        let at_token = grants.len() - behind.len();
+        if !behind.is_empty() {
+            let raise = lock.raise(&asking.owner.as_str().into(), token);
+            if at_token >= needed {
+                quorum.send(behind, raise, None);
+            } else {
+                let raised: Answers<i64> = quorum
+                    .ask(behind, raise, |raised| {
+                        at_token + count(raised, |reply| *reply == 1) >= needed
+                    })
+                    .await;
+                if at_token + count(&raised, |reply| *reply == 1) < needed {
+                    return None;
+                }
+            }
+        }
+        let lease_options = lock.options.get_lease_options();
+        let (owner, placed) =
+            local.take_handover(&handed.owner, handed.nonce, |placed_at, place_lease| {
+                lease_options.takes_handover(placed_at, place_lease)
+            })?;
+        // The first node's place went with its handover.
+        local.unplaced();
+        self.asking = None;
+        let owed = OwedRelease::of_line(lock.line_hold(&asking.ids), owner);
+        Some(Lease::handed_over(
+            owed,
+            FencingToken::new(token),
+            placed,
+            lease_options,
+            lock.clients[0].renewals(),
+        ))
+    }
 }
+
+/// The least time a waiter handed the lock on its first node waits for the other nodes'
+/// handovers (more where its attempts take longer: four of their round trips).
+const GATHER_AT_LEAST: Duration = Duration::from_millis(5);
 
 /// The name of a Redlock's local turns.
 const LOCAL_TURNS: &str = "redlock";

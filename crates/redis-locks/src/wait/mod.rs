@@ -42,7 +42,7 @@ use crate::node::{LockScript, Node, Subscription};
 
 pub(crate) use grant::{Try, grant_reply, in_time, nothing_owed};
 pub(crate) use local::{LocalHolder, LocalQueue, LocalQueues};
-pub(crate) use message::HandedOver;
+pub(crate) use message::{HandedOver, woken};
 pub use options::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
 use pause::{Backoff, Bounds, confirm_limit, pause};
 pub(crate) use placed::{Answer, Asker, Placed, answer_in_time, try_once};
@@ -100,19 +100,19 @@ pub(crate) fn tombstone(node: &Node, keys: &LockKeys, id: &str) -> Option<String
 
 /// As [`run_on_line`], for the scripts that may hand the lock to the next waiter (`hand_over`
 /// in `queue.lua`): KEYS the lock key, the queue, the place leases, the ticket counter, the
-/// handover hash and the fencing counter; ARGV `id`, the wake channel, then `owner` if given.
-/// A `Mutex`'s and a `FairMutex`'s release, and a `Mutex` line's leave with its registered
-/// token (`owner`), run so.
+/// handover hash and the fencing counter; ARGV `id`, the wake channel, then `third` if given.
+/// A `Mutex`'s and a `FairMutex`'s release, a `Mutex` line's leave with its registered
+/// token (`third`), and a Redlock node's release with its proposed token (`third`), run so.
 pub(crate) async fn run_handing_over<T: redis::FromRedisValue>(
     node: &Node,
     phase: Phase,
     script: &LockScript,
     keys: &LockKeys,
     id: &str,
-    owner: Option<&str>,
+    third: Option<&str>,
 ) -> Result<T> {
-    let all = [id, keys.wake_channel(), owner.unwrap_or_default()];
-    let args = &all[..if owner.is_some() { 3 } else { 2 }];
+    let all = [id, keys.wake_channel(), third.unwrap_or_default()];
+    let args = &all[..if third.is_some() { 3 } else { 2 }];
     let tombstone = tombstone(node, keys, id);
     let all_keys = [
         keys.lock(),
@@ -230,6 +230,18 @@ pub(crate) trait Contender: Send {
     fn handed_over(&mut self, line: Line<'_>, handed: &HandedOver) -> Option<Lease> {
         let _ = (line, handed);
         None
+    }
+
+    /// As [`handed_over`](Contender::handed_over), for a primitive that must hear more than
+    /// this one message before it holds (a `Redlock`, handed the lock on each of its nodes,
+    /// waits for a majority of them). By default, `handed_over`.
+    fn take_handed(
+        &mut self,
+        line: Line<'_>,
+        handed: &HandedOver,
+    ) -> impl Future<Output = Option<Lease>> + Send {
+        let lease = self.handed_over(line, handed);
+        async move { lease }
     }
 
     /// The wait budget ran out after a refused attempt: give up whatever the attempts left
@@ -369,8 +381,8 @@ async fn granted<C: Contender>(
             };
             let limit = bounds.sleep_limit(&backoff, Instant::now());
             let handed = pause(Some(&mut listener), contender.address(), limit).await;
-            if let Some(lease) =
-                handed.and_then(|handed| take_handover(&mut contender, &queue, &handed))
+            if let Some(handed) = handed
+                && let Some(lease) = take_handover(&mut contender, &queue, &handed).await
             {
                 return Ok(lease);
             }
@@ -443,8 +455,8 @@ async fn granted<C: Contender>(
         };
         let limit = bounds.sleep_limit(&backoff, Instant::now());
         let handed = pause(Some(&mut listener), contender.address(), limit).await;
-        if let Some(lease) =
-            handed.and_then(|handed| take_handover(&mut contender, &queue, &handed))
+        if let Some(handed) = handed
+            && let Some(lease) = take_handover(&mut contender, &queue, &handed).await
         {
             return Ok(lease);
         }
@@ -463,7 +475,7 @@ fn noted(queue: &Option<Arc<LocalQueue>>, marked: bool, mut lease: Lease) -> Lea
 
 /// The lease a release handed to this waiter's line, if the contender takes it. A handed-over
 /// key is always marked, so waiters of this process still queued behind it are noted.
-fn take_handover<C: Contender>(
+async fn take_handover<C: Contender>(
     contender: &mut C,
     queue: &Option<Arc<LocalQueue>>,
     handed: &HandedOver,
@@ -472,7 +484,7 @@ fn take_handover<C: Contender>(
         mark: true,
         local: queue.as_deref(),
     };
-    let lease = contender.handed_over(line, handed)?;
+    let lease = contender.take_handed(line, handed).await?;
     let others = queue
         .as_ref()
         .is_some_and(|queue| Arc::strong_count(queue) > 1);

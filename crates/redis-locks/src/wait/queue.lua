@@ -38,8 +38,10 @@
 --   runs longer than one place lease from its last renewal), and outlive their last live
 --   waiter by at most two place leases.
 --
--- queue_enter(queue, places, tickets, id, now, place_lease, handover, owner, nonce)
---   queue_purge at now, queue_join, then (with handover) handover_register(handover, id,
+-- queue_enter(queue, places, tickets, id, now, place_lease, handover, owner, nonce, ticket)
+--   queue_purge at now, queue_join (a new place is numbered ticket when given, instead of the
+--   ticket counter's INCR: a Redlock's waiter gives each node the same number, so that its
+--   nodes order their lines alike), then (with handover) handover_register(handover, id,
 --   owner, nonce, place_lease), for a script that has not looked at the queue's types: every
 --   key it writes is read, or its type looked at, before its first write (the queue with
 --   ZSCORE and the places with ZRANGEBYSCORE, both checked; the handover hash with TYPE; the
@@ -79,11 +81,14 @@
 -- handover_owner(handover, id)
 --   The owner token id registered, or nil.
 --
--- hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now, last)
+-- hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now, last,
+--           seed)
 --   key is held by the caller (a release) and id is the first waiter in the queue, purged at
 --   now (server ms, read before anything was written; the fencing token is at least now in
---   µs, as next_token's clock seed); registered is id's field of the handover hash (HGET,
---   read before anything was written; false when absent); last, as queue_leave's. Needs
+--   µs, as next_token's clock seed, or at least seed when given: a Redlock's release proposes
+--   its client clock in µs, so that its nodes hand over under one token); registered is id's
+--   field of the handover hash (HGET, read before anything was written; false when absent);
+--   last, as queue_leave's. Needs
 --   fence.lua's next_token (only the scripts that call hand_over put fence.lua first; in the
 --   others the name is unresolved and never called).
 --   If id registered an owner token: takes id out of the queue, writes key with that token
@@ -205,7 +210,8 @@ local function handover_register(handover, id, owner, nonce, place_lease)
 end
 
 -- (Defined after handover_register, which it calls.)
-local function queue_enter(queue, places, tickets, id, now, place_lease, handover, owner, nonce)
+local function queue_enter(queue, places, tickets, id, now, place_lease, handover, owner, nonce,
+    ticket)
   local placed, err = checked(queue, 'a queue', 'ZSCORE', queue, id)
   if err then
     return err
@@ -225,12 +231,13 @@ local function queue_enter(queue, places, tickets, id, now, place_lease, handove
   -- empty them, and then the ZADDs create them anew.
   local tickets_due = ttl_due(tickets, place_lease)
   local wrong = (handover and handover_wrong_type(handover)) or
-    (placed and tickets_due and wrong_kind(tickets, 'string', 'a queue'))
+    ((placed or ticket) and tickets_due and wrong_kind(tickets, 'string', 'a queue'))
   if wrong then
     return wrong
   end
-  local ticket = nil
-  if not placed then
+  if placed then
+    ticket = nil
+  elseif not ticket then
     -- The first write: another type fails it before anything is written.
     ticket, err = checked(tickets, 'a queue', 'INCR', tickets)
     if err then
@@ -256,7 +263,7 @@ local function handover_owner(handover, id)
 end
 
 local function hand_over(key, handover, registered, fence, queue, places, tickets, channel, id, now,
-    last)
+    last, seed)
   local owner, nonce = string.match(registered or '', '^(%S+) (%S+)$')
   if not owner then
     return false
@@ -265,7 +272,7 @@ local function hand_over(key, handover, registered, fence, queue, places, ticket
   if not place_ends then
     return false
   end
-  local token = next_token(fence, now * 1000)
+  local token = next_token(fence, seed or now * 1000)
   if not token then
     return false
   end

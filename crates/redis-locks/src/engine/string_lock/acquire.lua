@@ -40,19 +40,23 @@
 --          max(counter + 1, the server clock in µs), so that the nodes of a Redlock agree on
 --          the token whenever their counters are behind the proposal (see the crate
 --          documentation, "Redlock"). '' or absent: the server clock.
--- ARGV[9]  optional, with ARGV[5]; '1': the place is for wake-ups only, and a free lock is
---          taken even with others ahead in the queue (a Redlock's first node, where its
---          waiters listen: the majority of all nodes decides who holds, and one waiter woken
---          per release keeps contenders from splitting the votes). '' or absent: in turn.
+-- ARGV[9]  optional, with ARGV[5]; '1': a free lock is taken even with others ahead in the
+--          queue (a Redlock's nodes: the majority of all nodes decides who holds, and a node
+--          left free by a release that handed nothing over is anybody's). '' or absent: in
+--          turn.
 -- KEYS[7]  optional, with ARGV[5] and ARGV[10]: the lock's handover hash (waiter id ->
 --          '<owner token> <nonce>'). A refusal registers ARGV[1] and ARGV[10] there under the
 --          waiter id, together with the place it renews, so that a release finding this
 --          waiter at the head of the queue hands the lock straight to ARGV[1] (see
 --          release.lua) and names the attempt whose place lease the grant's lease ends with;
---          a grant takes the registration out. Absent: no handover (a Redlock's waiters,
---          which a majority of nodes must grant).
+--          a grant takes the registration out. Absent: no handover.
 -- ARGV[10] with KEYS[7]: this attempt's nonce (a decimal number, new per attempt of the
 --          caller's line).
+-- ARGV[11] optional, with ARGV[5]: the ticket a new place is numbered with, instead of the
+--          ticket counter's next (a Redlock's waiter gives every node the same one, its
+--          clock in µs when its line began to wait, so that the nodes order their lines
+--          alike and a release on each hands over to the same waiter). '' or absent: the
+--          counter.
 --
 -- Replies:
 --   {1, token}  acquired; token is the new fencing token, max(counter + 1, server clock in
@@ -130,7 +134,7 @@ end
 -- lock to; nil, or a WRONGTYPE reply with nothing written.
 local function stay_in_line(now)
   return queue_enter(KEYS[4], KEYS[5], KEYS[6], waiter, now, tonumber(ARGV[6]),
-    handover, ARGV[1], ARGV[10])
+    handover, ARGV[1], ARGV[10], tonumber(ARGV[11] or ''))
 end
 
 local micros = server_micros()

@@ -308,6 +308,7 @@ impl StringLock {
             channel: self.keys.wake_channel(),
             wake_only: false,
             nonce: Some(&script.nonce),
+            ticket: "",
         });
         let ask = |late: u32| {
             // A grant asked again writes no epoch: the first call recorded it (or failed to).
@@ -384,11 +385,14 @@ struct Placing<'a> {
     place_ms: &'a str,
     /// The lock's wake channel (`ARGV[7]`).
     channel: &'a str,
-    /// The place is for wake-ups only (`ARGV[9]`, a Redlock's first node).
+    /// A free lock is taken even with others ahead (`ARGV[9]`, a Redlock's nodes).
     wake_only: bool,
     /// The attempt's nonce, registered for a handover (`ARGV[10]`, with the handover hash as
     /// `KEYS[7]`); none: no handover.
     nonce: Option<&'a str>,
+    /// With `nonce`: the ticket a new place is numbered with (`ARGV[11]`); '' for the
+    /// ticket counter's next.
+    ticket: &'a str,
 }
 
 /// One call of `acquire.lua`: its KEYS and ARGV are written here only (see the script's
@@ -430,6 +434,7 @@ impl AcquireCall<'_> {
             channel: "",
             wake_only: false,
             nonce: None,
+            ticket: "",
         });
         let all_args = [
             self.owner,
@@ -442,11 +447,17 @@ impl AcquireCall<'_> {
             self.proposal,
             if place.wake_only { "1" } else { "" },
             place.nonce.unwrap_or_default(),
+            place.ticket,
         ];
         let (key_count, arg_count) = match self.placing {
             None => (3, 8),
             Some(Placing { nonce: None, .. }) => (6, 9),
-            Some(Placing { nonce: Some(_), .. }) => (7, 10),
+            Some(Placing {
+                nonce: Some(_),
+                ticket: "",
+                ..
+            }) => (7, 10),
+            Some(Placing { nonce: Some(_), .. }) => (7, 11),
         };
         let (keys, args) = (&all_keys[..key_count], &all_args[..arg_count]);
         let reply = match &fresh {
@@ -472,13 +483,20 @@ pub(crate) struct InLine<'a> {
     /// The place is for wake-ups only: a free lock is taken even with others ahead
     /// (`ARGV[9]`).
     pub(crate) wake_only: bool,
+    /// The attempt's nonce, registered with the place and `owner` for a release to hand the
+    /// lock to (`ARGV[10]`, with the handover hash as `KEYS[7]`); none: no handover.
+    pub(crate) nonce: Option<&'a str>,
+    /// With `nonce`: the ticket a new place is numbered with (`ARGV[11]`, the same on every
+    /// node of a Redlock); '' for the node's ticket counter.
+    pub(crate) ticket: &'a str,
 }
 
 /// Runs `acquire.lua` once on `node` for `owner` with a lease of `lease_ms` milliseconds, with
 /// no epoch, the token seeded from `proposal` instead of the server clock (`ARGV[8]`):
 /// outside any queue, or `in_line` (a refusal then keeps the waiter's place in the lock's
 /// queue, and, unless the place is for wake-ups only, a free lock with others ahead in it is
-/// refused, `Held(None)`).
+/// refused, `Held(None)`; with a nonce, the refusal registers `owner` for a release to hand
+/// the lock to).
 ///
 /// # Errors
 /// As the script's errors (see `acquire.lua`); [`Error::Connection`] when the node did not
@@ -510,7 +528,8 @@ async fn acquire_on_as(
         place_ms: line.place_ms,
         channel: keys.wake_channel(),
         wake_only: line.wake_only,
-        nonce: None,
+        nonce: line.nonce,
+        ticket: line.ticket,
     });
     let call = AcquireCall {
         keys,

@@ -11,6 +11,8 @@ use crate::node::{LockScript, Node, Replication, ScriptCall};
 use crate::token::{FENCE_LUA, OwnerToken};
 use crate::wait::{LOCK_LUA, QUEUE_LUA, run_handing_over, run_on_line};
 
+use super::clock_proposal;
+
 /// Owner-checked delete that hands the lock to the next waiter, or wakes it, if one marked
 /// the lock: `1` released, `0` gone, `-1` another owner's.
 pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
@@ -37,9 +39,13 @@ pub(super) static EXTEND_MANY: LazyLock<LockScript> =
 pub(crate) struct StringHold {
     pub(crate) node: Node,
     pub(crate) keys: Arc<LockKeys>,
-    /// Whether a release hands the lock straight to the first waiter in line (a `Mutex`), or
-    /// only wakes it (a Redlock's node: a majority of nodes must grant it).
+    /// Whether a release hands the lock straight to the first waiter in line (a `Mutex`, a
+    /// Redlock's node), or only wakes it.
     pub(crate) hands_over: bool,
+    /// Whether a handover's fencing token is seeded from this client's clock
+    /// ([`clock_proposal`], a Redlock's node: its nodes then hand over under one token)
+    /// rather than the server's.
+    pub(crate) proposes: bool,
 }
 
 impl StringHold {
@@ -59,6 +65,26 @@ impl StringHold {
             2 => Ok(false),
             reply => owner_reply(self.name(), Phase::Extend, reply).map(|()| true),
         }
+    }
+
+    /// As [`Hold::release`], a handover numbered from `proposal` when given (`release.lua`,
+    /// `ARGV[3]`: the nodes of one Redlock release are given one, so that they hand over
+    /// under one token).
+    ///
+    /// # Errors
+    /// As [`Hold::release`].
+    pub(crate) async fn release_proposing(
+        &self,
+        owner: &OwnerToken,
+        proposal: Option<&str>,
+    ) -> Result<Released> {
+        let (node, keys, owner) = (&self.node, &self.keys, owner.as_str());
+        let reply = if self.hands_over {
+            run_handing_over(node, Phase::Release, &RELEASE, keys, owner, proposal).await?
+        } else {
+            run_on_line(node, Phase::Release, &RELEASE, keys, owner).await?
+        };
+        owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
     }
 
     /// `extend.lua`'s reply for `owner` and `lease`, restoring a gone key with `restore`.
@@ -89,13 +115,8 @@ impl Hold for StringHold {
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
         Box::pin(async move {
-            let (node, keys, owner) = (&self.node, &self.keys, owner.as_str());
-            let reply = if self.hands_over {
-                run_handing_over(node, Phase::Release, &RELEASE, keys, owner, None).await?
-            } else {
-                run_on_line(node, Phase::Release, &RELEASE, keys, owner).await?
-            };
-            owner_reply(self.name(), Phase::Release, reply).map(|()| Released::Freed)
+            let proposal = self.proposes.then(|| clock_proposal().to_string());
+            self.release_proposing(owner, proposal.as_deref()).await
         })
     }
 

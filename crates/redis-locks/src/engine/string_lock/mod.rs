@@ -40,6 +40,16 @@ pub(crate) fn node_scripts() -> [&'static LockScript; 3] {
     [&attempt::ACQUIRE_ON_NODE, &hold::RELEASE, &hold::EXTEND]
 }
 
+/// The token a Redlock proposes to its nodes (an attempt's grant, a release's handover): this
+/// host's wall clock in µs (at least 1, below 2^53 for the scripts' Lua numbers). A node numbers
+/// it `max(counter + 1, proposal)`, so nodes whose counters are behind it all agree on it.
+pub(crate) fn clock_proposal() -> u64 {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |since| since.as_micros());
+    micros.clamp(1, (1 << 53) - 1) as u64
+}
+
 /// One string-key lock on its client's node, with the options it is acquired with.
 #[derive(Clone)]
 pub(crate) struct StringLock {
@@ -68,6 +78,7 @@ impl StringLock {
                 node: client.node().clone(),
                 keys: keys.clone(),
                 hands_over: true,
+                proposes: false,
             }),
             client,
             keys,

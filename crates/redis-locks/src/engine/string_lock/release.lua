@@ -20,6 +20,10 @@
 --          acts on it), or '*' is published (every waiter looks again) when nobody is in
 --          line. A release nobody waited for publishes nothing. (The waiters of the
 --          releasing process queued behind the holder are woken by that process itself.)
+-- ARGV[3]  optional, with KEYS[5]: a Redlock's proposed token (its client clock in µs, a
+--          positive integer below 2^53): a handover's fencing token is then
+--          max(counter + 1, ARGV[3]) instead of max(counter + 1, server clock in µs), so that
+--          the nodes of a Redlock hand over under one token (see hand_over in queue.lua).
 --
 -- Replies:
 --    1  released: the key held ARGV[1] (marked or not) and is now deleted, or handed to the
@@ -75,7 +79,7 @@ if given(2) and marked then
 end
 if head and given(5) and
     hand_over(KEYS[1], KEYS[5], registered, KEYS[6], KEYS[2], KEYS[3], KEYS[4], ARGV[2], head, now,
-      not behind) then
+      not behind, tonumber(ARGV[3] or '')) then
   remember_release(1)
   return 1
 end
