@@ -449,21 +449,42 @@ async fn out_of_memory_a_lock_is_still_released_and_extended_and_taking_is_refus
 }
 
 /// Batched renewals go through the same loading as a lone call: after `FUNCTION FLUSH` (or,
-/// with `EVALSHA`, `SCRIPT FLUSH`) while locks are held, the next batch reloads once and
-/// renews every lock; none is lost.
+/// with `EVALSHA`, `SCRIPT FLUSH`) while locks of every batched kind are held — `Mutex`es
+/// and `FairMutex`es (one `extend_many` call a batch), read holds, `ReentrantMutex`es and
+/// semaphore permits (a pipeline of their own extend calls a batch) — the next batches reload
+/// and renew every lock; none is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_locks_are_renewed_in_batches_across_a_flush() {
+    use redis_locks::LockOptions;
     for functions in [true, false] {
         let server = common::server();
         let client = Client::connect_with(&server.url(), options().functions(functions))
             .await
             .unwrap();
-        let mut guards = Vec::new();
-        for i in 0..50 {
-            let mutex = client
-                .mutex_with(&format!("batch-{i}"), common::renewed(900))
+        let renewed = || {
+            LockOptions::default()
+                .lease(Duration::from_millis(900))
+                .watchdog(true)
+        };
+        let mut guards: Vec<Box<dyn Held>> = Vec::new();
+        for i in 0..20 {
+            let name = format!("batch-{i}");
+            let mutex = client.mutex_with(&name, common::renewed(900)).unwrap();
+            guards.push(Box::new(mutex.lock().await.unwrap()));
+            let fair = client
+                .fair_mutex_with(&format!("fair-{i}"), renewed())
                 .unwrap();
-            guards.push(mutex.lock().await.unwrap());
+            guards.push(Box::new(fair.lock().await.unwrap()));
+            let rwlock = client.rwlock_with(&format!("rw-{i}"), renewed()).unwrap();
+            guards.push(Box::new(rwlock.read().await.unwrap()));
+            let reentrant = client
+                .reentrant_mutex_with(&format!("re-{i}"), renewed())
+                .unwrap();
+            guards.push(Box::new(reentrant.lock().await.unwrap()));
+            let semaphore = client
+                .semaphore_with(&format!("sem-{i}"), 2, renewed())
+                .unwrap();
+            guards.push(Box::new(semaphore.acquire().await.unwrap()));
         }
         let flush = if functions { "FUNCTION" } else { "SCRIPT" };
         redis::cmd(flush)
@@ -474,19 +495,49 @@ async fn held_locks_are_renewed_in_batches_across_a_flush() {
         // Past two leases: every lock renewed at least twice after the flush.
         tokio::time::sleep(Duration::from_millis(2_000)).await;
         for guard in &guards {
-            assert_eq!(guard.lost_reason(), None, "{functions}: {}", guard.name());
+            assert_eq!(guard.reason(), None, "{functions}: {}", guard.label());
         }
         let loads = if functions {
             stat(&server, "function|load").0
         } else {
             stat(&server, "script|load").0
         };
-        assert!((1..=2).contains(&loads), "{functions}: {loads} loads");
-        for guard in guards {
-            guard.release().await.unwrap();
-        }
+        // One library load; or each script of the renewals (and of the releases below) once
+        // or twice (a batch may race a lone call's load).
+        let most = if functions { 2 } else { 8 };
+        assert!((1..=most).contains(&loads), "{functions}: {loads} loads");
+        // Every lock renewed since the flush: 100 locks, at least two renewals each.
+        let (calls, _) = stat(&server, if functions { "fcall" } else { "evalsha" });
+        assert!(calls >= 200, "{functions}: {calls} script calls");
+        drop(guards);
     }
 }
+
+/// What the flush test asks of every kind of guard.
+trait Held: Send {
+    fn reason(&self) -> Option<redis_locks::LostReason>;
+    fn label(&self) -> String;
+}
+
+macro_rules! held {
+    ($($guard:ty),*) => {$(
+        impl Held for $guard {
+            fn reason(&self) -> Option<redis_locks::LostReason> {
+                self.lost_reason()
+            }
+            fn label(&self) -> String {
+                format!("{} {}", stringify!($guard), self.name())
+            }
+        }
+    )*};
+}
+
+held!(
+    redis_locks::MutexGuard,
+    redis_locks::RwLockReadGuard,
+    redis_locks::ReentrantGuard,
+    redis_locks::SemaphoreGuard
+);
 
 /// A server that stops answering during the first load: the callers waiting behind the
 /// leader do not each lead in turn and wait out a response timeout of their own (40 callers

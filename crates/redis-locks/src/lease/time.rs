@@ -100,8 +100,9 @@ impl ClockDrift {
         }
         Ok(ClockDrift {
             parts_per_million: (rate * 1_000_000.0).round() as u32,
-            // At most 60,000,000 µs: fits.
-            fixed_us: fixed.as_micros() as u32,
+            // At most 60,000,000 µs: fits. Rounded up: an allowance is never smaller than
+            // asked.
+            fixed_us: fixed.as_nanos().div_ceil(1_000) as u32,
         })
     }
 

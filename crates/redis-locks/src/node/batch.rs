@@ -68,10 +68,14 @@ impl Node {
                 }
             }
             let library = &self.inner.loads.library;
-            if !library.is_refused() {
-                self.load(&scripts).await?;
+            // On a cluster a function still missing after a load is on a master the load did
+            // not reach: the second round goes as EVALSHA, which loads on the key's own shard
+            // (as a lone call does).
+            let evalsha = retry && !self.inner.backend.one_connection();
+            if !library.is_refused() && !evalsha {
+                self.load(phase, &scripts).await?;
             }
-            let epoch = library.loaded();
+            let epoch = if evalsha { None } else { library.loaded() };
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             // Without the library: the scripts this node has not loaded, loaded first.

@@ -266,8 +266,9 @@ impl Node {
         }
     }
 
-    /// Loads what a call of `scripts` needs (see [`Node::load_scripts`]).
-    pub(super) async fn load(&self, scripts: &[&LockScript]) -> Result<()> {
+    /// Loads what a call of `scripts` needs (see [`Node::load_scripts`]), for calls of
+    /// `phase` (what an error says it was).
+    pub(super) async fn load(&self, phase: Phase, scripts: &[&LockScript]) -> Result<()> {
         let cluster = self.inner.backend.cluster_form();
         let form = LIBRARY.form(cluster);
         let all_in_library = scripts
@@ -283,16 +284,23 @@ impl Node {
                     for command in self.library_check() {
                         pipe.add_command(command);
                     }
-                    let replies = backend
-                        .pipeline(&pipe)
-                        .await
-                        .map_err(|err| request_error(Phase::Acquire, &[], err))?;
+                    let replies = match backend.pipeline(&pipe).await {
+                        Ok(replies) => replies,
+                        Err(err) => {
+                            // As for a lone call's load: no queue of timeouts behind it.
+                            lead.failed();
+                            return Err(request_error(phase, &[], err));
+                        }
+                    };
                     self.settle(backend, lead, &replies).await;
                 } else {
                     match backend.command(&self.library_replace()).await {
                         Ok(_) => lead.loaded(),
                         Err(err) if is_server_reply(&err) => failed(lead, &err),
-                        Err(err) => return Err(request_error(Phase::Acquire, &[], err)),
+                        Err(err) => {
+                            lead.failed();
+                            return Err(request_error(phase, &[], err));
+                        }
                     }
                 }
             }
@@ -314,7 +322,7 @@ impl Node {
             .backend
             .pipeline(&pipe)
             .await
-            .map_err(|err| request_error(Phase::Acquire, &[], err))?;
+            .map_err(|err| request_error(phase, &[], err))?;
         for script in scripts {
             self.inner
                 .loads

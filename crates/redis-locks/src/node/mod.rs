@@ -373,7 +373,7 @@ impl Node {
         if let Some(epoch) = library.loaded() {
             library.lost(epoch);
         }
-        self.load(scripts).await
+        self.load(Phase::Acquire, scripts).await
     }
 
     /// Sends one plain command (a read of a companion key, say).
