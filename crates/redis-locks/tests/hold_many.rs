@@ -128,6 +128,49 @@ async fn a_server_paused_past_the_lease_loses_every_batched_lock() {
     drop(guards);
 }
 
+/// A batch that fails whole (the server paused shorter than the lease: the round trip times
+/// out) does not carry its locks' retries with it: each lock retries alone until its renewal
+/// succeeds (as `TRYAGAIN` for a migrating slot needs), then renews in batches again; none
+/// is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_batch_is_retried_lock_by_lock_then_batched_again() {
+    const LOCKS: usize = 300;
+    let server = server();
+    let options = ClientOptions::default()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300));
+    let client = Client::connect_with(&server.url(), options).await.unwrap();
+    let guards = hold(&client, LOCKS, 6_000).await;
+    let before = client.stats().requests;
+    server.pause();
+    // The first renewals (due 2 s after the grants) meet the paused server: their batch times
+    // out; each lock's retry (a quarter of what is left of its lease later) then fails too, or
+    // meets the server back.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    server.resume();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let recovering = client.stats().requests - before;
+    for guard in &guards {
+        assert_eq!(guard.lost_reason(), None, "{}", guard.name());
+    }
+    assert_eq!(existing(&server, LOCKS), LOCKS);
+    // Each lock's retry went alone: at least one request per lock.
+    assert!(
+        recovering >= LOCKS as u64,
+        "{recovering} requests: the retries went in batches"
+    );
+    // Then in batches again: two renewal periods, far fewer requests than locks.
+    let after = client.stats().requests;
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let batched = client.stats().requests - after;
+    assert!(
+        batched < (LOCKS / 3) as u64,
+        "{batched} requests for two periods of {LOCKS} locks: not batched again"
+    );
+    assert_eq!(existing(&server, LOCKS), LOCKS);
+    release_all(guards).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_request_per_renewal_when_batches_are_of_one() {
     const LOCKS: usize = 50;

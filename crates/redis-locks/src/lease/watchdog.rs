@@ -23,7 +23,9 @@
 //!
 //! - a lock whose extend says it is gone or taken is lost; the others of the batch are not;
 //! - a failed batch is retried lock by lock on each lease's own schedule, as a failed
-//!   renewal always was; each lease's deadline (and so `lost()`) stands on its own, whatever
+//!   renewal always was, each retry a request of its own until one succeeds (a batch the
+//!   server refuses whole, as `TRYAGAIN` while its slot migrates, does not carry its locks'
+//!   retries with it); each lease's deadline (and so `lost()`) stands on its own, whatever
 //!   a batch does;
 //! - a lock whose release or extension is under way is left out and renewed alone after it,
 //!   so a batch waits for no holder.
@@ -33,7 +35,7 @@
 //! renewal is a request of its own, sent when due.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard as StdGuard};
 use std::time::Duration;
 
@@ -256,6 +258,10 @@ struct Job {
     renewals: AtomicU32,
     /// Whether renewals follow the first extension of a handed-over lease.
     renews: bool,
+    /// Whether its last renewal failed for a reason that may pass (a round trip that timed
+    /// out, a batch the server refused whole, as `TRYAGAIN` while its slot migrates): its
+    /// retries go alone until one succeeds, so a failing batch does not carry them with it.
+    alone: AtomicBool,
     /// How much earlier than due the next renewal may go with a batch, in nanoseconds (see
     /// [`Job::window`]).
     window: std::sync::atomic::AtomicU64,
@@ -309,6 +315,7 @@ impl Renewals {
             lease,
             renewals: AtomicU32::new(0),
             renews,
+            alone: AtomicBool::new(false),
             window: std::sync::atomic::AtomicU64::new(0),
         });
         queue.live.insert(id, RUNNING);
@@ -576,7 +583,10 @@ impl Job {
     /// many such holds in one call, if any), if any: with batches of one, a renewal that
     /// waits for replicas, or a hold renewed otherwise, none.
     fn batch_key(&self, batch: usize) -> Option<BatchKey> {
-        if batch <= 1 || self.lease.renewal.replication().is_some() {
+        if batch <= 1
+            || self.lease.renewal.replication().is_some()
+            || self.alone.load(Ordering::Relaxed)
+        {
             return None;
         }
         let hold = self.lease.hold.as_ref();
@@ -661,6 +671,7 @@ impl Job {
         let period = renewal.lease / 3;
         let next = match outcome {
             Ok(replicas) => {
+                self.alone.store(false, Ordering::Relaxed);
                 state.extended(state.deadline_for(plan.sent_at, plan.lease));
                 state.acknowledged(replicas);
                 if plan.extending {
@@ -683,8 +694,9 @@ impl Job {
                 return;
             }
             Err(err) => {
-                // Redis unreachable or slow: keep trying while the lease lasts.
+                // Redis unreachable or slow: keep trying while the lease lasts, alone.
                 tracing::debug!(lock = hold.name(), %err, "renewal failed; retrying");
+                self.alone.store(true, Ordering::Relaxed);
                 let left = plan.deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     state.lose(LostReason::LeaseEnded);
