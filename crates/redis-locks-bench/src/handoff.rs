@@ -60,6 +60,12 @@ pub struct HandoffArgs {
     /// separate processes have; by default the workers of a process share one.
     #[arg(long)]
     pub client_per_worker: bool,
+    /// Before the run, take and release the lock once with each client (each worker's, with
+    /// --client-per-worker), unmeasured: the run then starts after every client's first
+    /// contact with the servers (connections, the function library), so the waits are the
+    /// hand-over's alone.
+    #[arg(long)]
+    pub warm_up: bool,
     /// Spread the workers over this many OS processes (this program started again for each
     /// share), each with its own clients; requests are counted over all of them.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -287,6 +293,8 @@ struct Setup {
     variant: Kind,
     workers: u16,
     client_per_worker: bool,
+    /// `--warm-up`: each client took the lock once before the run.
+    warm_up: bool,
     processes: u16,
     hold_ms: f64,
     think_ms: f64,
@@ -724,6 +732,15 @@ async fn workers(
     }
     let bare = BareLock::new(endpoint.side().await?, lease);
     let occupancy = Arc::new(Occupancy::default());
+    if args.warm_up
+        && let Some(primitive) = args.primitive(kind, ids.start)
+    {
+        // Each client's first contact, before the common start and unmeasured.
+        for set in &clients {
+            let handle = Handle::with_permits(set, lock, primitive, Some(lease), args.permits())?;
+            handle.acquire().await?.release().await?;
+        }
+    }
     let since_start = move || Duration::from_nanos(now_nanos().saturating_sub(start_ns));
     let deadline = args.duration;
     // Wait for the common start (other processes' shares start at the same moment).
@@ -877,6 +894,9 @@ async fn processes(
         if args.client_per_worker {
             command.arg("--client-per-worker");
         }
+        if args.warm_up {
+            command.arg("--warm-up");
+        }
         children.push(command.output());
         first += count;
     }
@@ -956,6 +976,7 @@ fn analyse(
         variant: kind,
         workers,
         client_per_worker: args.client_per_worker,
+        warm_up: args.warm_up,
         processes: args.processes,
         hold_ms: args.hold.as_secs_f64() * 1000.0,
         think_ms: args.think.as_secs_f64() * 1000.0,

@@ -397,12 +397,15 @@ fn redlock_throughput_is_measured_beside_one_node_and_the_bare_fan_out() {
 #[test]
 fn redlock_handoff_runs_across_processes_with_no_overlap() {
     let servers = test_support::start_many(3).unwrap();
+    // Warmed up: each client (each worker's) takes the lock once before the run, in each
+    // process (the flag reaches the worker processes).
     let runs = json_runs_on_nodes(
         &servers,
-        "handoff --kind redlock --workers 4 --processes 2 --duration 1s",
+        "handoff --kind redlock --workers 4 --processes 2 --client-per-worker --warm-up --duration 1s",
     );
     let run = &runs[0];
     assert_eq!(run["variant"], "redlock", "{run}");
+    assert_eq!(run["warm_up"], true, "{run}");
     assert!(run["acquisitions"].as_u64().unwrap() > 4, "{run}");
     assert_eq!(run["overlaps"], 0);
     assert_eq!(run["token_regressions"], 0);
