@@ -22,7 +22,6 @@ mod owner;
 mod redlock;
 mod reentrant;
 mod rwlock;
-mod scripts;
 mod semaphore;
 mod state;
 mod token;

@@ -82,6 +82,24 @@ async fn race(client: &Client, prefix: &str) {
 }
 
 /// The libraries on `server`: (name, its functions' names).
+/// How many scripts the crate's sources make (`LockScript::new` outside `node/`).
+fn scripts_in_the_crate() -> usize {
+    fn made(dir: &std::path::Path) -> usize {
+        let mut count = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() && !path.ends_with("node") {
+                count += made(&path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                count += text.matches(concat!("LockScript", "::new(")).count();
+            }
+        }
+        count
+    }
+    made(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
 fn libraries(server: &RedisServer) -> Vec<(String, Vec<String>)> {
     let list: redis::Value = redis::cmd("FUNCTION")
         .arg("LIST")
@@ -192,6 +210,9 @@ async fn concurrent_first_calls_load_the_library_once_then_call_functions() {
             .iter()
             .all(|function| function.starts_with(name.as_str()))
     );
+    // Every script of the crate is a function, in this test binary too (which uses a few of
+    // the primitives): each script's registration is linked with it.
+    assert_eq!(functions.len(), scripts_in_the_crate(), "{functions:?}");
     // A second client of the same build finds the library there (its load fails with
     // "already exists", the code listed is its own): nothing compiled or replaced again.
     let other = Client::connect_with(&server.url(), options())

@@ -18,7 +18,7 @@ use crate::engine::string_lock::{MutexGuard, StringHold, inspect};
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
-use crate::node::{LockScript, Node, ScriptCall};
+use crate::node::{LockScript, Node, Registered, ScriptCall};
 use crate::options::LockOptions;
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
@@ -30,11 +30,13 @@ use crate::wait::{
 pub(crate) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("acquire.lua")])
 });
+inventory::submit!(Registered(|| &ACQUIRE));
 
 /// Leave a FairMutex (release and/or give up a place), waking only the next waiter.
 pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("release.lua")])
 });
+inventory::submit!(Registered(|| &RELEASE));
 
 /// How a [`FairMutex`] acquires: the options every primitive takes ([`LockOptions`]); for a
 /// `FairMutex` the place lease ([`LockOptions::place_lease`]) says how long a dead waiter at

@@ -5,13 +5,14 @@ use std::sync::LazyLock;
 use crate::client::Client;
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
-use crate::node::{LockScript, Node};
+use crate::node::{LockScript, Node, Registered};
 use crate::token::FencingToken;
 
 /// A write applied only for a fencing token ≥ the highest seen: `{1, previous}` or
 /// `{0, highest}`.
 pub(crate) static SET: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[include_str!("set.lua")]));
+inventory::submit!(Registered(|| &SET));
 
 /// A string value in Redis that only the newest lock holder may write.
 ///

@@ -21,7 +21,7 @@ use crate::client::Client;
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis};
-use crate::node::{LockScript, Node, Replication};
+use crate::node::{LockScript, Node, Registered, Replication};
 use crate::options::LockOptions;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{
@@ -44,16 +44,19 @@ pub(crate) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("acquire.lua"),
     ])
 });
+inventory::submit!(Registered(|| &ACQUIRE));
 
 /// Release a group's locks by owner (and leave their lines), waking their waiters:
 /// `{r_1, ..., r_n}`.
 pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[LOCK_LUA, QUEUE_LUA, LINES_LUA, include_str!("release.lua")])
 });
+inventory::submit!(Registered(|| &RELEASE));
 
 /// Renew a group's locks by owner, all or none: `{1}`, `{0, i}` or `{-1, i}`.
 pub(crate) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, LINES_LUA, include_str!("extend.lua")]));
+inventory::submit!(Registered(|| &EXTEND));
 
 /// The most names one [`MultiLock`] takes.
 pub const MAX_MULTILOCK_NAMES: usize = 1000;

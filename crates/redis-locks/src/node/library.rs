@@ -39,7 +39,7 @@ use super::script::cluster_form;
 
 /// The library in both forms, made from every script of the crate.
 pub(super) static LIBRARY: LazyLock<Library> =
-    LazyLock::new(|| Library::new(&crate::scripts::all()));
+    LazyLock::new(|| Library::new(&super::script::all()));
 
 /// The library's name and its functions' names start with this.
 const PREFIX: &str = "redis_locks_";
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn each_prelude_is_defined_once_and_every_script_is_a_function() {
-        let scripts = crate::scripts::all();
+        let scripts = super::super::script::all();
         for cluster in [false, true] {
             let form = LIBRARY.form(cluster);
             assert!(
@@ -285,7 +285,7 @@ mod tests {
     #[test]
     fn no_two_preludes_define_the_same_name() {
         let mut seen = std::collections::HashSet::new();
-        for prelude in prelude_order(&crate::scripts::all()) {
+        for prelude in prelude_order(&super::super::script::all()) {
             for line in prelude.lines().filter(|line| line.starts_with("local ")) {
                 let name = line["local ".len()..]
                     .trim_start_matches("function ")

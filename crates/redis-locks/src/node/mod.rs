@@ -51,7 +51,7 @@ pub use options::{ClientOptions, DEFAULT_RENEWAL_BATCH};
 pub(crate) use pubsub::{Listener, Subscription, WAKE_ALL};
 pub(crate) use replication::Acked;
 pub use replication::Replication;
-pub(crate) use script::LockScript;
+pub(crate) use script::{LockScript, Registered};
 #[cfg(test)]
 pub(crate) use script::{assert_carries_preludes, undefined_calls};
 pub(crate) use url::redact;

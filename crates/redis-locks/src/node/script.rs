@@ -115,6 +115,26 @@ pub(super) fn cluster_form(text: &str) -> String {
     cluster
 }
 
+/// One of the crate's scripts, registered beside the `static` that makes it
+/// (`inventory::submit!(Registered(|| &ACQUIRE));`), so that the function library (see
+/// [`super::library`]) is made of every script of the crate with no module of `node`
+/// naming the modules that use it (they use `node`).
+pub(crate) struct Registered(pub(crate) fn() -> &'static LockScript);
+
+inventory::collect!(Registered);
+
+/// Every registered script, each once, in the order of their SHA-1 (a build's library text,
+/// and so its version, does not depend on the order the linker put them in).
+pub(crate) fn all() -> Vec<&'static LockScript> {
+    let mut scripts: Vec<&'static LockScript> = inventory::iter::<Registered>
+        .into_iter()
+        .map(|registered| (registered.0)())
+        .collect();
+    scripts.sort_by(|a, b| a.variant(false).get_hash().cmp(b.variant(false).get_hash()));
+    scripts.dedup_by(|a, b| a.variant(false).get_hash() == b.variant(false).get_hash());
+    scripts
+}
+
 /// Asserts that each of the named `scripts` carries every prelude function it calls (see
 /// [`undefined_calls`], with no exceptions): the one test every module with scripts runs.
 #[cfg(test)]
@@ -213,6 +233,19 @@ pub(crate) fn undefined_calls(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every script is registered (tests/functions.rs counts the crate's `LockScript::new`s
+    /// against the functions a server gets), each once, in a stable order.
+    #[test]
+    fn the_registered_scripts_come_in_a_stable_order_each_once() {
+        let hashes: Vec<&str> = all().iter().map(|s| s.variant(false).get_hash()).collect();
+        assert!(hashes.len() > 20, "{}", hashes.len());
+        assert!(hashes.is_sorted(), "a stable order");
+        assert!(
+            hashes.windows(2).all(|pair| pair[0] != pair[1]),
+            "each once"
+        );
+    }
 
     #[test]
     fn the_cluster_form_publishes_sharded_may_retry_and_has_no_fast_path() {

@@ -42,7 +42,7 @@ use crate::engine::string_lock::{
 use crate::error::{Error, Phase, Result, Vote};
 use crate::key::LockKeys;
 use crate::lease::{Lease, OwedRelease, lease_millis};
-use crate::node::{Listener, LockScript, Node, Subscription};
+use crate::node::{Listener, LockScript, Node, Registered, Subscription};
 use crate::state::LockState;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{
@@ -52,6 +52,7 @@ use crate::wait::{
 /// Bring a node's counter up to the chosen token, owner-checked: `1` / `0` gone / `-1` taken.
 pub(crate) static RAISE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[FENCE_LUA, LOCK_LUA, include_str!("raise.lua")]));
+inventory::submit!(Registered(|| &RAISE));
 
 /// A lock over N independent Redis masters (the Redlock algorithm), held while a majority of
 /// them grants it, with fencing tokens that still grow from one holder to the next. See the

@@ -23,7 +23,7 @@ use crate::client::Client;
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
-use crate::node::{LockScript, Node, Replication, ScriptCall};
+use crate::node::{LockScript, Node, Registered, Replication, ScriptCall};
 use crate::options::LockOptions;
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{
@@ -48,6 +48,7 @@ pub(crate) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("acquire.lua"),
     ])
 });
+inventory::submit!(Registered(|| &ACQUIRE));
 
 /// Give permits back (or a place up), waking the first waiter: `1` or `0`; the common case
 /// (a live holder, nobody in line) by the fast path before the preludes.
@@ -60,10 +61,12 @@ pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("release.lua"),
     ])
 });
+inventory::submit!(Registered(|| &RELEASE));
 
 /// Renew a holder's lease: `1` or `0`.
 pub(crate) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, PERMITS_LUA, include_str!("extend.lua")]));
+inventory::submit!(Registered(|| &EXTEND));
 
 /// Read N, the counter, the line and the holders.
 pub(crate) static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
@@ -74,11 +77,13 @@ pub(crate) static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("inspect.lua"),
     ])
 });
+inventory::submit!(Registered(|| &INSPECT));
 
 /// Change N: the N it replaced, or `0`.
 pub(crate) static RESIZE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[LOCK_LUA, QUEUE_LUA, PERMITS_LUA, include_str!("resize.lua")])
 });
+inventory::submit!(Registered(|| &RESIZE));
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000_000;

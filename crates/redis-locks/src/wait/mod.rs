@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::Lease;
-use crate::node::{LockScript, Node, Subscription};
+use crate::node::{LockScript, Node, Registered, Subscription};
 
 pub(crate) use grant::{Try, grant_reply, in_time, nothing_owed};
 pub(crate) use local::{LocalHolder, LocalQueue, LocalQueues};
@@ -155,6 +155,7 @@ pub(crate) async fn leave_queue(
 /// place.
 pub(crate) static LEAVE: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, QUEUE_LUA, include_str!("leave.lua")]));
+inventory::submit!(Registered(|| &LEAVE));
 
 /// How an attempt stands in line.
 #[derive(Clone, Copy)]

@@ -14,7 +14,7 @@ use crate::key::LockKeys;
 use crate::lease::{
     Hold, HoldFuture, Lease, OwedRelease, Released, extend_replicated_by, lease_millis,
 };
-use crate::node::{LockScript, Node, ScriptCall};
+use crate::node::{LockScript, Node, Registered, ScriptCall};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldInfo, HoldMode, HoldsState};
@@ -38,6 +38,7 @@ pub(crate) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("acquire.lua"),
     ])
 });
+inventory::submit!(Registered(|| &ACQUIRE));
 
 /// Release one hold by its id (and give up a place): `{1, left}`, `{0, 0}`.
 pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
@@ -49,10 +50,12 @@ pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("release.lua"),
     ])
 });
+inventory::submit!(Registered(|| &RELEASE));
 
 /// Set one hold's lease: `1`, `0`.
 pub(crate) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, HOLDS_LUA, include_str!("extend.lua")]));
+inventory::submit!(Registered(|| &EXTEND));
 
 /// Turn a write hold into a read hold: `1`, `0`, `-1`.
 pub(crate) static DOWNGRADE: LazyLock<LockScript> = LazyLock::new(|| {
@@ -63,11 +66,13 @@ pub(crate) static DOWNGRADE: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("downgrade.lua"),
     ])
 });
+inventory::submit!(Registered(|| &DOWNGRADE));
 
 /// The state: `{kind, counter, waiting_readers, waiting_writers, (id, mode, owner, ms, token)...}`.
 pub(crate) static INSPECT: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[FENCE_LUA, LOCK_LUA, HOLDS_LUA, include_str!("inspect.lua")])
 });
+inventory::submit!(Registered(|| &INSPECT));
 
 /// What a name is in use as, stored in the hash (`kind`): two kinds never share a name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

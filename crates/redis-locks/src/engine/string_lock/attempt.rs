@@ -13,7 +13,7 @@ use super::StringLock;
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Lease, OwedRelease};
-use crate::node::{LockScript, NamingTurn, Node};
+use crate::node::{LockScript, NamingTurn, Node, Registered};
 use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
 use crate::wait::{LOCK_LUA, QUEUE_LUA, Try, grant_reply, in_time};
 
@@ -22,6 +22,7 @@ use crate::wait::{LOCK_LUA, QUEUE_LUA, Try, grant_reply, in_time};
 pub(super) static ACQUIRE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("acquire.lua")])
 });
+inventory::submit!(Registered(|| &ACQUIRE));
 
 /// The acquire script with its common case for a Redlock's node first (`acquire_first.lua`:
 /// a free lock costs no prelude).
@@ -34,6 +35,7 @@ pub(super) static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("acquire.lua"),
     ])
 });
+inventory::submit!(Registered(|| &ACQUIRE_ON_NODE));
 
 /// Counters below this were never seeded from the server clock (see `acquire.lua`).
 const SEEDED: i64 = 1_000_000_000_000_000;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Released, extend_replicated_by, lease_millis, owner_reply};
-use crate::node::{LockScript, Node, Replication, ScriptCall};
+use crate::node::{LockScript, Node, Registered, Replication, ScriptCall};
 use crate::token::{FENCE_LUA, OwnerToken};
 use crate::wait::{LOCK_LUA, QUEUE_LUA, run_handing_over, run_on_line};
 
@@ -24,16 +24,19 @@ pub(super) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
         include_str!("release.lua"),
     ])
 });
+inventory::submit!(Registered(|| &RELEASE));
 
 /// Owner-checked `PEXPIRE`: `1` extended, `0` gone (or `2` restored, when asked), `-1`
 /// another owner's.
 pub(super) static EXTEND: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend.lua")]));
+inventory::submit!(Registered(|| &EXTEND));
 
 /// Many owner-checked `PEXPIRE`s in one call, the watchdog's batch: for each lock, what
 /// [`EXTEND`] would reply, `-2` where it would answer `WRONGTYPE`.
 pub(super) static EXTEND_MANY: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend_many.lua")]));
+inventory::submit!(Registered(|| &EXTEND_MANY));
 
 /// A `Mutex`'s lock key on its node.
 pub(crate) struct StringHold {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::{Phase, Result};
 use crate::key::LockKeys;
-use crate::node::{LockScript, Node};
+use crate::node::{LockScript, Node, Registered};
 use crate::state::{Holder, LockState};
 use crate::token::{FENCE_LUA, FencingToken};
 use crate::wait::LOCK_LUA;
@@ -14,6 +14,7 @@ use crate::wait::LOCK_LUA;
 /// Read-only state: `{owner or '', pttl, counter, marked, listeners}`.
 pub(super) static INSPECT: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[FENCE_LUA, LOCK_LUA, include_str!("inspect.lua")]));
+inventory::submit!(Registered(|| &INSPECT));
 
 /// Reads a lock's state in one script call (the same layout for `Mutex` and `FairMutex`).
 pub(crate) async fn inspect(node: &Node, keys: &LockKeys) -> Result<LockState> {

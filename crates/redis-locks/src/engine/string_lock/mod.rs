@@ -122,18 +122,6 @@ impl StringLock {
     }
 }
 
-/// The engine's scripts, for the crate's function library (see `crate::scripts`).
-pub(crate) fn scripts() -> [&'static LockScript; 6] {
-    [
-        &attempt::ACQUIRE,
-        &attempt::ACQUIRE_ON_NODE,
-        &hold::RELEASE,
-        &hold::EXTEND,
-        &hold::EXTEND_MANY,
-        &inspect::INSPECT,
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use crate::node::assert_carries_preludes;
