@@ -174,26 +174,39 @@ impl Form {
     }
 }
 
-/// Every prelude the scripts give, each once, in an order that keeps each script's own.
+/// Every prelude the scripts give, each once, in an order that keeps each script's own: a
+/// topological order of the "comes before" pairs the scripts give, the prelude first given
+/// first where several may come next (so the order is the same for the same scripts).
+///
+/// # Panics
+/// When no order keeps every script's (two scripts give two preludes in opposite orders).
 fn prelude_order(scripts: &[&LockScript]) -> Vec<&'static str> {
-    let mut order: Vec<&'static str> = Vec::new();
+    let mut preludes: Vec<&'static str> = Vec::new();
+    let mut before: Vec<(usize, usize)> = Vec::new();
     for script in scripts {
-        let mut at = 0;
+        let mut last = None;
         for prelude in &script.parts().preludes {
-            match order.iter().position(|known| known == prelude) {
-                Some(found) => {
-                    assert!(
-                        found >= at,
-                        "two scripts give their preludes in different orders"
-                    );
-                    at = found + 1;
-                }
+            let index = match preludes.iter().position(|known| known == prelude) {
+                Some(index) => index,
                 None => {
-                    order.insert(at, prelude);
-                    at += 1;
+                    preludes.push(prelude);
+                    preludes.len() - 1
                 }
+            };
+            if let Some(last) = last {
+                before.push((last, index));
             }
+            last = Some(index);
         }
+    }
+    let mut placed = vec![false; preludes.len()];
+    let mut order = Vec::with_capacity(preludes.len());
+    while order.len() < preludes.len() {
+        let next = (0..preludes.len())
+            .find(|&i| !placed[i] && before.iter().all(|&(a, b)| b != i || placed[a]))
+            .expect("two scripts give their preludes in different orders");
+        placed[next] = true;
+        order.push(preludes[next]);
     }
     order
 }
@@ -295,6 +308,18 @@ mod tests {
                 assert!(seen.insert(name.to_string()), "{name} is defined twice");
             }
         }
+    }
+
+    #[test]
+    fn preludes_are_ordered_by_what_every_script_asks_not_by_first_come() {
+        let (a, b, c) = ("-- a.lua", "-- b.lua", "-- c.lua");
+        let scripts = [
+            LockScript::new(&[a, b, "return 1"]),
+            LockScript::new(&[c, b, "return 2"]),
+            LockScript::new(&[a, c, "return 3"]),
+        ];
+        let scripts: Vec<&LockScript> = scripts.iter().collect();
+        assert_eq!(prelude_order(&scripts), [a, c, b]);
     }
 
     #[test]
