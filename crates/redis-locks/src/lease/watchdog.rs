@@ -184,8 +184,11 @@ struct Queue {
     /// missing here was stopped (its guard released or dropped) and is never renewed again.
     live: HashMap<u64, Tick>,
     next_id: u64,
-    /// The widest coalescing window of any job so far (see [`Job::window`]).
-    widest: Duration,
+    /// The coalescing windows (see [`Job::window`]) of the jobs in `due`, with how many have
+    /// each: the widest bounds how far past now `take_due` looks, and it narrows again when
+    /// the job that had it leaves the queue (one long lease does not widen every scan for
+    /// good).
+    windows: BTreeMap<Tick, usize>,
     /// When the scheduler wakes on its own next (`None`: only when nudged).
     wakes_at: Option<Instant>,
     /// The scheduler task, once started; started again if its runtime shut down.
@@ -206,7 +209,7 @@ impl Queue {
             due: BTreeMap::new(),
             live: HashMap::new(),
             next_id: 0,
-            widest: Duration::ZERO,
+            windows: BTreeMap::new(),
             wakes_at: None,
             scheduler: None,
             closed: false,
@@ -344,7 +347,7 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         let mut queue = self.open.shared.lock();
         let job = match queue.live.remove(&self.id) {
-            Some(due) if due != RUNNING => queue.due.remove(&(due, self.id)),
+            Some(due) if due != RUNNING => queue.remove(due, self.id),
             _ => None,
         };
         drop(queue);
@@ -377,7 +380,7 @@ impl Shared {
             u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
-        queue.widest = queue.widest.max(window);
+        *queue.windows.entry(job.window()).or_default() += 1;
         queue.due.insert((tick, job.id), job);
         if queue.wakes_at.is_none_or(|wakes| at < wakes) {
             queue.wakes_at = Some(at);
@@ -390,8 +393,13 @@ impl Queue {
     /// Takes the renewals due by `now` — and, with `coalesce`, those due within their
     /// window after it, so they go in one batch with the others — each marked as running.
     fn take_due(&mut self, now: Instant, coalesce: bool) -> Vec<Arc<Job>> {
-        let horizon = self.tick(if coalesce { now + self.widest } else { now });
+        let widest = self.windows.keys().next_back().copied().unwrap_or(0);
         let now = self.tick(now);
+        let horizon = if coalesce {
+            now.saturating_add(widest)
+        } else {
+            now
+        };
         let taken: Vec<(Tick, u64)> = self
             .due
             .range(..=(horizon, u64::MAX))
@@ -402,12 +410,24 @@ impl Queue {
             .collect();
         taken
             .into_iter()
-            .filter_map(|key| {
-                let job = self.due.remove(&key)?;
+            .filter_map(|(tick, id)| {
+                let job = self.remove(tick, id)?;
                 self.live.insert(job.id, RUNNING);
                 Some(job)
             })
             .collect()
+    }
+
+    /// Takes the job `id` due at `tick` out of `due`, and its window out of `windows`.
+    fn remove(&mut self, tick: Tick, id: u64) -> Option<Arc<Job>> {
+        let job = self.due.remove(&(tick, id))?;
+        if let Some(count) = self.windows.get_mut(&job.window()) {
+            *count -= 1;
+            if *count == 0 {
+                self.windows.remove(&job.window());
+            }
+        }
+        Some(job)
     }
 }
 
