@@ -54,10 +54,13 @@ pub(super) struct Lead<'a> {
 impl Lead<'_> {
     /// The load succeeded.
     pub(super) fn loaded(self) {
-        let epoch = self.loading.word.load(Ordering::Acquire) >> 2;
-        self.loading
+        // A refusal that came meanwhile (a call whose FCALL the ACL refused) stands.
+        let _ = self
+            .loading
             .word
-            .store(((epoch + 1) << 2) | LOADED, Ordering::Release);
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                (word & STATE != REFUSED).then_some((((word >> 2) + 1) << 2) | LOADED)
+            });
     }
 
     /// The load failed for a reason that may pass: calls do without the thing for a
@@ -206,6 +209,18 @@ impl Loads {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_refusal_while_a_load_is_led_stands() {
+        let loading = Loading::default();
+        let Ready::Lead(lead) = loading.ready().await else {
+            panic!("the first caller leads");
+        };
+        loading.refuse();
+        lead.loaded();
+        assert!(loading.is_refused());
+        assert!(matches!(loading.ready().await, Ready::Without));
+    }
 
     #[tokio::test]
     async fn a_failed_load_pauses_loading_then_lets_one_lead() {
