@@ -63,11 +63,19 @@ const PARTS: usize = 10;
 
 impl std::fmt::Debug for LockKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every key, as before the parts shared one allocation.
         f.debug_struct("LockKeys")
             .field("name", &self.name())
-            .field("key", &self.lock())
             .field("prefix", &self.part(Part::Prefix))
-            .finish_non_exhaustive()
+            .field("lock", &self.lock())
+            .field("fence", &self.fence())
+            .field("epoch", &self.epoch())
+            .field("wake_channel", &self.wake_channel())
+            .field("queue", &self.queue())
+            .field("places", &self.places())
+            .field("tickets", &self.tickets())
+            .field("handover", &self.handover())
+            .finish()
     }
 }
 
