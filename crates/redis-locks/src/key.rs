@@ -320,3 +320,27 @@ pub(crate) fn slot(key: &str) -> u16 {
     let hashed = hash_tag(key).unwrap_or(key);
     crc16::State::<crc16::XMODEM>::calculate(hashed.as_bytes()) % 16384
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_every_key() {
+        let keys = LockKeys::with_namespace("ns", "orders").unwrap();
+        let shown = format!("{keys:?}");
+        for key in [
+            keys.name(),
+            keys.lock(),
+            keys.fence(),
+            keys.epoch(),
+            keys.wake_channel(),
+            keys.queue(),
+            keys.places(),
+            keys.tickets(),
+            keys.handover(),
+        ] {
+            assert!(shown.contains(&format!("{key:?}")), "{key} in {shown}");
+        }
+    }
+}
