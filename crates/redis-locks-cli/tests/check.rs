@@ -493,8 +493,16 @@ fn a_killed_cluster_master_opens_the_documented_window_and_fencing_covers_it() {
             notes.contains("inside the documented failover window"),
             "{notes}"
         );
-        assert!(notes.contains("refused by its token"), "{notes}");
-        assert!(num(v, "fenced_refusals") >= 1, "{v:#}");
+        // Fencing covered the overlap: the old holder's access was refused by its token, or
+        // it made none in the overlap (each of its accesses ordered before the new holder's).
+        if notes.contains("refused by its token") {
+            assert!(num(v, "fenced_refusals") >= 1, "{v:#}");
+        } else {
+            assert!(
+                notes.contains("it made no access the resource refused"),
+                "{notes}"
+            );
+        }
     } else {
         assert!(
             notes.contains("no second holder inside the failover window"),

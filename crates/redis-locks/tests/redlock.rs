@@ -1119,14 +1119,16 @@ fn script_calls(server: &RedisServer) -> u64 {
     .sum()
 }
 
-/// Waits (at most 5 s) until `holds` says so of every node.
+/// Waits (at most 10 s) until `holds` says so of every node. A node that was down comes back
+/// into its client's reach only at the client's next reconnect attempt, whose backoff grows
+/// while the node is away (up to about 5 s seen on a loaded machine, Valkey).
 async fn until_every_node(
     servers: &[RedisServer],
     what: &str,
     holds: impl Fn(&RedisServer) -> bool,
 ) {
     assert!(
-        common::eventually(Duration::from_secs(5), || async {
+        common::eventually(Duration::from_secs(10), || async {
             servers.iter().all(&holds)
         })
         .await,
