@@ -581,16 +581,7 @@ impl Redlock {
         late.take_ready(&mut answers);
         drop(late);
         let grants = granted(&answers);
-        let token = grants
-            .iter()
-            .map(|(_, token)| *token)
-            .max()
-            .unwrap_or_default();
-        let behind: Vec<usize> = grants
-            .iter()
-            .filter(|(_, node_token)| *node_token < token)
-            .map(|(index, _)| *index)
-            .collect();
+        let (token, behind) = highest(&grants).unwrap_or_default();
         let at_token = grants.len() - behind.len();
         let raise = self.raise(&owner, token);
         if at_token >= needed {
@@ -777,6 +768,18 @@ struct Refusal {
 }
 
 /// The nodes that granted, with their tokens.
+/// The highest token of `grants` (node index, token) and the nodes whose token is below it
+/// (to be raised to it); `None` without grants.
+fn highest(grants: &[(usize, u64)]) -> Option<(u64, Vec<usize>)> {
+    let token = grants.iter().map(|(_, token)| *token).max()?;
+    let behind = grants
+        .iter()
+        .filter(|(_, node_token)| *node_token < token)
+        .map(|(index, _)| *index)
+        .collect();
+    Some((token, behind))
+}
+
 fn granted(answers: &Answers<Try<u64>>) -> Vec<(usize, u64)> {
     answers
         .iter()
@@ -1183,12 +1186,7 @@ impl Contender for Contending<'_> {
             // keys handed to it grant at once.
             return None;
         }
-        let token = grants.iter().map(|(_, token)| *token).max()?;
-        let behind: Vec<usize> = grants
-            .iter()
-            .filter(|(_, node_token)| *node_token < token)
-            .map(|(index, _)| *index)
-            .collect();
+        let (token, behind) = highest(&grants)?;
         let at_token = grants.len() - behind.len();
         if !behind.is_empty() {
             let raise = lock.raise(&asking.owner.as_str().into(), token);
