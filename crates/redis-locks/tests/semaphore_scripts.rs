@@ -404,10 +404,72 @@ fn used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike() {
 }
 
 #[test]
+fn fast_grants_raise_both_ttls_never_lower_them_and_leave_no_key_without_one() {
+    let server = server();
+    let mut con = raw(&server);
+    // A new semaphore: both keys get the lease.
+    assert_eq!(acquire(&mut con, "long", 1, 4, 60_000, 0).unwrap().0, 1);
+    assert!(pttl(&server, "S") > 59_000 && pttl(&server, KEYS[1]) > 59_000);
+    // A shorter lease on the fast path leaves the longer TTLs alone.
+    assert_eq!(acquire(&mut con, "short", 1, 4, 5_000, 0).unwrap().0, 1);
+    assert!(pttl(&server, "S") > 59_000 && pttl(&server, KEYS[1]) > 59_000);
+    // A longer one raises both.
+    assert_eq!(acquire(&mut con, "longer", 1, 4, 120_000, 0).unwrap().0, 1);
+    assert!(pttl(&server, "S") > 119_000 && pttl(&server, KEYS[1]) > 119_000);
+    assert_eq!(used(&mut con), Some(3));
+    // A holders key deleted by hand while the hash lives: the fast grant makes the key
+    // again, and gives it a TTL (a raise alone would leave a key without one).
+    let _: i64 = redis::cmd("DEL").arg("S").query(&mut con).unwrap();
+    assert_eq!(acquire(&mut con, "again", 1, 4, 10_000, 0).unwrap().0, 1);
+    let ttl = pttl(&server, "S");
+    assert!(
+        ttl > 9_000 && ttl <= 10_000,
+        "the remade holders key's TTL: {ttl}"
+    );
+    assert!(
+        pttl(&server, KEYS[1]) > 119_000,
+        "the hash's TTL is never lowered"
+    );
+}
+
+#[test]
+fn a_fast_release_of_the_last_holder_deletes_both_keys_and_of_another_only_its_own() {
+    let server = server();
+    let mut con = raw(&server);
+    assert_eq!(acquire(&mut con, "a", 2, 4, 10_000, 0).unwrap().0, 1);
+    assert_eq!(acquire(&mut con, "b", 1, 4, 10_000, 0).unwrap().0, 1);
+    // Not the last: its entry, its count and its permits go; the rest stays.
+    assert_eq!(release(&mut con, "a").unwrap(), 1);
+    assert_eq!(used(&mut con), Some(1));
+    let counted: Option<i64> = redis::cmd("HGET")
+        .arg(KEYS[1])
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(counted, None);
+    let holders: Vec<String> = redis::cmd("ZRANGE")
+        .arg("S")
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(holders, ["b"]);
+    // The last: both keys at once, the counter stays.
+    assert_eq!(release(&mut con, "b").unwrap(), 1);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert_eq!(keys, [KEYS[2]]);
+    // A release after the lease ended says so, and takes the expired entry away.
+    assert_eq!(acquire(&mut con, "c", 1, 4, 30, 0).unwrap().0, 1);
+    lease_ended(&mut con, "c");
+    assert_eq!(release(&mut con, "c").unwrap(), 0, "its lease ended");
+}
+
+#[test]
 fn the_slow_path_alone_gives_the_same_replies() {
     // As a cluster runs the scripts (no fast path): the whole reply table again.
     SLOW_ONLY.store(true, std::sync::atomic::Ordering::SeqCst);
     grants_count_permits_and_refusals_say_how_long();
     waiters_are_served_in_line_and_woken_by_a_release();
     used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike();
+    a_fast_release_of_the_last_holder_deletes_both_keys_and_of_another_only_its_own();
 }

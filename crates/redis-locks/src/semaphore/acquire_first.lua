@@ -1,7 +1,8 @@
 -- acquire_first.lua: the common case of acquire.lua, put before the preludes so that it
--- costs no more than it must (a script defines every prelude function on every call): nobody
--- waits in line, N matches, and the permits the hash counts as used ('used', never less than
--- the truth: see permits.lua) leave room for ARGV[2] more. KEYS and ARGV as acquire.lua.
+-- costs no more than it must (every call to the server from a script costs about half a
+-- microsecond, so it makes as few as it can): nobody waits in line, N matches, and the
+-- permits the hash counts as used ('used', never less than the truth: see permits.lua)
+-- leave room for ARGV[2] more. KEYS and ARGV as acquire.lua.
 --
 -- Replies:
 --   {1, token}  granted, as acquire.lua's: the fencing token is next_token's (max(counter + 1,
@@ -13,20 +14,26 @@
 
 do
   local state = redis.pcall('HMGET', KEYS[2], 'limit', 'used')
-  -- A holders key of another type fails ZCARD (and then acquire.lua says so).
-  local held = redis.pcall('ZCARD', KEYS[1])
-  if not state.err and type(held) == 'number' then
+  if not state.err then
     local limit, used = tonumber(state[1]), tonumber(state[2])
     local wanted, asked = tonumber(ARGV[2]), tonumber(ARGV[3])
-    -- Without the hash (a new semaphore), no holder may be there.
-    local fits = (limit == asked and used and used + wanted <= asked) or
-      (limit == nil and held == 0 and wanted <= asked)
-    if fits and redis.call('EXISTS', KEYS[4]) == 0 then
+    -- Without the hash, a new semaphore: no holder and no waiter may be there either (the
+    -- hash outlives both). With it, the same N and room in its count, and nobody in line.
+    local fresh = limit == nil and used == nil
+    local fits
+    if fresh then
+      fits = wanted <= asked and redis.call('EXISTS', KEYS[1], KEYS[4]) == 0
+    else
+      fits = limit == asked and used ~= nil and used + wanted <= asked and
+        redis.call('EXISTS', KEYS[4]) == 0
+    end
+    if fits then
       local clock = redis.call('TIME')
       local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
       local lease = tonumber(ARGV[4])
-      -- The first write; an owner that holds already (a re-grant) falls through.
-      if redis.call('ZADD', KEYS[1], 'NX', math.floor(micros / 1000) + lease, ARGV[1]) == 1 then
+      -- The first write; an owner that holds already (a re-grant) and a holders key of
+      -- another type fall through.
+      if redis.pcall('ZADD', KEYS[1], 'NX', math.floor(micros / 1000) + lease, ARGV[1]) == 1 then
         local token = redis.pcall('INCR', KEYS[3])
         if type(token) == 'number' then
           if micros > token then
@@ -34,11 +41,14 @@ do
             redis.call('SET', KEYS[3], token)
           end
           redis.call('HSET', KEYS[2], ARGV[1], wanted, 'limit', asked, 'used', (used or 0) + wanted)
-          -- The hash lasts as long as the holders key (nobody waits): both to the new lease
-          -- when it ends later than the holders key would.
-          if redis.call('PTTL', KEYS[1]) < lease then
-            redis.call('PEXPIRE', KEYS[1], lease)
-            redis.call('PEXPIRE', KEYS[2], lease)
+          -- Both keys last at least as long as the new lease: set on new keys, raised on
+          -- others (GT leaves a key without expiry alone, so such a key, never left by these
+          -- scripts, gets one here too).
+          for key = 1, 2 do
+            if fresh or (redis.call('PEXPIRE', KEYS[key], lease, 'GT') == 0 and
+                redis.call('PTTL', KEYS[key]) == -1) then
+              redis.call('PEXPIRE', KEYS[key], lease)
+            end
           end
           return {1, token}
         end
