@@ -10,6 +10,7 @@ mod bench;
 mod check;
 mod contend;
 mod demo;
+mod list;
 mod nodes;
 mod run;
 mod status;
@@ -110,6 +111,24 @@ enum Commands {
         redis: Vec<String>,
         #[command(flatten)]
         args: run::RunArgs,
+    },
+    /// List every lock on the server (on a cluster, on every master; under Sentinel, on the
+    /// master): its kind, holders, shortest lease left, waiters and fencing counter, found
+    /// with SCAN (never KEYS). A lock released or expired shows as free with its counter.
+    List {
+        /// Only the locks whose names match this glob (`*`, `?`, `[...]`).
+        pattern: Option<String>,
+        #[command(flatten)]
+        topology: TopologyArgs,
+        #[command(flatten)]
+        settings: SettingsArgs,
+        /// Redis to use [default: redis://127.0.0.1:6379] (one server: list a Redlock's nodes
+        /// one at a time).
+        #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
+        redis: Vec<String>,
+        /// Print one JSON object: {"count": N, "locks": [...]}.
+        #[arg(long)]
+        json: bool,
     },
     /// Show a lock: held or free, the holder, its lease, how many processes wait for it now,
     /// the fencing counter, and which node serves it (on a cluster: the master of its hash
@@ -224,6 +243,18 @@ async fn run(command: Commands) -> Result<u8, CliError> {
             let settings = settings.settings()?.with_replication(&replication);
             let target = RedisTarget::local_or(topology.wanted(redis)?, settings)?;
             run::run(target.endpoint(), &args).await
+        }
+        Commands::List {
+            pattern,
+            redis,
+            topology,
+            settings,
+            json,
+        } => {
+            let target = RedisTarget::local_or(topology.wanted(redis)?, settings.settings()?)?;
+            list::run(target.endpoint(), pattern.as_deref(), json)
+                .await
+                .map(|()| 0)
         }
         Commands::Status {
             name,
