@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need from Debian's packages when it is missing: redis-server (also
 # run as a sentinel, redis-server --sentinel) and redis-cli; as root, iptables (for `redis-locks check --fault partition` and the packet
-# faults) and faketime (for `--fault client-clock-step`).
+# faults) and faketime (for `--fault client-clock-step`); tmux, in which the test of
+# `redis-locks top` drives it as a person would.
 # As root, or through sudo without a password; says clearly what to do when neither works.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # redis-cli creates the test clusters (redis-cli --cluster create).
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 if [ "$(id -u)" -eq 0 ] && ! command -v iptables >/dev/null 2>&1; then
   missing+=(iptables)
 fi

@@ -17,6 +17,9 @@ use serde::Serialize;
 use crate::status::{Found, inspect};
 use cli_support::endpoint::{Endpoint, SideConnection};
 use cli_support::exit::CliError;
+use cli_support::redis_target::RedisTarget;
+use cli_support::settings::SettingsArgs;
+use cli_support::topology::TopologyArgs;
 
 /// How many locks are read at once.
 const AT_ONCE: usize = 64;
@@ -27,75 +30,88 @@ const SCAN_COUNT: u64 = 1000;
 /// The companions that show a lock is there: its fencing counter and its line of waiters.
 const MARKS: [&str; 2] = [":fence", ":queue"];
 
+/// Which lock service `list` and `top` read, and which of its locks.
+#[derive(Debug, clap::Args)]
+pub struct ListedArgs {
+    /// Only the locks whose names match this glob (`*`, `?`, `[...]`).
+    pub pattern: Option<String>,
+    #[command(flatten)]
+    topology: TopologyArgs,
+    #[command(flatten)]
+    settings: SettingsArgs,
+    /// Redis to use [default: redis://127.0.0.1:6379] (one server: a Redlock's nodes are
+    /// read one at a time).
+    #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
+    redis: Vec<String>,
+}
+
+impl ListedArgs {
+    /// The Redis these arguments name.
+    ///
+    /// # Errors
+    /// [`CliError::Usage`] for flags that do not go together.
+    pub fn target(&self) -> Result<RedisTarget, CliError> {
+        RedisTarget::local_or(
+            self.topology.wanted(self.redis.clone())?,
+            self.settings.settings()?,
+        )
+    }
+}
+
 /// One lock, as `list --json` prints it.
 #[derive(Debug, Serialize)]
-struct Row {
-    name: String,
+pub struct Row {
+    /// The lock's name (without the namespace).
+    pub name: String,
     /// `mutex` (a `Mutex` or `FairMutex`), `rwlock`, `reentrant`, `semaphore`, or `free` (a
     /// string or hash lock nobody holds: released, expired, or between a release and the next
     /// grant; its fencing counter is kept). A `Semaphore` stays `semaphore` while anyone waits.
-    kind: &'static str,
-    holders: Vec<Holder>,
+    pub kind: &'static str,
+    /// Who holds it: one holder per `Mutex`, one per hold of an `RwLock` or `ReentrantMutex`,
+    /// one per permit holder of a `Semaphore`.
+    pub holders: Vec<Holder>,
     /// The shortest lease left among the holders, in ms (`None` when nobody holds, or the key
     /// has no expiry).
-    lease_remaining_ms: Option<u64>,
+    pub lease_remaining_ms: Option<u64>,
     /// Waiters: readers and writers in line (`RwLock`, `ReentrantMutex`), waiters in line
     /// (`Semaphore`), processes listening for the release (`Mutex`, `FairMutex`).
-    waiting: u64,
+    pub waiting: u64,
     /// With a `Semaphore`: its N.
-    permits: Option<u32>,
-    fencing_counter: Option<u64>,
+    pub permits: Option<u32>,
+    /// The latest fencing token handed out.
+    pub fencing_counter: Option<u64>,
 }
 
 /// One holder of a listed lock.
 #[derive(Debug, Serialize)]
-struct Holder {
-    owner: String,
+pub struct Holder {
+    /// Its owner token (a `Mutex`'s) or owner id (a hold's).
+    pub owner: String,
     /// `read` or `write` for a hold of an `RwLock` or `ReentrantMutex`.
     mode: Option<String>,
     /// With a `Semaphore`: the permits it holds.
     permits: Option<u32>,
+    /// Its lease left by the server's clock.
     lease_remaining_ms: Option<u64>,
+}
+
+impl Row {
+    /// A semaphore's permits in use (0 for the other kinds).
+    pub fn permits_in_use(&self) -> u32 {
+        self.holders
+            .iter()
+            .filter_map(|holder| holder.permits)
+            .sum()
+    }
 }
 
 /// Lists the locks whose names match `pattern` (a glob: `*`, `?`, `[…]`; every lock without
 /// one), as a table or one JSON object with `json`.
 ///
 /// # Errors
-/// [`CliError::Usage`] for a bad pattern or several `--redis` nodes (a Redlock's nodes are
-/// listed one `--redis` at a time); what connecting and reading the server says.
+/// As [`Lister::open`] and [`Lister::rows`].
 pub async fn run(endpoint: &Endpoint, pattern: Option<&str>, json: bool) -> Result<(), CliError> {
-    let pattern = pattern
-        .map(glob::Pattern::new)
-        .transpose()
-        .map_err(|err| CliError::Usage(format!("bad PATTERN: {err}")))?;
-    if endpoint.is_redlock() {
-        return Err(CliError::Usage(
-            "list reads one lock service (a server, a cluster, a Sentinel master): give one \
-             --redis, and list a Redlock's nodes one at a time"
-                .into(),
-        ));
-    }
-    let client = endpoint.connect().await?;
-    let mut side = endpoint.side().await?;
-    let namespace = endpoint.settings().namespace().to_string();
-    let keys = scan(&mut side).await?;
-    let mut names = BTreeSet::new();
-    for key in &keys {
-        if let Some(name) = name_of(&namespace, key) {
-            names.insert(name);
-        }
-    }
-    let names: Vec<String> = names
-        .into_iter()
-        .filter(|name| pattern.as_ref().is_none_or(|p| p.matches(name)))
-        .collect();
-    let rows: Vec<Option<Row>> = stream::iter(names)
-        .map(|name| row(&client, name))
-        .buffered(AT_ONCE)
-        .try_collect()
-        .await?;
-    let rows: Vec<Row> = rows.into_iter().flatten().collect();
+    let rows = Lister::open(endpoint, pattern).await?.rows().await?;
     if json {
         #[derive(Serialize)]
         struct Listing<'a> {
@@ -111,6 +127,61 @@ pub async fn run(endpoint: &Endpoint, pattern: Option<&str>, json: bool) -> Resu
         print_table(&rows);
     }
     Ok(())
+}
+
+/// Reads the locks of one lock service again and again over the same connections (`list`
+/// once, `top` every refresh).
+pub struct Lister {
+    client: Client,
+    side: SideConnection,
+    namespace: String,
+    pattern: Option<glob::Pattern>,
+}
+
+impl Lister {
+    /// Connects to `endpoint`, for the locks whose names match `pattern`.
+    ///
+    /// # Errors
+    /// [`CliError::Usage`] for a bad pattern or several `--redis` nodes (a Redlock's nodes
+    /// are listed one `--redis` at a time); what connecting says.
+    pub async fn open(endpoint: &Endpoint, pattern: Option<&str>) -> Result<Lister, CliError> {
+        let pattern = pattern
+            .map(glob::Pattern::new)
+            .transpose()
+            .map_err(|err| CliError::Usage(format!("bad PATTERN: {err}")))?;
+        if endpoint.is_redlock() {
+            return Err(CliError::Usage(
+                "one lock service is read (a server, a cluster, a Sentinel master): give one \
+                 --redis, and read a Redlock's nodes one at a time"
+                    .into(),
+            ));
+        }
+        Ok(Lister {
+            client: endpoint.connect().await?,
+            side: endpoint.side().await?,
+            namespace: endpoint.settings().namespace().to_string(),
+            pattern,
+        })
+    }
+
+    /// Every lock now, sorted by name.
+    ///
+    /// # Errors
+    /// What scanning and reading the server says.
+    pub async fn rows(&mut self) -> Result<Vec<Row>, CliError> {
+        let keys = scan(&mut self.side).await?;
+        let names: BTreeSet<String> = keys
+            .iter()
+            .filter_map(|key| name_of(&self.namespace, key))
+            .filter(|name| self.pattern.as_ref().is_none_or(|p| p.matches(name)))
+            .collect();
+        let rows: Vec<Option<Row>> = stream::iter(names)
+            .map(|name| row(&self.client, name))
+            .buffered(AT_ONCE)
+            .try_collect()
+            .await?;
+        Ok(rows.into_iter().flatten().collect())
+    }
 }
 
 /// Every key that marks a lock ([`MARKS`]), from every master: `SCAN` on one server, on each
@@ -325,10 +396,7 @@ fn print_table(rows: &[Row]) {
     );
     for row in rows {
         let holders = match row.permits {
-            Some(n) => {
-                let used: u32 = row.holders.iter().filter_map(|h| h.permits).sum();
-                format!("{used}/{n}")
-            }
+            Some(n) => format!("{}/{n}", row.permits_in_use()),
             None => row.holders.len().to_string(),
         };
         let lease = row

@@ -14,6 +14,7 @@ mod list;
 mod nodes;
 mod run;
 mod status;
+mod top;
 mod worker;
 
 use std::ffi::OsString;
@@ -116,19 +117,21 @@ enum Commands {
     /// master): its kind, holders, shortest lease left, waiters and fencing counter, found
     /// with SCAN (never KEYS). A lock released or expired shows as free with its counter.
     List {
-        /// Only the locks whose names match this glob (`*`, `?`, `[...]`).
-        pattern: Option<String>,
         #[command(flatten)]
-        topology: TopologyArgs,
-        #[command(flatten)]
-        settings: SettingsArgs,
-        /// Redis to use [default: redis://127.0.0.1:6379] (one server: list a Redlock's nodes
-        /// one at a time).
-        #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
-        redis: Vec<String>,
+        listed: list::ListedArgs,
         /// Print one JSON object: {"count": N, "locks": [...]}.
         #[arg(long)]
         json: bool,
+    },
+    /// Show the locks of `list` live in the terminal: read again every --interval, the most
+    /// waited-for first, each lease counting down. q, Esc or Ctrl-C quits. Needs a terminal
+    /// (exits 64 without one: use `list --json` in scripts).
+    Top {
+        #[command(flatten)]
+        listed: list::ListedArgs,
+        /// How often the locks are read again, e.g. 1s, 500ms.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        interval: std::time::Duration,
     },
     /// Show a lock: held or free, the holder, its lease, how many processes wait for it now,
     /// the fencing counter, and which node serves it (on a cluster: the master of its hash
@@ -244,15 +247,18 @@ async fn run(command: Commands) -> Result<u8, CliError> {
             let target = RedisTarget::local_or(topology.wanted(redis)?, settings)?;
             run::run(target.endpoint(), &args).await
         }
-        Commands::List {
-            pattern,
-            redis,
-            topology,
-            settings,
-            json,
-        } => {
-            let target = RedisTarget::local_or(topology.wanted(redis)?, settings.settings()?)?;
-            list::run(target.endpoint(), pattern.as_deref(), json)
+        Commands::List { listed, json } => {
+            let target = listed.target()?;
+            list::run(target.endpoint(), listed.pattern.as_deref(), json)
+                .await
+                .map(|()| 0)
+        }
+        Commands::Top { listed, interval } => {
+            if interval.is_zero() {
+                return Err(CliError::Usage("--interval must be more than 0".into()));
+            }
+            let target = listed.target()?;
+            top::run(target.endpoint(), listed.pattern.as_deref(), interval)
                 .await
                 .map(|()| 0)
         }
