@@ -78,6 +78,11 @@ pub struct RunArgs {
     /// holds the lock and how long its lease still runs).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Serve the lock's metrics (`redis_locks_...`: acquisitions, wait and hold time,
+    /// renewals, losses...) for Prometheus at http://ADDR/ while the run lasts, e.g.
+    /// 127.0.0.1:9187.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// The command and its arguments (after `--`).
     #[arg(required = true, last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -93,6 +98,17 @@ impl RunArgs {
     fn several(&self) -> bool {
         self.names.len() > 1
     }
+}
+
+/// Serves the metrics of this process (the library's `redis_locks_...`) for Prometheus at
+/// `addr`, from now until the process exits.
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), CliError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|err| CliError::Usage(format!("--metrics-addr {addr}: {err}")))?;
+    redis_locks::describe_metrics();
+    Ok(())
 }
 
 /// Refuses what several names cannot go with, and names given twice or too many, as the
@@ -144,6 +160,9 @@ fn check_names(endpoint: &Endpoint, args: &RunArgs) -> Result<(), CliError> {
 pub async fn run(endpoint: &Endpoint, args: &RunArgs) -> Result<u8, CliError> {
     // Bad input is bad usage, whether or not Redis can be reached.
     check_names(endpoint, args)?;
+    if let Some(addr) = args.metrics_addr {
+        serve_metrics(addr)?;
+    }
     let lease = endpoint
         .settings()
         .lease_options(LeaseOptions::default().lease(args.ttl).watchdog(true));

@@ -24,6 +24,7 @@ mod reentrant;
 mod rwlock;
 mod semaphore;
 mod state;
+mod telemetry;
 mod token;
 mod wait;
 
@@ -48,5 +49,6 @@ pub use semaphore::{
     MAX_PERMITS, PermitHolder, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreState,
 };
 pub use state::{HoldInfo, HoldMode, Holder, HoldsState, LockState};
+pub use telemetry::{METRIC_NAMES, describe_metrics};
 pub use token::{FencingToken, OwnerToken};
 pub use wait::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};

@@ -64,6 +64,10 @@ struct FairHold {
 }
 
 impl Hold for FairHold {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::FairMutex
+    }
+
     fn name(&self) -> &str {
         self.keys.name()
     }
@@ -282,6 +286,10 @@ impl FairMutex {
 }
 
 impl Asker for FairMutex {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::FairMutex
+    }
+
     fn name(&self) -> &str {
         self.keys.name()
     }

@@ -33,6 +33,8 @@ pub(crate) struct Lease {
     /// options ask for replicas.
     /// Boxed: most leases have none, and a process may hold 100,000.
     replication: Option<Box<(Replication, Duration)>>,
+    /// When the grant's request was sent: the hold time of the metrics counts from it.
+    granted_at: Instant,
 }
 
 impl std::fmt::Debug for Lease {
@@ -56,7 +58,13 @@ impl Lease {
         options: &LeaseOptions,
         renewals: &Renewals,
     ) -> Lease {
-        let state = LeaseState::new(sent_at, options.get_lease(), options.get_clock_drift());
+        let kind = owed.hold().kind();
+        let state = LeaseState::new(
+            sent_at,
+            options.get_lease(),
+            options.get_clock_drift(),
+            kind,
+        );
         let watchdog = options.renewal().map(|renewal| {
             renewals.watch(
                 Watched {
@@ -76,6 +84,7 @@ impl Lease {
             token,
             attached: None,
             replication: options.replicated().map(Box::new),
+            granted_at: sent_at,
         }
     }
 
@@ -97,7 +106,8 @@ impl Lease {
         renewals: &Renewals,
     ) -> Lease {
         owed.arm();
-        let state = LeaseState::new(placed_at, place_lease, options.get_clock_drift());
+        let kind = owed.hold().kind();
+        let state = LeaseState::new(placed_at, place_lease, options.get_clock_drift(), kind);
         let renewal = options.renewal();
         let then_renew = renewal.is_some();
         let watchdog = renewals.watch(
@@ -127,6 +137,7 @@ impl Lease {
             token,
             attached: None,
             replication: options.replicated().map(Box::new),
+            granted_at: placed_at,
         }
     }
 
@@ -256,7 +267,9 @@ impl Lease {
             .owed
             .take()
             .expect("a lease owes its release until released");
+        let kind = owed.hold().kind();
         let outcome = owed.pay().await;
+        crate::telemetry::released(kind, self.granted_at.elapsed(), &outcome);
         if let Err(Error::NotHeld { reason, .. }) = &outcome {
             self.state.lose(*reason);
         }
@@ -284,10 +297,13 @@ impl Drop for Lease {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let state = self.state.clone();
             let pending = owed.hold().background();
+            let (kind, granted_at) = (owed.hold().kind(), self.granted_at);
             runtime.spawn(async move {
                 let _pending = pending;
                 let _gate = state.gate().await;
-                if let Err(err) = owed.pay().await {
+                let outcome = owed.pay().await;
+                crate::telemetry::released(kind, granted_at.elapsed(), &outcome);
+                if let Err(err) = outcome {
                     tracing::debug!(%err, "background release of a dropped guard");
                 }
             });

@@ -104,6 +104,9 @@ pub(crate) trait Hold: Send + Sync + 'static {
     /// The lock's name, for messages.
     fn name(&self) -> &str;
 
+    /// The primitive, for metrics.
+    fn kind(&self) -> crate::telemetry::Kind;
+
     /// Releases the lock if `owner` holds it (and wakes its waiters), and says whether the
     /// owner still holds it (a reentrant hold count).
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released>;

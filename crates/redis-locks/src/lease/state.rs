@@ -38,14 +38,18 @@ pub(crate) struct LeaseState {
     changed: Notify,
     /// How much of every lease (the first, and each renewal's) is not counted on.
     drift: ClockDrift,
+    /// The primitive, for the metric of a loss.
+    kind: crate::telemetry::Kind,
 }
 
 impl LeaseState {
-    /// The state of a lease of `lease` granted by a request sent at `sent_at`.
+    /// The state of a lease of `lease` of a lock of `kind` granted by a request sent at
+    /// `sent_at`.
     pub(crate) fn new(
         sent_at: Instant,
         lease: std::time::Duration,
         drift: ClockDrift,
+        kind: crate::telemetry::Kind,
     ) -> Arc<LeaseState> {
         let deadline = drift.deadline(sent_at, lease);
         Arc::new(LeaseState {
@@ -59,6 +63,7 @@ impl LeaseState {
             }),
             changed: Notify::new(),
             drift,
+            kind,
         })
     }
 
@@ -134,11 +139,14 @@ impl LeaseState {
 
     /// Applies `change` (which says whether it changed anything), and wakes the `lost()`
     /// futures if it did.
-    fn update(&self, change: impl FnOnce(&mut Status) -> bool) {
+    /// Applies `change`, and wakes the listeners when it says it changed something (which
+    /// it returns).
+    fn update(&self, change: impl FnOnce(&mut Status) -> bool) -> bool {
         let changed = change(&mut self.locked());
         if changed {
             self.changed.notify_waiters();
         }
+        changed
     }
 
     /// Why the lock is not held, if that is known now (a passed deadline counts).
@@ -183,13 +191,16 @@ impl LeaseState {
     }
 
     pub(crate) fn lose(&self, reason: LostReason) {
-        self.update(|s| {
+        let lost = self.update(|s| {
             let change = s.lost.is_none();
             if change {
                 s.lost = Some(reason);
             }
             change
         });
+        if lost {
+            crate::telemetry::lost(self.kind, reason);
+        }
     }
 
     /// The guard is gone: records [`LostReason::Released`] (only `lost()` futures made

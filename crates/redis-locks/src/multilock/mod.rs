@@ -158,6 +158,10 @@ struct GroupHold {
 }
 
 impl Hold for GroupHold {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::MultiLock
+    }
+
     fn name(&self) -> &str {
         &self.group.label
     }
@@ -643,6 +647,10 @@ impl Group {
 }
 
 impl Contender for &mut GroupAttempt<'_> {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::MultiLock
+    }
+
     fn name(&self) -> &str {
         &self.hold.group.label
     }

@@ -282,6 +282,10 @@ impl Contending<'_> {
 }
 
 impl Contender for Contending<'_> {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::Mutex
+    }
+
     fn name(&self) -> &str {
         self.mutex.name()
     }

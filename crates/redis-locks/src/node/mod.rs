@@ -522,6 +522,7 @@ impl Node {
 
     fn count_request(&self) {
         self.inner.requests.fetch_add(1, Ordering::Relaxed);
+        crate::telemetry::requested();
     }
 }
 

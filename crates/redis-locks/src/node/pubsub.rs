@@ -435,6 +435,7 @@ async fn run(
                     let Some(message) = message else { break };
                     let payload: String = message.get_payload().unwrap_or_default();
                     let channel = shared.lock_channel(message.get_channel_name());
+                    crate::telemetry::woken();
                     shared.deliver(channel, Arc::from(payload));
                 }
                 command = commands.recv() => match command {
@@ -587,6 +588,7 @@ async fn run_sharded(
                         };
                         let channel: String = redis::from_redis_value(channel).unwrap_or_default();
                         let payload: String = redis::from_redis_value(payload).unwrap_or_default();
+                        crate::telemetry::woken();
                         shared.deliver(shared.lock_channel(&channel), Arc::from(payload));
                     }
                     redis::PushKind::Disconnection => {

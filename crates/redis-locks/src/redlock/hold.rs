@@ -165,6 +165,10 @@ pub(crate) struct LineHold {
 }
 
 impl Hold for LineHold {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::Redlock
+    }
+
     fn name(&self) -> &str {
         self.hold.name_of()
     }
@@ -183,6 +187,10 @@ impl Hold for LineHold {
 }
 
 impl Hold for RedlockHold {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::Redlock
+    }
+
     fn name(&self) -> &str {
         self.name_of()
     }

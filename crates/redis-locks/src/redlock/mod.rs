@@ -1126,6 +1126,10 @@ impl Drop for Contending<'_> {
 }
 
 impl Contender for Contending<'_> {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::Redlock
+    }
+
     fn name(&self) -> &str {
         self.lock.name()
     }

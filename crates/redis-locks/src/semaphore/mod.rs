@@ -118,6 +118,10 @@ impl SemaphoreHold {
 }
 
 impl Hold for SemaphoreHold {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::Semaphore
+    }
+
     fn name(&self) -> &str {
         self.keys.name()
     }
@@ -529,6 +533,10 @@ impl Asking<'_> {
 }
 
 impl Asker for Asking<'_> {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::Semaphore
+    }
+
     fn name(&self) -> &str {
         self.semaphore.name()
     }

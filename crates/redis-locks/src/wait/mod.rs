@@ -174,6 +174,9 @@ pub(crate) trait Contender: Send {
     /// The lock's name, for [`Error::WaitTimeout`].
     fn name(&self) -> &str;
 
+    /// The primitive, for metrics.
+    fn kind(&self) -> crate::telemetry::Kind;
+
     /// The lock's wake channel: where the wake-up that ends the next wait comes from. It
     /// may change after a refused attempt (a MultiLock listens on the lock that refused
     /// it); the loop then listens there before the next attempt.
@@ -274,8 +277,14 @@ pub(crate) async fn acquire<C: Contender>(
     contender: C,
     deadline: Option<Instant>,
 ) -> Result<Lease> {
+    let (kind, started) = (contender.kind(), Instant::now());
     // A grant counts once it is replicated as the options ask (at once without a policy).
-    granted(on, contender, deadline).await?.replicated().await
+    let outcome = match granted(on, contender, deadline).await {
+        Ok(lease) => lease.replicated().await,
+        Err(err) => Err(err),
+    };
+    crate::telemetry::acquired(kind, started.elapsed(), &outcome);
+    outcome
 }
 
 /// The acquire loop itself: waits until `contender` is granted the lock or `deadline`.
@@ -335,6 +344,7 @@ async fn granted<C: Contender>(
             (false, _) => None,
         };
         let in_line = line.is_some();
+        crate::telemetry::attempted(contender.kind());
         match contender.first(deadline, line).await? {
             Try::Won(lease) => return Ok(lease),
             Try::Held(retry_after) if over(deadline) => {
@@ -361,6 +371,7 @@ async fn granted<C: Contender>(
     if queue.is_some() && turn.is_none() {
         // A zero budget, or a turn that did not come in time: one attempt, never none.
         drop(turn);
+        crate::telemetry::attempted(contender.kind());
         return match contender.first(deadline, None).await? {
             Try::Won(lease) => Ok(lease),
             Try::Held(retry_after) => {
@@ -437,6 +448,7 @@ async fn granted<C: Contender>(
             mark,
             local: queue.as_deref(),
         };
+        crate::telemetry::attempted(contender.kind());
         let retry_after = match contender.attempt(line, deadline).await? {
             Try::Won(lease) => return Ok(noted(&queue, mark, lease)),
             Try::Held(retry_after) => retry_after,

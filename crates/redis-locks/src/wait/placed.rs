@@ -42,6 +42,9 @@ pub(crate) trait Asker: Sync {
     /// The lock's name.
     fn name(&self) -> &str;
 
+    /// The primitive, for metrics.
+    fn kind(&self) -> crate::telemetry::Kind;
+
     /// The lock's wake channel.
     fn channel(&self) -> &str;
 
@@ -158,6 +161,10 @@ impl<'a, A: Asker> Placed<'a, A> {
 }
 
 impl<A: Asker> Contender for Placed<'_, A> {
+    fn kind(&self) -> crate::telemetry::Kind {
+        self.asker.kind()
+    }
+
     fn name(&self) -> &str {
         self.asker.name()
     }

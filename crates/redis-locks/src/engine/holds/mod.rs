@@ -102,6 +102,7 @@ fn letter(mode: HoldMode) -> &'static str {
 struct HoldsHold {
     node: Node,
     keys: Arc<LockKeys>,
+    kind: Kind,
 }
 
 impl HoldsHold {
@@ -126,6 +127,13 @@ impl HoldsHold {
 }
 
 impl Hold for HoldsHold {
+    fn kind(&self) -> crate::telemetry::Kind {
+        match self.kind {
+            Kind::RwLock => crate::telemetry::Kind::RwLock,
+            Kind::Reentrant => crate::telemetry::Kind::ReentrantMutex,
+        }
+    }
+
     fn name(&self) -> &str {
         self.keys.name()
     }
@@ -233,6 +241,7 @@ impl HoldsLock {
             hold: Arc::new(HoldsHold {
                 node: client.node().clone(),
                 keys: keys.clone(),
+                kind,
             }),
             lease_ms: lease_millis(options.get_lease_options().get_lease())?
                 .to_string()
@@ -360,6 +369,10 @@ struct Asking<'a> {
 }
 
 impl Asker for Asking<'_> {
+    fn kind(&self) -> crate::telemetry::Kind {
+        self.lock.hold.kind()
+    }
+
     fn name(&self) -> &str {
         self.lock.name()
     }

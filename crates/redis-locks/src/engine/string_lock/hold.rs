@@ -112,6 +112,10 @@ fn extend_args(owner: &OwnerToken, lease: Duration, restore: bool) -> Result<[St
 }
 
 impl Hold for StringHold {
+    fn kind(&self) -> crate::telemetry::Kind {
+        crate::telemetry::Kind::Mutex
+    }
+
     fn name(&self) -> &str {
         self.keys.name()
     }
