@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::{Instrument, Span};
 
 use super::options::LeaseOptions;
 use super::owed::OwedRelease;
@@ -209,7 +210,7 @@ impl Lease {
             }
             Err(err) => {
                 if let Error::NotHeld { reason, .. } = &err {
-                    self.state.lose(*reason);
+                    self.state.lose(*reason, owed.hold().name());
                 }
                 Err(err)
             }
@@ -267,11 +268,12 @@ impl Lease {
             .owed
             .take()
             .expect("a lease owes its release until released");
-        let kind = owed.hold().kind();
-        let outcome = owed.pay().await;
-        crate::telemetry::released(kind, self.granted_at.elapsed(), &outcome);
+        let hold = owed.hold().clone();
+        let span = release_span(hold.as_ref(), self.token, self.granted_at);
+        let outcome = owed.pay().instrument(span.clone()).await;
+        released(hold.as_ref(), self.granted_at, &outcome, &span);
         if let Err(Error::NotHeld { reason, .. }) = &outcome {
-            self.state.lose(*reason);
+            self.state.lose(*reason, hold.name());
         }
         outcome
     }
@@ -297,16 +299,45 @@ impl Drop for Lease {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let state = self.state.clone();
             let pending = owed.hold().background();
-            let (kind, granted_at) = (owed.hold().kind(), self.granted_at);
+            let (token, granted_at) = (self.token, self.granted_at);
             runtime.spawn(async move {
                 let _pending = pending;
                 let _gate = state.gate().await;
-                let outcome = owed.pay().await;
-                crate::telemetry::released(kind, granted_at.elapsed(), &outcome);
+                let hold = owed.hold().clone();
+                let span = release_span(hold.as_ref(), token, granted_at);
+                let outcome = owed.pay().instrument(span.clone()).await;
+                released(hold.as_ref(), granted_at, &outcome, &span);
                 if let Err(err) = outcome {
-                    tracing::debug!(%err, "background release of a dropped guard");
+                    tracing::debug!(parent: &span, %err, "background release of a dropped guard");
                 }
             });
         }
     }
+}
+
+/// The span of a release of `hold`'s lock granted at `granted_at` with `token`: the lock's
+/// name, primitive and fencing token (never the owner token), and, once known, the outcome
+/// and how long the lock was held.
+fn release_span(hold: &dyn super::Hold, token: FencingToken, granted_at: Instant) -> Span {
+    tracing::debug_span!(
+        "release",
+        lock = hold.name(),
+        primitive = hold.kind().label(),
+        fencing_token = token.get(),
+        held_ms = granted_at.elapsed().as_millis() as u64,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// Records a release's `outcome`: its metrics, and on its `span`.
+fn released(hold: &dyn super::Hold, granted_at: Instant, outcome: &Result<Released>, span: &Span) {
+    crate::telemetry::released(hold.kind(), granted_at.elapsed(), outcome);
+    span.record(
+        "outcome",
+        match outcome {
+            Ok(_) => "released",
+            Err(Error::NotHeld { .. }) => "not_held",
+            Err(_) => "error",
+        },
+    );
 }

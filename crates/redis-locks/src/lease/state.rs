@@ -190,7 +190,9 @@ impl LeaseState {
         });
     }
 
-    pub(crate) fn lose(&self, reason: LostReason) {
+    /// Records that the lock `name` is lost for `reason` (the first reason stays), with its
+    /// metric and a `warn` event (a release, [`LeaseState::end`], is neither).
+    pub(crate) fn lose(&self, reason: LostReason, name: &str) {
         let lost = self.update(|s| {
             let change = s.lost.is_none();
             if change {
@@ -198,15 +200,16 @@ impl LeaseState {
             }
             change
         });
-        if lost {
+        if lost && reason != LostReason::Released {
             crate::telemetry::lost(self.kind, reason);
+            tracing::warn!(lock = name, primitive = self.kind.label(), %reason, "lock lost");
         }
     }
 
     /// The guard is gone: records [`LostReason::Released`] (only `lost()` futures made
     /// before can listen now: making one takes the guard).
     pub(crate) fn end(&self) {
-        self.lose(LostReason::Released);
+        self.lose(LostReason::Released, "");
     }
 
     /// Resolves with the reason once the lock is lost, or at the lease deadline if it passes

@@ -42,6 +42,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::state::LeaseState;
 use super::{Hold, extend_hold};
@@ -466,7 +467,7 @@ fn start(shared: &Arc<Shared>, due: Vec<Arc<Job>>) {
     for job in due {
         match job.batch_key(shared.batch) {
             Some(key) => batches.entry(key).or_default().push(job),
-            None => drop(tokio::spawn(renew(shared.clone(), job))),
+            None => drop(tokio::spawn(renew_alone(shared.clone(), job))),
         }
     }
     for jobs in batches.into_values() {
@@ -475,12 +476,20 @@ fn start(shared: &Arc<Shared>, due: Vec<Arc<Job>>) {
             let mut batch: Vec<Arc<Job>> = jobs.by_ref().take(shared.batch).collect();
             let shared = shared.clone();
             if batch.len() == 1 {
-                drop(tokio::spawn(renew(shared, batch.remove(0))));
+                drop(tokio::spawn(renew_alone(shared, batch.remove(0))));
             } else {
-                drop(tokio::spawn(renew_batch(shared, batch)));
+                let span = tracing::debug_span!("renew", locks = batch.len());
+                drop(tokio::spawn(renew_batch(shared, batch).instrument(span)));
             }
         }
     }
+}
+
+/// [`renew`] in a span naming the lock and its primitive.
+fn renew_alone(shared: Arc<Shared>, job: Arc<Job>) -> impl Future<Output = ()> + Send {
+    let hold = &job.lease.hold;
+    let span = tracing::debug_span!("renew", lock = hold.name(), primitive = hold.kind().label());
+    renew(shared, job).instrument(span)
 }
 
 /// One renewal of `job`'s lease, a request of its own; queues the next one unless the lease
@@ -637,7 +646,7 @@ impl Job {
         }
         if status.deadline <= Instant::now() {
             // Too late: the lease may be gone, so no renewal may revive it now.
-            state.lose(status.ending);
+            state.lose(status.ending, hold.name());
             return None;
         }
         // A handed-over lease's first extension is owed whatever the caps: the lease the
@@ -706,12 +715,12 @@ impl Job {
                 plan.sent_at + period
             }
             Err(Error::NotHeld { reason, .. }) => {
-                state.lose(*reason);
+                state.lose(*reason, hold.name());
                 return;
             }
             Err(Error::WrongType { .. }) => {
                 // The lock key was replaced by a value of another type.
-                state.lose(LostReason::Taken);
+                state.lose(LostReason::Taken, hold.name());
                 return;
             }
             Err(err) => {
@@ -720,7 +729,7 @@ impl Job {
                 self.alone.store(true, Ordering::Relaxed);
                 let left = plan.deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    state.lose(LostReason::LeaseEnded);
+                    state.lose(LostReason::LeaseEnded, hold.name());
                     return;
                 }
                 Instant::now() + (left / 4).clamp(MIN_RETRY.min(period), period)

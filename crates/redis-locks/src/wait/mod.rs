@@ -34,6 +34,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
@@ -278,13 +279,49 @@ pub(crate) async fn acquire<C: Contender>(
     deadline: Option<Instant>,
 ) -> Result<Lease> {
     let (kind, started) = (contender.kind(), Instant::now());
+    // The lock's name and primitive, the attempts made, the wait, the outcome and the
+    // fencing token: never the owner token.
+    let span = tracing::debug_span!(
+        "acquire",
+        lock = contender.name(),
+        primitive = kind.label(),
+        attempts = 0u32,
+        waited_ms = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        fencing_token = tracing::field::Empty,
+    );
     // A grant counts once it is replicated as the options ask (at once without a policy).
-    let outcome = match granted(on, contender, deadline).await {
-        Ok(lease) => lease.replicated().await,
-        Err(err) => Err(err),
-    };
+    let outcome = async {
+        match granted(on, contender, deadline).await {
+            Ok(lease) => lease.replicated().await,
+            Err(err) => Err(err),
+        }
+    }
+    .instrument(span.clone())
+    .await;
     crate::telemetry::acquired(kind, started.elapsed(), &outcome);
+    span.record("waited_ms", started.elapsed().as_millis() as u64);
+    match &outcome {
+        Ok(lease) => {
+            span.record("outcome", "acquired");
+            span.record("fencing_token", lease.fencing_token().get());
+        }
+        Err(Error::WaitTimeout { .. }) => {
+            span.record("outcome", "timeout");
+        }
+        Err(_) => {
+            span.record("outcome", "error");
+        }
+    }
     outcome
+}
+
+/// One attempt of the acquire loop is made for a lock of `kind`: counted in the metrics and
+/// on the acquire span.
+fn attempting(kind: crate::telemetry::Kind, attempts: &mut u32) {
+    crate::telemetry::attempted(kind);
+    *attempts += 1;
+    tracing::Span::current().record("attempts", *attempts);
 }
 
 /// The acquire loop itself: waits until `contender` is granted the lock or `deadline`.
@@ -294,6 +331,7 @@ async fn granted<C: Contender>(
     deadline: Option<Instant>,
 ) -> Result<Lease> {
     let started = Instant::now();
+    let mut attempts = 0u32;
     let over = |deadline: Option<Instant>| deadline.is_some_and(|d| Instant::now() >= d);
     let timeout = |name: &str, retry_after| Error::WaitTimeout {
         name: name.to_string(),
@@ -344,7 +382,7 @@ async fn granted<C: Contender>(
             (false, _) => None,
         };
         let in_line = line.is_some();
-        crate::telemetry::attempted(contender.kind());
+        attempting(contender.kind(), &mut attempts);
         match contender.first(deadline, line).await? {
             Try::Won(lease) => return Ok(lease),
             Try::Held(retry_after) if over(deadline) => {
@@ -371,7 +409,7 @@ async fn granted<C: Contender>(
     if queue.is_some() && turn.is_none() {
         // A zero budget, or a turn that did not come in time: one attempt, never none.
         drop(turn);
-        crate::telemetry::attempted(contender.kind());
+        attempting(contender.kind(), &mut attempts);
         return match contender.first(deadline, None).await? {
             Try::Won(lease) => Ok(lease),
             Try::Held(retry_after) => {
@@ -448,7 +486,7 @@ async fn granted<C: Contender>(
             mark,
             local: queue.as_deref(),
         };
-        crate::telemetry::attempted(contender.kind());
+        attempting(contender.kind(), &mut attempts);
         let retry_after = match contender.attempt(line, deadline).await? {
             Try::Won(lease) => return Ok(noted(&queue, mark, lease)),
             Try::Held(retry_after) => retry_after,
