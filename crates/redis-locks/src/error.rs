@@ -22,6 +22,10 @@ pub enum LostReason {
     RenewalCapReached,
     /// The guard was released or dropped: the lock was given up, not lost.
     Released,
+    /// Somebody broke the lock on purpose (`redis-locks break`,
+    /// [`Client::break_lock`](crate::Client::break_lock)): its fencing counter was advanced
+    /// past this holder's token and the key deleted.
+    Broken,
 }
 
 impl std::fmt::Display for LostReason {
@@ -32,6 +36,7 @@ impl std::fmt::Display for LostReason {
             LostReason::LeaseEnded => "its lease deadline passed without a confirmed renewal",
             LostReason::RenewalCapReached => "the renewal cap was reached and its lease ran out",
             LostReason::Released => "it was released by its guard",
+            LostReason::Broken => "it was broken on purpose (redis-locks break)",
         })
     }
 }
@@ -169,6 +174,9 @@ pub enum Phase {
     FencedWrite,
     /// A [`FencedKey`](crate::FencedKey) read.
     FencedRead,
+    /// Breaking a lock on purpose ([`Client::break_lock`](crate::Client::break_lock)), or
+    /// asking whether a lost lock was broken.
+    Break,
 }
 
 impl std::fmt::Display for Phase {
@@ -182,6 +190,7 @@ impl std::fmt::Display for Phase {
             Phase::Waiting => "waiting",
             Phase::FencedWrite => "fenced write",
             Phase::FencedRead => "fenced read",
+            Phase::Break => "break",
         })
     }
 }

@@ -6,6 +6,7 @@
 // request to Redis); lease (the held lock: guard core, watchdog, owed release) and wait (the
 // one acquire loop); client; then one folder per primitive. A primitive depends on the core,
 // never the reverse.
+mod breaking;
 mod client;
 mod engine;
 mod error;
@@ -28,6 +29,7 @@ mod telemetry;
 mod token;
 mod wait;
 
+pub use breaking::BrokenLock;
 pub use client::{Client, ClientStats};
 pub use error::{Error, LostReason, NodeVote, Phase, Result, TlsProblem, Vote};
 pub use fair::{FairMutex, FairMutexOptions};

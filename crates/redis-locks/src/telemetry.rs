@@ -12,7 +12,7 @@
 //! | `redis_locks_releases_total` | counter | `primitive`, `outcome` (`released`, `not_held`, `error`) | releases |
 //! | `redis_locks_renewals_total` | counter | `primitive` | renewals the server confirmed |
 //! | `redis_locks_renewal_failures_total` | counter | `primitive` | renewals that failed (unreachable, slow, refused) |
-//! | `redis_locks_losses_total` | counter | `primitive`, `reason` (`expired`, `taken`, `lease_ended`, `renewal_cap_reached`) | locks lost while held |
+//! | `redis_locks_losses_total` | counter | `primitive`, `reason` (`expired`, `taken`, `lease_ended`, `renewal_cap_reached`, `broken`) | locks lost while held |
 //! | `redis_locks_wakeups_total` | counter | | wake-up messages this process received |
 //! | `redis_locks_requests_total` | counter | | requests sent to Redis (over acquisitions: requests per acquisition) |
 //!
@@ -114,8 +114,8 @@ struct Keys {
     releases: Vec<[Key; 3]>,
     renewals: Vec<Key>,
     renewal_failures: Vec<Key>,
-    /// By kind, then reason (expired, taken, lease_ended, renewal_cap_reached).
-    losses: Vec<[Key; 4]>,
+    /// By kind, then reason (expired, taken, lease_ended, renewal_cap_reached, broken).
+    losses: Vec<[Key; 5]>,
     wakeups: Key,
     requests: Key,
 }
@@ -131,7 +131,13 @@ const KINDS: [Kind; 7] = [
 ];
 const ACQUIRE_OUTCOMES: [&str; 3] = ["acquired", "timeout", "error"];
 const RELEASE_OUTCOMES: [&str; 3] = ["released", "not_held", "error"];
-const LOSS_REASONS: [&str; 4] = ["expired", "taken", "lease_ended", "renewal_cap_reached"];
+const LOSS_REASONS: [&str; 5] = [
+    "expired",
+    "taken",
+    "lease_ended",
+    "renewal_cap_reached",
+    "broken",
+];
 
 static KEYS: LazyLock<Keys> = LazyLock::new(|| {
     let by_kind = |name: &'static str| -> Vec<Key> {
@@ -233,6 +239,7 @@ pub(crate) fn lost(kind: Kind, reason: LostReason) {
         LostReason::Taken => 1,
         LostReason::LeaseEnded => 2,
         LostReason::RenewalCapReached => 3,
+        LostReason::Broken => 4,
         LostReason::Released => return,
     };
     count(&KEYS.losses[kind as usize][at]);

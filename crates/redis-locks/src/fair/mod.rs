@@ -64,6 +64,14 @@ struct FairHold {
 }
 
 impl Hold for FairHold {
+    fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
+        Box::pin(crate::breaking::was_broken(
+            &self.lock.node,
+            &self.keys,
+            owner,
+        ))
+    }
+
     fn kind(&self) -> crate::telemetry::Kind {
         crate::telemetry::Kind::FairMutex
     }

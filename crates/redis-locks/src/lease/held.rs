@@ -268,9 +268,20 @@ impl Lease {
             .owed
             .take()
             .expect("a lease owes its release until released");
-        let hold = owed.hold().clone();
+        let (hold, owner) = (owed.hold().clone(), owed.owner().clone());
         let span = release_span(hold.as_ref(), self.token, self.granted_at);
         let outcome = owed.pay().instrument(span.clone()).await;
+        // Gone or taken because a break took it: say so.
+        let outcome = match outcome {
+            Err(Error::NotHeld {
+                name,
+                reason: LostReason::Expired | LostReason::Taken,
+            }) if hold.broken(&owner).await.unwrap_or(false) => Err(Error::NotHeld {
+                name,
+                reason: LostReason::Broken,
+            }),
+            outcome => outcome,
+        };
         released(hold.as_ref(), self.granted_at, &outcome, &span);
         if let Err(Error::NotHeld { reason, .. }) = &outcome {
             self.state.lose(*reason, hold.name());

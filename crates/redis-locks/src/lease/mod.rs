@@ -107,6 +107,13 @@ pub(crate) trait Hold: Send + Sync + 'static {
     /// The primitive, for metrics.
     fn kind(&self) -> crate::telemetry::Kind;
 
+    /// Whether a break took the lock from `owner` (see `breaking/`): asked when a renewal or
+    /// a release finds the lock gone or taken. By default `false`: a lock over several nodes
+    /// (a Redlock, a MultiLock) says only that it is gone.
+    fn broken<'a>(&'a self, _owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
+        Box::pin(async { Ok(false) })
+    }
+
     /// Releases the lock if `owner` holds it (and wakes its waiters), and says whether the
     /// owner still holds it (a reentrant hold count).
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released>;

@@ -507,7 +507,31 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
         ..
     } = &job.lease;
     let outcome = extend_hold(hold.as_ref(), owner, plan.lease, renewal.replication()).await;
+    let outcome = broken_or(&job, outcome).await;
     job.settle(&shared, plan, outcome.as_ref().copied());
+}
+
+/// A renewal's `outcome`, except that a lock found gone or taken that a break took from this
+/// holder is [`LostReason::Broken`] (an error asking counts as not broken).
+async fn broken_or<T>(job: &Job, outcome: Result<T, Error>) -> Result<T, Error> {
+    match outcome {
+        Err(Error::NotHeld {
+            name,
+            reason: LostReason::Expired | LostReason::Taken,
+        }) if job
+            .lease
+            .hold
+            .broken(&job.lease.owner)
+            .await
+            .unwrap_or(false) =>
+        {
+            Err(Error::NotHeld {
+                name,
+                reason: LostReason::Broken,
+            })
+        }
+        outcome => outcome,
+    }
 }
 
 /// The renewals of `jobs` (all of one node and slot) in one round trip; each lease's
@@ -551,6 +575,7 @@ async fn renew_batch(shared: Arc<Shared>, jobs: Vec<Arc<Job>>) {
         Ok(replies) => {
             for ((job, _gate, plan), reply) in sent.into_iter().zip(replies) {
                 let outcome = reply.and_then(|reply| job.lease.hold.extend_reply(reply));
+                let outcome = broken_or(job, outcome).await;
                 job.settle(&shared, plan, outcome.as_ref().map(|_| None));
             }
         }

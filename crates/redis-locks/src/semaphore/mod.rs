@@ -118,6 +118,10 @@ impl SemaphoreHold {
 }
 
 impl Hold for SemaphoreHold {
+    fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
+        Box::pin(crate::breaking::was_broken(&self.node, &self.keys, owner))
+    }
+
     fn kind(&self) -> crate::telemetry::Kind {
         crate::telemetry::Kind::Semaphore
     }

@@ -127,6 +127,10 @@ impl HoldsHold {
 }
 
 impl Hold for HoldsHold {
+    fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
+        Box::pin(crate::breaking::was_broken(&self.node, &self.keys, owner))
+    }
+
     fn kind(&self) -> crate::telemetry::Kind {
         match self.kind {
             Kind::RwLock => crate::telemetry::Kind::RwLock,

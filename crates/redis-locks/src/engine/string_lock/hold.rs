@@ -112,6 +112,10 @@ fn extend_args(owner: &OwnerToken, lease: Duration, restore: bool) -> Result<[St
 }
 
 impl Hold for StringHold {
+    fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
+        Box::pin(crate::breaking::was_broken(&self.node, &self.keys, owner))
+    }
+
     fn kind(&self) -> crate::telemetry::Kind {
         crate::telemetry::Kind::Mutex
     }

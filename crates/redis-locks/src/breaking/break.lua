@@ -1,0 +1,93 @@
+-- break.lua: frees a lock on purpose, whatever its kind (after the preludes fence.lua:
+-- server_micros, next_token; lock.lua: holder_of, wake_all). For an operator whose holder
+-- died without releasing, or hung: `redis-locks break NAME`.
+--
+-- KEYS[1]  the lock key: a string (a Mutex, a FairMutex, a Redlock's node), a hash of holds
+--          (an RwLock, a ReentrantMutex), a sorted set of holders (a Semaphore), or absent.
+-- KEYS[2]  the fencing counter.
+-- KEYS[3]  the broken mark: a set of the owner tokens this script took the lock from.
+-- KEYS[4]  a semaphore's permits hash (see semaphore/permits.lua).
+-- ARGV[1]  the wake channel.
+--
+-- In this order, so that an error leaves everything as it was:
+--   1. the fencing counter goes past every token handed out: max(counter + 1, the server clock
+--      in µs), as a grant's next_token would; a holder that was not dead after all then has
+--      its fenced writes refused once the next holder writes;
+--   2. every holder's owner token (for a hash, each hold's id; for a sorted set, each member)
+--      joins the broken mark, which lives 60 s longer than the lock key would have (so every
+--      holder's next renewal, due before its lease ends, finds it and says it was broken);
+--   3. the lock key goes (a semaphore's permits hash counts no holder any more);
+--   4. every waiter is woken ('*' on the wake channel).
+--
+-- Replies:
+--   {kind, token, holder...}  broken: kind is 'mutex' (a string key), 'rwlock', 'reentrant'
+--                             or 'semaphore'; token the fencing counter now; each holder its
+--                             owner token (a string key, a semaphore) or '<mode> <owner id>'
+--                             (a hold).
+--   {'free', counter}         nothing held: nothing written; counter is the fencing counter
+--                             (0 when absent).
+-- Errors (nothing written):
+--   WRONGTYPE <key> ...  the lock key is another Redis type, or a hash that is no lock of
+--                        holds; the counter is not an integer.
+
+local kind = redis.call('TYPE', KEYS[1]).ok
+local holders, marks = {}, {}
+if kind == 'none' then
+  local counter, err = read_counter(KEYS[2])
+  if not counter then
+    return err
+  end
+  return {'free', counter}
+elseif kind == 'string' then
+  local holder = holder_of(KEYS[1])
+  holders[1], marks[1] = holder, holder
+  kind = 'mutex'
+elseif kind == 'hash' then
+  kind = redis.call('HGET', KEYS[1], 'kind')
+  if kind ~= 'rwlock' and kind ~= 'reentrant' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a hash that is not a lock')
+  end
+  local fields = redis.call('HGETALL', KEYS[1])
+  for i = 1, #fields, 2 do
+    local hold = string.match(fields[i], '^h:(.+)$')
+    local mode, owner = string.match(fields[i + 1], '^%d+ ([rw]) %d+ (.*)$')
+    if hold and mode then
+      marks[#marks + 1] = hold
+      holders[#holders + 1] = mode .. ' ' .. owner
+    end
+  end
+elseif kind == 'zset' then
+  local permits = redis.call('TYPE', KEYS[4]).ok
+  if permits ~= 'none' and permits ~= 'hash' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[4] .. ' holds a ' .. permits)
+  end
+  marks = redis.call('ZRANGE', KEYS[1], 0, -1)
+  holders = marks
+  kind = 'semaphore'
+else
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
+end
+
+local token, err = next_token(KEYS[2], server_micros())
+if not token then
+  return err
+end
+local left = math.max(redis.call('PTTL', KEYS[1]), 0)
+if #marks > 0 then
+  redis.call('SADD', KEYS[3], unpack(marks))
+  local mark_left = redis.call('PTTL', KEYS[3])
+  redis.call('PEXPIRE', KEYS[3], math.max(left + 60000, mark_left))
+end
+redis.call('DEL', KEYS[1])
+if kind == 'semaphore' and redis.call('EXISTS', KEYS[4]) == 1 then
+  for _, owner in ipairs(marks) do
+    redis.call('HDEL', KEYS[4], owner)
+  end
+  redis.call('HSET', KEYS[4], 'used', 0)
+end
+wake_all(ARGV[1])
+local reply = {kind, token}
+for _, holder in ipairs(holders) do
+  reply[#reply + 1] = holder
+end
+return reply

@@ -1,0 +1,159 @@
+//! `Client::break_lock` on a real server: a held lock of each kind is freed on purpose, its
+//! holder's `lost()` fires with `Broken` at its next renewal (its release says so too), a
+//! waiter gets the lock, the fencing counter passed every token so the old holder's fenced
+//! write is refused once the new one wrote; a free lock is left alone; a key that is no lock's
+//! is refused with nothing changed.
+
+use std::time::Duration;
+
+use redis_locks::{Client, Error, LostReason, MutexOptions, RwLockOptions};
+use test_support::RedisServer;
+
+/// Options with a short lease renewed by the watchdog (renewals every 100 ms).
+fn short() -> MutexOptions {
+    MutexOptions::default()
+        .lease(Duration::from_millis(300))
+        .watchdog(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_mutex_tells_its_holder_and_lets_a_waiter_in_with_a_higher_token() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mutex = client.mutex_with("jobs:nightly", short()).unwrap();
+    let guard = mutex.lock().await.unwrap();
+    let resource = client.fenced_key("report").unwrap();
+    resource
+        .set(guard.fencing_token(), "old holder")
+        .await
+        .unwrap();
+    let waiter_client = Client::connect(&server.url()).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let mutex = waiter_client.mutex("jobs:nightly").unwrap();
+        let guard = mutex.lock().await.unwrap();
+        let token = guard.fencing_token();
+        waiter_client
+            .fenced_key("report")
+            .unwrap()
+            .set(token, "new holder")
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        token
+    });
+    // Let the waiter wait.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let broken = client.break_lock("jobs:nightly").await.unwrap();
+    assert_eq!(broken.kind.as_deref(), Some("mutex"));
+    assert_eq!(broken.holders.len(), 1);
+    assert!(broken.fencing_counter > guard.fencing_token());
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fires at the next renewal");
+    assert_eq!(lost, LostReason::Broken);
+    let new_token = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap();
+    assert!(
+        new_token > broken.fencing_counter,
+        "a token past the break's"
+    );
+    // The old holder's next fenced write is refused.
+    let refused = resource
+        .set(guard.fencing_token(), "late")
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Error::StaleToken { .. }), "{refused}");
+    assert_eq!(resource.get().await.unwrap().as_deref(), Some("new holder"));
+    // A free lock is left as it is.
+    let free = client.break_lock("jobs:nightly").await.unwrap();
+    assert_eq!(free.kind, None);
+    assert!(free.holders.is_empty());
+    assert_eq!(free.fencing_counter, new_token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_is_broken_and_its_holders_told() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let rwlock = client
+        .rwlock_with(
+            "cart",
+            RwLockOptions::default()
+                .lease(Duration::from_millis(300))
+                .watchdog(true),
+        )
+        .unwrap();
+    let read = rwlock.read().await.unwrap();
+    let broken = client.break_lock("cart").await.unwrap();
+    assert_eq!(broken.kind.as_deref(), Some("rwlock"));
+    assert!(broken.holders[0].starts_with("r "), "{:?}", broken.holders);
+    let lost = tokio::time::timeout(Duration::from_secs(5), read.lost()).await;
+    assert_eq!(lost.unwrap(), LostReason::Broken);
+    // Free for a writer now.
+    rwlock.try_write().await.unwrap().release().await.unwrap();
+
+    let semaphore = client.semaphore("slots", 2).unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    let second = semaphore.acquire().await.unwrap();
+    let broken = client.break_lock("slots").await.unwrap();
+    assert_eq!(broken.kind.as_deref(), Some("semaphore"));
+    assert_eq!(broken.holders.len(), 2);
+    assert_eq!(semaphore.available().await.unwrap(), 2, "both permits free");
+    // The broken holder's release says it was broken.
+    match permit.release().await {
+        Err(Error::NotHeld { reason, .. }) => assert_eq!(reason, LostReason::Broken),
+        other => panic!("a broken permit's release: {other:?}"),
+    }
+    drop(second);
+
+    let reentrant = client.reentrant_mutex("ledger").unwrap();
+    let held = reentrant.lock().await.unwrap();
+    assert_eq!(
+        client.break_lock("ledger").await.unwrap().kind.as_deref(),
+        Some("reentrant")
+    );
+    drop(held);
+    let fair = client.fair_mutex("queue").unwrap();
+    let held = fair.lock().await.unwrap();
+    assert_eq!(
+        client.break_lock("queue").await.unwrap().kind.as_deref(),
+        Some("mutex")
+    );
+    match held.release().await {
+        Err(Error::NotHeld { reason, .. }) => assert_eq!(reason, LostReason::Broken),
+        other => panic!("a broken FairMutex's release: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_key_that_is_no_lock_is_refused_and_left_as_it_is() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut raw = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("queue-of-jobs")
+        .arg("a")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = client.break_lock("queue-of-jobs").await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err}");
+    let len: i64 = redis::cmd("LLEN")
+        .arg("queue-of-jobs")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(len, 1);
+    let counter: Option<String> = redis::cmd("GET")
+        .arg("{queue-of-jobs}:fence")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(counter, None, "no counter written");
+}
