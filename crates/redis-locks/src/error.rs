@@ -447,6 +447,23 @@ pub enum Error {
         /// The underlying error.
         source: redis::RedisError,
     },
+    /// A [`blocking`](crate::blocking) call was made inside a tokio runtime (a task, a
+    /// `block_on`, a `spawn_blocking` closure): it would block a thread the runtime may need.
+    /// Nothing was sent. Use the async API there, or call from a thread of your own.
+    #[error(
+        "redis_locks::blocking::{call} was called inside a tokio runtime; use the async API there"
+    )]
+    InsideRuntime {
+        /// The blocking call refused (`"Mutex::lock"`, say).
+        call: &'static str,
+    },
+    /// The private runtime of a [`blocking`](crate::blocking) client could not be started
+    /// (the system refused a thread, say).
+    #[error("the blocking client's runtime could not be started: {source}")]
+    RuntimeStart {
+        /// What the system said.
+        source: std::io::Error,
+    },
     /// Redis answered with a reply the lock scripts never produce (a bug, or a foreign script
     /// loaded under the same SHA).
     #[error("unexpected reply from Redis during {phase}: {detail}")]

@@ -6,6 +6,7 @@
 // request to Redis); lease (the held lock: guard core, watchdog, owed release) and wait (the
 // one acquire loop); client; then one folder per primitive. A primitive depends on the core,
 // never the reverse.
+pub mod blocking;
 mod client;
 mod engine;
 mod error;
