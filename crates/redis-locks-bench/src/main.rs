@@ -73,10 +73,6 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
-    if let redis_locks_bench::Bench::Timeline(args) = &cli.bench {
-        // A drawing: no Redis, no private server.
-        return redis_locks_bench::timeline::run(args).map(|()| 0);
-    }
     if let redis_locks_bench::Bench::Transports(args) = &cli.bench {
         // Its own private servers: a plaintext, a TLS one, a master with a replica.
         return redis_locks_bench::transports::run(args, cli.json).await;
