@@ -288,8 +288,9 @@ mod tests {
         }
         assert_eq!(svg.matches(">p0t1</text>").count(), 2);
         assert!(svg.contains("height=\"640\""), "two panels");
+        // Ticks every 50 ms over 200 ms, written without decimals.
         assert!(
-            svg.contains(">175</text>") && !svg.contains(">200.0"),
+            svg.contains(">150</text>") && !svg.contains(">150.0"),
             "ticks: {svg}"
         );
         // The caption is escaped: the document stays well formed.
