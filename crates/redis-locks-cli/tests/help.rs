@@ -45,7 +45,8 @@ fn the_programs_help_fits_one_80_by_24_screen_with_a_line_per_command() {
 
 #[test]
 fn each_commands_help_has_its_paragraph_and_ends_with_examples() {
-    for command in ["run", "status", "check", "demo"] {
+    // `bench --help` is the benchmarks program's (built beside `redis-locks` by a workspace build).
+    for command in ["run", "status", "check", "demo", "bench"] {
         let out = redis_locks(&[command, "--help"]);
         assert_eq!(out.status.code(), Some(0), "{command}");
         let help = stdout(&out);
