@@ -406,10 +406,39 @@ fn a_dropped_guard_has_released_when_drop_returns() {
 }
 
 #[test]
+fn the_watchdog_keeps_a_blocking_guard_past_its_lease() {
+    let server = server();
+    let client = client(&server);
+    let options = MutexOptions::default()
+        .lease(Duration::from_millis(300))
+        .watchdog(true);
+    let mutex = client.mutex_with("blocking:renewed", options).unwrap();
+    let guard = mutex.lock().unwrap();
+    assert!(guard.is_renewed());
+    let lost = guard.lost();
+    // Hold for three leases with no call on this thread: the runtime's worker renews.
+    std::thread::sleep(Duration::from_millis(900));
+    assert!(lost.try_recv().is_err(), "still held");
+    assert_eq!(guard.lost_reason(), None);
+    assert!(exists(&server, "blocking:renewed"));
+    assert!(guard.lease_remaining() > Duration::ZERO);
+    assert!(
+        client
+            .mutex("blocking:renewed")
+            .unwrap()
+            .try_lock()
+            .unwrap_err()
+            .is_held()
+    );
+    guard.release().unwrap();
+}
+
+#[test]
 fn lost_tells_the_holder_once_the_server_forgot_the_key() {
     let server = server();
     let client = client(&server);
-    let options = MutexOptions::default().lease(Duration::from_millis(600));
+    let lease = Duration::from_millis(600);
+    let options = MutexOptions::default().lease(lease).watchdog(true);
     let mutex = client.mutex_with("blocking:forgotten", options).unwrap();
     let guard = mutex.lock().unwrap();
     let lost = guard.lost();
@@ -420,29 +449,34 @@ fn lost_tells_the_holder_once_the_server_forgot_the_key() {
         .query(&mut raw(&server))
         .unwrap();
     assert_eq!(deleted, 1);
-    // The watchdog renews every third of the lease: the lock is known lost by the end of
-    // the lease at the latest.
+    let deleted_at = Instant::now();
+    // The watchdog renews every third of the lease: its next renewal finds the key gone.
     let reason = lost
         .recv_timeout(Duration::from_secs(10))
         .expect("lost() fires");
-    assert_ne!(reason, LostReason::Released);
-    assert!(guard.lost_reason().is_some());
+    assert_eq!(reason, LostReason::Expired);
+    assert!(
+        deleted_at.elapsed() < lease,
+        "told by a renewal, before the lease could end: {:?}",
+        deleted_at.elapsed()
+    );
+    assert_eq!(guard.lost_reason(), Some(LostReason::Expired));
     assert!(guard.release().unwrap_err().is_not_held());
 
-    // The same for an RwLock's hold, and a channel asked for after the loss.
-    let rw = client.rwlock("blocking:forgotten-rw").unwrap();
+    // Without the watchdog, by the lease's end at the latest; for an RwLock's hold, and a
+    // channel asked for after the key was deleted.
+    let options = redis_locks::RwLockOptions::default().lease(lease);
+    let rw = client
+        .rwlock_with("blocking:forgotten-rw", options)
+        .unwrap();
     let read = rw.read().unwrap();
     redis::cmd("DEL")
         .arg("blocking:forgotten-rw")
         .exec(&mut raw(&server))
         .unwrap();
-    assert!(
-        read.extend(Duration::from_secs(5))
-            .unwrap_err()
-            .is_not_held()
-    );
     let reason = read.lost().recv_timeout(Duration::from_secs(10)).unwrap();
     assert_ne!(reason, LostReason::Released);
+    assert!(read.release().unwrap_err().is_not_held());
 }
 
 #[test]
