@@ -13,7 +13,6 @@ mod market;
 mod multilock;
 mod stats;
 mod throughput;
-pub mod timeline;
 pub mod transports;
 
 use std::time::Duration;
@@ -59,10 +58,6 @@ pub enum Bench {
     /// One process's share of `handoff --processes N` (started by `handoff`).
     #[command(hide = true)]
     HandoffWorker(HandoffWorkerArgs),
-    /// Draws the timeline of a `redis-locks check` (JSON on standard input) into an SVG
-    /// file: what `redis-locks check --chart` runs. Needs no Redis.
-    #[command(hide = true)]
-    Timeline(timeline::TimelineArgs),
 }
 
 impl Bench {
@@ -109,8 +104,6 @@ pub async fn run(target: &RedisTarget, bench: &Bench, json: bool) -> Result<(), 
         Bench::Multilock(args) => multilock::run(target.endpoint(), args, json).await,
         Bench::HoldMany(args) => hold_many::run(target.endpoint(), args, json).await,
         Bench::HandoffWorker(args) => handoff::worker_process(target.endpoint(), args).await,
-        // Drawn before any Redis is resolved (see main.rs); here for completeness.
-        Bench::Timeline(args) => timeline::run(args),
         Bench::Transports(args) => transports::run(args, json).await.map(drop),
     }
 }

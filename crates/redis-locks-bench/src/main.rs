@@ -63,7 +63,14 @@ invariant) or the chart cannot be written; 64 bad usage (--cluster with --redis 
 not one, TLS settings that cannot be used, TLS files with private servers); 66 a TLS file \
 cannot be read; 69 Redis unreachable, not Redis, a plaintext server behind rediss://, too \
 slow, or refusing the command, or no private server; 77 Redis refused access (NOAUTH, \
-WRONGPASS, NOPERM) or a TLS certificate; 65 and 70 as `redis-locks --help` says.";
+WRONGPASS, NOPERM) or a TLS certificate; 65 and 70 as `redis-locks --help` says.
+
+Examples:
+  redis-locks bench throughput --workers 16 --duration 10s
+  redis-locks bench throughput --kind redlock --nodes 3
+  redis-locks bench handoff --kind fair-mutex --workers 8
+  redis-locks bench market --duration 60s --chart market.svg
+  redis-locks bench throughput --cluster --json";
 
 fn main() -> ExitCode {
     match cli_support::parse::<Cli>() {
@@ -73,10 +80,6 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
-    if let redis_locks_bench::Bench::Timeline(args) = &cli.bench {
-        // A drawing: no Redis, no private server.
-        return redis_locks_bench::timeline::run(args).map(|()| 0);
-    }
     if let redis_locks_bench::Bench::Transports(args) = &cli.bench {
         // Its own private servers: a plaintext, a TLS one, a master with a replica.
         return redis_locks_bench::transports::run(args, cli.json).await;

@@ -28,13 +28,24 @@ use cli_support::topology::TopologyArgs;
 
 /// Distributed locks on Redis: owner tokens, leases, fencing tokens.
 #[derive(Debug, Parser)]
-#[command(name = "redis-locks", version, about, after_help = EXIT_CODES)]
+#[command(name = "redis-locks", version, about, after_help = SUMMARY)]
 struct Cli {
     #[command(subcommand)]
     command: Commands,
 }
 
-const EXIT_CODES: &str = "Redis: --redis URL (REDIS_URL; several: a Redlock's servers), \
+/// The end of `redis-locks --help`: the exit codes in short (the whole screen fits 80×24).
+const SUMMARY: &str = "\
+Exit codes: 0 success (run: the command's own); 1 a check failed; 64 bad usage;
+65 a key holds something else; 69 Redis unreachable or refusing; 70 the lock was
+lost; 75 not acquired within --wait; 77 access refused; 127 command not started.
+`redis-locks COMMAND --help` says more, with examples; docs/cli.md has it all.";
+
+/// The Redis flags and every exit code with its causes: in each command's `--help`, before
+/// its examples.
+macro_rules! redis_and_exit_codes {
+    () => {
+        "Redis: --redis URL (REDIS_URL; several: a Redlock's servers), \
 --cluster URL... (REDIS_CLUSTER: a Redis Cluster's seed nodes) or --sentinel URL... --master NAME \
 (REDIS_SENTINEL, REDIS_MASTER: a master watched by Redis Sentinels), one of the three; the command \
 line wins over the environment. A bare --cluster or --sentinel starts a private cluster of 3 \
@@ -65,28 +76,16 @@ the lock was lost during the run (or Redis gave a reply the lock never expects);
 majority of the --redis servers of a Redlock answers; 75 the lock was not acquired within --wait; \
 77 Redis refused access (NOAUTH, WRONGPASS, NOPERM) or a TLS certificate (the server's not \
 trusted: another CA, another host name, expired; or this client's refused or missing); 127 the \
-command could not be started.";
+command could not be started."
+    };
+}
 
 #[derive(Debug, Subcommand)]
 enum Commands {
-    /// Show the locks at work: the lottery (exactly one instance draws), then a contention
-    /// round checked for overlaps and fencing-token order.
-    Demo {
-        #[command(flatten)]
-        topology: TopologyArgs,
-        #[command(flatten)]
-        settings: SettingsArgs,
-        #[command(flatten)]
-        replication: ReplicationArgs,
-        /// Redis to use; without it a private redis-server is started (and installed from
-        /// Debian's packages when missing).
-        #[arg(long, env = "REDIS_URL")]
-        redis: Option<String>,
-        #[command(flatten)]
-        args: demo::DemoArgs,
-    },
-    /// Run a command while holding a lock (a distributed flock): acquire, run it with the
-    /// lease renewed in the background, release when it exits. The lock is the Mutex NAME,
+    /// Run a command while holding a lock (a distributed flock)
+    ///
+    /// Acquires the lock, runs the command with the lease renewed in the background, and
+    /// releases when it exits. The lock is the Mutex NAME,
     /// or with --shared / --exclusive the read / write side of the RwLock NAME (flock -s /
     /// -x: many shared runs at once, or one exclusive), or with --permits N a permit of the
     /// Semaphore NAME (at most N such runs at once); several names take the Mutex of each
@@ -97,6 +96,20 @@ enum Commands {
     /// REDIS_LOCKS_PERMITS; it runs in a process group of
     /// its own, and if the lock is lost the whole group gets SIGTERM, then SIGKILL after
     /// --grace. Ctrl-C / SIGTERM / SIGHUP are passed on to the group.
+    #[command(after_long_help = concat!(redis_and_exit_codes!(), "
+
+Examples:
+  # The nightly job on one machine at a time; the others wait up to 10 s
+  redis-locks run jobs:nightly --redis redis://10.0.0.5:6379 --wait 10s -- ./nightly.sh
+  # At most 4 downloads at once
+  redis-locks run downloads --permits 4 -- curl -O https://example.com/big.iso
+  # Readers together, a writer alone (flock -s / -x)
+  redis-locks run report --shared -- ./read-report.sh
+  redis-locks run report --exclusive -- ./write-report.sh
+  # Two accounts, all or none, whatever the order given
+  redis-locks run account:42 account:7 -- ./transfer.sh 42 7
+  # A Redlock over three independent servers
+  redis-locks run jobs:nightly --redis redis://a:6379,redis://b:6379,redis://c:6379 -- ./nightly.sh"))]
     Run {
         #[command(flatten)]
         topology: TopologyArgs,
@@ -113,9 +126,18 @@ enum Commands {
         #[command(flatten)]
         args: run::RunArgs,
     },
-    /// List every lock on the server (on a cluster, on every master; under Sentinel, on the
+    /// List every lock of a server: kind, holders, lease, waiters, counter
+    ///
+    /// Lists every lock on the server (on a cluster, on every master; under Sentinel, on the
     /// master): its kind, holders, shortest lease left, waiters and fencing counter, found
     /// with SCAN (never KEYS). A lock released or expired shows as free with its counter.
+    /// PATTERN is a glob on the names.
+    #[command(after_long_help = concat!(redis_and_exit_codes!(), "
+
+Examples:
+  redis-locks list
+  redis-locks list 'jobs:*' --json | jq '.locks[] | select(.waiting > 0)'
+  redis-locks list --cluster redis://10.0.0.1:7000"))]
     List {
         #[command(flatten)]
         listed: list::ListedArgs,
@@ -123,9 +145,16 @@ enum Commands {
         #[arg(long)]
         json: bool,
     },
-    /// Show the locks of `list` live in the terminal: read again every --interval, the most
+    /// Show the locks live in the terminal, the most waited-for first
+    ///
+    /// Shows the locks of `list` live in the terminal: read again every --interval, the most
     /// waited-for first, each lease counting down. q, Esc or Ctrl-C quits. Needs a terminal
     /// (exits 64 without one: use `list --json` in scripts).
+    #[command(after_long_help = concat!(redis_and_exit_codes!(), "
+
+Examples:
+  redis-locks top
+  redis-locks top 'jobs:*' --interval 500ms"))]
     Top {
         #[command(flatten)]
         listed: list::ListedArgs,
@@ -133,12 +162,21 @@ enum Commands {
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         interval: std::time::Duration,
     },
-    /// Show a lock: held or free, the holder, its lease, how many processes wait for it now,
+    /// Show a lock: its holder, lease, waiters and fencing counter
+    ///
+    /// Shows a lock: held or free, the holder, its lease, how many processes wait for it now,
     /// the fencing counter, and which node serves it (on a cluster: the master of its hash
     /// slot; under Sentinel: the current master). For an RwLock (or a ReentrantMutex): its kind, every hold with
     /// its mode, owner, lease and fencing token, and the readers and writers waiting in line.
     /// For a Semaphore: N, the permits in use, every holder with its permits and lease, and
     /// how many wait.
+    #[command(after_long_help = concat!(redis_and_exit_codes!(), "
+
+Examples:
+  redis-locks status jobs:nightly
+  redis-locks status jobs:nightly --json | jq .holder
+  redis-locks status jobs:nightly --cluster redis://10.0.0.1:7000
+  redis-locks status jobs:nightly --redis redis://a:6379,redis://b:6379,redis://c:6379"))]
     Status {
         /// The lock's name.
         name: String,
@@ -155,20 +193,9 @@ enum Commands {
         #[arg(long)]
         json: bool,
     },
-    /// Measure performance: `throughput` (lock cost), `handoff` (one contended lock) and
-    /// `market` (the "Redis in Action" market simulation).
+    /// Check that locks stay safe under faults; seed 000's locks for contrast
     ///
-    /// The benchmarks are a program of their own, `redis-locks-bench`, looked for beside this
-    /// one and then on PATH: `redis-locks bench ARGS...` runs `redis-locks-bench ARGS...` and
-    /// ends as it does (`redis-locks bench --help` lists the benchmarks and their options). If
-    /// it is not found, exit 69; `cargo build --release -p redis-locks-bench` builds it.
-    #[command(disable_help_flag = true)]
-    Bench {
-        /// The benchmark and its options (`--redis URL`, `--json`, ...), passed on as they are.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<OsString>,
-    },
-    /// Check that locks stay safe under faults: worker processes contend for one lock, each
+    /// Worker processes contend for one lock, each
     /// holder doing a read-modify-write of a fenced resource, while faults are injected
     /// (holders killed or stopped, the server frozen, restarted, cut off...). Every holding is
     /// recorded and checked: no two holders at once unless the earlier was told it lost the
@@ -182,9 +209,55 @@ enum Commands {
     /// holds, 1 when one fails or the run is interrupted. With --cluster or --sentinel (bare:
     /// private ones, started once for the whole check) the faults are none, holder-kill,
     /// holder-pause and client-clock-step, the primitives all but redlock, the algorithm ours.
+    #[command(after_long_help = concat!(redis_and_exit_codes!(), "
+
+Examples:
+  redis-locks check                              # the default faults, private server
+  redis-locks check --fault server-pause+holder-kill --algorithm ours --algorithm setnx-expire
+  redis-locks check --primitive semaphore --permits 3
+  redis-locks check --long --chart check.svg     # every fault, with a timeline"))]
     Check {
         #[command(flatten)]
         args: check::CheckArgs,
+    },
+    /// Show the locks at work on a private redis-server
+    ///
+    /// Shows the locks at work: the lottery (exactly one instance draws), then a contention
+    /// round checked for overlaps and fencing-token order.
+    #[command(after_long_help = concat!(redis_and_exit_codes!(), "
+
+Examples:
+  redis-locks demo                              # on a private redis-server
+  redis-locks demo --redis redis://127.0.0.1:7000
+  redis-locks demo --cluster                    # on a private Redis Cluster"))]
+    Demo {
+        #[command(flatten)]
+        topology: TopologyArgs,
+        #[command(flatten)]
+        settings: SettingsArgs,
+        #[command(flatten)]
+        replication: ReplicationArgs,
+        /// Redis to use; without it a private redis-server is started (and installed from
+        /// Debian's packages when missing).
+        #[arg(long, env = "REDIS_URL")]
+        redis: Option<String>,
+        #[command(flatten)]
+        args: demo::DemoArgs,
+    },
+    /// Measure performance: throughput, handoff, market (redis-locks-bench)
+    ///
+    /// Measures performance: `throughput` (lock cost), `handoff` (one contended lock) and
+    /// `market` (the "Redis in Action" market simulation).
+    ///
+    /// The benchmarks are a program of their own, `redis-locks-bench`, looked for beside this
+    /// one and then on PATH: `redis-locks bench ARGS...` runs `redis-locks-bench ARGS...` and
+    /// ends as it does (`redis-locks bench --help` lists the benchmarks and their options). If
+    /// it is not found, exit 69; `cargo build --release -p redis-locks-bench` builds it.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The benchmark and its options (`--redis URL`, `--json`, ...), passed on as they are.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
     },
     /// One worker process of `check` (started by `check`).
     #[command(hide = true)]

@@ -16,8 +16,8 @@ use cli_support::exit::CliError;
 ///
 /// # Errors
 /// What connecting to a server said; for a Redlock with no majority reachable, the
-/// connection error of the first node (in the order given) that could not be reached (exit
-/// 69), after a line on stderr that says no majority could be reached.
+/// `NoQuorum` error that names every node's state (exit 69), after a line on stderr that
+/// says no majority could be reached.
 pub async fn connect_all(endpoint: &Endpoint) -> Result<Vec<Client>, CliError> {
     let urls = match endpoint.place() {
         Place::Servers(urls) if urls.len() > 1 => urls,
@@ -27,7 +27,7 @@ pub async fn connect_all(endpoint: &Endpoint) -> Result<Vec<Client>, CliError> {
     let options = endpoint.settings().apply(Redlock::node_options())?;
     let nodes = match Redlock::connect_nodes_with(urls, options).await {
         Ok(nodes) => nodes,
-        Err(err) if err.is_connection() => {
+        Err(err @ redis_locks::Error::NoQuorum { .. }) => {
             eprintln!("redis-locks: no majority of the {count} nodes could be reached");
             return Err(err.into());
         }

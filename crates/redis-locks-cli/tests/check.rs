@@ -645,6 +645,26 @@ fn the_table_and_the_chart_show_every_run() {
     let svg = std::fs::read_to_string(&chart).unwrap();
     assert!(svg.starts_with("<svg"), "{}", &svg[..100.min(svg.len())]);
     assert!(svg.contains("naive-del / holder-pause"));
+    // A bar per holding: 2 runs of 2 processes × 10 acquisitions at least.
+    assert!(svg.matches("class=\"bar\"").count() >= 40, "bars drawn");
+    assert!(
+        svg.matches("class=\"fault\"").count() >= 2,
+        "the pauses drawn"
+    );
+}
+
+#[test]
+fn a_chart_that_cannot_be_written_fails_before_any_run() {
+    let started = std::time::Instant::now();
+    let out = redis_locks(&["check", "--chart", "/no/such/dir/timeline.svg"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write there"), "{err}");
+    assert!(stdout(&out).is_empty(), "no run was made: {}", stdout(&out));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "nothing was started first"
+    );
 }
 
 #[test]

@@ -63,7 +63,7 @@ impl std::fmt::Display for LostReason {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Vote {
-    /// The node granted the lock (or did what was asked: released, extended).
+    /// The node granted the lock (or did what was asked: released, extended, connected).
     Granted,
     /// Another owner holds the lock on this node (for a release or extension: the lock is
     /// gone or another owner's there), with its remaining lease when known.
@@ -104,6 +104,14 @@ impl std::fmt::Display for NodeVote {
             Vote::Pending => f.write_str("no answer yet when the outcome was decided"),
         }
     }
+}
+
+/// `lock "NAME": ` before a message about the lock `name`; nothing without a name.
+fn fmt_lock(name: &str) -> String {
+    if name.is_empty() {
+        return String::new();
+    }
+    format!("lock {}: ", fmt_name(name))
 }
 
 fn fmt_votes(votes: &[NodeVote]) -> String {
@@ -418,9 +426,13 @@ pub enum Error {
     /// others, which is [`Error::Held`]), or a majority granted but the fencing token could
     /// not be raised on a majority (their keys gone by then). `votes` says what each node
     /// answered. After a failed acquire, whatever a node granted has been released.
-    #[error("lock {name:?}: {phase} needs {needed} of {} nodes and could not get them ({})", votes.len(), fmt_votes(votes))]
+    /// Also [`Redlock::connect_nodes`](crate::Redlock::connect_nodes) when too many nodes
+    /// cannot be reached for a majority: `phase` is [`Phase::Connect`], `name` empty, and
+    /// each vote [`Vote::Granted`] (connected), [`Vote::Failed`] with its error, or
+    /// [`Vote::Pending`] (still connecting).
+    #[error("{}{phase} needs {needed} of {} nodes and could not get them ({})", fmt_lock(name), votes.len(), fmt_votes(votes))]
     NoQuorum {
-        /// The lock name.
+        /// The lock name (empty for [`Redlock::connect_nodes`](crate::Redlock::connect_nodes)).
         name: String,
         /// What was being done.
         phase: Phase,
@@ -455,6 +467,23 @@ pub enum Error {
         phase: Phase,
         /// The underlying error.
         source: redis::RedisError,
+    },
+    /// A [`blocking`](crate::blocking) call was made inside a tokio runtime (a task, a
+    /// `block_on`, a `spawn_blocking` closure): it would block a thread the runtime may need.
+    /// Nothing was sent. Use the async API there, or call from a thread of your own.
+    #[error(
+        "redis_locks::blocking::{call} was called inside a tokio runtime; use the async API there"
+    )]
+    InsideRuntime {
+        /// The blocking call refused (`"Mutex::lock"`, say).
+        call: &'static str,
+    },
+    /// The private runtime of a [`blocking`](crate::blocking) client could not be started
+    /// (the system refused a thread, say).
+    #[error("the blocking client's runtime could not be started: {source}")]
+    RuntimeStart {
+        /// What the system said.
+        source: std::io::Error,
     },
     /// Redis answered with a reply the lock scripts never produce (a bug, or a foreign script
     /// loaded under the same SHA).

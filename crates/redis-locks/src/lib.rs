@@ -1,11 +1,12 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs, unreachable_pub, missing_debug_implementations)]
 
 // The layers, from the bottom up: error, key, token and state (plain types); node (every
 // request to Redis); lease (the held lock: guard core, watchdog, owed release) and wait (the
 // one acquire loop); client; then one folder per primitive. A primitive depends on the core,
 // never the reverse.
+pub mod blocking;
 mod breaking;
 mod client;
 mod engine;

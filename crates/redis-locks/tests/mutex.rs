@@ -264,24 +264,3 @@ async fn companion_keys_follow_hash_tags() {
     assert!(exists(&server, "{tenant-9}:cart:fence"));
     guard.release().await.unwrap();
 }
-
-#[test]
-fn handles_guards_and_futures_are_send_sync_static() {
-    fn send_sync<T: Send + Sync + 'static>() {}
-    fn send<T: Send>(_: &T) {}
-    send_sync::<redis_locks::Client>();
-    send_sync::<redis_locks::Mutex>();
-    send_sync::<redis_locks::MutexGuard>();
-    send_sync::<redis_locks::Error>();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _enter = rt.enter();
-    let server = server();
-    let client = rt.block_on(client(&server));
-    let mutex = client.mutex("bounds").unwrap();
-    send(&mutex.lock());
-    send(&mutex.try_lock());
-    send(&mutex.lock_timeout(Duration::ZERO));
-}

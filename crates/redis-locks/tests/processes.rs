@@ -81,12 +81,7 @@ async fn mutual_exclusion_across_tasks_and_processes() {
     let report = history.check();
     eprintln!("{report}");
     // The processes really competed with the tasks: their holdings interleave in time.
-    let mut sorted = history.intervals();
-    sorted.sort_by_key(|i| i.start);
-    let switches = sorted
-        .windows(2)
-        .filter(|w| w[0].worker.starts_with("process") != w[1].worker.starts_with("process"))
-        .count();
+    let switches = common::process_switches(&history);
     eprintln!("{switches} hand-overs between a process and a task");
     assert!(
         switches >= 10,
@@ -97,16 +92,7 @@ async fn mutual_exclusion_across_tasks_and_processes() {
         TASKS * PER_TASK + PROCESSES * PER_PROCESS
     );
     assert!(report.acquisitions >= 2_000);
-    assert!(
-        report.overlaps.is_empty(),
-        "overlaps: {:?}",
-        report.overlaps
-    );
-    assert!(
-        report.token_regressions.is_empty(),
-        "regressions: {:?}",
-        report.token_regressions
-    );
+    common::assert_exclusive(&report);
 }
 
 #[test]

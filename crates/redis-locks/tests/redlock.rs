@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{
-    Client, Error, LostReason, NODE_GRACE, NodeStart, Redlock, RedlockGuard, RedlockOptions, Vote,
+    Client, Error, LostReason, NODE_GRACE, NodeStart, Phase, Redlock, RedlockGuard, RedlockOptions,
+    Vote,
 };
 use test_support::RedisServer;
 use tokio::time::Instant;
@@ -693,12 +694,47 @@ async fn a_node_down_at_the_start_gets_the_key_once_it_is_back() {
 }
 
 #[tokio::test]
-async fn connect_nodes_without_a_majority_is_the_first_unreachable_nodes_error() {
+async fn connect_nodes_without_a_majority_names_every_nodes_state() {
     let mut servers = test_support::start_many(3).unwrap();
     servers[0].kill();
     servers[2].kill();
-    let err = Redlock::connect_nodes(&urls(&servers)).await.unwrap_err();
-    assert!(err.is_connection(), "{err:?}");
+    let urls = urls(&servers);
+    let err = Redlock::connect_nodes(&urls).await.unwrap_err();
+    let Error::NoQuorum {
+        phase,
+        needed,
+        votes,
+        ..
+    } = &err
+    else {
+        panic!("expected NoQuorum, got {err:?}");
+    };
+    assert_eq!((*phase, *needed, votes.len()), (Phase::Connect, 2, 3));
+    for (vote, url) in votes.iter().zip(&urls) {
+        assert_eq!(&vote.url, url);
+    }
+    // Both dead nodes failed with their connection error; the live one connected, or was
+    // still connecting when the second failure decided.
+    for down in [0, 2] {
+        assert!(
+            matches!(&votes[down].vote, Vote::Failed(err) if err.is_connection()),
+            "{:?}",
+            votes[down]
+        );
+    }
+    assert!(
+        matches!(votes[1].vote, Vote::Granted | Vote::Pending),
+        "{:?}",
+        votes[1]
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("connect needs 2 of 3 nodes"),
+        "{message}"
+    );
+    for url in &urls {
+        assert!(message.contains(url.as_str()), "{url} in {message}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -728,10 +764,20 @@ async fn a_node_late_at_the_start_gets_the_key_at_a_renewal() {
 #[tokio::test]
 async fn a_release_after_the_lease_says_the_lock_is_gone() {
     let (_servers, clients) = nodes(3).await;
-    let lock = Redlock::with_options(&clients, "rl:expired", options(50, 10)).unwrap();
+    // A node timeout that holds on a loaded machine (10 ms did not: all three nodes timed out).
+    let lock = Redlock::with_options(&clients, "rl:expired", options(400, 150)).unwrap();
     let guard = lock.try_lock().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(120)).await;
-    let other = lock.try_lock().await.expect("free after the lease");
+    // Free once the lease (no watchdog) has ended on a majority.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let other = loop {
+        match lock.try_lock().await {
+            Ok(other) => break other,
+            Err(err) if err.is_held() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(err) => panic!("free after the lease: {err:?}"),
+        }
+    };
     let err = guard.release().await.unwrap_err();
     assert!(
         matches!(

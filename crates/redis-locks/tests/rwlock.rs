@@ -11,7 +11,7 @@ use common::{
     assert_not_held, child_main, children, client, env, eventually, exists, holds_of, raw,
     report_holds, say_go, server, shared_holds_of, wait_for_go,
 };
-use redis_locks::history::{History, Interval, now_nanos};
+use redis_locks::history::{History, now_nanos};
 use redis_locks::{Client, Error, LeaseOptions, LostReason, RwLockOptions};
 use test_support::ChildProcess;
 use tokio::time::Instant;
@@ -31,17 +31,7 @@ async fn hold_for_a_moment(history: &History, worker: &str, token: u64, shared: 
     let start = now_nanos();
     // Long enough for readers to meet (a few ms), short enough to keep the test quick.
     tokio::time::sleep(Duration::from_millis(1)).await;
-    let interval = Interval {
-        worker: worker.to_string(),
-        token,
-        start,
-        end: now_nanos(),
-    };
-    if shared {
-        history.record_shared(interval);
-    } else {
-        history.record(interval);
-    }
+    common::record_since(history, worker, token, start, shared);
 }
 
 /// `readers` reader tasks and `writers` writer tasks, each `count` acquisitions of "rw".

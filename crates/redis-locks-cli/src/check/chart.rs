@@ -1,13 +1,10 @@
 //! `check --chart FILE.svg`: a timeline of every run, one panel each: a lane per task, a bar
 //! per holding, and each fault as a band over the lanes. This module says what to draw (a
-//! [`Timeline`]); the benchmarks program draws it (`redis-locks-bench timeline`, see
-//! `redis-locks-bench/src/timeline.rs` for the colours), so this binary links no plotting
-//! library.
+//! [`Timeline`]); `cli_support::timeline` writes the SVG (rectangles and text), so this binary
+//! links no plotting library.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use cli_support::exit::CliError;
 use cli_support::timeline::{Bar, BarKind, Panel, Timeline};
@@ -15,11 +12,24 @@ use cli_support::timeline::{Bar, BarKind, Panel, Timeline};
 use super::scenario::{Record, Scenario};
 use super::verdict::Verdict;
 
-/// Draws the runs into an SVG file at `path`, through the benchmarks program.
+/// Fails now if the chart cannot be written at `path` (a missing directory, no permission),
+/// rather than after the runs: creates the file, empty until [`draw`] fills it.
 ///
 /// # Errors
-/// [`CliError::Unavailable`] without the benchmarks program; [`CliError::CheckFailed`] when
-/// it could not write the file.
+/// [`CliError::CheckFailed`] naming the file.
+pub fn can_write(path: &Path) -> Result<(), CliError> {
+    std::fs::File::create(path).map(drop).map_err(|err| {
+        CliError::CheckFailed(format!(
+            "chart {}: cannot write there: {err}",
+            path.display()
+        ))
+    })
+}
+
+/// Draws the runs into an SVG file at `path`.
+///
+/// # Errors
+/// [`CliError::CheckFailed`] when the file cannot be written.
 pub fn draw(path: &Path, runs: &[(&Scenario, &Record, &Verdict)]) -> Result<(), CliError> {
     let timeline = Timeline {
         runs: runs
@@ -27,32 +37,8 @@ pub fn draw(path: &Path, runs: &[(&Scenario, &Record, &Verdict)]) -> Result<(), 
             .map(|(scenario, record, verdict)| panel(scenario, record, verdict))
             .collect(),
     };
-    let program = crate::bench::program("check --chart")?;
-    let failed = |what: String| CliError::CheckFailed(format!("chart {}: {what}", path.display()));
-    let mut child = Command::new(&program)
-        .arg("timeline")
-        .arg("--out")
-        .arg(path)
-        .stdin(Stdio::piped())
-        .spawn()
-        .map_err(|err| failed(format!("cannot run {}: {err}", program.display())))?;
-    let json = serde_json::to_vec(&timeline).expect("plain data serializes");
-    let written = child
-        .stdin
-        .take()
-        .expect("stdin was piped")
-        .write_all(&json);
-    let status = child
-        .wait()
-        .map_err(|err| failed(format!("{} did not finish: {err}", program.display())))?;
-    match (written, status.success()) {
-        (Ok(()), true) => Ok(()),
-        (Err(err), _) => Err(failed(format!("cannot hand it the timeline: {err}"))),
-        (_, false) => Err(failed(format!(
-            "{} exited with {status}",
-            program.display()
-        ))),
-    }
+    cli_support::timeline::write_svg(path, &timeline)
+        .map_err(|err| CliError::CheckFailed(format!("chart: {err}")))
 }
 
 /// One run as its panel shows it.

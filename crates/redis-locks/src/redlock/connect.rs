@@ -7,7 +7,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::error::{Error, Result};
+use crate::error::{Error, NodeVote, Phase, Result, Vote};
 use crate::node::ClientOptions;
 
 /// How long [`Redlock::connect_nodes`](crate::Redlock::connect_nodes) waits for the nodes
@@ -112,8 +112,7 @@ pub(crate) async fn connect_nodes(
                 down[index] = Some(err);
                 failed += 1;
                 if urls.len() - failed < majority {
-                    let first = down.into_iter().flatten().next();
-                    return Err(first.expect("a node that failed to connect"));
+                    return Err(no_majority(urls, &clients, down, majority));
                 }
             }
             Err(err) => return Err(err),
@@ -141,4 +140,33 @@ pub(crate) async fn connect_nodes(
         nodes.starts.push(start);
     }
     Ok(nodes)
+}
+
+/// The error of a start that can no longer reach a majority: every node's state, by the URLs'
+/// order (connected, its error, or still connecting).
+fn no_majority(
+    urls: &[impl AsRef<str>],
+    clients: &[Option<Client>],
+    down: Vec<Option<Error>>,
+    majority: usize,
+) -> Error {
+    let votes = urls
+        .iter()
+        .zip(clients)
+        .zip(down)
+        .map(|((url, client), down)| NodeVote {
+            url: crate::node::redact(url.as_ref()),
+            vote: match (client, down) {
+                (Some(_), _) => Vote::Granted,
+                (None, Some(err)) => Vote::Failed(Box::new(err)),
+                (None, None) => Vote::Pending,
+            },
+        })
+        .collect();
+    Error::NoQuorum {
+        name: String::new(),
+        phase: Phase::Connect,
+        needed: majority,
+        votes,
+    }
 }

@@ -139,8 +139,9 @@ impl Redlock {
     /// [`Error::InvalidUrl`] for a URL that cannot be used; what a node said when it answered
     /// but refused the client before the grace ended, a minority node too ([`Error::Auth`],
     /// [`Error::NotRedis`], ...: a misconfigured node is reported, not taken as down; one that
-    /// answers only after the grace is [`NodeStart::Late`]); with no majority reachable, the
-    /// connection error of the first node (in the URLs' order) that could not be reached.
+    /// answers only after the grace is [`NodeStart::Late`]); with no majority reachable,
+    /// [`Error::NoQuorum`] with [`Phase::Connect`](crate::Phase::Connect) and every node's
+    /// state: connected, its error, or still connecting.
     pub async fn connect_nodes(urls: &[impl AsRef<str>]) -> Result<RedlockNodes> {
         Redlock::connect_nodes_with(urls, Redlock::node_options()).await
     }

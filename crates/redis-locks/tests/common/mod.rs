@@ -366,3 +366,50 @@ pub fn say(server: &RedisServer, key: &str) {
         .exec(&mut raw(server))
         .unwrap();
 }
+
+/// Records one holding that began at `start` and ends now, as `worker`'s with `token`:
+/// shared (a read) or exclusive.
+pub fn record_since(
+    history: &redis_locks::history::History,
+    worker: &str,
+    token: u64,
+    start: u64,
+    shared: bool,
+) {
+    let interval = redis_locks::history::Interval {
+        worker: worker.to_string(),
+        token,
+        start,
+        end: redis_locks::history::now_nanos(),
+    };
+    if shared {
+        history.record_shared(interval);
+    } else {
+        history.record(interval);
+    }
+}
+
+/// How many times the holder changed between a process (a worker named `process...`) and a
+/// task or thread of the test: how much they competed.
+pub fn process_switches(history: &redis_locks::history::History) -> usize {
+    let mut sorted = history.intervals();
+    sorted.sort_by_key(|i| i.start);
+    sorted
+        .windows(2)
+        .filter(|w| w[0].worker.starts_with("process") != w[1].worker.starts_with("process"))
+        .count()
+}
+
+/// Asserts that no two exclusive holdings of `report` overlapped and that tokens grew.
+pub fn assert_exclusive(report: &redis_locks::history::Report) {
+    assert!(
+        report.overlaps.is_empty(),
+        "overlaps: {:?}",
+        report.overlaps
+    );
+    assert!(
+        report.token_regressions.is_empty(),
+        "regressions: {:?}",
+        report.token_regressions
+    );
+}
