@@ -30,22 +30,21 @@ const SCAN_COUNT: u64 = 1000;
 /// The companions that show a lock is there: its fencing counter and its line of waiters.
 const MARKS: [&str; 2] = [":fence", ":queue"];
 
-/// Which lock service `list` and `top` read, and which of its locks.
+/// The Redis a command that takes no lock acts on (`list`, `top`, `status`, `break`).
 #[derive(Debug, clap::Args)]
-pub struct ListedArgs {
-    /// Only the locks whose names match this glob (`*`, `?`, `[...]`).
-    pub pattern: Option<String>,
+pub struct ServiceArgs {
     #[command(flatten)]
     topology: TopologyArgs,
     #[command(flatten)]
     settings: SettingsArgs,
-    /// Redis to use [default: redis://127.0.0.1:6379] (one server: a Redlock's nodes are
-    /// read one at a time).
+    /// Redis to use [default: redis://127.0.0.1:6379]. Several (or a comma list in
+    /// REDIS_URL): a Redlock's servers (status shows each node's view and whether a majority
+    /// agrees on the holder; break breaks it on each; list and top read one server).
     #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
     redis: Vec<String>,
 }
 
-impl ListedArgs {
+impl ServiceArgs {
     /// The Redis these arguments name.
     ///
     /// # Errors
@@ -56,6 +55,15 @@ impl ListedArgs {
             self.settings.settings()?,
         )
     }
+}
+
+/// Which lock service `list` and `top` read, and which of its locks.
+#[derive(Debug, clap::Args)]
+pub struct ListedArgs {
+    /// Only the locks whose names match this glob (`*`, `?`, `[...]`).
+    pub pattern: Option<String>,
+    #[command(flatten)]
+    pub service: ServiceArgs,
 }
 
 /// One lock, as `list --json` prints it.

@@ -7,6 +7,7 @@
 //! own); `check` runs the safety checker and fault suite. Exit codes are listed in `--help`.
 
 mod bench;
+mod breaker;
 mod check;
 mod contend;
 mod demo;
@@ -78,6 +79,15 @@ majority of the --redis servers of a Redlock answers; 75 the lock was not acquir
 trusted: another CA, another host name, expired; or this client's refused or missing); 127 the \
 command could not be started."
     };
+}
+
+/// A lock by name, and the Redis it lives on (`status`, `break`).
+#[derive(Debug, clap::Args)]
+struct NamedLock {
+    /// The lock's name.
+    name: String,
+    #[command(flatten)]
+    service: list::ServiceArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -162,6 +172,32 @@ Examples:
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         interval: std::time::Duration,
     },
+    /// Free a lock on purpose: its holder told, its waiters woken
+    ///
+    /// Breaks the lock NAME, whatever its kind, for a holder that died without releasing or
+    /// hangs: first its fencing counter goes past every token handed out (so a holder that
+    /// was not dead after all has its fenced writes refused once the next holder writes),
+    /// then the lock is deleted and its waiters woken; the holder's lost() fires with Broken
+    /// at its next renewal (run's command gets SIGTERM). Says who held it. Asks first on a
+    /// terminal; --yes skips the question (needed off a terminal, else exit 64); answering
+    /// anything but y exits 1 with nothing done. A free lock: nothing to break, exit 0. With
+    /// several --redis, every node of the Redlock is broken.
+    #[command(after_long_help = concat!(redis_and_exit_codes!(), "
+
+Examples:
+  redis-locks break jobs:nightly
+  redis-locks break jobs:nightly --yes --json
+  redis-locks break jobs:nightly --redis redis://a:6379,redis://b:6379,redis://c:6379 --yes"))]
+    Break {
+        #[command(flatten)]
+        lock: NamedLock,
+        /// Do not ask: break at once.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a lock: its holder, lease, waiters and fencing counter
     ///
     /// Shows a lock: held or free, the holder, its lease, how many processes wait for it now,
@@ -178,17 +214,8 @@ Examples:
   redis-locks status jobs:nightly --cluster redis://10.0.0.1:7000
   redis-locks status jobs:nightly --redis redis://a:6379,redis://b:6379,redis://c:6379"))]
     Status {
-        /// The lock's name.
-        name: String,
         #[command(flatten)]
-        topology: TopologyArgs,
-        #[command(flatten)]
-        settings: SettingsArgs,
-        /// Redis to use [default: redis://127.0.0.1:6379]. Several (or a comma list in
-        /// REDIS_URL): the Redlock NAME on those servers, each node's view and whether a
-        /// majority agrees on the holder.
-        #[arg(long, env = "REDIS_URL", value_delimiter = ',')]
-        redis: Vec<String>,
+        lock: NamedLock,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -321,7 +348,7 @@ async fn run(command: Commands) -> Result<u8, CliError> {
             run::run(target.endpoint(), &args).await
         }
         Commands::List { listed, json } => {
-            let target = listed.target()?;
+            let target = listed.service.target()?;
             list::run(target.endpoint(), listed.pattern.as_deref(), json)
                 .await
                 .map(|()| 0)
@@ -330,20 +357,20 @@ async fn run(command: Commands) -> Result<u8, CliError> {
             if interval.is_zero() {
                 return Err(CliError::Usage("--interval must be more than 0".into()));
             }
-            let target = listed.target()?;
+            let target = listed.service.target()?;
             top::run(target.endpoint(), listed.pattern.as_deref(), interval)
                 .await
                 .map(|()| 0)
         }
-        Commands::Status {
-            name,
-            redis,
-            topology,
-            settings,
-            json,
-        } => {
-            let target = RedisTarget::local_or(topology.wanted(redis)?, settings.settings()?)?;
-            status::run(target.endpoint(), &name, json)
+        Commands::Break { lock, yes, json } => {
+            let target = lock.service.target()?;
+            breaker::run(target.endpoint(), &lock.name, yes, json)
+                .await
+                .map(|()| 0)
+        }
+        Commands::Status { lock, json } => {
+            let target = lock.service.target()?;
+            status::run(target.endpoint(), &lock.name, json)
                 .await
                 .map(|()| 0)
         }

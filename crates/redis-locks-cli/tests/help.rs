@@ -6,7 +6,9 @@ mod common;
 use common::{redis_locks, stdout};
 
 /// The commands `redis-locks --help` lists (besides `help`).
-const COMMANDS: [&str; 7] = ["run", "status", "list", "top", "check", "demo", "bench"];
+const COMMANDS: [&str; 8] = [
+    "run", "status", "list", "top", "break", "check", "demo", "bench",
+];
 
 #[test]
 fn the_programs_help_fits_one_80_by_24_screen_with_a_line_per_command() {
