@@ -109,7 +109,29 @@ impl From<redis_locks::Error> for CliError {
 impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> ExitCode {
-        ExitCode::from(match self {
+        ExitCode::from(self.code())
+    }
+
+    /// What kind of error this is, as `--json` errors name it: `usage`, `no_input`,
+    /// `unavailable`, `check_failed`, `not_acquired`, `lost`, `data`, `no_permission`,
+    /// `cannot_run`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CliError::Usage(_) => "usage",
+            CliError::NoInput(_) => "no_input",
+            CliError::Unavailable(_) => "unavailable",
+            CliError::CheckFailed(_) => "check_failed",
+            CliError::NotAcquired(_) => "not_acquired",
+            CliError::Lost(_) | CliError::Lock(_) => "lost",
+            CliError::Data(_) => "data",
+            CliError::NoPermission(_) => "no_permission",
+            CliError::CannotRun(_) => "cannot_run",
+        }
+    }
+
+    /// The process exit code for this error, as a number.
+    pub fn code(&self) -> u8 {
+        match self {
             CliError::Usage(_) => USAGE,
             CliError::NoInput(_) => NO_INPUT,
             CliError::Unavailable(_) => UNAVAILABLE,
@@ -119,6 +141,6 @@ impl CliError {
             CliError::Data(_) => DATA,
             CliError::NoPermission(_) => NO_PERMISSION,
             CliError::CannotRun(_) => CANNOT_RUN,
-        })
+        }
     }
 }

@@ -134,16 +134,30 @@ fn redact_one(url: &str) -> String {
     format!("{scheme}://{rest}")
 }
 
-/// Parses the command line as `C`. On bad usage the error goes to stderr and the exit code
+/// Parses the command line as `C`. On bad usage the error goes to stderr (as one JSON object,
+/// `{"error", "kind": "usage", "exit_code": 64}`, with `--json` on the line) and the exit code
 /// is 64; `--help` and `--version` print to stdout and exit 0.
 ///
 /// # Errors
 /// The exit code to end with, when there is nothing to run.
 pub fn parse<C: clap::Parser>() -> Result<C, ExitCode> {
     C::try_parse().map_err(|err| {
-        let code = if err.use_stderr() { exit::USAGE } else { 0 };
-        let _ = err.print();
-        ExitCode::from(code)
+        if !err.use_stderr() {
+            let _ = err.print();
+            return ExitCode::from(0);
+        }
+        if json_asked() {
+            let error = serde_json::json!({
+                "error": err.kind().as_str().map_or_else(|| err.to_string(), str::to_string),
+                "detail": redact(err.to_string().trim()),
+                "kind": "usage",
+                "exit_code": exit::USAGE,
+            });
+            eprintln!("{error}");
+        } else {
+            let _ = err.print();
+        }
+        ExitCode::from(exit::USAGE)
     })
 }
 
@@ -170,12 +184,37 @@ pub fn block_on_with(
     flavor: Flavor,
     command: impl Future<Output = Result<u8, CliError>>,
 ) -> ExitCode {
+    block_on_logged(program, flavor, 0, command)
+}
+
+/// As [`block_on_with`], with the logs of `verbosity` when `RUST_LOG` is not set: 0 warnings,
+/// 1 (`-v`) the locks' spans and events at `debug` (`redis_locks=debug`), 2 and more (`-vv`)
+/// at `trace`. With `--json` on the command line (before a `--`), an error goes to stderr as
+/// one JSON object: `{"error": MESSAGE, "kind": KIND, "exit_code": CODE}`.
+pub fn block_on_logged(
+    program: &str,
+    flavor: Flavor,
+    verbosity: u8,
+    command: impl Future<Output = Result<u8, CliError>>,
+) -> ExitCode {
+    let level = match verbosity {
+        0 => "warn",
+        1 => "warn,redis_locks=debug",
+        _ => "warn,redis_locks=trace",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(color_on_stderr())
+        // With -v, each span is logged as it closes, with its fields (attempts, wait, outcome).
+        .with_span_events(if verbosity > 0 {
+            tracing_subscriber::fmt::format::FmtSpan::CLOSE
+        } else {
+            tracing_subscriber::fmt::format::FmtSpan::NONE
+        })
         .init();
     let mut builder = match flavor {
         Flavor::MultiThread => tokio::runtime::Builder::new_multi_thread(),
@@ -193,8 +232,35 @@ pub fn block_on_with(
         Err(err) => {
             // Every URL in the message with its password hidden, whatever said it (the
             // library hides them too; this also covers a `unix://` URL's `pass=`).
-            eprintln!("{program}: {}", redact(&err.to_string()));
+            let message = redact(&err.to_string());
+            if json_asked() {
+                let error = serde_json::json!({
+                    "error": message,
+                    "kind": err.kind(),
+                    "exit_code": err.code(),
+                });
+                eprintln!("{error}");
+            } else {
+                eprintln!("{program}: {message}");
+            }
             err.exit_code()
         }
     }
+}
+
+/// Whether `--json` is among the program's arguments (before a `--`, after which they are a
+/// command's own).
+fn json_asked() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|arg| arg != "--")
+        .any(|arg| arg == "--json")
+}
+
+/// Whether stderr takes colour: a terminal, and `NO_COLOR` unset or empty
+/// (<https://no-color.org>).
+pub fn color_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }

@@ -29,18 +29,20 @@ use cli_support::topology::TopologyArgs;
 
 /// Distributed locks on Redis: owner tokens, leases, fencing tokens.
 #[derive(Debug, Parser)]
-#[command(name = "redis-locks", version, about, after_help = SUMMARY)]
+#[command(name = "redis-locks", version, about, after_help = SUMMARY, disable_help_subcommand = true)]
 struct Cli {
     #[command(subcommand)]
     command: Commands,
+    /// Log the locks' work on stderr (-v, -vv; RUST_LOG wins)
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
 }
 
 /// The end of `redis-locks --help`: the exit codes in short (the whole screen fits 80×24).
 const SUMMARY: &str = "\
 Exit codes: 0 success (run: the command's own); 1 a check failed; 64 bad usage;
-65 a key holds something else; 69 Redis unreachable or refusing; 70 the lock was
-lost; 75 not acquired within --wait; 77 access refused; 127 command not started.
-`redis-locks COMMAND --help` says more, with examples; docs/cli.md has it all.";
+65 not a lock's key; 69 Redis unreachable; 70 lock lost; 75 not acquired;
+77 access refused; 127 not started. More: COMMAND --help; docs/cli.md.";
 
 /// The Redis flags and every exit code with its causes: in each command's `--help`, before
 /// its examples.
@@ -136,7 +138,7 @@ Examples:
         #[command(flatten)]
         args: run::RunArgs,
     },
-    /// List every lock of a server: kind, holders, lease, waiters, counter
+    /// List every lock of a server: kind, holders, lease, waiters
     ///
     /// Lists every lock on the server (on a cluster, on every master; under Sentinel, on the
     /// master): its kind, holders, shortest lease left, waiters and fencing counter, found
@@ -220,7 +222,7 @@ Examples:
         #[arg(long)]
         json: bool,
     },
-    /// Check that locks stay safe under faults; seed 000's locks for contrast
+    /// Check that locks stay safe under faults (seed 000's for contrast)
     ///
     /// Worker processes contend for one lock, each
     /// holder doing a read-modify-write of a fenced resource, while faults are injected
@@ -271,7 +273,7 @@ Examples:
         #[command(flatten)]
         args: demo::DemoArgs,
     },
-    /// Measure performance: throughput, handoff, market (redis-locks-bench)
+    /// Measure performance: throughput, handoff, market
     ///
     /// Measures performance: `throughput` (lock cost), `handoff` (one contended lock) and
     /// `market` (the "Redis in Action" market simulation).
@@ -286,6 +288,24 @@ Examples:
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Print shell completions (bash, zsh, fish, elvish, powershell)
+    ///
+    /// Prints the completion script of SHELL for redis-locks on stdout.
+    #[command(after_long_help = "Examples:
+  redis-locks completions bash > /etc/bash_completion.d/redis-locks
+  redis-locks completions zsh > ~/.zfunc/_redis-locks
+  redis-locks completions fish > ~/.config/fish/completions/redis-locks.fish")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff)
+    ///
+    /// Prints the man page of redis-locks, in roff, on stdout.
+    #[command(after_long_help = "Examples:
+  redis-locks man > /usr/local/share/man/man1/redis-locks.1
+  redis-locks man | man -l -")]
+    Man,
     /// One worker process of `check` (started by `check`).
     #[command(hide = true)]
     CheckWorker {
@@ -317,7 +337,12 @@ Examples:
 
 fn main() -> ExitCode {
     match cli_support::parse::<Cli>() {
-        Ok(cli) => cli_support::block_on("redis-locks", run(cli.command)),
+        Ok(cli) => cli_support::block_on_logged(
+            "redis-locks",
+            cli_support::Flavor::MultiThread,
+            cli.verbose,
+            run(cli.command),
+        ),
         Err(code) => code,
     }
 }
@@ -373,6 +398,19 @@ async fn run(command: Commands) -> Result<u8, CliError> {
             status::run(target.endpoint(), &lock.name, json)
                 .await
                 .map(|()| 0)
+        }
+        Commands::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "redis-locks", &mut std::io::stdout());
+            Ok(0)
+        }
+        Commands::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut std::io::stdout())
+                .map_err(|err| CliError::CannotRun(format!("writing the man page: {err}")))?;
+            Ok(0)
         }
         Commands::Check { args } => check::run(&args).await.map(|()| 0),
         Commands::CheckWorker { plan } => check::worker::run(&plan).await.map(|()| 0),
