@@ -64,6 +64,10 @@ struct FairHold {
 }
 
 impl Hold for FairHold {
+    fn held_once(&self) -> bool {
+        true
+    }
+
     fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
         Box::pin(crate::breaking::was_broken(
             &self.lock.node,

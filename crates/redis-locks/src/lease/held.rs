@@ -270,7 +270,16 @@ impl Lease {
             .expect("a lease owes its release until released");
         let (hold, owner) = (owed.hold().clone(), owed.owner().clone());
         let span = release_span(hold.as_ref(), self.token, self.granted_at);
+        let certain = self.state.status().deadline;
         let outcome = owed.pay().instrument(span.clone()).await;
+        let outcome = match outcome {
+            Err(first) if first.is_connection() => {
+                release_again(hold.as_ref(), &owner, certain, first)
+                    .instrument(span.clone())
+                    .await
+            }
+            outcome => outcome,
+        };
         // Gone or taken because a break took it: say so.
         let outcome = match outcome {
             Err(Error::NotHeld {
@@ -351,4 +360,33 @@ fn released(hold: &dyn super::Hold, granted_at: Instant, outcome: &Result<Releas
             Err(_) => "error",
         },
     );
+}
+
+/// A release of `hold` by `owner` whose reply never came (`first`: the connection failed after
+/// the request went out, so the server may have run it) is asked once more, over a new
+/// connection. Its answer stands, except that a lock held once at most ([`Hold::held_once`])
+/// found gone or taken while its lease was still certain (before `certain`, the lease's
+/// deadline on this client's clock, which ends before the server's) was released by the first
+/// request — nothing else ends a lease early but a break, which the caller tells apart — so
+/// it is [`Released::Freed`]. A second connection failure gives back the first.
+async fn release_again(
+    hold: &dyn super::Hold,
+    owner: &OwnerToken,
+    certain: Instant,
+    first: Error,
+) -> Result<Released> {
+    tracing::debug!(lock = hold.name(), %first, "release reply lost; asking again");
+    match hold.release(owner).await {
+        Err(Error::NotHeld {
+            reason: LostReason::Expired | LostReason::Taken,
+            ..
+        }) if hold.held_once()
+            && Instant::now() < certain
+            && !hold.broken(owner).await.unwrap_or(false) =>
+        {
+            Ok(Released::Freed)
+        }
+        Err(err) if err.is_connection() => Err(first),
+        outcome => outcome,
+    }
 }

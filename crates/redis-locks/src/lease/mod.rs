@@ -114,6 +114,15 @@ pub(crate) trait Hold: Send + Sync + 'static {
         Box::pin(async { Ok(false) })
     }
 
+    /// Whether an owner holds this lock once at most (a `Mutex`, a `FairMutex`, a
+    /// semaphore's permits), so that a release that took the lock away leaves
+    /// [`Released::Freed`]: then a release asked again after its reply was lost, which finds
+    /// the lock gone or taken while the lease was still certain, knows the first one did it.
+    /// By default `false` (a hold count, or several nodes: the second answer stands).
+    fn held_once(&self) -> bool {
+        false
+    }
+
     /// Releases the lock if `owner` holds it (and wakes its waiters), and says whether the
     /// owner still holds it (a reentrant hold count).
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released>;

@@ -118,6 +118,10 @@ impl SemaphoreHold {
 }
 
 impl Hold for SemaphoreHold {
+    fn held_once(&self) -> bool {
+        true
+    }
+
     fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
         Box::pin(crate::breaking::was_broken(&self.node, &self.keys, owner))
     }

@@ -112,6 +112,10 @@ fn extend_args(owner: &OwnerToken, lease: Duration, restore: bool) -> Result<[St
 }
 
 impl Hold for StringHold {
+    fn held_once(&self) -> bool {
+        true
+    }
+
     fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
         Box::pin(crate::breaking::was_broken(&self.node, &self.keys, owner))
     }
