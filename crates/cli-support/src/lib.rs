@@ -264,3 +264,17 @@ pub fn color_on_stderr() -> bool {
     std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }
+
+/// Serves the metrics of this process (the library's `redis_locks_...`) for Prometheus at
+/// `addr` (`--metrics-addr`), from now until the process exits.
+///
+/// # Errors
+/// [`CliError::Usage`] when `addr` cannot be listened on (in use, not this host's).
+pub fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), CliError> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|err| CliError::Usage(format!("--metrics-addr {addr}: {err}")))?;
+    redis_locks::describe_metrics();
+    Ok(())
+}

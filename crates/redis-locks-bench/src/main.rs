@@ -44,6 +44,11 @@ struct Cli {
     /// to its nodes then wake no second worker thread).
     #[arg(long, global = true, value_enum, default_value_t = Flavor::MultiThread)]
     runtime: Flavor,
+    /// Serve the library's metrics (`redis_locks_...`) for Prometheus at http://ADDR/ while
+    /// the benchmark runs (and so measure the locks with a recorder installed), e.g.
+    /// 127.0.0.1:9187.
+    #[arg(long, global = true, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
     #[command(subcommand)]
     bench: Bench,
 }
@@ -80,6 +85,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<u8, CliError> {
+    if let Some(addr) = cli.metrics_addr {
+        cli_support::serve_metrics(addr)?;
+    }
     if let redis_locks_bench::Bench::Transports(args) = &cli.bench {
         // Its own private servers: a plaintext, a TLS one, a master with a replica.
         return redis_locks_bench::transports::run(args, cli.json).await;

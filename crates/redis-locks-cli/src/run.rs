@@ -100,17 +100,6 @@ impl RunArgs {
     }
 }
 
-/// Serves the metrics of this process (the library's `redis_locks_...`) for Prometheus at
-/// `addr`, from now until the process exits.
-fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), CliError> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|err| CliError::Usage(format!("--metrics-addr {addr}: {err}")))?;
-    redis_locks::describe_metrics();
-    Ok(())
-}
-
 /// Refuses what several names cannot go with, and names given twice or too many, as the
 /// library would (its message), before anything connects.
 fn check_names(endpoint: &Endpoint, args: &RunArgs) -> Result<(), CliError> {
@@ -161,7 +150,7 @@ pub async fn run(endpoint: &Endpoint, args: &RunArgs) -> Result<u8, CliError> {
     // Bad input is bad usage, whether or not Redis can be reached.
     check_names(endpoint, args)?;
     if let Some(addr) = args.metrics_addr {
-        serve_metrics(addr)?;
+        cli_support::serve_metrics(addr)?;
     }
     let lease = endpoint
         .settings()

@@ -70,6 +70,18 @@ async fn every_kind_held_waited_for_and_released_is_listed_with_its_holders_and_
     let last = done_guard.fencing_token().get();
     assert!(last > counter);
     done_guard.release().await.unwrap();
+    // Expired: its holder vanished without a release (forgotten, as a killed process would),
+    // and its 200 ms lease ran out.
+    let lapsing = client
+        .mutex_with(
+            "lapsed",
+            redis_locks::MutexOptions::default().lease(Duration::from_millis(200)),
+        )
+        .unwrap();
+    let lapsed_guard = lapsing.lock().await.unwrap();
+    let lapsed_token = lapsed_guard.fencing_token().get();
+    std::mem::forget(lapsed_guard);
+    tokio::time::sleep(Duration::from_millis(400)).await;
 
     // Wait until both waiters are seen waiting.
     let listed = tokio::task::spawn_blocking({
@@ -88,7 +100,10 @@ async fn every_kind_held_waited_for_and_released_is_listed_with_its_holders_and_
     .await
     .unwrap();
 
-    assert_eq!(listed["count"], 5, "{listed}");
+    assert_eq!(listed["count"], 6, "{listed}");
+    let lapsed = lock(&listed, "lapsed");
+    assert_eq!(lapsed["kind"], "free", "an expired lock: {lapsed}");
+    assert_eq!(lapsed["fencing_counter"].as_u64(), Some(lapsed_token));
     let nightly = lock(&listed, "jobs:nightly");
     assert_eq!(nightly["kind"], "mutex");
     assert_eq!(nightly["holders"].as_array().unwrap().len(), 1);
@@ -138,7 +153,7 @@ async fn every_kind_held_waited_for_and_released_is_listed_with_its_holders_and_
         table.contains("api-slots") && table.contains("2/3"),
         "{table}"
     );
-    assert!(table.trim_end().ends_with("5 locks"), "{table}");
+    assert!(table.trim_end().ends_with("6 locks"), "{table}");
 
     drop((_held, _read_one, _read_two));
     waiter.await.unwrap();

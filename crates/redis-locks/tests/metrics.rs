@@ -173,6 +173,16 @@ async fn every_metric_moves_with_the_work_it_counts() {
     .await;
     drop(guard);
 
+    // A break: the holder's next renewal counts a loss for the reason `broken`.
+    let guard = short.lock().await.unwrap();
+    client.break_lock("secret-name:renewed").await.unwrap();
+    assert_eq!(guard.lost().await, LostReason::Broken);
+    until(&mut seen, &snapshotter, "the broken loss", |seen| {
+        seen.counter("redis_locks_losses_total{primitive=mutex,reason=broken}") == 1
+    })
+    .await;
+    drop(guard);
+
     // Each primitive under its own label.
     let rwlock = client.rwlock("secret-name:cart").unwrap();
     rwlock.read().await.unwrap().release().await.unwrap();
