@@ -91,6 +91,11 @@ async fn spans_and_the_loss_event_carry_what_matters_and_no_secret() {
     let other = client.mutex("orders:43").unwrap();
     other.lock().await.unwrap().release().await.unwrap();
 
+    // The loss is said before `lost()` hears of it; give a slow machine a moment anyway.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !captured.text().contains("lock lost") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let text = captured.text();
     let line = |has: &[&str]| {
         text.lines()

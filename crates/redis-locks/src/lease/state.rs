@@ -193,17 +193,23 @@ impl LeaseState {
     /// Records that the lock `name` is lost for `reason` (the first reason stays), with its
     /// metric and a `warn` event (a release, [`LeaseState::end`], is neither).
     pub(crate) fn lose(&self, reason: LostReason, name: &str) {
-        let lost = self.update(|s| {
-            let change = s.lost.is_none();
+        let lost = {
+            let mut status = self.locked();
+            let change = status.lost.is_none();
             if change {
-                s.lost = Some(reason);
+                status.lost = Some(reason);
             }
             change
-        });
-        if lost && reason != LostReason::Released {
+        };
+        if !lost {
+            return;
+        }
+        // Counted and said before anyone listening hears of it.
+        if reason != LostReason::Released {
             crate::telemetry::lost(self.kind, reason);
             tracing::warn!(lock = name, primitive = self.kind.label(), %reason, "lock lost");
         }
+        self.changed.notify_waiters();
     }
 
     /// The guard is gone: records [`LostReason::Released`] (only `lost()` futures made
