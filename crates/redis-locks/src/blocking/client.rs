@@ -421,4 +421,24 @@ impl Client {
     pub fn fenced_key(&self, name: &str) -> Result<FencedKey> {
         self.handle(self.client.fenced_key(name))
     }
+
+    /// Frees the lock `name` on purpose, whoever holds it (see
+    /// [`Client::break_lock`](crate::Client::break_lock)).
+    ///
+    /// # Errors
+    /// As [`Client::break_lock`](crate::Client::break_lock);
+    /// [`Error::InsideRuntime`](crate::Error::InsideRuntime) inside a tokio runtime.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = test_support::RedisServer::start()?;
+    /// let client = redis_locks::blocking::Client::connect(&server.url())?;
+    /// let broken = client.break_lock("jobs:nightly")?;
+    /// assert_eq!(broken.kind, None, "nobody held it");
+    /// # Ok(()) }
+    /// ```
+    pub fn break_lock(&self, name: &str) -> Result<crate::BrokenLock> {
+        self.runtime
+            .run("Client::break_lock", self.client.break_lock(name))
+    }
 }
