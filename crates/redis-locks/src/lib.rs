@@ -52,6 +52,6 @@ pub use semaphore::{
     MAX_PERMITS, PermitHolder, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreState,
 };
 pub use state::{HoldInfo, HoldMode, Holder, HoldsState, LockState};
-pub use telemetry::{METRIC_NAMES, describe_metrics};
+pub use telemetry::{METRIC_NAMES, describe_metrics, metric_lock_names};
 pub use token::{FencingToken, OwnerToken};
 pub use wait::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};

@@ -1,7 +1,8 @@
 //! Metrics through the [`metrics`] facade: what the locks of this process do, for whatever
 //! recorder the application installs (the crate installs none, so without one every call
 //! here costs an atomic load). Every metric is named `redis_locks_…` and labelled by
-//! `primitive` ([`Kind`]'s names); none carries a lock name, an owner token or a URL.
+//! `primitive` ([`Kind`]'s names); none carries an owner token or a URL, and a lock name only
+//! when [`metric_lock_names`] asks for it (a bounded number of them).
 //!
 //! | metric | type | labels | what |
 //! |---|---|---|---|
@@ -22,7 +23,9 @@
 //! assert!(redis_locks::METRIC_NAMES.contains(&"redis_locks_acquisitions_total"));
 //! ```
 
-use std::sync::LazyLock;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use metrics::{Key, Label, Metadata};
@@ -184,56 +187,110 @@ static KEYS: LazyLock<Keys> = LazyLock::new(|| {
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
-fn count(key: &Key) {
-    metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA).increment(1));
+/// How many lock names get a `lock` label of their own: 0 (none, the default) until
+/// [`metric_lock_names`] sets it.
+static NAMES_LIMIT: AtomicUsize = AtomicUsize::new(0);
+
+/// The names that have a label of their own, at most [`NAMES_LIMIT`]; the others share
+/// `lock="other"`.
+static NAMES: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
+
+/// Labels the per-lock metrics (acquisitions, wait, attempts, hold time, releases, renewals,
+/// losses) with `lock="<name>"` too, for the first `limit` lock names this process records
+/// (each later name counts under `lock="other"`): opt-in, since every name is a time series of
+/// its own in the recorder. 0 (the default) labels none. Call it before the locks work.
+///
+/// ```
+/// redis_locks::metric_lock_names(100);
+/// # redis_locks::metric_lock_names(0);
+/// ```
+pub fn metric_lock_names(limit: usize) {
+    NAMES_LIMIT.store(limit, Ordering::Relaxed);
 }
 
-fn sample(key: &Key, value: Duration) {
+/// Whether lock names are labelled ([`metric_lock_names`]): a caller that would copy a name
+/// only for the metrics asks first.
+pub(crate) fn names_labelled() -> bool {
+    NAMES_LIMIT.load(Ordering::Relaxed) > 0
+}
+
+/// `key` with the `lock` label of `name` when names are labelled, else `key` itself.
+fn named<'a>(key: &'a Key, name: &str) -> std::borrow::Cow<'a, Key> {
+    let limit = NAMES_LIMIT.load(Ordering::Relaxed);
+    if limit == 0 {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    let label = {
+        let mut names = NAMES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if names.contains(name) || (names.len() < limit && names.insert(name.to_string())) {
+            name.to_string()
+        } else {
+            "other".to_string()
+        }
+    };
+    let mut labels: Vec<Label> = key.labels().cloned().collect();
+    labels.push(Label::new("lock", label));
+    std::borrow::Cow::Owned(Key::from_parts(key.name().to_string(), labels))
+}
+
+fn count(key: &Key, name: Option<&str>) {
+    let key = match name {
+        Some(name) => named(key, name),
+        None => std::borrow::Cow::Borrowed(key),
+    };
+    metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA).increment(1));
+}
+
+fn sample(key: &Key, name: &str, value: Duration) {
+    let key = named(key, name);
     metrics::with_recorder(|recorder| {
         recorder
-            .register_histogram(key, &METADATA)
+            .register_histogram(&key, &METADATA)
             .record(value.as_secs_f64())
     });
 }
 
-/// An acquire call of `kind` ended after `waited` with `outcome`.
-pub(crate) fn acquired<T>(kind: Kind, waited: Duration, outcome: &Result<T>) {
+/// An acquire call of `kind` for the lock `name` ended after `waited` with `outcome`.
+pub(crate) fn acquired<T>(kind: Kind, name: &str, waited: Duration, outcome: &Result<T>) {
     let at = match outcome {
         Ok(_) => 0,
         Err(Error::WaitTimeout { .. }) => 1,
         Err(_) => 2,
     };
-    count(&KEYS.acquisitions[kind as usize][at]);
-    sample(&KEYS.wait[kind as usize][at], waited);
+    count(&KEYS.acquisitions[kind as usize][at], Some(name));
+    sample(&KEYS.wait[kind as usize][at], name, waited);
 }
 
-/// A request of `kind` asked for a lock.
-pub(crate) fn attempted(kind: Kind) {
-    count(&KEYS.attempts[kind as usize]);
+/// A request of `kind` asked for the lock `name`.
+pub(crate) fn attempted(kind: Kind, name: &str) {
+    count(&KEYS.attempts[kind as usize], Some(name));
 }
 
-/// A lock of `kind` held for `held` was released with `outcome`.
-pub(crate) fn released<T>(kind: Kind, held: Duration, outcome: &Result<T>) {
+/// The lock `name` of `kind` held for `held` was released with `outcome`.
+pub(crate) fn released<T>(kind: Kind, name: &str, held: Duration, outcome: &Result<T>) {
     let at = match outcome {
         Ok(_) => 0,
         Err(Error::NotHeld { .. }) => 1,
         Err(_) => 2,
     };
-    count(&KEYS.releases[kind as usize][at]);
-    sample(&KEYS.hold[kind as usize], held);
+    count(&KEYS.releases[kind as usize][at], Some(name));
+    sample(&KEYS.hold[kind as usize], name, held);
 }
 
-/// A renewal of a lock of `kind` was confirmed (`true`) or failed.
-pub(crate) fn renewed(kind: Kind, confirmed: bool) {
+/// A renewal of the lock `name` of `kind` was confirmed (`true`) or failed.
+pub(crate) fn renewed(kind: Kind, name: &str, confirmed: bool) {
     if confirmed {
-        count(&KEYS.renewals[kind as usize]);
+        count(&KEYS.renewals[kind as usize], Some(name));
     } else {
-        count(&KEYS.renewal_failures[kind as usize]);
+        count(&KEYS.renewal_failures[kind as usize], Some(name));
     }
 }
 
-/// A lock of `kind` was lost for `reason` (a release is not a loss, and is not counted).
-pub(crate) fn lost(kind: Kind, reason: LostReason) {
+/// The lock `name` of `kind` was lost for `reason` (a release is not a loss, and is not
+/// counted).
+pub(crate) fn lost(kind: Kind, name: &str, reason: LostReason) {
     let at = match reason {
         LostReason::Expired => 0,
         LostReason::Taken => 1,
@@ -242,17 +299,17 @@ pub(crate) fn lost(kind: Kind, reason: LostReason) {
         LostReason::Broken => 4,
         LostReason::Released => return,
     };
-    count(&KEYS.losses[kind as usize][at]);
+    count(&KEYS.losses[kind as usize][at], Some(name));
 }
 
 /// A wake-up message reached this process.
 pub(crate) fn woken() {
-    count(&KEYS.wakeups);
+    count(&KEYS.wakeups, None);
 }
 
 /// A request went to Redis.
 pub(crate) fn requested() {
-    count(&KEYS.requests);
+    count(&KEYS.requests, None);
 }
 
 #[cfg(test)]

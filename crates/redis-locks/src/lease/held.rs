@@ -351,7 +351,7 @@ fn release_span(hold: &dyn super::Hold, token: FencingToken, granted_at: Instant
 
 /// Records a release's `outcome`: its metrics, and on its `span`.
 fn released(hold: &dyn super::Hold, granted_at: Instant, outcome: &Result<Released>, span: &Span) {
-    crate::telemetry::released(hold.kind(), granted_at.elapsed(), outcome);
+    crate::telemetry::released(hold.kind(), hold.name(), granted_at.elapsed(), outcome);
     span.record(
         "outcome",
         match outcome {

@@ -206,7 +206,7 @@ impl LeaseState {
         }
         // Counted and said before anyone listening hears of it.
         if reason != LostReason::Released {
-            crate::telemetry::lost(self.kind, reason);
+            crate::telemetry::lost(self.kind, name, reason);
             tracing::warn!(lock = name, primitive = self.kind.label(), %reason, "lock lost");
         }
         self.changed.notify_waiters();

@@ -723,7 +723,7 @@ impl Job {
             ..
         } = &self.lease;
         let period = renewal.lease / 3;
-        crate::telemetry::renewed(hold.kind(), outcome.is_ok());
+        crate::telemetry::renewed(hold.kind(), hold.name(), outcome.is_ok());
         let next = match outcome {
             Ok(replicas) => {
                 self.alone.store(false, Ordering::Relaxed);

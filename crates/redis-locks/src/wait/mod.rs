@@ -279,6 +279,8 @@ pub(crate) async fn acquire<C: Contender>(
     deadline: Option<Instant>,
 ) -> Result<Lease> {
     let (kind, started) = (contender.kind(), Instant::now());
+    // The name outlives the contender only when the metrics label names (no copy otherwise).
+    let name = crate::telemetry::names_labelled().then(|| contender.name().to_string());
     // The lock's name and primitive, the attempts made, the wait, the outcome and the
     // fencing token: never the owner token.
     let span = tracing::debug_span!(
@@ -299,7 +301,8 @@ pub(crate) async fn acquire<C: Contender>(
     }
     .instrument(span.clone())
     .await;
-    crate::telemetry::acquired(kind, started.elapsed(), &outcome);
+    let named = name.as_deref().unwrap_or_default();
+    crate::telemetry::acquired(kind, named, started.elapsed(), &outcome);
     span.record("waited_ms", started.elapsed().as_millis() as u64);
     match &outcome {
         Ok(lease) => {
@@ -318,8 +321,8 @@ pub(crate) async fn acquire<C: Contender>(
 
 /// One attempt of the acquire loop is made for a lock of `kind`: counted in the metrics and
 /// on the acquire span.
-fn attempting(kind: crate::telemetry::Kind, attempts: &mut u32) {
-    crate::telemetry::attempted(kind);
+fn attempting(kind: crate::telemetry::Kind, name: &str, attempts: &mut u32) {
+    crate::telemetry::attempted(kind, name);
     *attempts += 1;
     tracing::Span::current().record("attempts", *attempts);
 }
@@ -382,7 +385,7 @@ async fn granted<C: Contender>(
             (false, _) => None,
         };
         let in_line = line.is_some();
-        attempting(contender.kind(), &mut attempts);
+        attempting(contender.kind(), contender.name(), &mut attempts);
         match contender.first(deadline, line).await? {
             Try::Won(lease) => return Ok(lease),
             Try::Held(retry_after) if over(deadline) => {
@@ -409,7 +412,7 @@ async fn granted<C: Contender>(
     if queue.is_some() && turn.is_none() {
         // A zero budget, or a turn that did not come in time: one attempt, never none.
         drop(turn);
-        attempting(contender.kind(), &mut attempts);
+        attempting(contender.kind(), contender.name(), &mut attempts);
         return match contender.first(deadline, None).await? {
             Try::Won(lease) => Ok(lease),
             Try::Held(retry_after) => {
@@ -486,7 +489,7 @@ async fn granted<C: Contender>(
             mark,
             local: queue.as_deref(),
         };
-        attempting(contender.kind(), &mut attempts);
+        attempting(contender.kind(), contender.name(), &mut attempts);
         let retry_after = match contender.attempt(line, deadline).await? {
             Try::Won(lease) => return Ok(noted(&queue, mark, lease)),
             Try::Held(retry_after) => retry_after,
