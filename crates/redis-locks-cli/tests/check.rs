@@ -242,27 +242,36 @@ fn a_client_clock_step_changes_nothing_for_ours() {
 
 #[test]
 fn every_primitive_passes_a_paused_holder() {
-    let (code, report) = check(&[
-        "--primitive",
-        "fair",
-        "--primitive",
-        "reentrant",
-        "--primitive",
-        "rwlock",
-        "--fault",
-        "holder-pause",
-    ]);
-    assert_eq!(code, 0, "{report:#}");
-    let runs = report["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3);
-    let rwlock = verdict(&report, "holder-pause");
-    assert!(rwlock["label"].as_str().unwrap().starts_with("FairMutex"));
-    let rw = runs
-        .iter()
-        .map(|r| &r["verdict"])
-        .find(|v| v["label"].as_str().unwrap().starts_with("RwLock"))
-        .unwrap();
-    assert!(num(rw, "shared_overlaps") >= 1, "readers shared: {rw:#}");
+    // Every run must pass; that readers met at least once is asked of three runs at most (on a
+    // loaded machine one short run may hand the RwLock over without two readers at once).
+    let mut shared = 0;
+    for _ in 0..3 {
+        let (code, report) = check(&[
+            "--primitive",
+            "fair",
+            "--primitive",
+            "reentrant",
+            "--primitive",
+            "rwlock",
+            "--fault",
+            "holder-pause",
+        ]);
+        assert_eq!(code, 0, "{report:#}");
+        let runs = report["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 3);
+        let rwlock = verdict(&report, "holder-pause");
+        assert!(rwlock["label"].as_str().unwrap().starts_with("FairMutex"));
+        let rw = runs
+            .iter()
+            .map(|r| &r["verdict"])
+            .find(|v| v["label"].as_str().unwrap().starts_with("RwLock"))
+            .unwrap();
+        shared = num(rw, "shared_overlaps");
+        if shared >= 1 {
+            break;
+        }
+    }
+    assert!(shared >= 1, "readers never shared in three runs");
 }
 
 #[test]
