@@ -118,3 +118,22 @@ pub(crate) async fn was_broken(node: &Node, keys: &LockKeys, owner: &OwnerToken)
     let member: i64 = node.query(Phase::Break, &command, &[&mark]).await?;
     Ok(member == 1)
 }
+
+/// Whether the fencing counter of the lock `keys` is at least `token` (see `Hold::kept_since`):
+/// `false` when it is gone or lower.
+///
+/// # Errors
+/// [`Error::Connection`].
+pub(crate) async fn counter_reached(
+    node: &Node,
+    keys: &LockKeys,
+    token: FencingToken,
+) -> Result<bool> {
+    let command = redis::cmd("GET").arg(keys.fence()).to_owned();
+    let counter: Option<String> = node
+        .query(Phase::Release, &command, &[keys.fence()])
+        .await?;
+    Ok(counter
+        .and_then(|counter| counter.parse::<u64>().ok())
+        .is_some_and(|counter| counter >= token.get()))
+}

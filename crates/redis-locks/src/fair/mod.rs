@@ -64,8 +64,12 @@ struct FairHold {
 }
 
 impl Hold for FairHold {
-    fn held_once(&self) -> bool {
-        true
+    fn kept_since<'a>(&'a self, token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
+        Box::pin(crate::breaking::counter_reached(
+            &self.lock.node,
+            &self.keys,
+            token,
+        ))
     }
 
     fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {

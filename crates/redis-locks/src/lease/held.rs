@@ -274,7 +274,7 @@ impl Lease {
         let outcome = owed.pay().instrument(span.clone()).await;
         let outcome = match outcome {
             Err(first) if first.is_connection() => {
-                release_again(hold.as_ref(), &owner, certain, first)
+                release_again(hold.as_ref(), &owner, (certain, self.token), first)
                     .instrument(span.clone())
                     .await
             }
@@ -364,27 +364,32 @@ fn released(hold: &dyn super::Hold, granted_at: Instant, outcome: &Result<Releas
 
 /// A release of `hold` by `owner` whose reply never came (`first`: the connection failed after
 /// the request went out, so the server may have run it) is asked once more, over a new
-/// connection. Its answer stands, except that a lock held once at most ([`Hold::held_once`])
-/// found gone or taken while its lease was still certain (before `certain`, the lease's
-/// deadline on this client's clock, which ends before the server's) was released by the first
-/// request — nothing else ends a lease early but a break, which the caller tells apart — so
-/// it is [`Released::Freed`]. A second connection failure gives back the first.
+/// connection. Its answer stands, except that a lock found gone or taken while its lease was
+/// still certain (before the lease's deadline on this client's clock, which ends before the
+/// server's) on a server that kept the grant's data ([`Hold::kept_since`] its `token`: no
+/// restart, flush or failover lost it) was released by the first request — nothing else ends
+/// a lease early there but a break, which the caller tells apart — so it is
+/// [`Released::Freed`]. A second connection failure gives back the first.
 async fn release_again(
     hold: &dyn super::Hold,
     owner: &OwnerToken,
-    certain: Instant,
+    (certain, token): (Instant, FencingToken),
     first: Error,
 ) -> Result<Released> {
     tracing::debug!(lock = hold.name(), %first, "release reply lost; asking again");
     match hold.release(owner).await {
         Err(Error::NotHeld {
-            reason: LostReason::Expired | LostReason::Taken,
-            ..
-        }) if hold.held_once()
-            && Instant::now() < certain
-            && !hold.broken(owner).await.unwrap_or(false) =>
-        {
-            Ok(Released::Freed)
+            name,
+            reason: reason @ (LostReason::Expired | LostReason::Taken),
+        }) => {
+            let ours = Instant::now() < certain
+                && hold.kept_since(token).await.unwrap_or(false)
+                && !hold.broken(owner).await.unwrap_or(false);
+            if ours {
+                Ok(Released::Freed)
+            } else {
+                Err(Error::NotHeld { name, reason })
+            }
         }
         Err(err) if err.is_connection() => Err(first),
         outcome => outcome,

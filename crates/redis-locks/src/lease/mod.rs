@@ -114,13 +114,16 @@ pub(crate) trait Hold: Send + Sync + 'static {
         Box::pin(async { Ok(false) })
     }
 
-    /// Whether an owner holds this lock once at most (a `Mutex`, a `FairMutex`, a
-    /// semaphore's permits), so that a release that took the lock away leaves
-    /// [`Released::Freed`]: then a release asked again after its reply was lost, which finds
-    /// the lock gone or taken while the lease was still certain, knows the first one did it.
-    /// By default `false` (a hold count, or several nodes: the second answer stands).
-    fn held_once(&self) -> bool {
-        false
+    /// Whether the server still has the data of a grant numbered `token`, for a lock an owner
+    /// holds once at most (a `Mutex`, a `FairMutex`, a semaphore's permits): its fencing
+    /// counter, which never expires, is at least `token` (a restart that lost the data, a
+    /// flush, or a failover to a replica that lagged would have lost or set back the
+    /// counter). Then a release asked again after its reply was lost, which finds the lock gone
+    /// or taken while the lease was still certain, knows the first one did it
+    /// ([`Released::Freed`]). By default `false` (a hold count, or several nodes: the second
+    /// answer stands).
+    fn kept_since<'a>(&'a self, _token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
+        Box::pin(async { Ok(false) })
     }
 
     /// Releases the lock if `owner` holds it (and wakes its waiters), and says whether the

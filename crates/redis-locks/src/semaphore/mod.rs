@@ -118,8 +118,10 @@ impl SemaphoreHold {
 }
 
 impl Hold for SemaphoreHold {
-    fn held_once(&self) -> bool {
-        true
+    fn kept_since<'a>(&'a self, token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
+        Box::pin(crate::breaking::counter_reached(
+            &self.node, &self.keys, token,
+        ))
     }
 
     fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {

@@ -112,8 +112,10 @@ fn extend_args(owner: &OwnerToken, lease: Duration, restore: bool) -> Result<[St
 }
 
 impl Hold for StringHold {
-    fn held_once(&self) -> bool {
-        true
+    fn kept_since<'a>(&'a self, token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
+        Box::pin(crate::breaking::counter_reached(
+            &self.node, &self.keys, token,
+        ))
     }
 
     fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
