@@ -38,7 +38,14 @@ struct Report<'a> {
 pub async fn run(endpoint: &Endpoint, name: &str, yes: bool, json: bool) -> Result<(), CliError> {
     endpoint.keys(name)?;
     let clients = crate::nodes::connect_all(endpoint).await?;
-    let held = describe(&clients[0], name).await?;
+    // Who holds it, on the first node that says (a Redlock's nodes may disagree).
+    let mut held = None;
+    for client in &clients {
+        held = describe(client, name).await?;
+        if held.is_some() {
+            break;
+        }
+    }
     if let Some(held) = &held
         && !yes
     {

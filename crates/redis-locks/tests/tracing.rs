@@ -78,8 +78,14 @@ async fn spans_and_the_loss_event_carry_what_matters_and_no_secret() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    // Renewed twice at least (every 100 ms), then lost: the key deleted by hand.
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    // Renewed (every 100 ms: wait for a renew span to close, 5 s at most), then lost: the key
+    // deleted by hand.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !captured.text().contains("renew{lock=\"orders:42\"")
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let _: i64 = redis::cmd("DEL")
         .arg("orders:42")
         .query_async(&mut raw)

@@ -64,20 +64,12 @@ struct FairHold {
 }
 
 impl Hold for FairHold {
-    fn kept_since<'a>(&'a self, token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
-        Box::pin(crate::breaking::counter_reached(
-            &self.lock.node,
-            &self.keys,
-            token,
-        ))
+    fn keys_on(&self) -> Option<(&crate::node::Node, &crate::key::LockKeys)> {
+        Some((&self.lock.node, &self.keys))
     }
 
-    fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
-        Box::pin(crate::breaking::was_broken(
-            &self.lock.node,
-            &self.keys,
-            owner,
-        ))
+    fn held_once(&self) -> bool {
+        true
     }
 
     fn kind(&self) -> crate::telemetry::Kind {

@@ -107,11 +107,30 @@ pub(crate) trait Hold: Send + Sync + 'static {
     /// The primitive, for metrics.
     fn kind(&self) -> crate::telemetry::Kind;
 
+    /// The node and keys of a lock that lives on one node, for [`Hold::broken`] and
+    /// [`Hold::kept_since`]. By default `None`: a lock over several nodes (a Redlock, a
+    /// MultiLock).
+    fn keys_on(&self) -> Option<(&crate::node::Node, &crate::key::LockKeys)> {
+        None
+    }
+
+    /// Whether an owner holds this lock once at most (a `Mutex`, a `FairMutex`, a
+    /// semaphore's permits), so that a release that took it away leaves
+    /// [`Released::Freed`]. By default `false` (a hold count).
+    fn held_once(&self) -> bool {
+        false
+    }
+
     /// Whether a break took the lock from `owner` (see `breaking/`): asked when a renewal or
-    /// a release finds the lock gone or taken. By default `false`: a lock over several nodes
-    /// (a Redlock, a MultiLock) says only that it is gone.
-    fn broken<'a>(&'a self, _owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
-        Box::pin(async { Ok(false) })
+    /// a release finds the lock gone or taken. `false` for a lock over several nodes, which
+    /// says only that it is gone.
+    fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
+        Box::pin(async move {
+            match self.keys_on() {
+                Some((node, keys)) => crate::breaking::was_broken(node, keys, owner).await,
+                None => Ok(false),
+            }
+        })
     }
 
     /// Whether the server still has the data of a grant numbered `token`, for a lock an owner
@@ -120,10 +139,15 @@ pub(crate) trait Hold: Send + Sync + 'static {
     /// flush, or a failover to a replica that lagged would have lost or set back the
     /// counter). Then a release asked again after its reply was lost, which finds the lock gone
     /// or taken while the lease was still certain, knows the first one did it
-    /// ([`Released::Freed`]). By default `false` (a hold count, or several nodes: the second
-    /// answer stands).
-    fn kept_since<'a>(&'a self, _token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
-        Box::pin(async { Ok(false) })
+    /// ([`Released::Freed`]). `false` for a hold count or several nodes: the second answer
+    /// stands.
+    fn kept_since<'a>(&'a self, token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
+        Box::pin(async move {
+            match self.keys_on().filter(|_| self.held_once()) {
+                Some((node, keys)) => crate::breaking::counter_reached(node, keys, token).await,
+                None => Ok(false),
+            }
+        })
     }
 
     /// Releases the lock if `owner` holds it (and wakes its waiters), and says whether the

@@ -127,8 +127,8 @@ impl HoldsHold {
 }
 
 impl Hold for HoldsHold {
-    fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
-        Box::pin(crate::breaking::was_broken(&self.node, &self.keys, owner))
+    fn keys_on(&self) -> Option<(&crate::node::Node, &crate::key::LockKeys)> {
+        Some((&self.node, &self.keys))
     }
 
     fn kind(&self) -> crate::telemetry::Kind {

@@ -112,14 +112,12 @@ fn extend_args(owner: &OwnerToken, lease: Duration, restore: bool) -> Result<[St
 }
 
 impl Hold for StringHold {
-    fn kept_since<'a>(&'a self, token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
-        Box::pin(crate::breaking::counter_reached(
-            &self.node, &self.keys, token,
-        ))
+    fn keys_on(&self) -> Option<(&crate::node::Node, &crate::key::LockKeys)> {
+        Some((&self.node, &self.keys))
     }
 
-    fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
-        Box::pin(crate::breaking::was_broken(&self.node, &self.keys, owner))
+    fn held_once(&self) -> bool {
+        true
     }
 
     fn kind(&self) -> crate::telemetry::Kind {
