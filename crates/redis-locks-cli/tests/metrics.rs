@@ -1,5 +1,6 @@
 //! `redis-locks run --metrics-addr ADDR`: the library's metrics served for Prometheus while
 //! the run holds its lock, read over HTTP as a scraper would; an address in use is bad usage.
+//! `check --metrics-addr ADDR`: the metrics of all its worker processes, summed.
 
 mod common;
 
@@ -73,4 +74,44 @@ fn a_run_serves_its_lock_metrics_for_prometheus_while_it_holds_the_lock() {
     expect(&out, 64, "--metrics-addr");
     std::fs::write(&release, "").unwrap();
     assert_eq!(holder.wait_exit(Duration::from_secs(30)), Some(0));
+}
+
+/// The value of the series `series` (name and labels, as Prometheus prints them) in `body`.
+fn value_of(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[test]
+fn a_check_serves_the_metrics_of_all_its_worker_processes_summed() {
+    let addr = free_addr();
+    let addr_arg = addr.to_string();
+    // Two workers of 1,000 acquisitions each: a count above 1,000 is both workers' together.
+    let mut cmd = common::command();
+    cmd.args([
+        "check",
+        "--fault",
+        "none",
+        "--processes",
+        "2",
+        "--tasks",
+        "1",
+        "--count",
+        "1000",
+        "--hold",
+        "1ms",
+        "--json",
+        "--metrics-addr",
+        &addr_arg,
+    ]);
+    let mut check = ChildProcess::spawn(cmd).unwrap();
+    let series = "redis_locks_acquisitions_total{primitive=\"mutex\",outcome=\"acquired\"}";
+    let mut body = String::new();
+    let summed = eventually(Duration::from_secs(120), || {
+        body = scrape(addr).unwrap_or_default();
+        value_of(&body, series).is_some_and(|count| count > 1_200.0)
+    });
+    assert!(summed, "no sum of both workers' acquisitions:\n{body}");
+    assert!(body.contains("redis_locks_hold_seconds_count"), "{body}");
+    assert_eq!(check.wait_exit(Duration::from_secs(120)), Some(0));
 }

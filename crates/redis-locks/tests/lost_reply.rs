@@ -1,12 +1,13 @@
 //! A release whose reply is lost after the server ran it (a proxy between the client and a
 //! real server cuts the connection instead of passing the reply on): the client asks again
-//! on a new connection and reports `Released`, not `NotHeld` — for a `Mutex` and a permit.
+//! on a new connection and reports `Released`, not `NotHeld` — for a `Mutex`, a permit, and
+//! the hold counts of an `RwLock` and a `ReentrantMutex` (with the holds the owner has left).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis_locks::Client;
+use redis_locks::{Client, Released, Result};
 use test_support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,7 +30,9 @@ impl Proxy {
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                let server = TcpStream::connect(("127.0.0.1", upstream)).await.unwrap();
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    continue;
+                };
                 let (mut client_read, mut client_write) = client.into_split();
                 let (mut server_read, mut server_write) = server.into_split();
                 tokio::spawn(async move {
@@ -123,4 +126,68 @@ async fn a_release_whose_reply_was_lost_is_asked_again_and_says_released() {
         "a permit's release whose reply was lost: {released:?}"
     );
     assert!(!exists(&server, "slots").await, "the permit is back");
+}
+
+/// Cuts the reply of the next request through `proxy`, runs `release` (a guard's release) and
+/// gives its outcome, checking that a reply was cut.
+async fn with_reply_cut<F>(proxy: &Proxy, release: F) -> Result<Released>
+where
+    F: std::future::Future<Output = Result<Released>>,
+{
+    proxy.armed.store(true, Ordering::SeqCst);
+    let released = tokio::time::timeout(Duration::from_secs(10), release)
+        .await
+        .expect("the release ends");
+    assert!(!proxy.armed.load(Ordering::SeqCst), "the proxy cut a reply");
+    released
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_counts_release_whose_reply_was_lost_says_how_many_holds_are_left() {
+    let server = RedisServer::start().unwrap();
+    let proxy = Proxy::start(server.port()).await;
+    let client = Client::connect(&proxy.url()).await.unwrap();
+
+    // A ReentrantMutex held twice: the first release leaves one hold, the second none.
+    let mutex = client.reentrant_mutex("ledger").unwrap();
+    let (first, second) = (mutex.lock().await.unwrap(), mutex.lock().await.unwrap());
+    let released = with_reply_cut(&proxy, second.release()).await;
+    assert_eq!(released.unwrap(), Released::StillHeld { holds: 1 });
+    let released = with_reply_cut(&proxy, first.release()).await;
+    assert_eq!(released.unwrap(), Released::Freed);
+    assert!(!exists(&server, "ledger").await, "the lock is free");
+
+    // An RwLock: a write hold entered twice, and a read hold of the same owner.
+    let rwlock = client.rwlock("catalog").unwrap();
+    let (write, again) = (rwlock.write().await.unwrap(), rwlock.write().await.unwrap());
+    let read = rwlock.read().await.unwrap();
+    let released = with_reply_cut(&proxy, again.release()).await;
+    assert_eq!(released.unwrap(), Released::StillHeld { holds: 1 });
+    let released = with_reply_cut(&proxy, read.release()).await;
+    assert_eq!(released.unwrap(), Released::Freed, "no read hold left");
+    let released = with_reply_cut(&proxy, write.release()).await;
+    assert_eq!(released.unwrap(), Released::Freed);
+    assert!(!exists(&server, "catalog").await, "the lock is free");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_released_by_a_flush_before_the_retry_is_not_called_released() {
+    let server = RedisServer::start().unwrap();
+    let proxy = Proxy::start(server.port()).await;
+    let client = Client::connect(&proxy.url()).await.unwrap();
+    let mutex = client.reentrant_mutex("ledger").unwrap();
+    let guard = mutex.lock().await.unwrap();
+    // The data is lost (a flush, as a restart without persistence would): the counter with
+    // it, so the retry cannot tell its first request from the loss and says NotHeld.
+    let mut raw = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut raw).await.unwrap();
+    let released = with_reply_cut(&proxy, guard.release()).await;
+    assert!(
+        matches!(released, Err(redis_locks::Error::NotHeld { .. })),
+        "a hold the server lost: {released:?}"
+    );
 }

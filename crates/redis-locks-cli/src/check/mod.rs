@@ -13,6 +13,7 @@ mod clock;
 mod failover;
 mod fault;
 mod legacy;
+pub mod metrics;
 pub mod plan;
 mod proxy;
 mod resource;
@@ -115,6 +116,10 @@ pub struct CheckArgs {
     /// Write a timeline of every holding and fault as an SVG chart.
     #[arg(long, value_name = "FILE.svg")]
     pub chart: Option<PathBuf>,
+    /// Serve the library's metrics of every worker process (`redis_locks_...`) for
+    /// Prometheus at http://ADDR/ while the check runs, e.g. 127.0.0.1:9187.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Parses `holder-kill` or `server-pause+holder-kill`.
@@ -161,6 +166,9 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
         .with_replication(&args.replication);
     settings.check_files()?;
     let scenarios = scenarios(args, &wanted)?;
+    if let Some(addr) = args.metrics_addr {
+        metrics::serve(addr)?;
+    }
     if settings.replicas().is_some() {
         if scenarios.iter().any(Scenario::redlock) {
             return Err(CliError::Usage(

@@ -167,6 +167,10 @@ pub struct Plan {
     pub start_at: u64,
     /// The holder-side faults of this worker.
     pub triggers: Vec<Trigger>,
+    /// Whether the worker forwards the library's metrics ([`Event::Metrics`]): `check`
+    /// serves them (`--metrics-addr`).
+    #[serde(default)]
+    pub metrics: bool,
 }
 
 fn one() -> u32 {
@@ -280,6 +284,12 @@ pub enum Event {
     Connected {
         /// The worker's number.
         process: usize,
+    },
+    /// What the library recorded in the worker since its last such line (with `metrics` in
+    /// its plan): `check` adds it to the metrics it serves.
+    Metrics {
+        /// Each metric's increase or new values.
+        samples: Vec<super::metrics::Sample>,
     },
     /// A task acquired (sent at once, so a holder killed before it finishes is known).
     Acquired {

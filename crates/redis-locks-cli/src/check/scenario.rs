@@ -487,6 +487,7 @@ pub async fn run(
             hold_us: scenario.hold.as_micros() as u64,
             start_at: started_at,
             triggers,
+            metrics: super::metrics::forwarded(),
         };
         let env = servers
             .fake_clock
@@ -641,6 +642,7 @@ pub async fn run(
                         }
                     }
                     Event::Retry { .. } => retries += 1,
+                    Event::Metrics { samples } => super::metrics::apply(&samples),
                     Event::Stuck { worker, names, waited_ms } => {
                         let names: Vec<String> = names
                             .iter()

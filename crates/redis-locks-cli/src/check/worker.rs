@@ -30,6 +30,11 @@ const MAX_RETRIES: u32 = 500;
 pub async fn run(plan: &str) -> Result<(), CliError> {
     let plan: Plan = serde_json::from_str(plan)
         .map_err(|err| CliError::Usage(format!("check-worker: bad plan: {err}")))?;
+    // Installed before the first lock is made, so that every record is seen.
+    let forwarder = plan
+        .metrics
+        .then(super::metrics::Forwarder::install)
+        .flatten();
     let resource = Resource::new(
         cli_support::connection(&plan.resource_url).await?,
         &plan.resource,
@@ -99,11 +104,20 @@ pub async fn run(plan: &str) -> Result<(), CliError> {
         };
         tasks.push(tokio::spawn(task.run()));
     }
-    for task in tasks {
-        task.await
-            .map_err(|err| CliError::Lost(format!("check-worker: a task panicked: {err}")))?;
+    let all_done = async {
+        for task in tasks {
+            task.await
+                .map_err(|err| CliError::Lost(format!("check-worker: a task panicked: {err}")))?;
+        }
+        Ok(())
+    };
+    match forwarder {
+        Some(forwarder) => {
+            let send = |samples| emit_line(&Event::Metrics { samples });
+            forwarder.around(send, all_done).await
+        }
+        None => all_done.await,
     }
-    Ok(())
 }
 
 /// Which side of the primitive task number `task` takes.

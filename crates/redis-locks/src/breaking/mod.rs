@@ -8,18 +8,15 @@ use redis::Value;
 
 use crate::client::Client;
 use crate::error::{Error, Phase, Result};
-use crate::key::LockKeys;
-use crate::node::{LockScript, Node, Registered};
-use crate::token::{FENCE_LUA, FencingToken, OwnerToken};
+use crate::lease::BROKEN_MARK;
+use crate::node::{LockScript, Registered};
+use crate::token::{FENCE_LUA, FencingToken};
 use crate::wait::LOCK_LUA;
 
 /// Frees a lock of any kind: `{kind, token, holder...}` or `{'free', counter}`.
 pub(crate) static BREAK: LazyLock<LockScript> =
     LazyLock::new(|| LockScript::new(&[FENCE_LUA, LOCK_LUA, include_str!("break.lua")]));
 inventory::submit!(Registered(|| &BREAK));
-
-/// The set of owner tokens a break took the lock from (`break.lua`, `KEYS[3]`).
-const MARK: &str = "broken";
 
 /// What [`Client::break_lock`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +62,7 @@ impl Client {
     /// no lock's or the counter is not one (nothing is changed); [`Error::Connection`].
     pub async fn break_lock(&self, name: &str) -> Result<BrokenLock> {
         let keys = self.keys(name)?;
-        let mark = keys.companion(MARK);
+        let mark = keys.companion(BROKEN_MARK);
         let permits = keys.companion("permits");
         let reply: Vec<Value> = self
             .node()
@@ -102,38 +99,4 @@ fn decode(reply: Vec<Value>) -> Result<BrokenLock> {
         holders,
         fencing_counter: FencingToken::new(counter),
     })
-}
-
-/// Whether a break took the lock `keys` from `owner` (its mark still lasts): asked when a
-/// renewal or a release finds the lock gone or taken.
-///
-/// # Errors
-/// [`Error::Connection`]; [`Error::WrongType`] when the mark is not a set.
-pub(crate) async fn was_broken(node: &Node, keys: &LockKeys, owner: &OwnerToken) -> Result<bool> {
-    let mark = keys.companion(MARK);
-    let command = redis::cmd("SISMEMBER")
-        .arg(&mark)
-        .arg(owner.as_str())
-        .to_owned();
-    let member: i64 = node.query(Phase::Break, &command, &[&mark]).await?;
-    Ok(member == 1)
-}
-
-/// Whether the fencing counter of the lock `keys` is at least `token` (see `Hold::kept_since`):
-/// `false` when it is gone or lower.
-///
-/// # Errors
-/// [`Error::Connection`].
-pub(crate) async fn counter_reached(
-    node: &Node,
-    keys: &LockKeys,
-    token: FencingToken,
-) -> Result<bool> {
-    let command = redis::cmd("GET").arg(keys.fence()).to_owned();
-    let counter: Option<String> = node
-        .query(Phase::Release, &command, &[keys.fence()])
-        .await?;
-    Ok(counter
-        .and_then(|counter| counter.parse::<u64>().ok())
-        .is_some_and(|counter| counter >= token.get()))
 }

@@ -258,7 +258,16 @@ impl Lease {
 
     /// Releases the lock and says whether it was still this lease's. A renewal under way is
     /// let finish and the watchdog stopped before the release is sent.
-    pub(crate) async fn release(mut self) -> Result<Released> {
+    pub(crate) async fn release(self) -> Result<Released> {
+        self.release_held_by(None).await
+    }
+
+    /// As [`release`](Self::release), for a hold of a hold count: `holder` is whose hold it
+    /// is, so that a release asked again after a lost reply can say how many holds are left.
+    pub(crate) async fn release_held_by(
+        mut self,
+        holder: Option<super::Holder>,
+    ) -> Result<Released> {
         let state = self.state.clone();
         // Wait for a renewal under way, and stop the watchdog before the release is sent.
         let _gate = state.gate().await;
@@ -274,7 +283,8 @@ impl Lease {
         let outcome = owed.pay().instrument(span.clone()).await;
         let outcome = match outcome {
             Err(first) if first.is_connection() => {
-                release_again(hold.as_ref(), &owner, (certain, self.token), first)
+                let first_run = (certain, self.token, holder.as_ref());
+                release_again(hold.as_ref(), &owner, first_run, first)
                     .instrument(span.clone())
                     .await
             }
@@ -366,14 +376,15 @@ fn released(hold: &dyn super::Hold, granted_at: Instant, outcome: &Result<Releas
 /// the request went out, so the server may have run it) is asked once more, over a new
 /// connection. Its answer stands, except that a lock found gone or taken while its lease was
 /// still certain (before the lease's deadline on this client's clock, which ends before the
-/// server's) on a server that kept the grant's data ([`Hold::kept_since`] its `token`: no
-/// restart, flush or failover lost it) was released by the first request — nothing else ends
-/// a lease early there but a break, which the caller tells apart — so it is
-/// [`Released::Freed`]. A second connection failure gives back the first.
+/// server's) on a server that kept the grant's data (its fencing counter reaches the grant's
+/// `token`: no restart, flush or failover lost it) was released by the first request —
+/// nothing else ends a lease early there but a break, which is told apart — so it says what
+/// that release left ([`Hold::released_first`]: [`Released::Freed`], or the holds `holder`
+/// has left). A second connection failure gives back the first.
 async fn release_again(
     hold: &dyn super::Hold,
     owner: &OwnerToken,
-    (certain, token): (Instant, FencingToken),
+    (certain, token, holder): (Instant, FencingToken, Option<&super::Holder>),
     first: Error,
 ) -> Result<Released> {
     tracing::debug!(lock = hold.name(), %first, "release reply lost; asking again");
@@ -382,13 +393,14 @@ async fn release_again(
             name,
             reason: reason @ (LostReason::Expired | LostReason::Taken),
         }) => {
-            let ours = Instant::now() < certain
-                && hold.kept_since(token).await.unwrap_or(false)
-                && !hold.broken(owner).await.unwrap_or(false);
-            if ours {
-                Ok(Released::Freed)
+            let first_run = if Instant::now() < certain {
+                hold.released_first(token, holder).await.unwrap_or(None)
             } else {
-                Err(Error::NotHeld { name, reason })
+                None
+            };
+            match first_run {
+                Some(left) if !hold.broken(owner).await.unwrap_or(false) => Ok(left),
+                _ => Err(Error::NotHeld { name, reason }),
             }
         }
         Err(err) if err.is_connection() => Err(first),

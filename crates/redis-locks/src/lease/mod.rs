@@ -68,6 +68,7 @@
 //!
 mod guard;
 mod held;
+mod kept;
 mod options;
 mod owed;
 mod state;
@@ -84,6 +85,7 @@ use crate::token::OwnerToken;
 
 pub(crate) use guard::guard_methods;
 pub(crate) use held::Lease;
+pub(crate) use kept::BROKEN_MARK;
 pub use options::{DEFAULT_LEASE, LeaseOptions};
 pub(crate) use owed::OwedRelease;
 pub(crate) use state::LeaseState;
@@ -93,6 +95,15 @@ pub(crate) use watchdog::Renewals;
 
 /// A boxed future, as [`Hold`]'s methods return them (the trait is used as `dyn Hold`).
 pub(crate) type HoldFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// Whose hold a guard of a hold count releases (an `RwLock`'s or a `ReentrantMutex`'s): its
+/// owner id and mode, so that a release asked again after a lost reply can say how many holds
+/// the owner has left (see [`Hold::released_first`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Holder {
+    pub(crate) owner: crate::owner::OwnerId,
+    pub(crate) mode: crate::state::HoldMode,
+}
 
 /// What the lease core needs of a primitive: release and extend by owner token.
 ///
@@ -108,7 +119,7 @@ pub(crate) trait Hold: Send + Sync + 'static {
     fn kind(&self) -> crate::telemetry::Kind;
 
     /// The node and keys of a lock that lives on one node, for [`Hold::broken`] and
-    /// [`Hold::kept_since`]. By default `None`: a lock over several nodes (a Redlock, a
+    /// [`Hold::released_first`]. By default `None`: a lock over several nodes (a Redlock, a
     /// MultiLock).
     fn keys_on(&self) -> Option<(&crate::node::Node, &crate::key::LockKeys)> {
         None
@@ -127,27 +138,48 @@ pub(crate) trait Hold: Send + Sync + 'static {
     fn broken<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, bool> {
         Box::pin(async move {
             match self.keys_on() {
-                Some((node, keys)) => crate::breaking::was_broken(node, keys, owner).await,
+                Some((node, keys)) => kept::was_broken(node, keys, owner).await,
                 None => Ok(false),
             }
         })
     }
 
-    /// Whether the server still has the data of a grant numbered `token`, for a lock an owner
-    /// holds once at most (a `Mutex`, a `FairMutex`, a semaphore's permits): its fencing
-    /// counter, which never expires, is at least `token` (a restart that lost the data, a
-    /// flush, or a failover to a replica that lagged would have lost or set back the
-    /// counter). Then a release asked again after its reply was lost, which finds the lock gone
-    /// or taken while the lease was still certain, knows the first one did it
-    /// ([`Released::Freed`]). `false` for a hold count or several nodes: the second answer
-    /// stands.
-    fn kept_since<'a>(&'a self, token: crate::token::FencingToken) -> HoldFuture<'a, bool> {
+    /// What a release asked again after its first reply was lost learns when it finds the
+    /// hold gone or taken while its lease was still certain: whether the server still has the
+    /// data of the grant numbered `token` — its fencing counter, which never expires, is at
+    /// least `token` (a restart that lost the data, a flush, or a failover to a replica that
+    /// lagged would have lost or set back the counter) — so that nothing but the first
+    /// request ended the hold (a break is told apart by the caller), and then what that
+    /// release left: [`Released::Freed`] for a lock an owner holds once at most (a `Mutex`, a
+    /// `FairMutex`, a semaphore's permits); for a hold count, how many holds `holder` still
+    /// has ([`Hold::holds_of`]). `None` when the server lost the data, for a lock over several
+    /// nodes, or for a hold count without `holder`: the second answer stands.
+    fn released_first<'a>(
+        &'a self,
+        token: crate::token::FencingToken,
+        holder: Option<&'a Holder>,
+    ) -> HoldFuture<'a, Option<Released>> {
         Box::pin(async move {
-            match self.keys_on().filter(|_| self.held_once()) {
-                Some((node, keys)) => crate::breaking::counter_reached(node, keys, token).await,
-                None => Ok(false),
+            let Some((node, keys)) = self.keys_on() else {
+                return Ok(None);
+            };
+            if !kept::counter_reached(node, keys, token).await? {
+                return Ok(None);
+            }
+            if self.held_once() {
+                return Ok(Some(Released::Freed));
+            }
+            match holder {
+                Some(holder) => Ok(Some(Released::leaving(self.holds_of(holder).await?))),
+                None => Ok(None),
             }
         })
+    }
+
+    /// How many live holds `holder` has on a lock of hold counts (see
+    /// [`Hold::released_first`]). By default 0: a lock an owner holds once at most.
+    fn holds_of<'a>(&'a self, _holder: &'a Holder) -> HoldFuture<'a, u64> {
+        Box::pin(async { Ok(0) })
     }
 
     /// Releases the lock if `owner` holds it (and wakes its waiters), and says whether the

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::engine::holds::{HoldsLock, Kind};
 use crate::error::Result;
-use crate::lease::{Lease, Released, guard_methods};
+use crate::lease::{Holder, Lease, Released, guard_methods};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldMode, HoldsState};
@@ -125,7 +125,10 @@ impl ReentrantMutex {
     /// A grant the caller never saw is released in the background.
     pub async fn try_lock(&self) -> Result<ReentrantGuard> {
         let lease = self.lock.try_acquire(HoldMode::Write).await?;
-        Ok(ReentrantGuard { lease })
+        Ok(ReentrantGuard {
+            lease,
+            owner: self.lock.owner().clone(),
+        })
     }
 
     /// Takes the lock, waiting in line as long as it takes; re-enters at once if this owner
@@ -165,7 +168,10 @@ impl ReentrantMutex {
 
     async fn lock_until(&self, deadline: Option<Instant>) -> Result<ReentrantGuard> {
         let lease = self.lock.acquire(HoldMode::Write, deadline).await?;
-        Ok(ReentrantGuard { lease })
+        Ok(ReentrantGuard {
+            lease,
+            owner: self.lock.owner().clone(),
+        })
     }
 }
 
@@ -190,6 +196,8 @@ impl ReentrantMutex {
 #[derive(Debug)]
 pub struct ReentrantGuard {
     lease: Lease,
+    /// The owner whose hold this is.
+    owner: OwnerId,
 }
 
 guard_methods!(ReentrantGuard);
@@ -205,6 +213,10 @@ impl ReentrantGuard {
     /// # Cancel safety
     /// Dropping the future before the reply still releases the hold, in the background.
     pub async fn release(self) -> Result<Released> {
-        self.lease.release().await
+        let holder = Holder {
+            owner: self.owner,
+            mode: HoldMode::Write,
+        };
+        self.lease.release_held_by(Some(holder)).await
     }
 }

@@ -2,7 +2,9 @@
 
 use crate::engine::holds::HoldsLock;
 use crate::error::Result;
-use crate::lease::{Lease, Released, guard_methods};
+use crate::lease::{Holder, Lease, Released, guard_methods};
+use crate::owner::OwnerId;
+use crate::state::HoldMode;
 
 /// A read hold of an [`RwLock`](crate::RwLock): this guard's own share of the lock, with its
 /// own lease and fencing token; other readers may hold it at the same time, no writer can.
@@ -31,13 +33,15 @@ use crate::lease::{Lease, Released, guard_methods};
 #[derive(Debug)]
 pub struct RwLockReadGuard {
     lease: Lease,
+    /// The owner whose read hold this is.
+    owner: OwnerId,
 }
 
 guard_methods!(RwLockReadGuard);
 
 impl RwLockReadGuard {
-    pub(crate) fn new(lease: Lease) -> RwLockReadGuard {
-        RwLockReadGuard { lease }
+    pub(crate) fn new(lease: Lease, owner: OwnerId) -> RwLockReadGuard {
+        RwLockReadGuard { lease, owner }
     }
 
     /// Releases this read hold; a writer waiting for the last reader is woken.
@@ -50,7 +54,11 @@ impl RwLockReadGuard {
     /// # Cancel safety
     /// Dropping the future before the reply still releases the hold, in the background.
     pub async fn release(self) -> Result<Released> {
-        self.lease.release().await
+        let holder = Holder {
+            owner: self.owner,
+            mode: HoldMode::Read,
+        };
+        self.lease.release_held_by(Some(holder)).await
     }
 }
 
@@ -107,7 +115,11 @@ impl RwLockWriteGuard {
     /// # Cancel safety
     /// As [`RwLockReadGuard::release`].
     pub async fn release(self) -> Result<Released> {
-        self.lease.release().await
+        let holder = Holder {
+            owner: self.lock.owner().clone(),
+            mode: HoldMode::Write,
+        };
+        self.lease.release_held_by(Some(holder)).await
     }
 
     /// Turns this write hold into a read hold, in one step on the server: no other writer
@@ -122,6 +134,7 @@ impl RwLockWriteGuard {
     /// mode it is in.
     pub async fn downgrade(self) -> Result<RwLockReadGuard> {
         self.lock.downgrade(self.lease.owner_token()).await?;
-        Ok(RwLockReadGuard::new(self.lease))
+        let owner = self.lock.owner().clone();
+        Ok(RwLockReadGuard::new(self.lease, owner))
     }
 }

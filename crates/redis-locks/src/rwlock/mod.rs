@@ -155,6 +155,7 @@ impl RwLock {
     pub async fn try_read(&self) -> Result<RwLockReadGuard> {
         Ok(RwLockReadGuard::new(
             self.lock.try_acquire(HoldMode::Read).await?,
+            self.lock.owner().clone(),
         ))
     }
 
@@ -169,6 +170,7 @@ impl RwLock {
     pub async fn read(&self) -> Result<RwLockReadGuard> {
         Ok(RwLockReadGuard::new(
             self.lock.acquire(HoldMode::Read, None).await?,
+            self.lock.owner().clone(),
         ))
     }
 
@@ -184,6 +186,7 @@ impl RwLock {
         let deadline = Instant::now().checked_add(wait);
         Ok(RwLockReadGuard::new(
             self.lock.acquire(HoldMode::Read, deadline).await?,
+            self.lock.owner().clone(),
         ))
     }
 

@@ -12,7 +12,7 @@ use crate::client::Client;
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{
-    Hold, HoldFuture, Lease, OwedRelease, Released, extend_replicated_by, lease_millis,
+    Hold, HoldFuture, Holder, Lease, OwedRelease, Released, extend_replicated_by, lease_millis,
 };
 use crate::node::{LockScript, Node, Registered, ScriptCall};
 use crate::options::LockOptions;
@@ -140,6 +140,17 @@ impl Hold for HoldsHold {
 
     fn name(&self) -> &str {
         self.keys.name()
+    }
+
+    fn holds_of<'a>(&'a self, holder: &'a Holder) -> HoldFuture<'a, u64> {
+        Box::pin(async move {
+            let state = inspect(&self.node, &self.keys).await?;
+            let holds = state
+                .holds
+                .iter()
+                .filter(|hold| hold.mode == holder.mode && hold.owner == holder.owner.as_str());
+            Ok(holds.count() as u64)
+        })
     }
 
     fn release<'a>(&'a self, owner: &'a OwnerToken) -> HoldFuture<'a, Released> {
