@@ -1,6 +1,7 @@
 //! The crate's `tracing` spans and events, captured by a subscriber at every level while locks
 //! work on a real server that asks for a password: acquire (lock, primitive, attempts, wait,
-//! outcome, fencing token), release (outcome, hold time), renew, and the loss event with its
+//! outcome, fencing token), hold (open while the lock is held), release (outcome, hold
+//! time) within it, renew, and the loss event with its
 //! reason; no owner token and no password in any captured line. One test: the subscriber is
 //! the process's global one (the library's tasks run on every worker thread).
 
@@ -122,7 +123,14 @@ async fn spans_and_the_loss_event_carry_what_matters_and_no_secret() {
     line(&["renew", "lock=\"orders:42\"", "close"]);
     let lost = line(&["lock lost", "orders:42"]);
     assert!(lost.contains("WARN") && lost.contains("reason="), "{lost}");
-    let release = line(&["release", "close", "lock=\"orders:43\""]);
+    // The hold span closes when the holding ends: its idle time is the hold time; the
+    // release's span is within it.
+    let hold = line(&["hold{", "close", "lock=\"orders:43\""]);
+    assert!(
+        hold.contains("primitive=\"mutex\"") && hold.contains("time.idle="),
+        "{hold}"
+    );
+    let release = line(&["hold{", "release{", "close", "lock=\"orders:43\""]);
     assert!(
         release.contains("outcome=\"released\"") && release.contains("held_ms="),
         "{release}"

@@ -36,6 +36,8 @@ pub(crate) struct Lease {
     replication: Option<Box<(Replication, Duration)>>,
     /// When the grant's request was sent: the hold time of the metrics counts from it.
     granted_at: Instant,
+    /// The `hold` span: open while the lock is held, the parent of its release's span.
+    span: Span,
 }
 
 impl std::fmt::Debug for Lease {
@@ -79,6 +81,7 @@ impl Lease {
             )
         });
         Lease {
+            span: hold_span(owed.hold().as_ref(), token),
             watchdog,
             owed: Some(owed),
             state,
@@ -132,6 +135,7 @@ impl Lease {
             First::Extend { then_renew },
         );
         Lease {
+            span: hold_span(owed.hold().as_ref(), token),
             watchdog: Some(watchdog),
             owed: Some(owed),
             state,
@@ -278,7 +282,7 @@ impl Lease {
             .take()
             .expect("a lease owes its release until released");
         let (hold, owner) = (owed.hold().clone(), owed.owner().clone());
-        let span = release_span(hold.as_ref(), self.token, self.granted_at);
+        let span = release_span(&self.span, hold.as_ref(), self.token, self.granted_at);
         let certain = self.state.status().deadline;
         let outcome = owed.pay().instrument(span.clone()).await;
         let outcome = match outcome {
@@ -330,11 +334,13 @@ impl Drop for Lease {
             let state = self.state.clone();
             let pending = owed.hold().background();
             let (token, granted_at) = (self.token, self.granted_at);
+            // The hold span stays open until the background release is done.
+            let holding = self.span.clone();
             runtime.spawn(async move {
                 let _pending = pending;
                 let _gate = state.gate().await;
                 let hold = owed.hold().clone();
-                let span = release_span(hold.as_ref(), token, granted_at);
+                let span = release_span(&holding, hold.as_ref(), token, granted_at);
                 let outcome = owed.pay().instrument(span.clone()).await;
                 released(hold.as_ref(), granted_at, &outcome, &span);
                 if let Err(err) = outcome {
@@ -345,11 +351,30 @@ impl Drop for Lease {
     }
 }
 
-/// The span of a release of `hold`'s lock granted at `granted_at` with `token`: the lock's
-/// name, primitive and fencing token (never the owner token), and, once known, the outcome
-/// and how long the lock was held.
-fn release_span(hold: &dyn super::Hold, token: FencingToken, granted_at: Instant) -> Span {
+/// The `hold` span of a lease of `hold`'s lock granted with `token`: the lock's name, primitive
+/// and fencing token (never the owner token); it closes when the holding ends (after its
+/// release), so its lifetime is the hold time. Never entered: it costs nothing while no
+/// subscriber wants DEBUG.
+fn hold_span(hold: &dyn super::Hold, token: FencingToken) -> Span {
     tracing::debug_span!(
+        "hold",
+        lock = hold.name(),
+        primitive = hold.kind().label(),
+        fencing_token = token.get(),
+    )
+}
+
+/// The span of a release (within the `holding` span) of `hold`'s lock granted at `granted_at`
+/// with `token`: the lock's name, primitive and fencing token (never the owner token), and,
+/// once known, the outcome and how long the lock was held.
+fn release_span(
+    holding: &Span,
+    hold: &dyn super::Hold,
+    token: FencingToken,
+    granted_at: Instant,
+) -> Span {
+    tracing::debug_span!(
+        parent: holding,
         "release",
         lock = hold.name(),
         primitive = hold.kind().label(),
