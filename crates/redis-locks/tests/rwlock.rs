@@ -344,6 +344,35 @@ async fn downgrade_keeps_writers_out_and_upgrade_is_refused() {
     writer.release().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_write_after_a_dropped_read_waits_for_its_release_instead_of_refusing() {
+    // One thread: the dropped read's background release cannot run before `write()` sends its
+    // request, so `write()` meets the read hold on the server.
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.rwlock("rw").unwrap();
+    for _ in 0..20 {
+        // A read guard dropped without `release()`...
+        drop(lock.read().await.unwrap());
+        let write = lock.write().await.expect("no read guard is held");
+        write.release().await.unwrap();
+        // ...and a `read()` polled once and cancelled (whether its request went out before
+        // the cancel depends on the connection's task; when it did, its grant's release runs
+        // in the background as a dropped guard's does).
+        tokio::select! {
+            biased;
+            read = lock.read() => panic!("a read in one poll: {read:?}"),
+            () = std::future::ready(()) => {}
+        }
+        let write = lock.try_write().await.expect("no read guard is held");
+        write.release().await.unwrap();
+    }
+    // A read guard that is still held: the refusal is real.
+    let read = lock.read().await.unwrap();
+    assert!(matches!(lock.try_write().await, Err(Error::Upgrade { .. })));
+    read.release().await.unwrap();
+}
+
 // Seed 004's comparison table, row by row.
 
 #[tokio::test]

@@ -193,7 +193,9 @@ impl RwLock {
     /// Writes if nobody holds the lock and nobody waits (or re-enters if this owner writes).
     ///
     /// # Errors
-    /// [`Error::Upgrade`](crate::Error::Upgrade) when this owner holds only read holds;
+    /// [`Error::Upgrade`](crate::Error::Upgrade) when this owner holds only read holds (the
+    /// holds of read guards this handle dropped, or of `read()` calls it cancelled, are not
+    /// among them: their background releases are waited for and the write asked again);
     /// otherwise as [`RwLock::try_read`].
     ///
     /// # Cancel safety

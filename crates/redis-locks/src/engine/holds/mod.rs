@@ -6,6 +6,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::Client;
@@ -14,6 +15,7 @@ use crate::key::LockKeys;
 use crate::lease::{
     Hold, HoldFuture, Holder, Lease, OwedRelease, Released, extend_replicated_by, lease_millis,
 };
+use crate::node::quorum::Running;
 use crate::node::{LockScript, Node, Registered, ScriptCall};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
@@ -103,6 +105,10 @@ struct HoldsHold {
     node: Node,
     keys: Arc<LockKeys>,
     kind: Kind,
+    /// How many releases of this handle's holds run in the background (guards dropped,
+    /// acquisitions cancelled): an upgrade refused while one runs is asked again after it
+    /// (see [`HoldsLock::acquire`]).
+    background: watch::Sender<usize>,
 }
 
 impl HoldsHold {
@@ -127,6 +133,10 @@ impl HoldsHold {
 }
 
 impl Hold for HoldsHold {
+    fn background(&self) -> Option<Box<dyn Send>> {
+        Some(Box::new(Running::new(self.background.clone())))
+    }
+
     fn keys_on(&self) -> Option<(&crate::node::Node, &crate::key::LockKeys)> {
         Some((&self.node, &self.keys))
     }
@@ -257,6 +267,7 @@ impl HoldsLock {
                 node: client.node().clone(),
                 keys: keys.clone(),
                 kind,
+                background: watch::Sender::new(0),
             }),
             lease_ms: lease_millis(options.get_lease_options().get_lease())?
                 .to_string()
@@ -295,18 +306,43 @@ impl HoldsLock {
     /// One attempt without waiting.
     pub(crate) async fn try_acquire(&self, mode: HoldMode) -> Result<Lease> {
         let asking = Asking { lock: self, mode };
-        try_once(&asking, self.owed()).await
+        self.upgrade_settled(|| try_once(&asking, self.owed()))
+            .await
     }
 
     /// Waits in line until `deadline` (`None`: as long as it takes).
     pub(crate) async fn acquire(&self, mode: HoldMode, deadline: Option<Instant>) -> Result<Lease> {
         let asking = Asking { lock: self, mode };
-        // One hold id for the whole wait: the waiter's place in the queue (under its mode
-        // letter), and its hold once granted; dropping it gives the place up.
-        let owed = self.owed();
-        let address = format!("{}{}", letter(mode), owed.owner().as_str());
-        let on = self.client.wait_on(self.options.get_wait_options());
-        acquire(on, Placed::new(&asking, owed, address), deadline).await
+        self.upgrade_settled(|| {
+            // One hold id for the whole wait: the waiter's place in the queue (under its
+            // mode letter), and its hold once granted; dropping it gives the place up.
+            let owed = self.owed();
+            let address = format!("{}{}", letter(mode), owed.owner().as_str());
+            let on = self.client.wait_on(self.options.get_wait_options());
+            acquire(on, Placed::new(&asking, owed, address), deadline)
+        })
+        .await
+    }
+
+    /// Runs `attempt`; an upgrade it was refused while releases of this handle's holds ran
+    /// in the background (a read guard dropped, a `read()` cancelled: holds the caller can
+    /// no longer see) is asked again once they are done, so the caller hears of an upgrade
+    /// only while it holds a read guard it can see. Each background release is bounded by
+    /// the response timeout.
+    async fn upgrade_settled<F, Fut>(&self, attempt: F) -> Result<Lease>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Lease>>,
+    {
+        match attempt().await {
+            Err(Error::Upgrade { .. }) if *self.hold.background.borrow() > 0 => {
+                let mut running = self.hold.background.subscribe();
+                // The sender lives in `self.hold`: the channel cannot close while this waits.
+                let _ = running.wait_for(|running| *running == 0).await;
+                attempt().await
+            }
+            outcome => outcome,
+        }
     }
 
     /// Turns the write hold `hold` into a read hold of the same owner, in one step.
