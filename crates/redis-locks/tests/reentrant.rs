@@ -282,3 +282,58 @@ async fn a_name_held_as_a_mutex_is_refused() {
     ));
     held.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_release_after_the_lease_says_taken_when_another_owner_holds_it_as_a_mutex_does() {
+    let server = server();
+    let client = common::client(&server).await;
+    let short = ReentrantMutexOptions::default().lease_options(
+        LeaseOptions::default()
+            .lease(Duration::from_millis(100))
+            .watchdog(false),
+    );
+    let late = client.reentrant_mutex_with("ledger", short).unwrap();
+    let guard = late.lock().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !exists(&server, "ledger")
+        })
+        .await
+    );
+    // Gone and nobody else holds it: Expired.
+    common::assert_not_held(guard.release().await, redis_locks::LostReason::Expired);
+    let guard = late.lock().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !exists(&server, "ledger")
+        })
+        .await
+    );
+    let other = client.reentrant_mutex("ledger").unwrap();
+    let theirs = other.lock().await.unwrap();
+    // Gone and another owner holds it: Taken, as a Mutex says.
+    common::assert_not_held(guard.release().await, redis_locks::LostReason::Taken);
+    assert_eq!(theirs.release().await.unwrap(), Released::Freed);
+
+    // An RwLock: a write hold that ran out while another owner reads is taken; a read hold
+    // that ran out while another owner reads too is only expired (reads share).
+    let short = redis_locks::RwLockOptions::default().lease_options(
+        LeaseOptions::default()
+            .lease(Duration::from_millis(100))
+            .watchdog(false),
+    );
+    let late = client.rwlock_with("catalog", short).unwrap();
+    let write = late.write().await.unwrap();
+    let read = late.read().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !exists(&server, "catalog")
+        })
+        .await
+    );
+    let reader = client.rwlock("catalog").unwrap();
+    let theirs = reader.read().await.unwrap();
+    common::assert_not_held(write.release().await, redis_locks::LostReason::Taken);
+    common::assert_not_held(read.release().await, redis_locks::LostReason::Expired);
+    theirs.release().await.unwrap();
+}

@@ -294,7 +294,8 @@ impl Lease {
             }
             outcome => outcome,
         };
-        // Gone or taken because a break took it: say so.
+        // Gone or taken because a break took it: say so. A hold of a hold count that
+        // expired while another owner holds the lock is taken, as a `Mutex`'s would be.
         let outcome = match outcome {
             Err(Error::NotHeld {
                 name,
@@ -302,6 +303,13 @@ impl Lease {
             }) if hold.broken(&owner).await.unwrap_or(false) => Err(Error::NotHeld {
                 name,
                 reason: LostReason::Broken,
+            }),
+            Err(Error::NotHeld {
+                name,
+                reason: LostReason::Expired,
+            }) if taken(hold.as_ref(), holder.as_ref()).await => Err(Error::NotHeld {
+                name,
+                reason: LostReason::Taken,
             }),
             outcome => outcome,
         };
@@ -395,6 +403,15 @@ fn released(hold: &dyn super::Hold, granted_at: Instant, outcome: &Result<Releas
             Err(_) => "error",
         },
     );
+}
+
+/// Whether another owner took the lock from `holder` (see [`Hold::taken_from`]); `false`
+/// without a holder, or when that cannot be read.
+async fn taken(hold: &dyn super::Hold, holder: Option<&super::Holder>) -> bool {
+    match holder {
+        Some(holder) => hold.taken_from(holder).await.unwrap_or(false),
+        None => false,
+    }
 }
 
 /// A release of `hold` by `owner` whose reply never came (`first`: the connection failed after

@@ -176,6 +176,15 @@ pub(crate) trait Hold: Send + Sync + 'static {
         })
     }
 
+    /// Whether another owner than `holder` holds the lock in a mode that excludes
+    /// `holder`'s (a write hold, or any hold when `holder`'s was a write): asked when a
+    /// release of a hold count finds its hold expired, so that it says
+    /// [`LostReason::Taken`] as a `Mutex`'s does. By default `false`: a lock an owner holds
+    /// once at most says so itself.
+    fn taken_from<'a>(&'a self, _holder: &'a Holder) -> HoldFuture<'a, bool> {
+        Box::pin(async { Ok(false) })
+    }
+
     /// How many live holds `holder` has on a lock of hold counts (see
     /// [`Hold::released_first`]). By default 0: a lock an owner holds once at most.
     fn holds_of<'a>(&'a self, _holder: &'a Holder) -> HoldFuture<'a, u64> {

@@ -207,7 +207,9 @@ impl ReentrantGuard {
     /// [`Released::Freed`] when it was the last (the next owner in line is woken).
     ///
     /// # Errors
-    /// [`Error::NotHeld`](crate::Error::NotHeld) when this hold's lease had run out;
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when this hold's lease had run out
+    /// ([`LostReason::Taken`](crate::LostReason::Taken) when another owner holds the lock
+    /// now in a mode that excludes it, else `Expired`);
     /// [`Error::Connection`](crate::Error::Connection) when the outcome is unknown.
     ///
     /// # Cancel safety

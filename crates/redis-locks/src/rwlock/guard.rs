@@ -47,7 +47,9 @@ impl RwLockReadGuard {
     /// Releases this read hold; a writer waiting for the last reader is woken.
     ///
     /// # Errors
-    /// [`Error::NotHeld`](crate::Error::NotHeld) when the hold's lease had run out;
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when the hold's lease had run out
+    /// ([`LostReason::Taken`](crate::LostReason::Taken) when another owner holds the lock
+    /// now in a mode that excludes it, else `Expired`);
     /// [`Error::Connection`](crate::Error::Connection) when the outcome is unknown (the
     /// lease then ends the hold).
     ///

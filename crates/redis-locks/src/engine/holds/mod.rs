@@ -152,6 +152,16 @@ impl Hold for HoldsHold {
         self.keys.name()
     }
 
+    fn taken_from<'a>(&'a self, holder: &'a Holder) -> HoldFuture<'a, bool> {
+        Box::pin(async move {
+            let state = inspect(&self.node, &self.keys).await?;
+            Ok(state.holds.iter().any(|hold| {
+                hold.owner != holder.owner.as_str()
+                    && (hold.mode == HoldMode::Write || holder.mode == HoldMode::Write)
+            }))
+        })
+    }
+
     fn holds_of<'a>(&'a self, holder: &'a Holder) -> HoldFuture<'a, u64> {
         Box::pin(async move {
             let state = inspect(&self.node, &self.keys).await?;
