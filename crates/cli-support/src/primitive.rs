@@ -12,7 +12,7 @@ use redis_locks::LostReason;
 
 use redis_locks::{
     Client, FairMutex, LockOptions, MultiLock, MultiLockGuard, Mutex, MutexGuard, Redlock,
-    RedlockGuard, RedlockOptions, ReentrantGuard, ReentrantMutex, Replication, RwLock,
+    RedlockGuard, RedlockOptions, ReentrantMutex, ReentrantMutexGuard, Replication, RwLock,
     RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphoreGuard,
 };
 use serde::Serialize;
@@ -100,7 +100,7 @@ pub enum Guard {
     /// A `Mutex`'s or a `FairMutex`'s guard.
     Mutex(MutexGuard),
     /// A `ReentrantMutex`'s guard.
-    Reentrant(ReentrantGuard),
+    Reentrant(ReentrantMutexGuard),
     /// An `RwLock` read guard.
     Read(RwLockReadGuard),
     /// An `RwLock` write guard.
@@ -367,21 +367,23 @@ impl Guard {
     /// Releases the hold.
     pub async fn release(self) -> redis_locks::Result<()> {
         match self {
-            Guard::MultiLock(guard) => guard.release().await,
             Guard::Several(guards) => {
                 // Every guard is released, whatever the others say; the first failure is
                 // the answer.
                 let outcomes =
                     futures_util::future::join_all(guards.into_iter().map(MutexGuard::release))
                         .await;
-                outcomes.into_iter().collect()
+                outcomes
+                    .into_iter()
+                    .try_for_each(|outcome| outcome.map(drop))
             }
-            Guard::Mutex(guard) => guard.release().await,
+            Guard::MultiLock(guard) => guard.release().await.map(drop),
+            Guard::Mutex(guard) => guard.release().await.map(drop),
             Guard::Reentrant(guard) => guard.release().await.map(drop),
             Guard::Read(guard) => guard.release().await.map(drop),
             Guard::Write(guard) => guard.release().await.map(drop),
-            Guard::Redlock(guard) => guard.release().await,
-            Guard::Semaphore(guard) => guard.release().await,
+            Guard::Redlock(guard) => guard.release().await.map(drop),
+            Guard::Semaphore(guard) => guard.release().await.map(drop),
         }
     }
 

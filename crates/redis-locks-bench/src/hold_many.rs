@@ -8,7 +8,7 @@ use std::time::Duration;
 use cli_support::endpoint::{Endpoint, Place, SideConnection};
 use cli_support::exit::CliError;
 use futures_util::StreamExt;
-use redis_locks::{ClientOptions, DEFAULT_RENEWAL_BATCH, MutexGuard, MutexOptions};
+use redis_locks::{ClientOptions, DEFAULT_RENEWAL_BATCH, LockOptions, MutexGuard};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -147,7 +147,7 @@ async fn hold_once(
 ) -> Result<HoldManyReport, CliError> {
     let options: ClientOptions = endpoint.client_options()?.renewal_batch(batch);
     let client = endpoint.connect_with(options).await?;
-    let lock_options = MutexOptions::default().lease(args.lease).watchdog(true);
+    let lock_options = LockOptions::default().lease(args.lease).watchdog(true);
     let names: Vec<String> = (0..args.locks)
         .map(|i| format!("bench:hold-many:{i}"))
         .collect();

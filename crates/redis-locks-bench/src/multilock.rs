@@ -13,7 +13,7 @@ use cli_support::leftovers::delete_counters;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use redis_locks::history::{History, Interval, now_nanos};
-use redis_locks::{Error, MultiLockOptions};
+use redis_locks::{Error, LockOptions};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -107,7 +107,7 @@ pub async fn run(endpoint: &Endpoint, args: &MultiLockArgs, json: bool) -> Resul
     let stuck = Arc::new(AtomicU64::new(0));
     let past_deadline = Arc::new(AtomicU64::new(0));
     let slots = Arc::new(AtomicU64::new(0));
-    let options = MultiLockOptions::default().lease(Duration::from_secs(30));
+    let options = LockOptions::default().lease(Duration::from_secs(30));
     let started = Instant::now();
     let end = started + args.duration;
     let mut tasks = Vec::with_capacity(usize::from(args.tasks));

@@ -5,7 +5,7 @@ use std::time::Duration;
 use cli_support::settings::ClientSettings;
 use rand::Rng;
 use redis_locks::history::{History, Interval, now_nanos};
-use redis_locks::{Client, LeaseOptions, MutexOptions};
+use redis_locks::{Client, LeaseOptions, LockOptions};
 use serde::{Deserialize, Serialize};
 
 /// The lease every demo lock asks for: long enough that nothing expires mid-demo.
@@ -41,7 +41,7 @@ pub async fn lottery(
     worker: String,
     settings: &ClientSettings,
 ) -> Result<LotteryOutcome, redis_locks::Error> {
-    let mutex = client.mutex_with(lock, MutexOptions::default().lease_options(lease(settings)))?;
+    let mutex = client.mutex_with(lock, LockOptions::default().lease_options(lease(settings)))?;
     match mutex.try_lock().await {
         Ok(guard) => {
             let number = rand::rng().random_range(1..=49);
@@ -77,7 +77,7 @@ pub async fn contend(
 ) -> Result<(), redis_locks::Error> {
     // Waiters mark the lock, so the release wakes them; the short retry delay only matters
     // while the wake-up connection is down.
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease_options(lease(settings))
         .retry_delay(Duration::from_millis(2));
     let mutex = client.mutex_with(lock, options)?;

@@ -15,10 +15,9 @@ use std::io::IsTerminal;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redis_locks::{
-    Client, FencingToken, HoldsState, LeaseOptions, LockState, LostReason, MultiLock,
-    MultiLockGuard, MultiLockOptions, Mutex, MutexGuard, MutexOptions, Redlock, RedlockGuard,
-    RedlockOptions, RedlockState, RwLock, RwLockOptions, RwLockReadGuard, RwLockWriteGuard,
-    Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreState,
+    Client, FencingToken, HoldsState, LeaseOptions, LockOptions, LockState, LostReason, MultiLock,
+    MultiLockGuard, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockOptions, RedlockState, RwLock,
+    RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphoreGuard, SemaphoreState,
 };
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -322,7 +321,7 @@ impl Lock {
         let name = args.name();
         if args.several() {
             // `check_names` refused a Redlock, permits and the sides of an RwLock.
-            let options = MultiLockOptions::default().lease_options(lease);
+            let options = LockOptions::default().lease_options(lease);
             return Ok(Lock::Multi(
                 clients[0].multi_lock_with(&args.names, options)?,
             ));
@@ -335,20 +334,19 @@ impl Lock {
             )?));
         }
         let client = &clients[0];
-        let rwlock =
-            |lease| client.rwlock_with(name, RwLockOptions::default().lease_options(lease));
+        let rwlock = |lease| client.rwlock_with(name, LockOptions::default().lease_options(lease));
         Ok(if let Some(permits) = args.permits {
             Lock::Semaphore(client.semaphore_with(
                 name,
                 permits,
-                SemaphoreOptions::default().lease_options(lease),
+                LockOptions::default().lease_options(lease),
             )?)
         } else if args.shared {
             Lock::Read(rwlock(lease)?)
         } else if args.exclusive {
             Lock::Write(rwlock(lease)?)
         } else {
-            Lock::Mutex(client.mutex_with(name, MutexOptions::default().lease_options(lease))?)
+            Lock::Mutex(client.mutex_with(name, LockOptions::default().lease_options(lease))?)
         })
     }
 

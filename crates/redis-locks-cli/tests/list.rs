@@ -75,7 +75,7 @@ async fn every_kind_held_waited_for_and_released_is_listed_with_its_holders_and_
     let lapsing = client
         .mutex_with(
             "lapsed",
-            redis_locks::MutexOptions::default().lease(Duration::from_millis(200)),
+            redis_locks::LockOptions::default().lease(Duration::from_millis(200)),
         )
         .unwrap();
     let lapsed_guard = lapsing.lock().await.unwrap();

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, Error, MutexOptions};
+use redis_locks::{Client, Error, LockOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,7 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The example against the Redis at `url` (the tests call this with a server of their own).
 pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let client = Client::connect(url).await?;
-    let short = MutexOptions::default().lease(Duration::from_millis(200));
+    let short = LockOptions::default().lease(Duration::from_millis(200));
     let lock = client.mutex_with("example:report-lock", short)?;
     let report = client.fenced_key("example:report")?;
 

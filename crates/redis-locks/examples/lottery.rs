@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, MutexOptions};
+use redis_locks::{Client, LockOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,7 +22,7 @@ pub async fn run(url: &str) -> Result<(), Box<dyn std::error::Error>> {
         instances.push(tokio::spawn(async move {
             let lock = client.mutex_with(
                 "example:lottery:draw",
-                MutexOptions::default().lease(Duration::from_secs(10)),
+                LockOptions::default().lease(Duration::from_secs(10)),
             )?;
             match lock.try_lock().await {
                 Ok(guard) => {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
-use redis_locks::{Client, MutexOptions};
+use redis_locks::{Client, LockOptions};
 
 /// Buys `itemid` (`<item>.<seller>`) for `buyer`; `Ok(false)` if it was sold meanwhile or the
 /// buyer cannot pay.
@@ -25,7 +25,7 @@ async fn purchase(
     let (item, seller) = itemid.rsplit_once('.').ok_or("itemid is <item>.<seller>")?;
     let lock = locks.mutex_with(
         &format!("lock:{itemid}"),
-        MutexOptions::default().lease(Duration::from_secs(10)),
+        LockOptions::default().lease(Duration::from_secs(10)),
     )?;
     let guard = lock.lock_timeout(Duration::from_secs(5)).await?;
     let (price, funds): (Option<f64>, Option<i64>) = redis::pipe()

@@ -33,12 +33,12 @@ mod wait;
 pub use breaking::BrokenLock;
 pub use client::{Client, ClientStats};
 pub use error::{Error, LostReason, NodeVote, Phase, Result, TlsProblem, Vote};
-pub use fair::{FairMutex, FairMutexOptions};
+pub use fair::FairMutex;
 pub use fenced::FencedKey;
 pub use key::LockKeys;
 pub use lease::{ClockDrift, DEFAULT_LEASE, LeaseOptions, MAX_LEASE, MIN_LEASE, Released};
-pub use multilock::{MAX_MULTILOCK_NAMES, MultiLock, MultiLockGuard, MultiLockOptions};
-pub use mutex::{Mutex, MutexGuard, MutexOptions};
+pub use multilock::{MAX_MULTILOCK_NAMES, MultiLock, MultiLockGuard};
+pub use mutex::{Mutex, MutexGuard};
 pub use node::{ClientOptions, DEFAULT_RENEWAL_BATCH, Replication};
 pub use options::LockOptions;
 pub use owner::OwnerId;
@@ -46,11 +46,9 @@ pub use redlock::{
     NODE_GRACE, NodeStart, NodeState, Redlock, RedlockGuard, RedlockNodes, RedlockOptions,
     RedlockState,
 };
-pub use reentrant::{ReentrantGuard, ReentrantMutex, ReentrantMutexOptions};
-pub use rwlock::{RwLock, RwLockOptions, RwLockReadGuard, RwLockWriteGuard};
-pub use semaphore::{
-    MAX_PERMITS, PermitHolder, Semaphore, SemaphoreGuard, SemaphoreOptions, SemaphoreState,
-};
+pub use reentrant::{ReentrantMutex, ReentrantMutexGuard};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{MAX_PERMITS, PermitHolder, Semaphore, SemaphoreGuard, SemaphoreState};
 pub use state::{HoldInfo, HoldMode, Holder, HoldsState, LockState};
 pub use telemetry::{METRIC_NAMES, describe_metrics, metric_lock_names};
 pub use token::{FencingToken, OwnerToken};

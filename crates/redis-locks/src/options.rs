@@ -8,11 +8,12 @@ use crate::wait::WaitOptions;
 
 /// How a lock acquires, whichever primitive: the lease it asks for and whether a watchdog
 /// renews it ([`LeaseOptions`]), and how it waits ([`WaitOptions`]: the retry delay while
-/// wake-ups are down, and the place lease of a waiter in line). Every primitive takes these
-/// under its own name: [`MutexOptions`](crate::MutexOptions),
-/// [`FairMutexOptions`](crate::FairMutexOptions),
-/// [`ReentrantMutexOptions`](crate::ReentrantMutexOptions),
-/// [`RwLockOptions`](crate::RwLockOptions).
+/// wake-ups are down, and the place lease of a waiter in line). One type, one name, for every
+/// primitive on one server (or cluster, or Sentinel master): `Mutex`, `FairMutex`,
+/// `ReentrantMutex`, `RwLock`, `Semaphore` and `MultiLock` each take it through their
+/// `*_with` constructor; a [`Redlock`](crate::Redlock) takes
+/// [`RedlockOptions`](crate::RedlockOptions), which has settings of its own. (For a semaphore
+/// the lease is each permit's; for a `MultiLock`, each group's.)
 ///
 /// Without an explicit [`lease`](LockOptions::lease), a lock gets a 30 s lease that a
 /// watchdog renews every 10 s for as long as the guard lives (as Redisson does): a crashed

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{client, exists, pttl, raw, server};
-use redis_locks::{Client, ClientOptions, Error, MutexOptions};
+use redis_locks::{Client, ClientOptions, Error, LockOptions};
 use tokio::time::Instant;
 
 #[tokio::test]
@@ -67,7 +67,7 @@ async fn zero_tiny_and_overflowing_leases_are_refused_before_anything_is_sent() 
         Duration::MAX,
     ] {
         let err = client
-            .mutex_with("lease", MutexOptions::default().lease(lease))
+            .mutex_with("lease", LockOptions::default().lease(lease))
             .unwrap_err();
         assert!(
             matches!(err, Error::InvalidDuration { what: "lease", .. }),
@@ -82,7 +82,7 @@ async fn zero_tiny_and_overflowing_leases_are_refused_before_anything_is_sent() 
     let mutex = client
         .mutex_with(
             "lease",
-            MutexOptions::default().lease(redis_locks::MIN_LEASE),
+            LockOptions::default().lease(redis_locks::MIN_LEASE),
         )
         .unwrap();
     // A 3 ms lease is short, but a loopback reply usually beats it; if not, the grant is
@@ -109,7 +109,7 @@ async fn an_overlong_retry_delay_is_refused_and_zero_still_pauses() {
     let err = client
         .mutex_with(
             "r",
-            MutexOptions::default().retry_delay(Duration::from_secs(3601)),
+            LockOptions::default().retry_delay(Duration::from_secs(3601)),
         )
         .unwrap_err();
     assert!(
@@ -123,7 +123,7 @@ async fn an_overlong_retry_delay_is_refused_and_zero_still_pauses() {
         "{err}"
     );
     // A zero delay is allowed: pauses never drop under 1 ms, so a waiter cannot spin.
-    let zero = MutexOptions::default()
+    let zero = LockOptions::default()
         .retry_delay(Duration::ZERO)
         .lease(Duration::from_millis(300));
     let mutex = client.mutex_with("r", zero).unwrap();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{children, env, exists, holds_of, raw, report_holds, say_go, server};
 use redis_locks::blocking::{Client, Redlock};
 use redis_locks::history::{History, Interval, now_nanos};
-use redis_locks::{ClientOptions, Error, LostReason, MutexOptions, Released};
+use redis_locks::{ClientOptions, Error, LockOptions, LostReason, Released};
 use test_support::RedisServer;
 
 /// A blocking client of `server` with short timeouts, so a fault shows quickly.
@@ -217,8 +217,8 @@ fn a_fenced_key_refuses_an_older_token() {
 const THREADS: usize = 8;
 const PER_THREAD: usize = 50;
 
-fn contention_options() -> MutexOptions {
-    MutexOptions::default()
+fn contention_options() -> LockOptions {
+    LockOptions::default()
         .lease(Duration::from_secs(10))
         .retry_delay(Duration::from_millis(2))
 }
@@ -409,7 +409,7 @@ fn a_dropped_guard_has_released_when_drop_returns() {
 fn the_watchdog_keeps_a_blocking_guard_past_its_lease() {
     let server = server();
     let client = client(&server);
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_millis(300))
         .watchdog(true);
     let mutex = client.mutex_with("blocking:renewed", options).unwrap();
@@ -438,7 +438,7 @@ fn lost_tells_the_holder_once_the_server_forgot_the_key() {
     let server = server();
     let client = client(&server);
     let lease = Duration::from_millis(600);
-    let options = MutexOptions::default().lease(lease).watchdog(true);
+    let options = LockOptions::default().lease(lease).watchdog(true);
     let mutex = client.mutex_with("blocking:forgotten", options).unwrap();
     let guard = mutex.lock().unwrap();
     let lost = guard.lost();
@@ -465,7 +465,7 @@ fn lost_tells_the_holder_once_the_server_forgot_the_key() {
 
     // Without the watchdog, by the lease's end at the latest; for an RwLock's hold, and a
     // channel asked for after the key was deleted.
-    let options = redis_locks::RwLockOptions::default().lease(lease);
+    let options = redis_locks::LockOptions::default().lease(lease);
     let rw = client
         .rwlock_with("blocking:forgotten-rw", options)
         .unwrap();

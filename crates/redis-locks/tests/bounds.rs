@@ -58,7 +58,7 @@ macro_rules! guard_futures_are_send {
 
 guard_futures_are_send!(
     mutex_guard: redis_locks::MutexGuard,
-    reentrant_guard: redis_locks::ReentrantGuard,
+    reentrant_guard: redis_locks::ReentrantMutexGuard,
     read_guard: redis_locks::RwLockReadGuard,
     write_guard: redis_locks::RwLockWriteGuard,
     redlock_guard: redis_locks::RedlockGuard,
@@ -122,7 +122,7 @@ fn async_handles_and_guards_are_send_sync_static() {
     send_sync::<redis_locks::MultiLock>();
     send_sync::<redis_locks::FencedKey>();
     send_sync::<redis_locks::MutexGuard>();
-    send_sync::<redis_locks::ReentrantGuard>();
+    send_sync::<redis_locks::ReentrantMutexGuard>();
     send_sync::<redis_locks::RwLockReadGuard>();
     send_sync::<redis_locks::RwLockWriteGuard>();
     send_sync::<redis_locks::RedlockGuard>();
@@ -144,7 +144,7 @@ fn blocking_handles_and_guards_are_send_sync_static() {
     send_sync::<blocking::MultiLock>();
     send_sync::<blocking::FencedKey>();
     send_sync::<blocking::MutexGuard>();
-    send_sync::<blocking::ReentrantGuard>();
+    send_sync::<blocking::ReentrantMutexGuard>();
     send_sync::<blocking::RwLockReadGuard>();
     send_sync::<blocking::RwLockWriteGuard>();
     send_sync::<blocking::RedlockGuard>();

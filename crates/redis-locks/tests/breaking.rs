@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, Error, LostReason, MutexOptions, RwLockOptions};
+use redis_locks::{Client, Error, LockOptions, LostReason};
 use test_support::RedisServer;
 
 /// Options with a short lease renewed by the watchdog (renewals every 100 ms).
-fn short() -> MutexOptions {
-    MutexOptions::default()
+fn short() -> LockOptions {
+    LockOptions::default()
         .lease(Duration::from_millis(300))
         .watchdog(true)
 }
@@ -80,7 +80,7 @@ async fn every_kind_is_broken_and_its_holders_told() {
     let rwlock = client
         .rwlock_with(
             "cart",
-            RwLockOptions::default()
+            LockOptions::default()
                 .lease(Duration::from_millis(300))
                 .watchdog(true),
         )

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{client, eventually, exists, server};
 use rand::Rng;
-use redis_locks::MutexOptions;
+use redis_locks::LockOptions;
 
 /// Polls `future` until it finishes or `yields` scheduler turns have passed, then drops it.
 async fn run_for_yields<F: std::future::Future>(future: F, yields: usize) -> Option<F::Output> {
@@ -26,7 +26,7 @@ async fn cancelled_lock_calls_on_a_free_lock_leave_no_key_behind() {
     let mutex = client
         .mutex_with(
             "cancel",
-            MutexOptions::default().lease(Duration::from_secs(60)),
+            LockOptions::default().lease(Duration::from_secs(60)),
         )
         .unwrap();
     let mut rng = rand::rng();
@@ -83,7 +83,7 @@ async fn cancelled_lock_calls_on_a_free_lock_leave_no_key_behind() {
 async fn cancelled_lock_calls_never_release_the_real_holders_lock() {
     let server = server();
     let client = client(&server).await;
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(60))
         .retry_delay(Duration::from_millis(1));
     let mutex = client.mutex_with("held", options).unwrap();
@@ -114,7 +114,7 @@ async fn a_grant_whose_reply_never_reached_the_caller_is_released_in_the_backgro
     let mutex = client
         .mutex_with(
             "unseen",
-            MutexOptions::default().lease(Duration::from_secs(60)),
+            LockOptions::default().lease(Duration::from_secs(60)),
         )
         .unwrap();
     // Load the scripts first, so the frozen request below is the acquire itself.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{env, eventually};
 use redis_locks::history::History;
-use redis_locks::{Client, ClientOptions, MutexOptions};
+use redis_locks::{Client, ClientOptions, LockOptions};
 use test_support::{ChildProcess, RedisCluster};
 use tokio::time::Instant;
 
@@ -300,7 +300,7 @@ async fn a_held_waited_lock_keeps_through_a_manual_failover_and_a_slot_migration
     let lease = Duration::from_secs(4);
     let holder = connect(&seeds)
         .await
-        .mutex_with(name, MutexOptions::default().lease(lease).watchdog(true))
+        .mutex_with(name, LockOptions::default().lease(lease).watchdog(true))
         .unwrap();
     let guard = holder.try_lock().await.unwrap();
     let first = guard.fencing_token();
@@ -372,7 +372,7 @@ async fn a_master_killed_before_its_replica_had_the_grant_lets_a_second_holder_i
     assert_eq!(cut, 1, "the replica's link was cut");
     let lease = Duration::from_secs(30);
     let first = client
-        .mutex_with(name, MutexOptions::default().lease(lease))
+        .mutex_with(name, LockOptions::default().lease(lease))
         .unwrap()
         .try_lock()
         .await
@@ -510,10 +510,10 @@ async fn locks_released_while_their_slot_migrates_are_released_without_error() {
     for (kind, name) in [("mutex", "moving:{m}"), ("rwlock", "moving:{r}")] {
         let from = cluster.master_for_key(name);
         let to = *cluster.masters().iter().find(|m| **m != from).unwrap();
-        let options = MutexOptions::default().lease(Duration::from_secs(30));
+        let options = LockOptions::default().lease(Duration::from_secs(30));
         // Held, with a waiter in line (its queue keys live in the slot too).
         let (release, waiting): (
-            tokio::task::JoinHandle<redis_locks::Result<()>>,
+            tokio::task::JoinHandle<redis_locks::Result<redis_locks::Released>>,
             tokio::task::JoinHandle<redis_locks::FencingToken>,
         ) = match kind {
             "mutex" => {
@@ -548,7 +548,7 @@ async fn locks_released_while_their_slot_migrates_are_released_without_error() {
                 });
                 wait_in_line(&cluster, name).await;
                 let migration = cluster.begin_migration(cluster.slot_of(name), to).unwrap();
-                let release = tokio::spawn(async move { guard.release().await.map(|_| ()) });
+                let release = tokio::spawn(async move { guard.release().await });
                 migration.move_keys().unwrap();
                 migration.finish().unwrap();
                 (release, waiting)

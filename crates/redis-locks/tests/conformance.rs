@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use redis_locks::{Client, Error, ReentrantGuard, Released, RwLockReadGuard, RwLockWriteGuard};
+use redis_locks::{
+    Client, Error, ReentrantMutexGuard, Released, RwLockReadGuard, RwLockWriteGuard,
+};
 use tokio::runtime::Runtime;
 
 /// Cases per primitive, each a sequence of up to 24 steps.
@@ -69,7 +71,7 @@ fn reentrant_mutex_conforms_to_a_count_per_owner() {
                 client.reentrant_mutex(&name).unwrap(),
             ];
             // The model: every owner's live guards.
-            let mut guards: [Vec<ReentrantGuard>; 2] = [Vec::new(), Vec::new()];
+            let mut guards: [Vec<ReentrantMutexGuard>; 2] = [Vec::new(), Vec::new()];
             for step in steps {
                 match step {
                     Step::Take(o) | Step::Read(o) => {

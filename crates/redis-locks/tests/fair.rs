@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use common::{child_main, client, eventually, record_hold, server};
 use redis_locks::history::History;
-use redis_locks::{Client, Error, FairMutex, FairMutexOptions};
+use redis_locks::{Client, Error, FairMutex, LockOptions};
 use test_support::ChildProcess;
 use tokio::time::Instant;
 
-fn options(place_ms: u64) -> FairMutexOptions {
-    FairMutexOptions::default()
+fn options(place_ms: u64) -> LockOptions {
+    LockOptions::default()
         .lease(Duration::from_secs(30))
         .place_lease(Duration::from_millis(place_ms))
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{client, eventually, raw};
 use redis::Commands;
-use redis_locks::{Client, Error, FairMutexOptions, MutexGuard, MutexOptions};
+use redis_locks::{Client, Error, LockOptions, MutexGuard};
 use test_support::RedisServer;
 use tokio::time::Instant;
 
@@ -190,7 +190,7 @@ async fn wait_through_a_stall(
     stall_for: f64,
 ) -> (MutexGuard, redis_locks::Result<MutexGuard>) {
     let client = patient(server).await;
-    let lease = |ms| MutexOptions::default().lease(Duration::from_millis(ms));
+    let lease = |ms| LockOptions::default().lease(Duration::from_millis(ms));
     let holder = client
         .mutex_with(name, lease(HOLDER_LEASE_MS))
         .unwrap()
@@ -252,7 +252,7 @@ async fn a_grant_delayed_past_its_lease_and_the_wait_budget_is_given_back() {
 async fn a_fair_grant_delayed_past_its_lease_is_asked_again_not_handed_out_lost() {
     let server = debuggable();
     let client = patient(&server).await;
-    let lease = |ms| FairMutexOptions::default().lease(Duration::from_millis(ms));
+    let lease = |ms| LockOptions::default().lease(Duration::from_millis(ms));
     let holder = client
         .fair_mutex_with("fair", lease(HOLDER_LEASE_MS))
         .unwrap()

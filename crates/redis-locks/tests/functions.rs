@@ -556,7 +556,7 @@ macro_rules! held {
 held!(
     redis_locks::MutexGuard,
     redis_locks::RwLockReadGuard,
-    redis_locks::ReentrantGuard,
+    redis_locks::ReentrantMutexGuard,
     redis_locks::SemaphoreGuard
 );
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{client, eventually, exists, pttl, raw, server};
 use redis::Commands;
-use redis_locks::{Client, MutexGuard, MutexOptions, Result};
+use redis_locks::{Client, LockOptions, MutexGuard, Result};
 use test_support::RedisServer;
 use tokio::task::JoinHandle;
 
@@ -117,7 +117,7 @@ async fn handed_on(
 async fn handed_between_two_clients(
     server: &RedisServer,
     name: &str,
-    options: MutexOptions,
+    options: LockOptions,
 ) -> (Client, MutexGuard, u64) {
     let holder = client(server).await;
     let waiter = client(server).await;
@@ -163,7 +163,7 @@ async fn extended_by_one_request(
 #[tokio::test]
 async fn a_released_lock_is_held_by_the_next_process_with_the_token_the_release_took() {
     let server = server();
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(10))
         .watchdog(false)
         .place_lease(Duration::from_secs(1));
@@ -185,7 +185,7 @@ async fn a_handed_lease_with_the_watchdog_is_renewed_past_its_place_lease() {
     // The place lease is under a third of the lease: a watchdog that only renewed on its
     // usual schedule (a third of the lease after the grant) would let the handed lease,
     // which ends with the place, run out first.
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_millis(900))
         .watchdog(true)
         .place_lease(Duration::from_millis(200));
@@ -201,7 +201,7 @@ async fn a_handed_lease_with_the_watchdog_is_renewed_past_its_place_lease() {
 #[tokio::test]
 async fn a_line_whose_first_waiter_timed_out_keeps_its_place_and_hands_to_its_next_waiter() {
     let server = server();
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(10))
         .place_lease(Duration::from_secs(5));
     let holder = client(&server).await;
@@ -234,7 +234,7 @@ async fn a_line_whose_first_waiter_timed_out_keeps_its_place_and_hands_to_its_ne
 async fn a_wait_cancelled_as_the_lock_is_handed_to_it_leaves_the_lock_free() {
     let server = server();
     // Place leases far longer than the test: only the line's leave can free the lock.
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(30))
         .place_lease(Duration::from_secs(30));
     let holder = client(&server).await;
@@ -323,7 +323,7 @@ async fn two_waiters_of_one_process_never_both_ask_with_the_lines_token() {
 #[tokio::test]
 async fn a_fair_mutex_release_hands_the_lock_to_the_next_waiter_too() {
     let server = server();
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(10))
         .watchdog(false)
         .place_lease(Duration::from_secs(1));
@@ -389,7 +389,7 @@ async fn a_handed_lock_released_at_once_costs_its_holder_the_release_alone() {
     let server = server();
     // With the watchdog and without: the extension of a handed lease is due only once a
     // third of it has passed, so a guard released before sends none.
-    let with_watchdog = MutexOptions::default().place_lease(Duration::from_secs(2));
+    let with_watchdog = LockOptions::default().place_lease(Duration::from_secs(2));
     let without = with_watchdog
         .clone()
         .lease(Duration::from_secs(10))
@@ -416,7 +416,7 @@ async fn a_holder_that_extends_a_handed_lease_itself_is_not_cut_short_by_the_wat
     // Without the watchdog, a handed lease is owed one extension (to end the 10 s asked for
     // after the handover), due a third of the way into the handed lease (under 100 ms here);
     // the holder's own longer extension before then makes it owed no more.
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(10))
         .watchdog(false)
         .place_lease(Duration::from_millis(300));

@@ -16,7 +16,7 @@ use common::{
     say_go, server, wait_for_go,
 };
 use redis_locks::history::History;
-use redis_locks::{Client, MutexOptions};
+use redis_locks::{Client, LockOptions};
 use test_support::RedisServer;
 use tokio::time::Instant;
 
@@ -37,7 +37,7 @@ fn herd_waiter_child() {
         let mutex = client
             .mutex_with(
                 "herd",
-                MutexOptions::default()
+                LockOptions::default()
                     .lease(Duration::from_secs(30))
                     .place_lease(place),
             )
@@ -191,7 +191,7 @@ async fn a_wake_up_lost_with_the_subscriber_connection_does_not_strand_the_lock(
     // A 30 s place lease: the waiter renews its place (and looks) only every 10 s, so nothing
     // but the recovery of its wake-ups (or the 2 s periodic look) can get it going.
     let waiter = tokio::spawn({
-        let options = MutexOptions::default().place_lease(Duration::from_secs(30));
+        let options = LockOptions::default().place_lease(Duration::from_secs(30));
         let mutex = waiter_client.mutex_with("stranded", options).unwrap();
         async move { mutex.lock().await.map(|guard| (Instant::now(), guard)) }
     });
@@ -253,7 +253,7 @@ fn contending_child() {
 }
 
 async fn contend(client: Client, worker: String, history: Arc<History>) {
-    let options = MutexOptions::default().lease(Duration::from_secs(10));
+    let options = LockOptions::default().lease(Duration::from_secs(10));
     let mutex = client.mutex_with("crowded", options).unwrap();
     for _ in 0..PER_TASK {
         record_hold(mutex.lock().await.unwrap(), &worker, &history).await;

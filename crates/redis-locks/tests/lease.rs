@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{assert_not_held, child_main, client, eventually, exists, pttl, renewed, server};
-use redis_locks::{Error, FencingToken, LostReason, MutexOptions};
+use redis_locks::{Error, FencingToken, LockOptions, LostReason};
 use test_support::ChildProcess;
 use tokio::time::Instant;
 
@@ -135,7 +135,7 @@ async fn dropping_a_renewed_guard_stops_the_watchdog_and_releases() {
 async fn without_a_watchdog_lost_resolves_at_the_lease_deadline() {
     let server = server();
     let client = client(&server).await;
-    let options = MutexOptions::default().lease(Duration::from_millis(300));
+    let options = LockOptions::default().lease(Duration::from_millis(300));
     let guard = client
         .mutex_with("plain", options)
         .unwrap()
@@ -201,7 +201,7 @@ async fn lost_fires_at_once_when_a_renewal_finds_the_lock_taken() {
     let thief = client
         .mutex_with(
             "stolen",
-            MutexOptions::default().lease(Duration::from_secs(30)),
+            LockOptions::default().lease(Duration::from_secs(30)),
         )
         .unwrap()
         .lock()
@@ -352,7 +352,7 @@ async fn fenced_writes_accept_equal_and_higher_tokens_only() {
 async fn a_shorter_extension_shortens_the_guards_deadline_too() {
     let server = server();
     let client = client(&server).await;
-    let options = MutexOptions::default().lease(Duration::from_secs(30));
+    let options = LockOptions::default().lease(Duration::from_secs(30));
     let guard = client
         .mutex_with("shorter", options)
         .unwrap()

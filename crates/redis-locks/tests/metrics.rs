@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redis_locks::{Client, Error, LostReason, MutexOptions};
+use redis_locks::{Client, Error, LockOptions, LostReason};
 use test_support::RedisServer;
 
 /// Totals of every counter, and sample counts of every histogram, keyed by name and sorted
@@ -145,7 +145,7 @@ async fn every_metric_moves_with_the_work_it_counts() {
     let short = client
         .mutex_with(
             "secret-name:renewed",
-            MutexOptions::default()
+            LockOptions::default()
                 .lease(Duration::from_millis(300))
                 .watchdog(true),
         )

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::{assert_not_held, client, eventually, exists, raw, server};
 use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{
-    Client, ClientOptions, Error, LostReason, MAX_MULTILOCK_NAMES, MultiLock, MultiLockGuard,
-    MultiLockOptions,
+    Client, ClientOptions, Error, LockOptions, LostReason, MAX_MULTILOCK_NAMES, MultiLock,
+    MultiLockGuard,
 };
 use test_support::RedisCluster;
 use tokio::time::Instant;
@@ -42,7 +42,7 @@ async fn rounds_of(
     rounds: usize,
     histories: Arc<HashMap<String, History>>,
 ) {
-    let options = MultiLockOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(10))
         .retry_delay(Duration::from_millis(5));
     let lock = client.multi_lock_with(&names, options).unwrap();
@@ -194,7 +194,7 @@ async fn a_waiting_multilock_is_woken_by_the_release_of_the_lock_that_refused_it
 async fn the_loss_of_one_part_fires_lost_and_the_release_names_it() {
     let server = server();
     let client = client(&server).await;
-    let options = MultiLockOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_millis(600))
         .watchdog(true);
     let lock = client.multi_lock_with(["l:a", "l:b"], options).unwrap();

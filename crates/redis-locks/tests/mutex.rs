@@ -5,11 +5,11 @@ mod common;
 use std::time::Duration;
 
 use common::{assert_not_held, client, eventually, exists, pttl, server};
-use redis_locks::{Error, LostReason, MutexOptions};
+use redis_locks::{Error, LockOptions, LostReason};
 use tokio::time::Instant;
 
-fn lease(ms: u64) -> MutexOptions {
-    MutexOptions::default().lease(Duration::from_millis(ms))
+fn lease(ms: u64) -> LockOptions {
+    LockOptions::default().lease(Duration::from_millis(ms))
 }
 
 #[tokio::test]

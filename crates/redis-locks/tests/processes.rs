@@ -13,7 +13,7 @@ use common::{
     wait_for_go,
 };
 use redis_locks::history::History;
-use redis_locks::{Client, MutexOptions};
+use redis_locks::{Client, LockOptions};
 use test_support::ChildProcess;
 use tokio::time::Instant;
 
@@ -22,8 +22,8 @@ const PER_TASK: usize = 100;
 const PROCESSES: usize = 2;
 const PER_PROCESS: usize = 250;
 
-fn contention_options() -> MutexOptions {
-    MutexOptions::default()
+fn contention_options() -> LockOptions {
+    LockOptions::default()
         .lease(Duration::from_secs(10))
         .retry_delay(Duration::from_millis(2))
 }
@@ -101,7 +101,7 @@ fn holder_child() {
     child_main(|client| async move {
         let lease = Duration::from_millis(env("CHILD_LEASE_MS").parse().unwrap());
         let mutex = client
-            .mutex_with("victim", MutexOptions::default().lease(lease))
+            .mutex_with("victim", LockOptions::default().lease(lease))
             .unwrap();
         let guard = mutex.lock().await.unwrap();
         println!("acquired {}", guard.fencing_token());

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, exists, pttl, raw, server};
-use redis_locks::{Error, LeaseOptions, OwnerId, ReentrantMutexOptions, Released, WaitOptions};
+use redis_locks::{Error, LeaseOptions, LockOptions, OwnerId, Released, WaitOptions};
 use tokio::time::Instant;
 
 #[tokio::test]
@@ -105,7 +105,7 @@ async fn a_foreign_owner_is_refused_and_changes_nothing() {
 async fn a_re_entry_renews_the_lease_of_every_hold_of_the_owner() {
     let server = server();
     let client = common::client(&server).await;
-    let options = ReentrantMutexOptions::default().lease(Duration::from_millis(1500));
+    let options = LockOptions::default().lease(Duration::from_millis(1500));
     let lock = client.reentrant_mutex_with("ledger", options).unwrap();
     // Taken before the request: the first hold's lease ends no earlier than 1500 ms after.
     let asked = Instant::now();
@@ -211,7 +211,7 @@ async fn a_release_wakes_the_next_owner_without_polling() {
     let outer = lock.lock().await.unwrap();
     let inner = lock.lock().await.unwrap();
     // A waiter polling every 20 s: only a wake-up lets it in quickly.
-    let options = ReentrantMutexOptions::default().wait_options(quiet_waiting());
+    let options = LockOptions::default().wait_options(quiet_waiting());
     let waiter = client.reentrant_mutex_with("ledger", options).unwrap();
     let waiting = tokio::spawn(async move { waiter.lock().await.unwrap() });
     assert!(
@@ -237,7 +237,7 @@ async fn a_release_wakes_the_next_owner_without_polling() {
 async fn the_watchdog_keeps_every_hold_and_lost_tells_the_end() {
     let server = server();
     let client = common::client(&server).await;
-    let options = ReentrantMutexOptions::default().lease_options(
+    let options = LockOptions::default().lease_options(
         LeaseOptions::default()
             .lease(Duration::from_millis(300))
             .watchdog(true),
@@ -287,7 +287,7 @@ async fn a_name_held_as_a_mutex_is_refused() {
 async fn a_release_after_the_lease_says_taken_when_another_owner_holds_it_as_a_mutex_does() {
     let server = server();
     let client = common::client(&server).await;
-    let short = ReentrantMutexOptions::default().lease_options(
+    let short = LockOptions::default().lease_options(
         LeaseOptions::default()
             .lease(Duration::from_millis(100))
             .watchdog(false),
@@ -317,7 +317,7 @@ async fn a_release_after_the_lease_says_taken_when_another_owner_holds_it_as_a_m
 
     // An RwLock: a write hold that ran out while another owner reads is taken; a read hold
     // that ran out while another owner reads too is only expired (reads share).
-    let short = redis_locks::RwLockOptions::default().lease_options(
+    let short = redis_locks::LockOptions::default().lease_options(
         LeaseOptions::default()
             .lease(Duration::from_millis(100))
             .watchdog(false),

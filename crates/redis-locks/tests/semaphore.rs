@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{child_main, children, client, env, eventually, raw, say_go, server, wait_for_go};
 use redis_locks::history::{Interval, check_permits, now_nanos};
-use redis_locks::{Client, Error, LostReason, SemaphoreOptions};
+use redis_locks::{Client, Error, LockOptions, LostReason};
 use test_support::ChildProcess;
 use tokio::time::Instant;
 
@@ -19,8 +19,8 @@ const PER_TASK: usize = 40;
 const PROCESSES: usize = 2;
 const PER_PROCESS_TASK: usize = 40;
 
-fn contention_options() -> SemaphoreOptions {
-    SemaphoreOptions::default()
+fn contention_options() -> LockOptions {
+    LockOptions::default()
         .lease(Duration::from_secs(10))
         .retry_delay(Duration::from_millis(5))
 }
@@ -226,7 +226,7 @@ async fn a_waiter_is_woken_by_a_release_and_waits_for_no_lease() {
 async fn acquire_many_is_served_before_a_stream_of_single_permits() {
     let server = server();
     let client = client(&server).await;
-    let options = SemaphoreOptions::default().lease(Duration::from_secs(10));
+    let options = LockOptions::default().lease(Duration::from_secs(10));
     let semaphore = client
         .semaphore_with("weighted", 3, options.clone())
         .unwrap();
@@ -282,7 +282,7 @@ fn permit_holder_child() {
     child_main(|client| async move {
         let lease = Duration::from_millis(env("CHILD_LEASE_MS").parse().unwrap());
         let semaphore = client
-            .semaphore_with("crash", 2, SemaphoreOptions::default().lease(lease))
+            .semaphore_with("crash", 2, LockOptions::default().lease(lease))
             .unwrap();
         let guard = semaphore.acquire_many(2).await.unwrap();
         println!(
@@ -375,7 +375,7 @@ async fn a_client_clock_an_hour_off_changes_no_lease() {
 async fn a_lost_permit_fires_lost_and_a_release_says_it_is_gone() {
     let server = server();
     let client = client(&server).await;
-    let options = SemaphoreOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_millis(600))
         .watchdog(true);
     let semaphore = client.semaphore_with("lost", 2, options).unwrap();
@@ -398,7 +398,7 @@ async fn a_lost_permit_fires_lost_and_a_release_says_it_is_gone() {
         .semaphore_with(
             "lost",
             2,
-            SemaphoreOptions::default().lease(Duration::from_millis(50)),
+            LockOptions::default().lease(Duration::from_millis(50)),
         )
         .unwrap();
     let guard = fixed.acquire().await.unwrap();

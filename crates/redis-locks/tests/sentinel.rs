@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::eventually;
 use redis_locks::history::History;
-use redis_locks::{Client, ClientOptions, Error, LockKeys, MutexGuard, MutexOptions};
+use redis_locks::{Client, ClientOptions, Error, LockKeys, LockOptions, MutexGuard};
 use test_support::SentinelSet;
 use tokio::time::Instant;
 
@@ -202,7 +202,7 @@ async fn a_killed_master_is_followed_without_a_restart() {
     let prober = connect(&set).await;
     let name = "followed";
     let channel = LockKeys::new(name).unwrap().wake_channel().to_string();
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(2))
         .watchdog(true);
     // Tokens handed out before the failover: one grant to each client, then the holder's.
@@ -287,7 +287,7 @@ async fn a_killed_master_is_followed_without_a_restart() {
     // on the new one by the watchdog): either way its release ends it, and the waiter gets
     // the lock within its 20 s with a token above every token handed out before.
     match held.release().await {
-        Ok(()) => eprintln!("the holder's lock survived the failover and was released"),
+        Ok(_) => eprintln!("the holder's lock survived the failover and was released"),
         Err(err) if err.is_not_held() => eprintln!("the holder's lock was lost: {err}"),
         Err(err) => panic!("the holder's release on the new master failed: {err}"),
     }
@@ -425,7 +425,7 @@ async fn a_demoted_master_grants_nothing_with_min_replicas_to_write() {
     let old = set.master_port();
     let name = "zombie";
     let lock_key = LockKeys::new(name).unwrap().lock().to_string();
-    let lease = MutexOptions::default().lease(Duration::from_secs(30));
+    let lease = LockOptions::default().lease(Duration::from_secs(30));
     let client = connect(&set).await;
     // A process that was given the old master's address and is never told of the failover:
     // its connection survives the pause.

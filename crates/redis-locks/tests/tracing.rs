@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis_locks::{Client, LostReason, MutexOptions};
+use redis_locks::{Client, LockOptions, LostReason};
 use test_support::RedisServer;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -62,7 +62,7 @@ async fn spans_and_the_loss_event_carry_what_matters_and_no_secret() {
     let mutex = client
         .mutex_with(
             "orders:42",
-            MutexOptions::default()
+            LockOptions::default()
                 .lease(Duration::from_millis(300))
                 .watchdog(true),
         )

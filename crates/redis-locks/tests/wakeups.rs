@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{child_main, client, eventually, pttl, raw, server, slow_polling, subscribers};
-use redis_locks::{Mutex, MutexGuard, MutexOptions};
+use redis_locks::{LockOptions, Mutex, MutexGuard};
 use test_support::ChildProcess;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -80,7 +80,7 @@ fn crashing_holder_child() {
         let mutex = client
             .mutex_with(
                 "crash",
-                MutexOptions::default().lease(Duration::from_millis(1500)),
+                LockOptions::default().lease(Duration::from_millis(1500)),
             )
             .unwrap();
         let guard = mutex.lock().await.unwrap();
@@ -141,7 +141,7 @@ async fn waiters_survive_a_killed_subscriber_connection() {
     let server = server();
     let client = client(&server).await;
     // Polling every ~50 ms covers the gap while the subscription is restored.
-    let options = MutexOptions::default()
+    let options = LockOptions::default()
         .lease(Duration::from_secs(30))
         .retry_delay(Duration::from_millis(50));
     let mutex = client.mutex_with("killed", options).unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use redis_locks::{Client, FairMutexOptions, MutexGuard, MutexOptions};
+use redis_locks::{Client, LockOptions, MutexGuard};
 
 use cli_support::exit::CliError;
 
@@ -112,11 +112,11 @@ pub(super) fn redis_failed(err: redis::RedisError) -> CliError {
 impl Worker {
     async fn lock(&self, itemid: &str) -> Result<MutexGuard, CliError> {
         let name = self.keys.lock(self.strategy, itemid);
-        let options = MutexOptions::default().lease(LOCK_LEASE);
+        let options = LockOptions::default().lease(LOCK_LEASE);
         Ok(match self.strategy {
             Strategy::Fair => {
                 let options =
-                    FairMutexOptions::default().lease_options(options.get_lease_options().clone());
+                    LockOptions::default().lease_options(options.get_lease_options().clone());
                 self.locks.fair_mutex_with(&name, options)?.lock().await?
             }
             _ => self.locks.mutex_with(&name, options)?.lock().await?,

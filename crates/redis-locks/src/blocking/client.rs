@@ -211,10 +211,10 @@ impl Client {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = test_support::RedisServer::start()?;
     /// use std::time::Duration;
-    /// use redis_locks::MutexOptions;
+    /// use redis_locks::LockOptions;
     ///
     /// let client = redis_locks::blocking::Client::connect(&server.url())?;
-    /// let options = MutexOptions::default().lease(Duration::from_secs(10));
+    /// let options = LockOptions::default().lease(Duration::from_secs(10));
     /// let mutex = client.mutex_with("jobs:nightly", options)?;
     /// # Ok(()) }
     /// ```
@@ -248,7 +248,7 @@ impl Client {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = test_support::RedisServer::start()?;
     /// let client = redis_locks::blocking::Client::connect(&server.url())?;
-    /// let fair = client.fair_mutex_with("queue:drain", redis_locks::FairMutexOptions::default())?;
+    /// let fair = client.fair_mutex_with("queue:drain", redis_locks::LockOptions::default())?;
     /// # Ok(()) }
     /// ```
     pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<FairMutex> {
@@ -284,7 +284,7 @@ impl Client {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = test_support::RedisServer::start()?;
     /// let client = redis_locks::blocking::Client::connect(&server.url())?;
-    /// let options = redis_locks::ReentrantMutexOptions::default();
+    /// let options = redis_locks::LockOptions::default();
     /// let lock = client.reentrant_mutex_with("cache:rebuild", options)?;
     /// # Ok(()) }
     /// ```
@@ -318,7 +318,7 @@ impl Client {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = test_support::RedisServer::start()?;
     /// let client = redis_locks::blocking::Client::connect(&server.url())?;
-    /// let rw = client.rwlock_with("reports:daily", redis_locks::RwLockOptions::default())?;
+    /// let rw = client.rwlock_with("reports:daily", redis_locks::LockOptions::default())?;
     /// # Ok(()) }
     /// ```
     pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
@@ -351,7 +351,7 @@ impl Client {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = test_support::RedisServer::start()?;
     /// let client = redis_locks::blocking::Client::connect(&server.url())?;
-    /// let options = redis_locks::SemaphoreOptions::default();
+    /// let options = redis_locks::LockOptions::default();
     /// let api = client.semaphore_with("partner-api", 4, options)?;
     /// # Ok(()) }
     /// ```
@@ -394,7 +394,7 @@ impl Client {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = test_support::RedisServer::start()?;
     /// let client = redis_locks::blocking::Client::connect(&server.url())?;
-    /// let options = redis_locks::MultiLockOptions::default();
+    /// let options = redis_locks::LockOptions::default();
     /// let both = client.multi_lock_with(["account:42", "account:7"], options)?;
     /// # Ok(()) }
     /// ```

@@ -16,15 +16,12 @@ mod sealed {
 pub(super) use sealed::Sealed;
 
 /// An async guard of this crate that a blocking [`Guard`] wraps: [`MutexGuard`](crate::MutexGuard),
-/// [`ReentrantGuard`](crate::ReentrantGuard), [`RwLockReadGuard`](crate::RwLockReadGuard),
+/// [`ReentrantMutexGuard`](crate::ReentrantMutexGuard), [`RwLockReadGuard`](crate::RwLockReadGuard),
 /// [`RwLockWriteGuard`](crate::RwLockWriteGuard), [`RedlockGuard`](crate::RedlockGuard),
 /// [`SemaphoreGuard`](crate::SemaphoreGuard) and [`MultiLockGuard`](crate::MultiLockGuard).
 /// Sealed: implemented by those only. Its methods are the guards' own, which the blocking
 /// [`Guard`] runs to their end.
 pub trait AsyncGuard: Sealed + Send + Sized + 'static {
-    /// What a release answers: `()`, or [`Released`](crate::Released) for the guards of a
-    /// lock that counts holds.
-    type Released;
     /// The async guard's `lost()`.
     fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static;
     /// The async guard's `lost_reason()`.
@@ -40,7 +37,7 @@ pub trait AsyncGuard: Sealed + Send + Sized + 'static {
     /// The async guard's `extend()`.
     fn extend(&self, lease: Duration) -> impl Future<Output = Result<()>>;
     /// The async guard's `release()`.
-    fn release(self) -> impl Future<Output = Result<Self::Released>>;
+    fn release(self) -> impl Future<Output = Result<crate::Released>>;
 }
 
 /// An [`AsyncGuard`] of one lock (all but [`MultiLockGuard`](crate::MultiLockGuard)): one
@@ -60,7 +57,7 @@ pub trait AsyncLeaseGuard: AsyncGuard {
 /// is lost, and dropping the guard releases the lock.
 ///
 /// Its names per primitive are [`MutexGuard`](super::MutexGuard),
-/// [`ReentrantGuard`](super::ReentrantGuard), [`RwLockReadGuard`](super::RwLockReadGuard),
+/// [`ReentrantMutexGuard`](super::ReentrantMutexGuard), [`RwLockReadGuard`](super::RwLockReadGuard),
 /// [`RwLockWriteGuard`](super::RwLockWriteGuard), [`RedlockGuard`](super::RedlockGuard),
 /// [`SemaphoreGuard`](super::SemaphoreGuard) and [`MultiLockGuard`](super::MultiLockGuard).
 ///
@@ -270,7 +267,7 @@ impl<G: AsyncGuard> Guard<G> {
     /// assert!(!mutex.is_locked()?);
     /// # Ok(()) }
     /// ```
-    pub fn release(self) -> Result<G::Released> {
+    pub fn release(self) -> Result<crate::Released> {
         let (guard, runtime) = self.into_async("Guard::release")?;
         runtime.run("Guard::release", guard.release())
     }

@@ -9,13 +9,12 @@ use super::handle::{AsyncInspect, AsyncLock};
 use crate::error::{LostReason, Result};
 use crate::token::{FencingToken, OwnerToken};
 
-/// Implements [`AsyncGuard`] on `$guard`, whose release answers `$released`.
+/// Implements [`AsyncGuard`] on `$guard`.
 macro_rules! async_guard {
-    ($($guard:ty => $released:ty),* $(,)?) => {$(
+    ($($guard:ty),* $(,)?) => {$(
         impl Sealed for $guard {}
 
         impl AsyncGuard for $guard {
-            type Released = $released;
             fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
                 <$guard>::lost(self)
             }
@@ -37,7 +36,7 @@ macro_rules! async_guard {
             fn extend(&self, lease: Duration) -> impl Future<Output = Result<()>> {
                 <$guard>::extend(self, lease)
             }
-            fn release(self) -> impl Future<Output = Result<$released>> {
+            fn release(self) -> impl Future<Output = Result<crate::Released>> {
                 <$guard>::release(self)
             }
         }
@@ -45,13 +44,13 @@ macro_rules! async_guard {
 }
 
 async_guard!(
-    crate::MutexGuard => (),
-    crate::ReentrantGuard => crate::Released,
-    crate::RwLockReadGuard => crate::Released,
-    crate::RwLockWriteGuard => crate::Released,
-    crate::RedlockGuard => (),
-    crate::SemaphoreGuard => (),
-    crate::MultiLockGuard => (),
+    crate::MutexGuard,
+    crate::ReentrantMutexGuard,
+    crate::RwLockReadGuard,
+    crate::RwLockWriteGuard,
+    crate::RedlockGuard,
+    crate::SemaphoreGuard,
+    crate::MultiLockGuard,
 );
 
 /// Implements [`AsyncLeaseGuard`] on each guard of one lock.
@@ -73,7 +72,7 @@ macro_rules! async_lease_guard {
 
 async_lease_guard!(
     crate::MutexGuard,
-    crate::ReentrantGuard,
+    crate::ReentrantMutexGuard,
     crate::RwLockReadGuard,
     crate::RwLockWriteGuard,
     crate::RedlockGuard,
@@ -103,7 +102,7 @@ macro_rules! async_lock {
 async_lock!(
     crate::Mutex => crate::MutexGuard,
     crate::FairMutex => crate::MutexGuard,
-    crate::ReentrantMutex => crate::ReentrantGuard,
+    crate::ReentrantMutex => crate::ReentrantMutexGuard,
     crate::Redlock => crate::RedlockGuard,
     crate::MultiLock => crate::MultiLockGuard,
 );

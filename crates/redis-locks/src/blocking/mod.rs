@@ -108,11 +108,11 @@ pub type ReentrantMutex = Handle<crate::ReentrantMutex>;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let server = test_support::RedisServer::start()?;
 /// let client = redis_locks::blocking::Client::connect(&server.url())?;
-/// let guard: redis_locks::blocking::ReentrantGuard = client.reentrant_mutex("cache:rebuild")?.lock()?;
+/// let guard: redis_locks::blocking::ReentrantMutexGuard = client.reentrant_mutex("cache:rebuild")?.lock()?;
 /// assert!(guard.release()?.is_freed());
 /// # Ok(()) }
 /// ```
-pub type ReentrantGuard = Guard<crate::ReentrantGuard>;
+pub type ReentrantMutexGuard = Guard<crate::ReentrantMutexGuard>;
 
 /// A blocking [`RwLock`](crate::RwLock): any number of readers, or one writer.
 ///

@@ -37,23 +37,6 @@ pub(crate) static RELEASE: LazyLock<LockScript> = LazyLock::new(|| {
     LockScript::new(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, include_str!("release.lua")])
 });
 inventory::submit!(Registered(|| &RELEASE));
-
-/// How a [`FairMutex`] acquires: the options every primitive takes ([`LockOptions`]); for a
-/// `FairMutex` the place lease ([`LockOptions::place_lease`]) says how long a dead waiter at
-/// the head can hold up the queue.
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_locks::FairMutexOptions;
-///
-/// let options = FairMutexOptions::default()
-///     .lease(Duration::from_secs(5))
-///     .place_lease(Duration::from_millis(500));
-/// assert_eq!(options.get_place_lease(), Duration::from_millis(500));
-/// assert!(!options.get_watchdog());
-/// ```
-pub type FairMutexOptions = LockOptions;
-
 /// How a `FairMutex` is released (leaving the queue, waking only the next waiter) and
 /// extended (as a `Mutex` is: the lock key is the same kind of string key, so the `Mutex`'s
 /// owner-checked extend serves both).
@@ -127,7 +110,7 @@ impl Hold for FairHold {
 /// so the waiter holds it without asking again; see the crate README, "Waiting"), so there is
 /// no thundering herd and no barging: a holder that releases and asks again goes to the back
 /// of the queue. Each waiter renews a short place lease
-/// ([`FairMutexOptions::place_lease`]), so a waiter that crashed is skipped once its place
+/// ([`LockOptions::place_lease`]), so a waiter that crashed is skipped once its place
 /// lease runs out. Guards are [`MutexGuard`]s: fencing token, lease, `extend`, `release`.
 ///
 /// A `Mutex` and a `FairMutex` of one name share the lock key and the queue of waiters (a
@@ -156,7 +139,7 @@ pub struct FairMutex {
     client: Client,
     keys: Arc<LockKeys>,
     hold: Arc<FairHold>,
-    options: FairMutexOptions,
+    options: LockOptions,
     /// The lease in milliseconds, as the acquire script takes it.
     lease_ms: Arc<str>,
 }
@@ -177,7 +160,7 @@ impl Client {
     /// # Errors
     /// As [`Client::mutex`].
     pub fn fair_mutex(&self, name: &str) -> Result<FairMutex> {
-        self.fair_mutex_with(name, FairMutexOptions::default())
+        self.fair_mutex_with(name, LockOptions::default())
     }
 
     /// A [`FairMutex`] handle for the lock `name` with the given options.
@@ -185,13 +168,13 @@ impl Client {
     /// # Errors
     /// As [`Client::mutex_with`]; also [`Error::InvalidDuration`](crate::Error::InvalidDuration) for a place lease under
     /// 3 ms or over an hour.
-    pub fn fair_mutex_with(&self, name: &str, options: FairMutexOptions) -> Result<FairMutex> {
+    pub fn fair_mutex_with(&self, name: &str, options: LockOptions) -> Result<FairMutex> {
         FairMutex::new(self.clone(), self.keys(name)?, options)
     }
 }
 
 impl FairMutex {
-    fn new(client: Client, keys: LockKeys, options: FairMutexOptions) -> Result<FairMutex> {
+    fn new(client: Client, keys: LockKeys, options: LockOptions) -> Result<FairMutex> {
         options.check_on(client.options())?;
         let keys = Arc::new(keys);
         let lock = StringHold {

@@ -52,8 +52,8 @@
 //!    grant a release handed over, through `Lease::handed_over`, counted from the waiter's
 //!    place).
 //! 4. **Options**: the common [`LockOptions`](crate::LockOptions) (a [`LeaseOptions`] and a
-//!    [`WaitOptions`](crate::WaitOptions)) under the primitive's name (`pub type
-//!    FairMutexOptions = LockOptions`), or a struct around it for settings of its own.
+//!    [`WaitOptions`](crate::WaitOptions)), or a struct of its own around a
+//!    [`LeaseOptions`] for settings of its own (as [`RedlockOptions`](crate::RedlockOptions)).
 //! 5. **A public guard** wraps the `Lease` and gets its methods from `guard_methods!` (see
 //!    `engine/string_lock/guard.rs`), and `Client` gets a constructor. Tests: the scripts
 //!    against a real server (every reply of the header), the contention checker of
@@ -257,9 +257,11 @@ pub(crate) trait Hold: Send + Sync + 'static {
     }
 }
 
-/// What a release left: the outcome of releasing one hold of a lock that an owner may hold
-/// several times ([`ReentrantMutex`](crate::ReentrantMutex), the sides of an
-/// [`RwLock`](crate::RwLock)). A release that found the hold gone is an error instead,
+/// What a release left, the one answer of every guard's `release()`: for a lock an owner may
+/// hold several times ([`ReentrantMutex`](crate::ReentrantMutex), the sides of an
+/// [`RwLock`](crate::RwLock)) whether the owner still holds it; for every other primitive
+/// (held once: a `Mutex`, a `Redlock`, a semaphore's permits, a `MultiLock`) always
+/// [`Released::Freed`]. A release that found the hold gone is an error instead,
 /// [`Error::NotHeld`].
 ///
 /// ```

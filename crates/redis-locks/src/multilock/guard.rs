@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::error::{LostReason, Result};
 use crate::key::LockKeys;
-use crate::lease::Lease;
+use crate::lease::{Lease, Released};
 use crate::token::FencingToken;
 
 /// The locks of one slot, held under one lease.
@@ -27,8 +27,8 @@ impl Part {
         Part { lease, tokens }
     }
 
-    pub(super) async fn release(self) -> Result<()> {
-        self.lease.release().await.map(drop)
+    pub(super) async fn release(self) -> Result<Released> {
+        self.lease.release().await
     }
 }
 
@@ -176,8 +176,11 @@ impl MultiLockGuard {
     ///
     /// # Cancel safety
     /// Dropping the future before the replies still releases the locks, in the background.
-    pub async fn release(self) -> Result<()> {
+    pub async fn release(self) -> Result<Released> {
         let outcomes = join_all(self.parts.into_iter().map(Part::release)).await;
-        outcomes.into_iter().collect()
+        outcomes
+            .into_iter()
+            .collect::<Result<Vec<Released>>>()
+            .map(|_| Released::Freed)
     }
 }

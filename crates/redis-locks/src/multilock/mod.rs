@@ -60,19 +60,6 @@ inventory::submit!(Registered(|| &EXTEND));
 
 /// The most names one [`MultiLock`] takes.
 pub const MAX_MULTILOCK_NAMES: usize = 1000;
-
-/// How a [`MultiLock`] acquires: the options every primitive takes ([`LockOptions`]); the
-/// lease and watchdog are each group's.
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_locks::MultiLockOptions;
-///
-/// let options = MultiLockOptions::default().lease(Duration::from_secs(5));
-/// assert!(!options.get_watchdog());
-/// ```
-pub type MultiLockOptions = LockOptions;
-
 /// The locks of one cluster slot (or all of them, on one server): one script call takes,
 /// extends or releases them together.
 struct Group {
@@ -272,7 +259,7 @@ pub struct MultiLock {
     client: Client,
     /// The groups, in the global order.
     groups: Arc<[Arc<GroupHold>]>,
-    options: MultiLockOptions,
+    options: LockOptions,
     /// The lease in milliseconds, as the acquire script takes it.
     lease_ms: Arc<str>,
 }
@@ -298,14 +285,14 @@ impl Client {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        self.multi_lock_with(names, MultiLockOptions::default())
+        self.multi_lock_with(names, LockOptions::default())
     }
 
     /// A [`MultiLock`] over `names` with the given options.
     ///
     /// # Errors
     /// As [`Client::multi_lock`]; as [`Client::mutex_with`] for the options.
-    pub fn multi_lock_with<I, S>(&self, names: I, options: MultiLockOptions) -> Result<MultiLock>
+    pub fn multi_lock_with<I, S>(&self, names: I, options: LockOptions) -> Result<MultiLock>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -325,7 +312,7 @@ impl Client {
 }
 
 impl MultiLock {
-    fn new(client: Client, locks: Vec<LockKeys>, options: MultiLockOptions) -> Result<MultiLock> {
+    fn new(client: Client, locks: Vec<LockKeys>, options: LockOptions) -> Result<MultiLock> {
         if locks.is_empty() {
             return Err(Error::InvalidNames {
                 reason: "no names given".to_string(),

@@ -22,10 +22,6 @@ use crate::wait::{Contender, Line, Try, acquire};
 
 pub use crate::engine::string_lock::MutexGuard;
 
-/// How a [`Mutex`] acquires: the options every primitive takes ([`LockOptions`]: the lease,
-/// the watchdog, how it waits), under the `Mutex`'s name.
-pub type MutexOptions = LockOptions;
-
 /// A distributed mutual-exclusion lock on one Redis server: at most one holder at a time.
 ///
 /// The handle is cheap to clone and holds no lock by itself; each successful
@@ -58,10 +54,10 @@ pub type MutexOptions = LockOptions;
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let server = test_support::RedisServer::start()?;
 /// use std::time::Duration;
-/// use redis_locks::{Client, MutexOptions};
+/// use redis_locks::{Client, LockOptions};
 ///
 /// let client = Client::connect(&server.url()).await?;
-/// let mutex = client.mutex_with("jobs:nightly", MutexOptions::default().lease(Duration::from_secs(10)))?;
+/// let mutex = client.mutex_with("jobs:nightly", LockOptions::default().lease(Duration::from_secs(10)))?;
 ///
 /// let guard = mutex.lock_timeout(Duration::from_secs(1)).await?;
 /// // Only one process gets here at a time.
@@ -92,7 +88,7 @@ impl Client {
     /// [`Error::InvalidName`] for a name [`LockKeys::new`] refuses (empty, over 1024 bytes, a
     /// broken hash tag, or one that would share keys with another lock).
     pub fn mutex(&self, name: &str) -> Result<Mutex> {
-        self.mutex_with(name, MutexOptions::default())
+        self.mutex_with(name, LockOptions::default())
     }
 
     /// A [`Mutex`] handle for the lock `name` with the given options.
@@ -100,13 +96,13 @@ impl Client {
     /// # Errors
     /// As [`Client::mutex`]; also [`Error::InvalidDuration`] for a lease under 3 ms or over
     /// 100 years, a retry delay over 1 hour, or a place lease under 3 ms or over 1 hour.
-    pub fn mutex_with(&self, name: &str, options: MutexOptions) -> Result<Mutex> {
+    pub fn mutex_with(&self, name: &str, options: LockOptions) -> Result<Mutex> {
         Mutex::new(self.clone(), self.keys(name)?, options)
     }
 }
 
 impl Mutex {
-    fn new(client: Client, keys: LockKeys, options: MutexOptions) -> Result<Mutex> {
+    fn new(client: Client, keys: LockKeys, options: LockOptions) -> Result<Mutex> {
         Ok(Mutex {
             lock: StringLock::new(client, keys, options)?,
         })

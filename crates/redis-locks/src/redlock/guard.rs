@@ -1,7 +1,7 @@
 //! The guard of a [`Redlock`](crate::Redlock).
 
 use crate::error::Result;
-use crate::lease::Lease;
+use crate::lease::{Lease, Released};
 
 /// Proof that this process holds a [`Redlock`](crate::Redlock) on a majority of its nodes:
 /// its fencing token and its lease (the validity: the lease less the time the attempt took
@@ -75,7 +75,7 @@ impl RedlockGuard {
     ///
     /// # Cancel safety
     /// Dropping the future before the replies still releases, in the background.
-    pub async fn release(self) -> Result<()> {
-        self.lease.release().await.map(drop)
+    pub async fn release(self) -> Result<Released> {
+        self.lease.release().await
     }
 }

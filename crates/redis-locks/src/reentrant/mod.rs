@@ -16,11 +16,6 @@ use crate::lease::{Holder, Lease, Released, guard_methods};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldMode, HoldsState};
-
-/// The options of a [`ReentrantMutex`]: a lease (renewed by a watchdog by default), how it
-/// waits, and the place lease of its waiters, as for a [`FairMutex`](crate::FairMutex).
-pub type ReentrantMutexOptions = LockOptions;
-
 /// A distributed lock that its owner may take again while holding it.
 ///
 /// The owner is an explicit [`OwnerId`], never a thread (async tasks move between threads):
@@ -78,18 +73,14 @@ impl Client {
     /// # Errors
     /// As [`Client::mutex`].
     pub fn reentrant_mutex(&self, name: &str) -> Result<ReentrantMutex> {
-        self.reentrant_mutex_with(name, ReentrantMutexOptions::default())
+        self.reentrant_mutex_with(name, LockOptions::default())
     }
 
     /// A [`ReentrantMutex`] handle with the given options.
     ///
     /// # Errors
     /// As [`Client::fair_mutex_with`].
-    pub fn reentrant_mutex_with(
-        &self,
-        name: &str,
-        options: ReentrantMutexOptions,
-    ) -> Result<ReentrantMutex> {
+    pub fn reentrant_mutex_with(&self, name: &str, options: LockOptions) -> Result<ReentrantMutex> {
         let lock = HoldsLock::new(self.clone(), name, options, Kind::Reentrant)?;
         Ok(ReentrantMutex { lock })
     }
@@ -123,9 +114,9 @@ impl ReentrantMutex {
     ///
     /// # Cancel safety
     /// A grant the caller never saw is released in the background.
-    pub async fn try_lock(&self) -> Result<ReentrantGuard> {
+    pub async fn try_lock(&self) -> Result<ReentrantMutexGuard> {
         let lease = self.lock.try_acquire(HoldMode::Write).await?;
-        Ok(ReentrantGuard {
+        Ok(ReentrantMutexGuard {
             lease,
             owner: self.lock.owner().clone(),
         })
@@ -140,7 +131,7 @@ impl ReentrantMutex {
     /// # Cancel safety
     /// Dropping the future gives up the place in line and releases a grant the caller never
     /// saw (only that hold: the owner's other holds stay).
-    pub async fn lock(&self) -> Result<ReentrantGuard> {
+    pub async fn lock(&self) -> Result<ReentrantMutexGuard> {
         self.lock_until(None).await
     }
 
@@ -152,7 +143,7 @@ impl ReentrantMutex {
     ///
     /// # Cancel safety
     /// As [`ReentrantMutex::lock`].
-    pub async fn lock_timeout(&self, wait: Duration) -> Result<ReentrantGuard> {
+    pub async fn lock_timeout(&self, wait: Duration) -> Result<ReentrantMutexGuard> {
         self.lock_until(Instant::now().checked_add(wait)).await
     }
 
@@ -166,9 +157,9 @@ impl ReentrantMutex {
         self.lock.state().await
     }
 
-    async fn lock_until(&self, deadline: Option<Instant>) -> Result<ReentrantGuard> {
+    async fn lock_until(&self, deadline: Option<Instant>) -> Result<ReentrantMutexGuard> {
         let lease = self.lock.acquire(HoldMode::Write, deadline).await?;
-        Ok(ReentrantGuard {
+        Ok(ReentrantMutexGuard {
             lease,
             owner: self.lock.owner().clone(),
         })
@@ -178,7 +169,7 @@ impl ReentrantMutex {
 /// One hold of a [`ReentrantMutex`]: its fencing token (shared by the owner's re-entries)
 /// and its own lease.
 ///
-/// Released with [`release`](ReentrantGuard::release), which says how many holds the owner
+/// Released with [`release`](ReentrantMutexGuard::release), which says how many holds the owner
 /// still has; dropped, it releases its hold in the background.
 ///
 /// # Examples
@@ -194,15 +185,15 @@ impl ReentrantMutex {
 #[must_use = "the hold is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 #[derive(Debug)]
-pub struct ReentrantGuard {
+pub struct ReentrantMutexGuard {
     lease: Lease,
     /// The owner whose hold this is.
     owner: OwnerId,
 }
 
-guard_methods!(ReentrantGuard);
+guard_methods!(ReentrantMutexGuard);
 
-impl ReentrantGuard {
+impl ReentrantMutexGuard {
     /// Releases this hold: [`Released::StillHeld`] with the owner's holds left, or
     /// [`Released::Freed`] when it was the last (the next owner in line is woken).
     ///

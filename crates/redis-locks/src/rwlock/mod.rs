@@ -21,10 +21,6 @@ use crate::state::{HoldMode, HoldsState};
 
 pub use guard::{RwLockReadGuard, RwLockWriteGuard};
 
-/// The options of an [`RwLock`]: a lease per hold (renewed by a watchdog by default), how it
-/// waits, and the place lease of its waiters, as for a [`FairMutex`](crate::FairMutex).
-pub type RwLockOptions = LockOptions;
-
 /// A distributed read-write lock: many readers at once, or one writer.
 ///
 /// # Owners and holds
@@ -54,7 +50,7 @@ pub type RwLockOptions = LockOptions;
 /// next writer); a read release that leaves no reader wakes the writer at the front.
 ///
 /// A writer that dies while waiting holds the readers behind it up for at most its place
-/// lease ([`RwLockOptions::place_lease`], 2 s by default) and a third of theirs (when they
+/// lease ([`LockOptions::place_lease`], 2 s by default) and a third of theirs (when they
 /// renew their places and find it gone): its place is then dropped and the readers are let
 /// in. A release wakes at most the first 64 waiters at the queue's front; readers behind
 /// them look again when they renew their places.
@@ -113,14 +109,14 @@ impl Client {
     /// # Errors
     /// As [`Client::mutex`].
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
-        self.rwlock_with(name, RwLockOptions::default())
+        self.rwlock_with(name, LockOptions::default())
     }
 
     /// An [`RwLock`] handle with the given options.
     ///
     /// # Errors
     /// As [`Client::fair_mutex_with`].
-    pub fn rwlock_with(&self, name: &str, options: RwLockOptions) -> Result<RwLock> {
+    pub fn rwlock_with(&self, name: &str, options: LockOptions) -> Result<RwLock> {
         let lock = HoldsLock::new(self.clone(), name, options, Kind::RwLock)?;
         Ok(RwLock { lock })
     }

@@ -1,7 +1,7 @@
 //! The guard of a [`Semaphore`](crate::Semaphore)'s permits.
 
 use crate::error::Result;
-use crate::lease::{Lease, guard_methods};
+use crate::lease::{Lease, Released, guard_methods};
 
 /// Proof that this process holds permits of a [`Semaphore`](crate::Semaphore): how many,
 /// their fencing token and their lease.
@@ -70,7 +70,7 @@ impl SemaphoreGuard {
     ///
     /// # Cancel safety
     /// Dropping the future before the reply still releases the permits, in the background.
-    pub async fn release(self) -> Result<()> {
-        self.lease.release().await.map(drop)
+    pub async fn release(self) -> Result<Released> {
+        self.lease.release().await
     }
 }

@@ -87,20 +87,6 @@ inventory::submit!(Registered(|| &RESIZE));
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000_000;
-
-/// How a [`Semaphore`] acquires: the options every primitive takes ([`LockOptions`]): each
-/// permit's lease and watchdog, and the place lease of a waiter in line (how long a dead
-/// waiter at the head can hold up the line).
-///
-/// ```
-/// use std::time::Duration;
-/// use redis_locks::SemaphoreOptions;
-///
-/// let options = SemaphoreOptions::default().lease(Duration::from_secs(10));
-/// assert!(!options.get_watchdog());
-/// ```
-pub type SemaphoreOptions = LockOptions;
-
 /// How a semaphore's permits are released and extended, by owner token.
 struct SemaphoreHold {
     node: Node,
@@ -244,7 +230,7 @@ pub struct Semaphore {
     client: Client,
     keys: Arc<LockKeys>,
     hold: Arc<SemaphoreHold>,
-    options: SemaphoreOptions,
+    options: LockOptions,
     permits: u32,
     /// The lease in milliseconds, as the acquire script takes it.
     lease_ms: Arc<str>,
@@ -268,7 +254,7 @@ impl Client {
     /// [`Error::InvalidPermits`] for 0 permits or more than [`MAX_PERMITS`]; as
     /// [`Client::mutex`] for the name.
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
-        self.semaphore_with(name, permits, SemaphoreOptions::default())
+        self.semaphore_with(name, permits, LockOptions::default())
     }
 
     /// A [`Semaphore`] handle with the given options.
@@ -279,7 +265,7 @@ impl Client {
         &self,
         name: &str,
         permits: u32,
-        options: SemaphoreOptions,
+        options: LockOptions,
     ) -> Result<Semaphore> {
         Semaphore::new(self.clone(), self.keys(name)?, permits, options)
     }
@@ -290,7 +276,7 @@ impl Semaphore {
         client: Client,
         keys: LockKeys,
         permits: u32,
-        options: SemaphoreOptions,
+        options: LockOptions,
     ) -> Result<Semaphore> {
         options.check_on(client.options())?;
         check_permits(keys.name(), permits, "permits")?;

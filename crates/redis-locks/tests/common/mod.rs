@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis_locks::{Client, ClientOptions, MutexOptions};
+use redis_locks::{Client, ClientOptions, LockOptions};
 use test_support::{ChildProcess, RedisServer};
 use tokio::time::Instant;
 
@@ -131,16 +131,16 @@ pub fn subscribers(server: &RedisServer, channel: &str) -> i64 {
 }
 
 /// A lease of `lease_ms` that the watchdog renews.
-pub fn renewed(lease_ms: u64) -> MutexOptions {
-    MutexOptions::default()
+pub fn renewed(lease_ms: u64) -> LockOptions {
+    LockOptions::default()
         .lease(Duration::from_millis(lease_ms))
         .watchdog(true)
 }
 
 /// A `lease`, and a 20 s retry delay: polling this slowly would fail any test that a waiter
 /// passes only by being woken.
-pub fn slow_polling(lease: Duration) -> MutexOptions {
-    MutexOptions::default()
+pub fn slow_polling(lease: Duration) -> LockOptions {
+    LockOptions::default()
         .lease(lease)
         .retry_delay(Duration::from_secs(20))
 }
@@ -278,7 +278,7 @@ pub async fn contend_as(
     history: std::sync::Arc<redis_locks::history::History>,
 ) {
     let name = &name;
-    let options = MutexOptions::default().lease(Duration::from_secs(10));
+    let options = LockOptions::default().lease(Duration::from_secs(10));
     for _ in 0..count {
         match kind.as_str() {
             "mutex" => {

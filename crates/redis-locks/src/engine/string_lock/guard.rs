@@ -1,7 +1,7 @@
 //! The guard of a [`Mutex`](crate::Mutex) or a [`FairMutex`](crate::FairMutex).
 
 use crate::error::Result;
-use crate::lease::Lease;
+use crate::lease::{Lease, Released};
 
 /// Proof that this process holds a [`Mutex`](crate::Mutex) or a
 /// [`FairMutex`](crate::FairMutex): its fencing token and its lease.
@@ -71,7 +71,7 @@ impl MutexGuard {
     ///
     /// # Cancel safety
     /// Dropping the future before the reply still releases the lock, in the background.
-    pub async fn release(self) -> Result<()> {
-        self.lease.release().await.map(drop)
+    pub async fn release(self) -> Result<Released> {
+        self.lease.release().await
     }
 }
