@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis_locks::history::{Interval, check_modes, check_permits, now_nanos};
 use redis_locks::{Client, OwnerToken};
 use serde::Serialize;
+use test_support::history::{Interval, check_modes, check_permits, now_nanos};
 
 use super::baseline::BareLock;
 use super::stats::{Latencies, Summary, Ticker, print_table, progress};

@@ -12,9 +12,9 @@ use cli_support::exit::CliError;
 use cli_support::leftovers::delete_counters;
 use rand::Rng;
 use rand::seq::IndexedRandom;
-use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{Error, LockOptions};
 use serde::Serialize;
+use test_support::history::{History, Interval, now_nanos};
 use tokio::time::Instant;
 
 use crate::stats::{Latencies, Summary, print_table};

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use cli_support::settings::ClientSettings;
 use rand::Rng;
-use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{Client, LeaseOptions, LockOptions};
 use serde::{Deserialize, Serialize};
+use test_support::history::{History, Interval, now_nanos};
 
 /// The lease every demo lock asks for: long enough that nothing expires mid-demo.
 const DEMO_LEASE: Duration = Duration::from_secs(10);

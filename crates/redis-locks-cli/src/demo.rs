@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis_locks::Client;
-use redis_locks::history::{History, Interval, now_nanos};
 use test_support::ChildProcess;
+use test_support::history::{History, Interval, now_nanos};
 
 use crate::contend::{LotteryOutcome, contend, lottery, wait_until};
 use crate::worker::Role;

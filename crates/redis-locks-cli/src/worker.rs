@@ -1,7 +1,7 @@
 //! `redis-locks demo-worker`: one demo instance in its own OS process. The demo starts these
 //! and reads their JSON lines from stdout.
 
-use redis_locks::history::History;
+use test_support::history::History;
 
 use crate::contend::{contend, lottery, wait_until};
 use cli_support::endpoint::Endpoint;

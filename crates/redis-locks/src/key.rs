@@ -11,6 +11,19 @@
 
 use crate::error::{Error, Result};
 
+/// A method of the layout's inner keys: `pub` with the `layout-internals` feature (this
+/// project's tests and tools), else the crate's own.
+macro_rules! internal {
+    ($(#[$meta:meta])* fn $($rest:tt)*) => {
+        #[cfg(feature = "layout-internals")]
+        $(#[$meta])*
+        pub fn $($rest)*
+        #[cfg(not(feature = "layout-internals"))]
+        $(#[$meta])*
+        pub(crate) fn $($rest)*
+    };
+}
+
 /// The longest lock name accepted, in bytes. Redis allows longer keys, but a lock name this
 /// long is a mistake (a payload passed as a name), and every request carries it.
 pub const MAX_NAME_LEN: usize = 1024;
@@ -224,43 +237,55 @@ impl LockKeys {
         self.part(Part::Epoch)
     }
 
-    /// The pub/sub channel on which releases wake this lock's waiters (in the lock's slot, so
-    /// a cluster-aware client can use sharded pub/sub).
-    pub fn wake_channel(&self) -> &str {
-        self.part(Part::Wake)
+    internal! {
+        /// The pub/sub channel on which releases wake this lock's waiters (in the lock's slot, so
+        /// a cluster-aware client can use sharded pub/sub).
+        fn wake_channel(&self) -> &str {
+            self.part(Part::Wake)
+        }
     }
 
-    /// The queue of waiters: a sorted set of waiter ids by arrival (a ticket the server hands
-    /// out). A release wakes the first of them.
-    pub fn queue(&self) -> &str {
-        self.part(Part::Queue)
+    internal! {
+        /// The queue of waiters: a sorted set of waiter ids by arrival (a ticket the server hands
+        /// out). A release wakes the first of them.
+        fn queue(&self) -> &str {
+            self.part(Part::Queue)
+        }
     }
 
-    /// The waiters' place leases: a sorted set of waiter ids by the server time (ms) at which
-    /// each place runs out unless its waiter renews it.
-    pub fn places(&self) -> &str {
-        self.part(Part::Places)
+    internal! {
+        /// The waiters' place leases: a sorted set of waiter ids by the server time (ms) at which
+        /// each place runs out unless its waiter renews it.
+        fn places(&self) -> &str {
+            self.part(Part::Places)
+        }
     }
 
-    /// The ticket counter of the queue; it exists only while somebody waits.
-    pub fn tickets(&self) -> &str {
-        self.part(Part::Tickets)
+    internal! {
+        /// The ticket counter of the queue; it exists only while somebody waits.
+        fn tickets(&self) -> &str {
+            self.part(Part::Tickets)
+        }
     }
 
-    /// The owner tokens waiters are handed the lock under: a hash of waiter id ->
-    /// `'<owner token> <nonce>'`, the token the waiter asks with (a `Mutex`'s waiters of one
-    /// process share one; a `FairMutex` waiter's is its own, which is also its id) and the
-    /// nonce of the attempt that last renewed its place. A release with such a waiter at
-    /// the head of the queue gives the lock straight to that token and publishes the grant,
-    /// so the woken waiter holds the lock without asking Redis again. It exists only while
-    /// somebody waits.
-    pub fn handover(&self) -> &str {
-        self.part(Part::Handover)
+    internal! {
+        /// The owner tokens waiters are handed the lock under: a hash of waiter id ->
+        /// `'<owner token> <nonce>'`, the token the waiter asks with (a `Mutex`'s waiters of one
+        /// process share one; a `FairMutex` waiter's is its own, which is also its id) and the
+        /// nonce of the attempt that last renewed its place. A release with such a waiter at
+        /// the head of the queue gives the lock straight to that token and publishes the grant,
+        /// so the woken waiter holds the lock without asking Redis again. It exists only while
+        /// somebody waits.
+        fn handover(&self) -> &str {
+            self.part(Part::Handover)
+        }
     }
 
-    /// A companion key `<prefix>:<suffix>` in the lock's slot.
-    pub fn companion(&self, suffix: &str) -> String {
-        format!("{}:{suffix}", self.part(Part::Prefix))
+    internal! {
+        /// A companion key `<prefix>:<suffix>` in the lock's slot.
+        fn companion(&self, suffix: &str) -> String {
+            format!("{}:{suffix}", self.part(Part::Prefix))
+        }
     }
 }
 

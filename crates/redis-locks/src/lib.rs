@@ -13,7 +13,6 @@ mod engine;
 mod error;
 mod fair;
 mod fenced;
-pub mod history;
 pub mod key;
 mod lease;
 mod multilock;

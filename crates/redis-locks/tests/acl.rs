@@ -7,9 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::history::History;
 use redis_locks::{Client, ClientOptions, Error, LockKeys};
 use test_support::RedisServer;
+use test_support::history::History;
 
 /// The password of the test users: it must never show in any output.
 const PASSWORD: &str = "s3cret-Passw0rd-never-shown";

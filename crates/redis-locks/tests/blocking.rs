@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::{children, env, exists, holds_of, raw, report_holds, say_go, server};
 use redis_locks::blocking::{Client, Redlock};
-use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{ClientOptions, Error, LockOptions, LostReason, Released};
 use test_support::RedisServer;
+use test_support::history::{History, Interval, now_nanos};
 
 /// A blocking client of `server` with short timeouts, so a fault shows quickly.
 fn client(server: &RedisServer) -> Client {
@@ -314,7 +314,7 @@ fn threads_contending_for_a_semaphore_never_exceed_its_permits() {
     });
     let holdings = holdings.into_inner().unwrap();
     assert_eq!(holdings.len(), THREADS * PER_THREAD);
-    let report = redis_locks::history::check_permits(holdings, 3);
+    let report = test_support::history::check_permits(holdings, 3);
     eprintln!("{report}");
     assert!(report.is_ok(), "{report}");
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{env, eventually};
-use redis_locks::history::History;
 use redis_locks::{Client, ClientOptions, LockOptions};
+use test_support::history::History;
 use test_support::{ChildProcess, RedisCluster};
 use tokio::time::Instant;
 

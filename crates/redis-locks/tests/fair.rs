@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{child_main, client, eventually, record_hold, server};
-use redis_locks::history::History;
 use redis_locks::{Client, Error, FairMutex, LockOptions};
 use test_support::ChildProcess;
+use test_support::history::History;
 use tokio::time::Instant;
 
 fn options(place_ms: u64) -> LockOptions {

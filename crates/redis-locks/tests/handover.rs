@@ -283,7 +283,7 @@ async fn two_waiters_of_one_process_never_both_ask_with_the_lines_token() {
     let contender = client(&server).await;
     let held = holder.mutex("pair").unwrap();
     let mine = contender.mutex("pair").unwrap();
-    let history = std::sync::Arc::new(redis_locks::history::History::default());
+    let history = std::sync::Arc::new(test_support::history::History::default());
     for round in 0..10 {
         // Wait once, so that the subscription lingers.
         let guard = held.lock().await.unwrap();
@@ -300,13 +300,13 @@ async fn two_waiters_of_one_process_never_both_ask_with_the_lines_token() {
                 let (mine, history) = (mine.clone(), history.clone());
                 tokio::spawn(async move {
                     let guard = mine.lock().await.unwrap();
-                    let start = redis_locks::history::now_nanos();
+                    let start = test_support::history::now_nanos();
                     tokio::time::sleep(Duration::from_millis(20)).await;
-                    history.record(redis_locks::history::Interval {
+                    history.record(test_support::history::Interval {
                         worker: format!("round {round} call {n}"),
                         token: guard.fencing_token().get(),
                         start,
-                        end: redis_locks::history::now_nanos(),
+                        end: test_support::history::now_nanos(),
                     });
                     guard.release().await.unwrap();
                 })

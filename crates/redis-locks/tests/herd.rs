@@ -15,9 +15,9 @@ use common::{
     child_main, children, client, env, eventually, holds_of, raw, record_hold, report_holds, say,
     say_go, server, wait_for_go,
 };
-use redis_locks::history::History;
 use redis_locks::{Client, LockOptions};
 use test_support::RedisServer;
+use test_support::history::History;
 use tokio::time::Instant;
 
 fn queued(server: &RedisServer, lock: &str) -> i64 {

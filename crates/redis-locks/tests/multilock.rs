@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{assert_not_held, client, eventually, exists, raw, server};
-use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{
     Client, ClientOptions, Error, LockOptions, LostReason, MAX_MULTILOCK_NAMES, MultiLock,
     MultiLockGuard,
 };
 use test_support::RedisCluster;
+use test_support::history::{History, Interval, now_nanos};
 use tokio::time::Instant;
 
 /// Records one holding of every lock of `guard` (one history per name), held for a moment.

@@ -12,9 +12,9 @@ use common::{
     child_main, children, client, env, holds_of, pttl, record_hold, report_holds, say_go, server,
     wait_for_go,
 };
-use redis_locks::history::History;
 use redis_locks::{Client, LockOptions};
 use test_support::ChildProcess;
+use test_support::history::History;
 use tokio::time::Instant;
 
 const TASKS: usize = 16;

@@ -6,12 +6,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_locks::history::{History, Interval, now_nanos};
 use redis_locks::{
     Client, Error, LostReason, NODE_GRACE, NodeStart, Phase, Redlock, RedlockGuard, RedlockOptions,
     Vote,
 };
 use test_support::RedisServer;
+use test_support::history::{History, Interval, now_nanos};
 use tokio::time::Instant;
 
 /// `n` private servers and a client for each.

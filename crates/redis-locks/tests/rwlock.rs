@@ -11,9 +11,9 @@ use common::{
     assert_not_held, child_main, children, client, env, eventually, exists, holds_of, raw,
     report_holds, say_go, server, shared_holds_of, wait_for_go,
 };
-use redis_locks::history::{History, now_nanos};
 use redis_locks::{Client, Error, LeaseOptions, LockOptions, LostReason};
 use test_support::ChildProcess;
+use test_support::history::{History, now_nanos};
 use tokio::time::Instant;
 
 /// A lease of `ms` renewed by the watchdog, and a 20 s retry delay: a waiter that is not

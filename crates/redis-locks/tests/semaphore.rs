@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{child_main, children, client, env, eventually, raw, say_go, server, wait_for_go};
-use redis_locks::history::{Interval, check_permits, now_nanos};
 use redis_locks::{Client, Error, LockOptions, LostReason};
 use test_support::ChildProcess;
+use test_support::history::{Interval, check_permits, now_nanos};
 use tokio::time::Instant;
 
 const PERMITS: u32 = 4;

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::eventually;
-use redis_locks::history::History;
 use redis_locks::{Client, ClientOptions, Error, LockKeys, LockOptions, MutexGuard};
 use test_support::SentinelSet;
+use test_support::history::History;
 use tokio::time::Instant;
 
 /// Acquisitions per worker in the contention check.

@@ -10,8 +10,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis_locks::history::History;
 use redis_locks::{Client, ClientOptions, Error, Redlock, TlsProblem};
+use test_support::history::History;
 use test_support::{
     RedisCluster, RedisServer, SentinelSet, ServerCert, TlsFiles, TlsServerOptions,
 };

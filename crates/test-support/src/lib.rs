@@ -47,6 +47,7 @@ mod child;
 mod cluster;
 mod error;
 mod flavor;
+pub mod history;
 mod probe;
 mod program;
 mod replica;

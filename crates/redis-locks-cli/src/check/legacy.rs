@@ -27,7 +27,7 @@
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis_locks::history::now_nanos;
+use test_support::history::now_nanos;
 
 use super::clock;
 

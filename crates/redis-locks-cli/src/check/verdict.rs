@@ -6,13 +6,13 @@
 //!   holder is never told, so its interval runs to its release. A holder killed while holding
 //!   counts as holding until its lease ends (nobody may take the lock before), or, if it had
 //!   begun its release (it says so first), as its own record would have. Readers may
-//!   overlap readers. The library's own checker ([`redis_locks::history`]) does the pairing.
+//!   overlap readers. The library's own checker ([`test_support::history`]) does the pairing.
 //! - **Tokens increase** between successive holders (for algorithms that have tokens).
 //! - **No lost update**: the resource's value equals the number of writes it accepted.
 //! - **No stale write** accepted by the fenced resource.
 //! - **No key without a TTL**, looked at every 5 ms and at the end.
 //! - **Nothing hangs**: the run ended within its timeout, and no task gave up.
-//! - A **semaphore** of N permits ([`redis_locks::history::check_permits`]): never more than N
+//! - A **semaphore** of N permits ([`test_support::history::check_permits`]): never more than N
 //!   holders at once (each holder's interval as above), every grant a token of its own, each
 //!   task's tokens growing, and no permit leaked (all of them free again a lease after the
 //!   last worker ended). Its holders share the resource as readers do, so the resource
@@ -25,8 +25,8 @@
 
 use std::time::Duration;
 
-use redis_locks::history::{History, Interval, check_permits};
 use serde::Serialize;
+use test_support::history::{History, Interval, check_permits};
 
 use super::fault::Fault;
 use super::plan::{Access, CheckPrimitive, Holding, Release, short_name};

@@ -57,7 +57,7 @@
 //! 5. **A public guard** wraps the `Lease` and gets its methods from `guard_methods!` (see
 //!    `engine/string_lock/guard.rs`), and `Client` gets a constructor. Tests: the scripts
 //!    against a real server (every reply of the header), the contention checker of
-//!    [`history`](crate::history), cancel safety, bad input.
+//!    `test_support::history`, cancel safety, bad input.
 //!
 //! A primitive on the string-key engine (as `Mutex` and `FairMutex`) needs nothing more from
 //! `lease/`, `wait/` or `node/`; one whose waiters each keep their own place in the queue

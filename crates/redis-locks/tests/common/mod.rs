@@ -186,24 +186,24 @@ pub async fn wait_for_go(url: &str) {
 pub async fn record_hold(
     guard: redis_locks::MutexGuard,
     worker: &str,
-    history: &redis_locks::history::History,
+    history: &test_support::history::History,
 ) {
-    let start = redis_locks::history::now_nanos();
+    let start = test_support::history::now_nanos();
     for _ in 0..3 {
         tokio::task::yield_now().await;
     }
-    history.record(redis_locks::history::Interval {
+    history.record(test_support::history::Interval {
         worker: worker.to_string(),
         token: guard.fencing_token().get(),
         start,
-        end: redis_locks::history::now_nanos(),
+        end: test_support::history::now_nanos(),
     });
     guard.release().await.unwrap();
 }
 
 /// In a child process: prints its recorded holdings (exclusive, then shared) for the parent,
 /// then `done`.
-pub fn report_holds(history: &redis_locks::history::History) {
+pub fn report_holds(history: &test_support::history::History) {
     for interval in history.intervals() {
         println!("interval {}", serde_json::to_string(&interval).unwrap());
     }
@@ -218,7 +218,7 @@ pub fn report_holds(history: &redis_locks::history::History) {
 pub fn holds_of(
     child: &mut test_support::ChildProcess,
     expected: usize,
-) -> Vec<redis_locks::history::Interval> {
+) -> Vec<test_support::history::Interval> {
     let done =
         tokio::task::block_in_place(|| child.wait_for_line("done", Duration::from_secs(120)));
     assert!(done.is_some(), "child finished its acquisitions");
@@ -231,7 +231,7 @@ pub fn holds_of(
 pub fn shared_holds_of(
     child: &mut test_support::ChildProcess,
     expected: usize,
-) -> Vec<redis_locks::history::Interval> {
+) -> Vec<test_support::history::Interval> {
     let intervals = reported(child, "shared ");
     assert_eq!(intervals.len(), expected);
     intervals
@@ -241,7 +241,7 @@ pub fn shared_holds_of(
 fn reported(
     child: &mut test_support::ChildProcess,
     marker: &str,
-) -> Vec<redis_locks::history::Interval> {
+) -> Vec<test_support::history::Interval> {
     child
         .take_lines(marker)
         .iter()
@@ -251,19 +251,19 @@ fn reported(
 
 /// Records one holding by `worker` of a lock with `token`, held for a few yields.
 pub async fn hold_recorded(
-    history: &redis_locks::history::History,
+    history: &test_support::history::History,
     worker: &str,
     token: redis_locks::FencingToken,
 ) {
-    let start = redis_locks::history::now_nanos();
+    let start = test_support::history::now_nanos();
     for _ in 0..3 {
         tokio::task::yield_now().await;
     }
-    history.record(redis_locks::history::Interval {
+    history.record(test_support::history::Interval {
         worker: worker.to_string(),
         token: token.get(),
         start,
-        end: redis_locks::history::now_nanos(),
+        end: test_support::history::now_nanos(),
     });
 }
 
@@ -275,7 +275,7 @@ pub async fn contend_as(
     name: String,
     worker: String,
     count: usize,
-    history: std::sync::Arc<redis_locks::history::History>,
+    history: std::sync::Arc<test_support::history::History>,
 ) {
     let name = &name;
     let options = LockOptions::default().lease(Duration::from_secs(10));
@@ -370,17 +370,17 @@ pub fn say(server: &RedisServer, key: &str) {
 /// Records one holding that began at `start` and ends now, as `worker`'s with `token`:
 /// shared (a read) or exclusive.
 pub fn record_since(
-    history: &redis_locks::history::History,
+    history: &test_support::history::History,
     worker: &str,
     token: u64,
     start: u64,
     shared: bool,
 ) {
-    let interval = redis_locks::history::Interval {
+    let interval = test_support::history::Interval {
         worker: worker.to_string(),
         token,
         start,
-        end: redis_locks::history::now_nanos(),
+        end: test_support::history::now_nanos(),
     };
     if shared {
         history.record_shared(interval);
@@ -391,7 +391,7 @@ pub fn record_since(
 
 /// How many times the holder changed between a process (a worker named `process...`) and a
 /// task or thread of the test: how much they competed.
-pub fn process_switches(history: &redis_locks::history::History) -> usize {
+pub fn process_switches(history: &test_support::history::History) -> usize {
     let mut sorted = history.intervals();
     sorted.sort_by_key(|i| i.start);
     sorted
@@ -401,7 +401,7 @@ pub fn process_switches(history: &redis_locks::history::History) -> usize {
 }
 
 /// Asserts that no two exclusive holdings of `report` overlapped and that tokens grew.
-pub fn assert_exclusive(report: &redis_locks::history::Report) {
+pub fn assert_exclusive(report: &test_support::history::Report) {
     assert!(
         report.overlaps.is_empty(),
         "overlaps: {:?}",

@@ -15,7 +15,7 @@
 //! different processes on one machine compare.
 //!
 //! ```
-//! use redis_locks::history::{History, Interval};
+//! use test_support::history::{History, Interval};
 //!
 //! let history = History::default();
 //! history.record(Interval { worker: "a".into(), token: 1, start: 10, end: 20 });
@@ -53,7 +53,7 @@ pub struct Interval {
 /// A thread-safe collection of [`Interval`]s, exclusive and shared; share it behind an `Arc`.
 ///
 /// ```
-/// use redis_locks::history::{History, Interval};
+/// use test_support::history::{History, Interval};
 ///
 /// let iv = |worker: &str, token, start, end| Interval { worker: worker.into(), token, start, end };
 /// let history = History::default();
@@ -282,7 +282,7 @@ impl std::fmt::Display for PermitReport {
 /// after a later grant's holder is done.)
 ///
 /// ```
-/// use redis_locks::history::{Interval, check_permits};
+/// use test_support::history::{Interval, check_permits};
 ///
 /// let iv = |worker: &str, token, start, end| Interval { worker: worker.into(), token, start, end };
 /// let two = vec![(iv("a", 1, 0, 10), 1), (iv("b", 2, 5, 15), 1)];
