@@ -52,3 +52,18 @@ pub use state::{HoldInfo, HoldMode, Holder, HoldsState, LockState};
 pub use telemetry::{METRIC_NAMES, describe_metrics, metric_lock_names};
 pub use token::{FencingToken, OwnerToken};
 pub use wait::{DEFAULT_PLACE_LEASE, DEFAULT_RETRY_DELAY, WaitOptions};
+
+/// The workspace README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+
+/// The examples of `docs/fencing.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/fencing.md")]
+struct FencingDoctests;
+
+/// The examples of `docs/redlock.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/redlock.md")]
+struct RedlockDoctests;
