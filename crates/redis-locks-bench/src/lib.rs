@@ -4,7 +4,7 @@
 //! and `redis-locks bench ...` runs that binary.
 //!
 //! A crate of its own, so that the `redis-locks` binary users install carries neither the
-//! benchmarks nor what they pull in (hdrhistogram, indicatif, plotters).
+//! benchmarks nor what they pull in (hdrhistogram, plotters).
 
 mod baseline;
 mod handoff;

@@ -1,74 +1,15 @@
 //! `redis-locks top`, driven in `tmux` as a person would use it (`send-keys`, `capture-pane`),
 //! against a real server: a held lock, its waiter, a lease that counts down, `q` to quit; and
-//! the message without a terminal. `scripts/ensure-redis.sh` installs tmux when missing.
+//! the message without a terminal (common/tmux.rs: the terminal).
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
+use common::tmux::Tmux;
 use common::{REDIS_VARIABLES, eventually, expect, redis_locks};
 use redis_locks::Client;
 use test_support::RedisServer;
-
-/// A tmux server of the test's own (`-L`), so no other tmux is touched; killed on drop.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    /// Starts `command` in a detached session of 120×20.
-    fn start(command: &str) -> Tmux {
-        let tmux = Tmux {
-            socket: format!("redis-locks-top-{}", std::process::id()),
-        };
-        let status = tmux
-            .cmd(&[
-                "new-session",
-                "-d",
-                "-s",
-                "top",
-                "-x",
-                "120",
-                "-y",
-                "20",
-                command,
-            ])
-            .status()
-            .expect("tmux is installed (scripts/ensure-redis.sh installs it)");
-        assert!(status.success(), "tmux new-session failed");
-        tmux
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("tmux");
-        cmd.arg("-L").arg(&self.socket).args(args);
-        cmd
-    }
-
-    /// What the screen shows now.
-    fn screen(&self) -> String {
-        let out = self
-            .cmd(&["capture-pane", "-p", "-t", "top"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Whether the session still runs (it ends when `top` exits).
-    fn running(&self) -> bool {
-        self.cmd(&["has-session", "-t", "top"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd(&["kill-server"]).status();
-    }
-}
 
 /// The lease column of the line of `name` on `screen`, in seconds.
 fn lease_of(screen: &str, name: &str) -> Option<f64> {
@@ -94,7 +35,7 @@ async fn top_shows_a_held_lock_its_waiter_and_a_countdown_and_quits_on_q() {
         env!("CARGO_BIN_EXE_redis-locks")
     );
     let checked = tokio::task::spawn_blocking(move || {
-        let tmux = Tmux::start(&command);
+        let tmux = Tmux::start("top", &command, 120, 20);
         let mut screen = String::new();
         let shown = eventually(Duration::from_secs(15), || {
             screen = tmux.screen();
@@ -119,7 +60,7 @@ async fn top_shows_a_held_lock_its_waiter_and_a_countdown_and_quits_on_q() {
             lease_of(&screen, "jobs:nightly").is_some_and(|now| now < first)
         });
         assert!(moved, "the countdown did not move from {first}:\n{screen}");
-        tmux.cmd(&["send-keys", "-t", "top", "q"]).status().unwrap();
+        tmux.send_keys("q");
         assert!(
             eventually(Duration::from_secs(5), || !tmux.running()),
             "top did not quit on q"

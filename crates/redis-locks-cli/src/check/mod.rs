@@ -15,6 +15,7 @@ mod fault;
 mod legacy;
 pub mod metrics;
 pub mod plan;
+mod progress;
 mod proxy;
 mod resource;
 mod scenario;
@@ -219,11 +220,10 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
         }
         preflight(target.endpoint()).await?;
     }
+    let progress = progress::Progress::new(scenarios.len(), args.json);
     let mut done = Vec::new();
     for scenario in scenarios {
-        if !args.json {
-            eprintln!("check: {} ...", scenario.label());
-        }
+        progress.start(&scenario.label());
         let lock = scenario::lock_name();
         // Interrupted, the run is dropped: its workers are killed, its servers stopped, its
         // faults undone (a stopped server resumed, an iptables rule removed).
@@ -241,12 +241,17 @@ pub async fn run(args: &CheckArgs) -> Result<(), CliError> {
             scenario::cleanup(given, &lock).await;
         }
         let record = record?;
-        if let (Some(servers), false) = (&record.servers, args.json) {
-            eprintln!("check:   on {servers}, started for this run and stopped at its end");
+        if let Some(servers) = &record.servers {
+            progress.note(&format!(
+                "check:   on {servers}, started for this run and stopped at its end"
+            ));
         }
         let verdict = verdict::judge(&scenario, &record);
         done.push((scenario, record, verdict));
+        progress.done();
     }
+    // Cleared before the table, so the table starts on a clean line.
+    drop(progress);
     let passed = done.iter().all(|(_, _, v)| v.passed);
     if args.json {
         let output = Output {

@@ -3,6 +3,8 @@
 
 use std::process::{Command, Output};
 
+pub mod tmux;
+
 /// The variables that name a Redis, or say how to reach it (TLS, the key namespace):
 /// removed, so that no test reaches a server it did not start, or with settings it did not
 /// give.
