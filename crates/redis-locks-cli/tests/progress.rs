@@ -118,14 +118,29 @@ fn on_a_terminal_check_shows_the_runs_done_the_current_one_and_the_time() {
     assert!(exited, "check did not end:\n{screen}");
     let screen = tmux.history();
     assert!(screen.contains("check exited 0"), "{screen}");
-    // The bar showed each run by name, with the runs done of two and the time elapsed.
-    let first = seen.iter().find(|line| {
-        line.contains("0/2 runs, 00:00:") && line.trim_end().ends_with("Mutex / none")
-    });
+    // The bar showed each run by name, with the runs done of two and the time elapsed
+    // (`hh:mm:ss`).
+    let timed = |line: &str, done: &str| {
+        line.split_once(&format!("{done} runs, "))
+            .is_some_and(|(_, rest)| {
+                let clock: Vec<char> = rest.chars().take(8).collect();
+                clock.len() == 8
+                    && clock.iter().enumerate().all(|(i, c)| {
+                        if i == 2 || i == 5 {
+                            *c == ':'
+                        } else {
+                            c.is_ascii_digit()
+                        }
+                    })
+            })
+    };
+    let first = seen
+        .iter()
+        .find(|line| timed(line, "0/2") && line.trim_end().ends_with("Mutex / none"));
     assert!(first.is_some(), "no bar for the first run: {seen:#?}");
-    let second = seen.iter().find(|line| {
-        line.contains("1/2 runs, 00:00:") && line.trim_end().ends_with("Mutex / holder-kill")
-    });
+    let second = seen
+        .iter()
+        .find(|line| timed(line, "1/2") && line.trim_end().ends_with("Mutex / holder-kill"));
     assert!(second.is_some(), "no bar for the second run: {seen:#?}");
     // Cleared at the end: the `check:` lines, then the table, and no bar.
     assert_eq!(bar(&screen), None, "{screen}");

@@ -191,3 +191,69 @@ async fn a_hold_released_by_a_flush_before_the_retry_is_not_called_released() {
         "a hold the server lost: {released:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_and_a_new_grant_before_the_retry_are_not_taken_for_the_first_release() {
+    let mut server = RedisServer::start().unwrap();
+    let proxy = Proxy::start(server.port()).await;
+    let client = Client::connect(&proxy.url()).await.unwrap();
+    // No watchdog: nothing but the release looks at the lock before it.
+    let fixed = redis_locks::LockOptions::default().lease(Duration::from_secs(30));
+    let mutex = client.mutex_with("jobs:nightly", fixed).unwrap();
+    let guard = mutex.lock().await.unwrap();
+    // The server restarts and loses the lock; another client takes it and lets it go, so the
+    // fencing counter is back above the guard's token.
+    server.restart().unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
+    let theirs = other.mutex("jobs:nightly").unwrap().lock().await.unwrap();
+    assert!(theirs.fencing_token() > guard.fencing_token());
+    theirs.release().await.unwrap();
+    // The guard's client has reconnected (through the proxy) before its release is cut.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while mutex.state().await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "reconnected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let released = with_reply_cut(&proxy, guard.release()).await;
+    assert!(
+        matches!(released, Err(redis_locks::Error::NotHeld { .. })),
+        "a lock the restart lost: {released:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_already_lost_is_not_called_released_by_a_retry() {
+    let server = RedisServer::start().unwrap();
+    let proxy = Proxy::start(server.port()).await;
+    let client = Client::connect(&proxy.url()).await.unwrap();
+    let renewed = redis_locks::LockOptions::default()
+        .lease(Duration::from_millis(600))
+        .watchdog(true);
+    let guard = client
+        .mutex_with("jobs:nightly", renewed)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    // Deleted by hand: the watchdog's next renewal finds it gone and `lost()` says so, long
+    // before the lease could end.
+    let mut raw = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("jobs:nightly")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the watchdog saw the loss");
+    assert_eq!(lost, redis_locks::LostReason::Expired);
+    let released = with_reply_cut(&proxy, guard.release()).await;
+    assert!(
+        matches!(released, Err(redis_locks::Error::NotHeld { .. })),
+        "a lock lost before its release: {released:?}"
+    );
+}

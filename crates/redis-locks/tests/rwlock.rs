@@ -355,7 +355,10 @@ async fn a_write_after_a_dropped_read_waits_for_its_release_instead_of_refusing(
     for _ in 0..20 {
         // A read guard dropped without `release()`...
         drop(lock.read().await.unwrap());
-        let write = lock.write().await.expect("no read guard is held");
+        let write = tokio::time::timeout(Duration::from_secs(10), lock.write())
+            .await
+            .expect("the write ends")
+            .expect("no read guard is held");
         write.release().await.unwrap();
         // ...and a `read()` polled once and cancelled (whether its request went out before
         // the cancel depends on the connection's task; when it did, its grant's release runs
@@ -365,7 +368,10 @@ async fn a_write_after_a_dropped_read_waits_for_its_release_instead_of_refusing(
             read = lock.read() => panic!("a read in one poll: {read:?}"),
             () = std::future::ready(()) => {}
         }
-        let write = lock.try_write().await.expect("no read guard is held");
+        let write = tokio::time::timeout(Duration::from_secs(10), lock.try_write())
+            .await
+            .expect("the write ends")
+            .expect("no read guard is held");
         write.release().await.unwrap();
     }
     // A read guard that is still held: the refusal is real.

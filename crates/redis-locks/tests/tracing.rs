@@ -131,6 +131,22 @@ async fn spans_and_the_loss_event_carry_what_matters_and_no_secret() {
         "{hold}"
     );
     let release = line(&["hold{", "release{", "close", "lock=\"orders:43\""]);
+    // The hold is no child of the acquisition: its acquire span closed when `lock()` returned,
+    // before the hold's (a parent span would stay open as long as its child).
+    let position = |has: &[&str]| {
+        text.lines()
+            .position(|line| has.iter().all(|word| line.contains(word)))
+            .unwrap_or_else(|| panic!("no line with {has:?}"))
+    };
+    assert!(
+        position(&["acquire", "close", "lock=\"orders:43\""])
+            < position(&["hold{", "close", "lock=\"orders:43\""]),
+        "the acquire span closed after the hold:\n{text}"
+    );
+    assert!(
+        !hold.contains("acquire{"),
+        "the hold is no child of the acquire span: {hold}"
+    );
     assert!(
         release.contains("outcome=\"released\"") && release.contains("held_ms="),
         "{release}"

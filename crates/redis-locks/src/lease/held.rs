@@ -283,7 +283,12 @@ impl Lease {
             .expect("a lease owes its release until released");
         let (hold, owner) = (owed.hold().clone(), owed.owner().clone());
         let span = release_span(&self.span, hold.as_ref(), self.token, self.granted_at);
-        let certain = self.state.status().deadline;
+        // Until when a lock found gone can only have been released by this release: the
+        // lease's deadline, unless a loss was recorded already (the watchdog found it gone).
+        let certain = match self.state.loss() {
+            None | Some(LostReason::Released) => self.state.status().deadline,
+            Some(_) => Instant::now(),
+        };
         let outcome = owed.pay().instrument(span.clone()).await;
         let outcome = match outcome {
             Err(first) if first.is_connection() => {
@@ -361,15 +366,20 @@ impl Drop for Lease {
 
 /// The `hold` span of a lease of `hold`'s lock granted with `token`: the lock's name, primitive
 /// and fencing token (never the owner token); it closes when the holding ends (after its
-/// release), so its lifetime is the hold time. Never entered: it costs nothing while no
-/// subscriber wants DEBUG.
+/// release), so its lifetime is the hold time. Never entered; while no subscriber wants
+/// DEBUG it is a disabled span (a few words in the lease, no allocation).
 fn hold_span(hold: &dyn super::Hold, token: FencingToken) -> Span {
-    tracing::debug_span!(
+    // A root that follows from the acquisition, not its child: a parent span stays open
+    // while a child lives, so the acquire span (or the caller's) would last the whole hold.
+    let span = tracing::debug_span!(
+        parent: None,
         "hold",
         lock = hold.name(),
         primitive = hold.kind().label(),
         fencing_token = token.get(),
-    )
+    );
+    span.follows_from(Span::current());
+    span
 }
 
 /// The span of a release (within the `holding` span) of `hold`'s lock granted at `granted_at`
@@ -440,8 +450,9 @@ async fn release_again(
             } else {
                 None
             };
+            // A break mark that cannot be read counts as a break: the safe answer.
             match first_run {
-                Some(left) if !hold.broken(owner).await.unwrap_or(false) => Ok(left),
+                Some(left) if !hold.broken(owner).await.unwrap_or(true) => Ok(left),
                 _ => Err(Error::NotHeld { name, reason }),
             }
         }

@@ -146,11 +146,12 @@ pub(crate) trait Hold: Send + Sync + 'static {
 
     /// What a release asked again after its first reply was lost learns when it finds the
     /// hold gone or taken while its lease was still certain: whether the server still has the
-    /// data of the grant numbered `token` — its fencing counter, which never expires, is at
-    /// least `token` (a restart that lost the data, a flush, or a failover to a replica that
-    /// lagged would have lost or set back the counter) — so that nothing but the first
-    /// request ended the hold (a break is told apart by the caller), and then what that
-    /// release left: [`Released::Freed`] for a lock an owner holds once at most (a `Mutex`, a
+    /// data of the grant numbered `token` — the same server as before (its `run_id`: no
+    /// restart, no failover to another server, `Node::same_server_as_before`) whose fencing
+    /// counter, which never expires, is still at least `token` (a flush, or a restore from an
+    /// older snapshot, would have lost or set it back; a flush followed at once by a new grant
+    /// is the one data loss this cannot see) — so that nothing but the first request ended the
+    /// hold (a break is told apart by the caller), and then what that release left: [`Released::Freed`] for a lock an owner holds once at most (a `Mutex`, a
     /// `FairMutex`, a semaphore's permits); for a hold count, how many holds `holder` still
     /// has ([`Hold::holds_of`]). `None` when the server lost the data, for a lock over several
     /// nodes, or for a hold count without `holder`: the second answer stands.
@@ -163,7 +164,11 @@ pub(crate) trait Hold: Send + Sync + 'static {
             let Some((node, keys)) = self.keys_on() else {
                 return Ok(None);
             };
-            if !kept::counter_reached(node, keys, token).await? {
+            // The same server as before (no restart, no failover: its run_id) that still
+            // has the grant's counter (no flush or restore from an older snapshot since).
+            if !node.same_server_as_before().await
+                || !kept::counter_reached(node, keys, token).await?
+            {
                 return Ok(None);
             }
             if self.held_once() {

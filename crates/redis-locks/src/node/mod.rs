@@ -81,6 +81,9 @@ struct Inner {
     /// The server's `run_id` (`INFO server`) when the node connected, if it told: the same
     /// server reached by two URLs has one.
     run_id: Option<String>,
+    /// The `run_id` seen last by [`Node::same_server_as_before`] (first, the one seen when the
+    /// node connected).
+    last_run_id: std::sync::Mutex<Option<String>>,
     /// What the server has loaded of the crate's scripts, as far as this node knows: the
     /// function library, or the scripts it runs with `EVALSHA` (see `call.rs`).
     loads: loading::Loads,
@@ -197,22 +200,31 @@ impl Node {
             Err(source) => return Err(connect_error(url, source)),
         }
         may_wake(&backend, &options).await?;
-        // Which server this is (a server that refuses INFO, or a proxy, says nothing; a
-        // cluster is many servers).
-        let run_id = match &backend {
-            backend::Backend::Cluster(_) => None,
-            _ => backend
-                .command(redis::cmd("INFO").arg("server"))
-                .await
-                .ok()
-                .and_then(|info| String::from_redis_value(info).ok())
-                .and_then(|info| {
-                    info.lines()
-                        .find_map(|line| line.strip_prefix("run_id:"))
-                        .map(|id| id.trim().to_string())
-                }),
-        };
+        let run_id = server_run_id(&backend).await;
         Ok(Node::new(url, backend, recipe, options, pubsub, run_id))
+    }
+
+    /// Whether the server that answers now is the one that answered the last time this was
+    /// asked (or, the first time, when the node connected): the same `run_id` (`INFO
+    /// server`). A restart, or a failover to another server, changes it. `false` when either
+    /// is unknown (a server that refuses `INFO`, a cluster: many servers), so a caller that
+    /// must be sure takes the safe answer. Asked by a release whose reply was lost (see
+    /// `Hold::released_first`): one request, off the hot path.
+    ///
+    /// # Errors
+    /// Never: an unreachable server is `false`.
+    pub(crate) async fn same_server_as_before(&self) -> bool {
+        let now = server_run_id(&self.inner.backend).await;
+        let mut seen = self
+            .inner
+            .last_run_id
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let same = now.is_some() && *seen == now;
+        if now.is_some() {
+            *seen = now;
+        }
+        same
     }
 
     fn new(
@@ -234,6 +246,7 @@ impl Node {
                 pubsub,
                 naming: naming::Naming::default(),
                 requests: AtomicU64::new(0),
+                last_run_id: std::sync::Mutex::new(run_id.clone()),
                 run_id,
                 loads,
             }),
@@ -582,5 +595,23 @@ fn request_error(phase: Phase, keys: &[&str], err: redis::RedisError) -> Error {
         // request) in doubt, like any other broken connection.
         redis::ErrorKind::Parse => Error::Connection { phase, source: err },
         _ => Error::from_redis(phase, keys, err),
+    }
+}
+
+/// Which server `backend` reaches now: its `run_id` (`INFO server`). `None` for a server that
+/// refuses `INFO` or cannot be reached, a proxy that hides it, and a cluster (many servers).
+async fn server_run_id(backend: &backend::Backend) -> Option<String> {
+    match backend {
+        backend::Backend::Cluster(_) => None,
+        _ => backend
+            .command(redis::cmd("INFO").arg("server"))
+            .await
+            .ok()
+            .and_then(|info| String::from_redis_value(info).ok())
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix("run_id:"))
+                    .map(|id| id.trim().to_string())
+            }),
     }
 }

@@ -111,10 +111,18 @@ where
 /// # Errors
 /// [`Error::Held`] when refused; any error of the attempt.
 pub(crate) async fn try_once<A: Asker>(asker: &A, owed: OwedRelease) -> Result<Lease> {
-    match asker
+    let answer = match asker
         .ask(&owed, Duration::ZERO, Some(Instant::now()), 0)
-        .await?
+        .await
     {
+        // A refused upgrade wrote nothing, and without a place there is none to give up.
+        Err(err @ Error::Upgrade { .. }) => {
+            owed.disarm();
+            return Err(err);
+        }
+        answer => answer?,
+    };
+    match answer {
         Try::Won((token, sent_at)) => asker.lease(owed, token, sent_at).replicated().await,
         Try::Held(retry_after) => {
             owed.disarm();

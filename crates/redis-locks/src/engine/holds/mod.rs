@@ -316,14 +316,14 @@ impl HoldsLock {
     /// One attempt without waiting.
     pub(crate) async fn try_acquire(&self, mode: HoldMode) -> Result<Lease> {
         let asking = Asking { lock: self, mode };
-        self.upgrade_settled(|| try_once(&asking, self.owed()))
+        self.upgrade_settled(None, || try_once(&asking, self.owed()))
             .await
     }
 
     /// Waits in line until `deadline` (`None`: as long as it takes).
     pub(crate) async fn acquire(&self, mode: HoldMode, deadline: Option<Instant>) -> Result<Lease> {
         let asking = Asking { lock: self, mode };
-        self.upgrade_settled(|| {
+        self.upgrade_settled(deadline, || {
             // One hold id for the whole wait: the waiter's place in the queue (under its
             // mode letter), and its hold once granted; dropping it gives the place up.
             let owed = self.owed();
@@ -334,21 +334,30 @@ impl HoldsLock {
         .await
     }
 
-    /// Runs `attempt`; an upgrade it was refused while releases of this handle's holds ran
-    /// in the background (a read guard dropped, a `read()` cancelled: holds the caller can
-    /// no longer see) is asked again once they are done, so the caller hears of an upgrade
-    /// only while it holds a read guard it can see. Each background release is bounded by
-    /// the response timeout.
-    async fn upgrade_settled<F, Fut>(&self, attempt: F) -> Result<Lease>
+    /// Runs `attempt`; an upgrade it was refused while releases of this handle's holds were
+    /// already running in the background when it was sent (a read guard dropped, a `read()`
+    /// cancelled: holds the caller can no longer see) is asked again once they are done (by
+    /// `deadline` at the latest), so the caller hears of an upgrade only while it holds a
+    /// read guard it can see. Each background release is bounded by the response timeout.
+    async fn upgrade_settled<F, Fut>(&self, deadline: Option<Instant>, attempt: F) -> Result<Lease>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<Lease>>,
     {
+        let pending = *self.hold.background.borrow() > 0;
         match attempt().await {
-            Err(Error::Upgrade { .. }) if *self.hold.background.borrow() > 0 => {
+            Err(err @ Error::Upgrade { .. }) if pending => {
                 let mut running = self.hold.background.subscribe();
                 // The sender lives in `self.hold`: the channel cannot close while this waits.
-                let _ = running.wait_for(|running| *running == 0).await;
+                let settled = running.wait_for(|running| *running == 0);
+                match deadline {
+                    Some(deadline) => {
+                        if tokio::time::timeout_at(deadline, settled).await.is_err() {
+                            return Err(err);
+                        }
+                    }
+                    None => drop(settled.await),
+                }
                 attempt().await
             }
             outcome => outcome,
