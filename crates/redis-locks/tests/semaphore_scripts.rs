@@ -473,3 +473,47 @@ fn the_slow_path_alone_gives_the_same_replies() {
     used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike();
     a_fast_release_of_the_last_holder_deletes_both_keys_and_of_another_only_its_own();
 }
+
+#[test]
+fn a_token_is_the_server_clock_or_one_past_a_counter_ahead_of_it_on_either_path() {
+    let server = server();
+    let mut con = raw(&server);
+    let clock = |con: &mut Connection| -> i64 {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
+        secs * 1_000_000 + micros
+    };
+    // A new semaphore and one with a holder (the fast path), then the slow path alone.
+    for slow in [false, true] {
+        SLOW_ONLY.store(slow, std::sync::atomic::Ordering::SeqCst);
+        redis::cmd("DEL").arg(&KEYS[..]).exec(&mut con).unwrap();
+        let before = clock(&mut con);
+        let (granted, first) = acquire(&mut con, "a", 1, 3, 10_000, 0).unwrap();
+        assert_eq!(granted, 1);
+        assert!(
+            first >= before,
+            "seeded from the clock: {first} >= {before}"
+        );
+        let counter: i64 = redis::cmd("GET").arg(KEYS[2]).query(&mut con).unwrap();
+        assert_eq!(counter, first, "the counter holds the token");
+        // Ahead of the clock (with an expiry an operator gave it): one more, expiry kept.
+        let ahead = clock(&mut con) + 10_000_000;
+        redis::cmd("SET")
+            .arg(KEYS[2])
+            .arg(ahead)
+            .arg("PX")
+            .arg(600_000)
+            .exec(&mut con)
+            .unwrap();
+        let (granted, second) = acquire(&mut con, "b", 1, 3, 10_000, 0).unwrap();
+        assert_eq!((granted, second), (1, ahead + 1), "slow path alone: {slow}");
+        let counter: i64 = redis::cmd("GET").arg(KEYS[2]).query(&mut con).unwrap();
+        assert_eq!(counter, ahead + 1);
+        assert!(pttl(&server, KEYS[2]) > 0, "the counter kept its expiry");
+        let holders: i64 = redis::cmd("ZCARD").arg(KEYS[0]).query(&mut con).unwrap();
+        assert_eq!(
+            holders, 2,
+            "one entry per grant, none left by a fast path undone"
+        );
+    }
+    SLOW_ONLY.store(false, std::sync::atomic::Ordering::SeqCst);
+}
