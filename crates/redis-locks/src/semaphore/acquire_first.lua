@@ -10,8 +10,7 @@
 --               holders key and the hash last at least that long.
 -- Falls through to acquire.lua, having written nothing (or undone what it wrote), for every
 -- other case: a line, a mismatched N, too few permits counted free, the owner holding already
--- (a re-grant), a key of another type, a counter that is not an integer or is ahead of the
--- server clock (more than one grant per µs).
+-- (a re-grant), a key of another type, a counter that is not an integer.
 
 do
   local state = redis.pcall('HMGET', KEYS[2], 'limit', 'used')
@@ -35,22 +34,12 @@ do
       -- The first write; an owner that holds already (a re-grant) and a holders key of
       -- another type fall through.
       if redis.pcall('ZADD', KEYS[1], 'NX', math.floor(micros / 1000) + lease, ARGV[1]) == 1 then
-        -- The token as next_token's, in one call while the clock is past the counter (SET
-        -- ... GET: the clock written, the value it replaced checked); any other counter is
-        -- put back, and acquire.lua takes the token.
-        local token
-        local old = redis.pcall('SET', KEYS[3], string.format('%d', micros), 'KEEPTTL', 'GET')
-        if old == false then
-          token = micros
-        elseif type(old) == 'string' then
-          local number = string.match(old, '^%-?%d+$') and tonumber(old)
-          if number and number < micros then
+        local token = redis.pcall('INCR', KEYS[3])
+        if type(token) == 'number' then
+          if micros > token then
             token = micros
-          else
-            redis.call('SET', KEYS[3], old, 'KEEPTTL')
+            redis.call('SET', KEYS[3], token)
           end
-        end
-        if token then
           redis.call('HSET', KEYS[2], ARGV[1], wanted, 'limit', asked, 'used', (used or 0) + wanted)
           -- Both keys last at least as long as the new lease: set on new keys, raised on
           -- others (GT leaves a key without expiry alone, so such a key, never left by these
@@ -63,8 +52,7 @@ do
           end
           return {1, token}
         end
-        -- A counter ahead of the clock, of another type or not an integer: undone, and
-        -- acquire.lua takes the token (or says what is wrong with the counter).
+        -- A counter of another type, or not an integer: undone, and acquire.lua says so.
         redis.call('ZREM', KEYS[1], ARGV[1])
       end
     end

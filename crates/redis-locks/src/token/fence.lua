@@ -15,8 +15,6 @@
 --            lagged) is never used as it is: the clock has moved past every token handed
 --            out before (the clock assumptions are in the crate README, "Fencing tokens").
 --            A counter ahead of the clock (more than one grant per µs) steps by one.
---            While the clock is past the counter (nearly always: it moves a µs per µs,
---            the counter one per grant) this is one call, SET ... GET.
 --   On error it returns nil and an error reply, having written nothing:
 --            'WRONGTYPE <counter> ...' when the counter is not a string or not an integer;
 --            any other error (NOPERM, OOM, READONLY) as the server raised it.
@@ -31,22 +29,6 @@ local function server_micros()
 end
 
 local function next_token(counter, micros)
-  -- One call in the common case, where the clock has moved past the counter (it moves a µs
-  -- per µs, the counter one per grant): SET ... GET writes the clock and answers the value
-  -- it replaced. KEEPTTL leaves the counter's expiry as INCR would.
-  local old = redis.pcall('SET', counter, string.format('%d', micros), 'KEEPTTL', 'GET')
-  if old == false then
-    return micros
-  end
-  if type(old) == 'string' then
-    local number = string.match(old, '^%-?%d+$') and tonumber(old)
-    if number and number < micros then
-      return micros
-    end
-    -- Ahead of the clock, or not a counter: put back, and take the exact way below.
-    redis.call('SET', counter, old, 'KEEPTTL')
-  end
-  -- The exact way (and a key of another type, which SET ... GET refused writing nothing).
   local token = redis.pcall('INCR', counter)
   if type(token) == 'table' then
     local err = token.err or ''
