@@ -13,7 +13,9 @@ use std::time::Duration;
 pub enum LostReason {
     /// The lock key is gone: the lease ran out (or the server lost its data).
     Expired,
-    /// The lock key holds another owner's token: the lease ran out and somebody else took it.
+    /// The lock key holds another owner's token: the lease ran out and somebody else took it
+    /// (for a hold of an `RwLock` or a `ReentrantMutex`: another owner holds the lock in a
+    /// mode that excludes it).
     Taken,
     /// The lease deadline passed without a renewal the server confirmed (no watchdog, or
     /// Redis unreachable or too slow): the lock can no longer be proven held.

@@ -761,3 +761,47 @@ async fn bad_input_is_refused_with_a_typed_error() {
     ));
     assert!(matches!(lock.state().await, Err(Error::WrongType { .. })));
 }
+
+#[tokio::test]
+async fn a_renewal_that_finds_the_hold_gone_says_taken_only_when_another_owner_excludes_it() {
+    let server = server();
+    let client = client(&server).await;
+    let gone = || async {
+        let mut con = raw(&server);
+        redis::cmd("DEL").arg("rw").exec(&mut con).unwrap();
+    };
+    // Its holds renewed every 200 ms; the others are other owners'.
+    let watched = client.rwlock_with("rw", common::renewed(600)).unwrap();
+    // A read hold whose field is gone while another owner writes: taken.
+    let read = watched.read().await.unwrap();
+    let lost = read.lost();
+    gone().await;
+    let writer = client.rwlock("rw").unwrap().write().await.unwrap();
+    assert_eq!(within(lost).await, LostReason::Taken);
+    writer.release().await.unwrap();
+    // A write hold turned into a read hold, gone while another owner reads: only expired
+    // (reads share), as its release says too.
+    let write = watched.write().await.unwrap();
+    let read = write.downgrade().await.unwrap();
+    let lost = read.lost();
+    gone().await;
+    let reader = client.rwlock("rw").unwrap().read().await.unwrap();
+    assert_eq!(within(lost).await, LostReason::Expired);
+    assert_not_held(read.release().await, LostReason::Expired);
+    // And a write hold gone while another owner reads: taken.
+    reader.release().await.unwrap();
+    let write = watched.write().await.unwrap();
+    let lost = write.lost();
+    gone().await;
+    let reader = client.rwlock("rw").unwrap().read().await.unwrap();
+    assert_eq!(within(lost).await, LostReason::Taken);
+    assert_not_held(write.release().await, LostReason::Taken);
+    reader.release().await.unwrap();
+}
+
+/// What `lost` resolves to, within 5 s (a renewal every 200 ms sees a loss well before).
+async fn within(lost: impl std::future::Future<Output = LostReason>) -> LostReason {
+    tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("the renewal saw the loss")
+}

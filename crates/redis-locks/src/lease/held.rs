@@ -76,6 +76,7 @@ impl Lease {
                     state: state.clone(),
                     renewal,
                     acquired_at: sent_at,
+                    holder: owed.holder().cloned(),
                 },
                 First::Renew,
             )
@@ -131,6 +132,7 @@ impl Lease {
                 // The lock may have been handed over any time since: count a hold cap from
                 // the earliest it can have been.
                 acquired_at: placed_at,
+                holder: owed.holder().cloned(),
             },
             First::Extend { then_renew },
         );
@@ -167,6 +169,17 @@ impl Lease {
 
     pub(crate) fn owner_token(&self) -> &OwnerToken {
         self.owed().owner()
+    }
+
+    /// The hold (of a hold count) is held in `mode` from now on: a downgrade. Its renewals
+    /// then judge a loss as a hold of that mode (see [`OwedRelease::held_by`]).
+    pub(crate) fn held_in(&self, mode: crate::state::HoldMode) {
+        if let Some(holder) = self.owed().holder() {
+            holder
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .mode = mode;
+        }
     }
 
     pub(crate) fn deadline(&self) -> Instant {
@@ -312,7 +325,7 @@ impl Lease {
             Err(Error::NotHeld {
                 name,
                 reason: LostReason::Expired,
-            }) if taken(hold.as_ref(), holder.as_ref()).await => Err(Error::NotHeld {
+            }) if super::taken(hold.as_ref(), holder.as_ref()).await => Err(Error::NotHeld {
                 name,
                 reason: LostReason::Taken,
             }),
@@ -413,15 +426,6 @@ fn released(hold: &dyn super::Hold, granted_at: Instant, outcome: &Result<Releas
             Err(_) => "error",
         },
     );
-}
-
-/// Whether another owner took the lock from `holder` (see [`Hold::taken_from`]); `false`
-/// without a holder, or when that cannot be read.
-async fn taken(hold: &dyn super::Hold, holder: Option<&super::Holder>) -> bool {
-    match holder {
-        Some(holder) => hold.taken_from(holder).await.unwrap_or(false),
-        None => false,
-    }
 }
 
 /// A release of `hold` by `owner` whose reply never came (`first`: the connection failed after

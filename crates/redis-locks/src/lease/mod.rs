@@ -105,6 +105,15 @@ pub(crate) struct Holder {
     pub(crate) mode: crate::state::HoldMode,
 }
 
+/// Whether another owner took the lock from `holder` (see [`Hold::taken_from`]); `false`
+/// without a holder, or when that cannot be read.
+pub(super) async fn taken(hold: &dyn Hold, holder: Option<&Holder>) -> bool {
+    match holder {
+        Some(holder) => hold.taken_from(holder).await.unwrap_or(false),
+        None => false,
+    }
+}
+
 /// What the lease core needs of a primitive: release and extend by owner token.
 ///
 /// Both are one owner-checked request. A reply that says the lock is gone or another owner's

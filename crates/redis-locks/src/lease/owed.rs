@@ -1,8 +1,8 @@
 //! The release an acquisition owes the server from the moment its request goes out.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use super::{Hold, Released};
+use super::{Hold, Holder, Released};
 use crate::error::Result;
 use crate::token::OwnerToken;
 
@@ -14,6 +14,10 @@ pub(crate) struct OwedRelease {
     hold: Arc<dyn Hold>,
     owner: OwnerToken,
     armed: bool,
+    /// Whose hold of a hold count this is, where the primitive has them (see
+    /// [`held_by`](Self::held_by)); shared with the lease's watchdog, and changed by a
+    /// downgrade.
+    holder: Option<Arc<Mutex<Holder>>>,
 }
 
 impl OwedRelease {
@@ -23,6 +27,7 @@ impl OwedRelease {
             hold,
             owner: OwnerToken::random(),
             armed: true,
+            holder: None,
         }
     }
 
@@ -34,6 +39,7 @@ impl OwedRelease {
             hold,
             owner: OwnerToken::addressed(address),
             armed: true,
+            holder: None,
         }
     }
 
@@ -48,12 +54,27 @@ impl OwedRelease {
             hold,
             owner,
             armed: false,
+            holder: None,
         }
     }
 
     /// A grant was taken: the release is owed from now on (a no-op if it was already).
     pub(crate) fn arm(&mut self) {
         self.armed = true;
+    }
+
+    /// The same release, of a hold of a hold count held by `holder` (an `RwLock`'s or a
+    /// `ReentrantMutex`'s): its lease's renewals and release can then tell a hold that ran out
+    /// while another owner took the lock ([`LostReason::Taken`](crate::LostReason::Taken)) from
+    /// one that only ran out.
+    pub(crate) fn held_by(mut self, holder: Holder) -> OwedRelease {
+        self.holder = Some(Arc::new(Mutex::new(holder)));
+        self
+    }
+
+    /// Whose hold this is, if [`held_by`](Self::held_by) said.
+    pub(crate) fn holder(&self) -> Option<&Arc<Mutex<Holder>>> {
+        self.holder.as_ref()
     }
 
     pub(crate) fn owner(&self) -> &OwnerToken {

@@ -236,6 +236,8 @@ pub(crate) struct Watched {
     pub(crate) state: Arc<LeaseState>,
     pub(crate) renewal: Renewal,
     pub(crate) acquired_at: Instant,
+    /// Whose hold of a hold count it is (see [`OwedRelease::held_by`](super::OwedRelease::held_by)).
+    pub(crate) holder: Option<Arc<std::sync::Mutex<super::Holder>>>,
 }
 
 /// What the watchdog does first for a lease.
@@ -512,26 +514,43 @@ async fn renew(shared: Arc<Shared>, job: Arc<Job>) {
 }
 
 /// A renewal's `outcome`, except that a lock found gone or taken that a break took from this
-/// holder is [`LostReason::Broken`] (an error asking counts as not broken).
+/// holder is [`LostReason::Broken`] (an error asking counts as not broken), and a hold of a
+/// hold count that ran out while another owner holds the lock in a mode that excludes it is
+/// [`LostReason::Taken`], as its release would say (see [`super::taken`]).
 async fn broken_or<T>(job: &Job, outcome: Result<T, Error>) -> Result<T, Error> {
+    let Watched {
+        hold,
+        owner,
+        holder,
+        ..
+    } = &job.lease;
     match outcome {
         Err(Error::NotHeld {
             name,
             reason: LostReason::Expired | LostReason::Taken,
-        }) if job
-            .lease
-            .hold
-            .broken(&job.lease.owner)
-            .await
-            .unwrap_or(false) =>
-        {
-            Err(Error::NotHeld {
-                name,
-                reason: LostReason::Broken,
-            })
-        }
+        }) if hold.broken(owner).await.unwrap_or(false) => Err(Error::NotHeld {
+            name,
+            reason: LostReason::Broken,
+        }),
+        Err(Error::NotHeld {
+            name,
+            reason: LostReason::Expired,
+        }) if super::taken(hold.as_ref(), current(holder).as_ref()).await => Err(Error::NotHeld {
+            name,
+            reason: LostReason::Taken,
+        }),
         outcome => outcome,
     }
+}
+
+/// Whose hold `holder` is now (a downgrade changes its mode).
+fn current(holder: &Option<Arc<std::sync::Mutex<super::Holder>>>) -> Option<super::Holder> {
+    holder.as_ref().map(|holder| {
+        holder
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    })
 }
 
 /// The renewals of `jobs` (all of one node and slot) in one round trip; each lease's

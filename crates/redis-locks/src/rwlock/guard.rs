@@ -136,6 +136,7 @@ impl RwLockWriteGuard {
     /// mode it is in.
     pub async fn downgrade(self) -> Result<RwLockReadGuard> {
         self.lock.downgrade(self.lease.owner_token()).await?;
+        self.lease.held_in(HoldMode::Read);
         let owner = self.lock.owner().clone();
         Ok(RwLockReadGuard::new(self.lease, owner))
     }

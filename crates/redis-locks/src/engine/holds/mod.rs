@@ -309,14 +309,19 @@ impl HoldsLock {
     /// The release a new hold owes from its request on: its hold id is a fresh owner token
     /// addressed to this lock's client, so that the release that lets it in wakes it on that
     /// client's own channel.
-    fn owed(&self) -> OwedRelease {
-        OwedRelease::addressed(self.hold.clone(), self.client.node().address())
+    /// Whose it is (this handle's owner id, in `mode`) goes with it, so that a renewal that
+    /// finds the hold run out can tell whether another owner took the lock.
+    fn owed(&self, mode: HoldMode) -> OwedRelease {
+        OwedRelease::addressed(self.hold.clone(), self.client.node().address()).held_by(Holder {
+            owner: self.owner.clone(),
+            mode,
+        })
     }
 
     /// One attempt without waiting.
     pub(crate) async fn try_acquire(&self, mode: HoldMode) -> Result<Lease> {
         let asking = Asking { lock: self, mode };
-        self.upgrade_settled(None, || try_once(&asking, self.owed()))
+        self.upgrade_settled(None, || try_once(&asking, self.owed(mode)))
             .await
     }
 
@@ -326,7 +331,7 @@ impl HoldsLock {
         self.upgrade_settled(deadline, || {
             // One hold id for the whole wait: the waiter's place in the queue (under its
             // mode letter), and its hold once granted; dropping it gives the place up.
-            let owed = self.owed();
+            let owed = self.owed(mode);
             let address = format!("{}{}", letter(mode), owed.owner().as_str());
             let on = self.client.wait_on(self.options.get_wait_options());
             acquire(on, Placed::new(&asking, owed, address), deadline)
