@@ -12,7 +12,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, pttl, raw, server};
+use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, pttl, raw, server, server_micros, server_ms};
 use redis::{Connection, FromRedisValue, RedisResult, Script, Value};
 use test_support::RedisServer;
 
@@ -304,15 +304,6 @@ fn exists(con: &mut Connection, key: &str) -> bool {
 
 fn key_type(con: &mut Connection, key: &str) -> String {
     redis::cmd("TYPE").arg(key).query(con).unwrap()
-}
-
-fn server_micros(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-    secs * 1_000_000 + micros
-}
-
-fn server_ms(con: &mut Connection) -> i64 {
-    server_micros(con) / 1_000
 }
 
 /// Waits (at most 2 s) until the server's clock has passed `deadline` (server ms).

@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, next_message, nothing_more, raw, server, subscribed,
+    FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, next_message, nothing_more, raw, server, server_ms,
+    subscribed,
 };
 use redis::{Commands, Connection};
 
@@ -715,8 +716,7 @@ fn until_place_ends(con: &mut Connection, waiter: &str) {
     let ends: f64 = con.zscore(QUEUE[1], waiter).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
-        if (secs * 1000 + micros / 1000) as f64 > ends {
+        if server_ms(con) as f64 > ends {
             return;
         }
         assert!(

@@ -766,13 +766,14 @@ async fn bad_input_is_refused_with_a_typed_error() {
 async fn a_renewal_that_finds_the_hold_gone_says_taken_only_when_another_owner_excludes_it() {
     let server = server();
     let client = client(&server).await;
+    // Deletes the lock key, and every hold with it.
     let gone = || async {
         let mut con = raw(&server);
         redis::cmd("DEL").arg("rw").exec(&mut con).unwrap();
     };
     // Its holds renewed every 200 ms; the others are other owners'.
     let watched = client.rwlock_with("rw", common::renewed(600)).unwrap();
-    // A read hold whose field is gone while another owner writes: taken.
+    // A read hold gone (its lock key deleted by hand) while another owner writes: taken.
     let read = watched.read().await.unwrap();
     let lost = read.lost();
     gone().await;

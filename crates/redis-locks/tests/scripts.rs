@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, pttl, raw, server};
+use common::{FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, pttl, raw, server, server_micros};
 use redis::{Connection, Script, Value};
 
 fn acquire() -> Script {
@@ -53,11 +53,6 @@ fn epochs(con: &mut Connection) -> Vec<String> {
         .arg(-1)
         .query(con)
         .unwrap()
-}
-
-fn server_micros(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-    secs * 1_000_000 + micros
 }
 
 #[test]

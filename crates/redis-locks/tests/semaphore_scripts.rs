@@ -4,7 +4,8 @@
 mod common;
 
 use common::{
-    FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, next_message, nothing_more, pttl, raw, server, subscribed,
+    FENCE_LUA, LOCK_LUA, QUEUE_LUA, lua, next_message, nothing_more, pttl, raw, server,
+    server_micros, server_ms, subscribed,
 };
 use redis::Connection;
 
@@ -101,8 +102,7 @@ fn lease_ended(con: &mut Connection, owner: &str) {
     let within = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         let ends: Option<f64> = redis::cmd("ZSCORE").arg("S").arg(owner).query(con).unwrap();
-        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
-        let now = (secs * 1000 + micros / 1000) as f64;
+        let now = server_ms(con) as f64;
         if ends.is_none_or(|ends| ends <= now) {
             return;
         }
@@ -478,15 +478,11 @@ fn the_slow_path_alone_gives_the_same_replies() {
 fn a_token_is_the_server_clock_or_one_past_a_counter_ahead_of_it_on_either_path() {
     let server = server();
     let mut con = raw(&server);
-    let clock = |con: &mut Connection| -> i64 {
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-        secs * 1_000_000 + micros
-    };
     // A new semaphore and one with a holder (the fast path), then the slow path alone.
     for slow in [false, true] {
         SLOW_ONLY.store(slow, std::sync::atomic::Ordering::SeqCst);
         redis::cmd("DEL").arg(&KEYS[..]).exec(&mut con).unwrap();
-        let before = clock(&mut con);
+        let before = server_micros(&mut con);
         let (granted, first) = acquire(&mut con, "a", 1, 3, 10_000, 0).unwrap();
         assert_eq!(granted, 1);
         assert!(
@@ -496,7 +492,7 @@ fn a_token_is_the_server_clock_or_one_past_a_counter_ahead_of_it_on_either_path(
         let counter: i64 = redis::cmd("GET").arg(KEYS[2]).query(&mut con).unwrap();
         assert_eq!(counter, first, "the counter holds the token");
         // Ahead of the clock (more than one grant per µs): one more.
-        let ahead = clock(&mut con) + 10_000_000;
+        let ahead = server_micros(&mut con) + 10_000_000;
         redis::cmd("SET")
             .arg(KEYS[2])
             .arg(ahead)

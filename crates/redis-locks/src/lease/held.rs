@@ -175,10 +175,7 @@ impl Lease {
     /// then judge a loss as a hold of that mode (see [`OwedRelease::held_by`]).
     pub(crate) fn held_in(&self, mode: crate::state::HoldMode) {
         if let Some(holder) = self.owed().holder() {
-            holder
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .mode = mode;
+            holder.set_mode(mode);
         }
     }
 
@@ -275,16 +272,10 @@ impl Lease {
 
     /// Releases the lock and says whether it was still this lease's. A renewal under way is
     /// let finish and the watchdog stopped before the release is sent.
-    pub(crate) async fn release(self) -> Result<Released> {
-        self.release_held_by(None).await
-    }
-
-    /// As [`release`](Self::release), for a hold of a hold count: `holder` is whose hold it
-    /// is, so that a release asked again after a lost reply can say how many holds are left.
-    pub(crate) async fn release_held_by(
-        mut self,
-        holder: Option<super::Holder>,
-    ) -> Result<Released> {
+    /// For a hold of a hold count, whose hold it is (see [`OwedRelease::held_by`]) lets a
+    /// release asked again after a lost reply say how many holds are left, and one that finds
+    /// the hold run out say whether another owner took the lock.
+    pub(crate) async fn release(mut self) -> Result<Released> {
         let state = self.state.clone();
         // Wait for a renewal under way, and stop the watchdog before the release is sent.
         let _gate = state.gate().await;
@@ -295,6 +286,7 @@ impl Lease {
             .take()
             .expect("a lease owes its release until released");
         let (hold, owner) = (owed.hold().clone(), owed.owner().clone());
+        let holder = owed.holder().map(super::SharedHolder::now);
         let span = release_span(&self.span, hold.as_ref(), self.token, self.granted_at);
         // Until when a lock found gone can only have been released by this release: the
         // lease's deadline, unless a loss was recorded already (the watchdog found it gone).

@@ -77,6 +77,7 @@ mod watchdog;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::{Error, LostReason, Phase, Result};
@@ -96,13 +97,40 @@ pub(crate) use watchdog::Renewals;
 /// A boxed future, as [`Hold`]'s methods return them (the trait is used as `dyn Hold`).
 pub(crate) type HoldFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
-/// Whose hold a guard of a hold count releases (an `RwLock`'s or a `ReentrantMutex`'s): its
-/// owner id and mode, so that a release asked again after a lost reply can say how many holds
-/// the owner has left (see [`Hold::released_first`]).
+/// Whose hold a lease of a hold count is (an `RwLock`'s or a `ReentrantMutex`'s): its owner id
+/// and mode, so that a release asked again after a lost reply can say how many holds the owner
+/// has left (see [`Hold::released_first`]), and a renewal or release that finds the hold run
+/// out can tell whether another owner took the lock (see [`taken`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Holder {
     pub(crate) owner: crate::owner::OwnerId,
     pub(crate) mode: crate::state::HoldMode,
+}
+
+/// A [`Holder`] shared by a lease and its watchdog: a downgrade changes its mode for both.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedHolder(Arc<Mutex<Holder>>);
+
+impl SharedHolder {
+    pub(crate) fn new(holder: Holder) -> SharedHolder {
+        SharedHolder(Arc::new(Mutex::new(holder)))
+    }
+
+    /// Whose hold it is now.
+    pub(crate) fn now(&self) -> Holder {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// The hold is held in `mode` from now on (a downgrade).
+    pub(crate) fn set_mode(&self, mode: crate::state::HoldMode) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .mode = mode;
+    }
 }
 
 /// Whether another owner took the lock from `holder` (see [`Hold::taken_from`]); `false`

@@ -1,8 +1,8 @@
 //! The release an acquisition owes the server from the moment its request goes out.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::{Hold, Holder, Released};
+use super::{Hold, Holder, Released, SharedHolder};
 use crate::error::Result;
 use crate::token::OwnerToken;
 
@@ -17,7 +17,7 @@ pub(crate) struct OwedRelease {
     /// Whose hold of a hold count this is, where the primitive has them (see
     /// [`held_by`](Self::held_by)); shared with the lease's watchdog, and changed by a
     /// downgrade.
-    holder: Option<Arc<Mutex<Holder>>>,
+    holder: Option<SharedHolder>,
 }
 
 impl OwedRelease {
@@ -68,12 +68,12 @@ impl OwedRelease {
     /// while another owner took the lock ([`LostReason::Taken`](crate::LostReason::Taken)) from
     /// one that only ran out.
     pub(crate) fn held_by(mut self, holder: Holder) -> OwedRelease {
-        self.holder = Some(Arc::new(Mutex::new(holder)));
+        self.holder = Some(SharedHolder::new(holder));
         self
     }
 
     /// Whose hold this is, if [`held_by`](Self::held_by) said.
-    pub(crate) fn holder(&self) -> Option<&Arc<Mutex<Holder>>> {
+    pub(crate) fn holder(&self) -> Option<&SharedHolder> {
         self.holder.as_ref()
     }
 

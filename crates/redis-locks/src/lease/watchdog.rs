@@ -237,7 +237,7 @@ pub(crate) struct Watched {
     pub(crate) renewal: Renewal,
     pub(crate) acquired_at: Instant,
     /// Whose hold of a hold count it is (see [`OwedRelease::held_by`](super::OwedRelease::held_by)).
-    pub(crate) holder: Option<Arc<std::sync::Mutex<super::Holder>>>,
+    pub(crate) holder: Option<super::SharedHolder>,
 }
 
 /// What the watchdog does first for a lease.
@@ -535,22 +535,19 @@ async fn broken_or<T>(job: &Job, outcome: Result<T, Error>) -> Result<T, Error> 
         Err(Error::NotHeld {
             name,
             reason: LostReason::Expired,
-        }) if super::taken(hold.as_ref(), current(holder).as_ref()).await => Err(Error::NotHeld {
-            name,
-            reason: LostReason::Taken,
-        }),
+        }) if super::taken(
+            hold.as_ref(),
+            holder.as_ref().map(super::SharedHolder::now).as_ref(),
+        )
+        .await =>
+        {
+            Err(Error::NotHeld {
+                name,
+                reason: LostReason::Taken,
+            })
+        }
         outcome => outcome,
     }
-}
-
-/// Whose hold `holder` is now (a downgrade changes its mode).
-fn current(holder: &Option<Arc<std::sync::Mutex<super::Holder>>>) -> Option<super::Holder> {
-    holder.as_ref().map(|holder| {
-        holder
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
-    })
 }
 
 /// The renewals of `jobs` (all of one node and slot) in one round trip; each lease's

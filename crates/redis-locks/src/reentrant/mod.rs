@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::engine::holds::{HoldsLock, Kind};
 use crate::error::Result;
-use crate::lease::{Holder, Lease, Released, guard_methods};
+use crate::lease::{Lease, Released, guard_methods};
 use crate::options::LockOptions;
 use crate::owner::OwnerId;
 use crate::state::{HoldMode, HoldsState};
@@ -116,10 +116,7 @@ impl ReentrantMutex {
     /// A grant the caller never saw is released in the background.
     pub async fn try_lock(&self) -> Result<ReentrantMutexGuard> {
         let lease = self.lock.try_acquire(HoldMode::Write).await?;
-        Ok(ReentrantMutexGuard {
-            lease,
-            owner: self.lock.owner().clone(),
-        })
+        Ok(ReentrantMutexGuard { lease })
     }
 
     /// Takes the lock, waiting in line as long as it takes; re-enters at once if this owner
@@ -159,10 +156,7 @@ impl ReentrantMutex {
 
     async fn lock_until(&self, deadline: Option<Instant>) -> Result<ReentrantMutexGuard> {
         let lease = self.lock.acquire(HoldMode::Write, deadline).await?;
-        Ok(ReentrantMutexGuard {
-            lease,
-            owner: self.lock.owner().clone(),
-        })
+        Ok(ReentrantMutexGuard { lease })
     }
 }
 
@@ -187,8 +181,6 @@ impl ReentrantMutex {
 #[derive(Debug)]
 pub struct ReentrantMutexGuard {
     lease: Lease,
-    /// The owner whose hold this is.
-    owner: OwnerId,
 }
 
 guard_methods!(ReentrantMutexGuard);
@@ -206,10 +198,6 @@ impl ReentrantMutexGuard {
     /// # Cancel safety
     /// Dropping the future before the reply still releases the hold, in the background.
     pub async fn release(self) -> Result<Released> {
-        let holder = Holder {
-            owner: self.owner,
-            mode: HoldMode::Write,
-        };
-        self.lease.release_held_by(Some(holder)).await
+        self.lease.release().await
     }
 }

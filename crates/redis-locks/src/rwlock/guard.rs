@@ -2,8 +2,7 @@
 
 use crate::engine::holds::HoldsLock;
 use crate::error::Result;
-use crate::lease::{Holder, Lease, Released, guard_methods};
-use crate::owner::OwnerId;
+use crate::lease::{Lease, Released, guard_methods};
 use crate::state::HoldMode;
 
 /// A read hold of an [`RwLock`](crate::RwLock): this guard's own share of the lock, with its
@@ -33,15 +32,13 @@ use crate::state::HoldMode;
 #[derive(Debug)]
 pub struct RwLockReadGuard {
     lease: Lease,
-    /// The owner whose read hold this is.
-    owner: OwnerId,
 }
 
 guard_methods!(RwLockReadGuard);
 
 impl RwLockReadGuard {
-    pub(crate) fn new(lease: Lease, owner: OwnerId) -> RwLockReadGuard {
-        RwLockReadGuard { lease, owner }
+    pub(crate) fn new(lease: Lease) -> RwLockReadGuard {
+        RwLockReadGuard { lease }
     }
 
     /// Releases this read hold; a writer waiting for the last reader is woken.
@@ -56,11 +53,7 @@ impl RwLockReadGuard {
     /// # Cancel safety
     /// Dropping the future before the reply still releases the hold, in the background.
     pub async fn release(self) -> Result<Released> {
-        let holder = Holder {
-            owner: self.owner,
-            mode: HoldMode::Read,
-        };
-        self.lease.release_held_by(Some(holder)).await
+        self.lease.release().await
     }
 }
 
@@ -117,11 +110,7 @@ impl RwLockWriteGuard {
     /// # Cancel safety
     /// As [`RwLockReadGuard::release`].
     pub async fn release(self) -> Result<Released> {
-        let holder = Holder {
-            owner: self.lock.owner().clone(),
-            mode: HoldMode::Write,
-        };
-        self.lease.release_held_by(Some(holder)).await
+        self.lease.release().await
     }
 
     /// Turns this write hold into a read hold, in one step on the server: no other writer
@@ -137,7 +126,6 @@ impl RwLockWriteGuard {
     pub async fn downgrade(self) -> Result<RwLockReadGuard> {
         self.lock.downgrade(self.lease.owner_token()).await?;
         self.lease.held_in(HoldMode::Read);
-        let owner = self.lock.owner().clone();
-        Ok(RwLockReadGuard::new(self.lease, owner))
+        Ok(RwLockReadGuard::new(self.lease))
     }
 }

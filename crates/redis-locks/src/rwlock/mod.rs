@@ -151,7 +151,6 @@ impl RwLock {
     pub async fn try_read(&self) -> Result<RwLockReadGuard> {
         Ok(RwLockReadGuard::new(
             self.lock.try_acquire(HoldMode::Read).await?,
-            self.lock.owner().clone(),
         ))
     }
 
@@ -166,7 +165,6 @@ impl RwLock {
     pub async fn read(&self) -> Result<RwLockReadGuard> {
         Ok(RwLockReadGuard::new(
             self.lock.acquire(HoldMode::Read, None).await?,
-            self.lock.owner().clone(),
         ))
     }
 
@@ -182,7 +180,6 @@ impl RwLock {
         let deadline = Instant::now().checked_add(wait);
         Ok(RwLockReadGuard::new(
             self.lock.acquire(HoldMode::Read, deadline).await?,
-            self.lock.owner().clone(),
         ))
     }
 

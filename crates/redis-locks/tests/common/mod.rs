@@ -47,6 +47,17 @@ where
 }
 
 /// Whether `key` exists, read over a fresh raw connection.
+/// The server's clock in µs (`TIME`): scripts seed fencing tokens and time leases by it.
+pub fn server_micros(con: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
+    secs * 1_000_000 + micros
+}
+
+/// The server's clock in ms, as the scripts count leases and place leases.
+pub fn server_ms(con: &mut redis::Connection) -> i64 {
+    server_micros(con) / 1_000
+}
+
 pub fn exists(server: &RedisServer, key: &str) -> bool {
     redis::cmd("EXISTS")
         .arg(key)
