@@ -306,6 +306,18 @@ fn key_type(con: &mut Connection, key: &str) -> String {
     redis::cmd("TYPE").arg(key).query(con).unwrap()
 }
 
+/// Sets the lock key's TTL to 10 s by hand, past its holds' deadlines: what these scripts
+/// never leave (the key expires with its latest hold) but an earlier version did (it only
+/// ever raised the TTL), so that a test can have an expired hold whose key lives on.
+fn outlive(con: &mut Connection) {
+    let set: i64 = redis::cmd("PEXPIRE")
+        .arg(LOCK)
+        .arg(10_000)
+        .query(con)
+        .unwrap();
+    assert_eq!(set, 1, "the lock key exists");
+}
+
 /// Waits (at most 2 s) until the server's clock has passed `deadline` (server ms).
 fn wait_past(con: &mut Connection, deadline: i64) {
     let limit = Instant::now() + Duration::from_secs(2);
@@ -319,20 +331,20 @@ fn wait_past(con: &mut Connection, deadline: i64) {
 }
 
 /// What every script must leave behind: a lock key that exists (a hash) expires, and no
-/// sooner than its latest live hold; every queue key that exists expires.
+/// sooner than the latest deadline of its holds (exactly then, unless a test set its TTL by
+/// hand: see `the_key_expires_with_its_latest_hold_after_every_change`); every queue key
+/// that exists expires.
 fn check_keys(con: &mut Connection) {
     if key_type(con, LOCK) == "hash" {
-        let (all, ttl, (secs, micros)): (HashMap<String, String>, i64, (i64, i64)) = redis::pipe()
+        let (all, expires): (HashMap<String, String>, i64) = redis::pipe()
             .atomic()
             .cmd("HGETALL")
             .arg(LOCK)
-            .cmd("PTTL")
+            .cmd("PEXPIRETIME")
             .arg(LOCK)
-            .cmd("TIME")
             .query(con)
             .unwrap();
-        let now = secs * 1_000 + micros / 1_000;
-        assert!(ttl > 0, "the lock key has no TTL ({ttl}): {all:?}");
+        assert!(expires > 0, "the lock key has no TTL ({expires}): {all:?}");
         let latest = all
             .iter()
             .filter(|(field, _)| field.starts_with("h:"))
@@ -340,9 +352,8 @@ fn check_keys(con: &mut Connection) {
             .max()
             .unwrap_or(0);
         assert!(
-            ttl + 2 >= latest - now,
-            "the key's TTL ({ttl} ms) ends before its latest hold ({} ms): {all:?}",
-            latest - now
+            expires >= latest,
+            "the key expires at {expires}, before its latest hold ends at {latest}: {all:?}"
         );
     }
     for (key, wanted) in [(QUEUE, "zset"), (PLACES, "zset"), (TICKETS, "string")] {
@@ -786,10 +797,11 @@ fn an_expired_hold_is_purged_by_the_next_script_and_blocks_nobody() {
     let server = server();
     let mut con = raw(&server);
     let (_, first) = write(1, "A").run(&mut con);
-    // Its lease shortened to 300 ms: the key keeps its 10 s TTL (only raised, never
-    // lowered), so the hold's own deadline is what must count.
+    // Its lease shortened to 300 ms, and the key's TTL set back to 10 s by hand (as an
+    // earlier version of these scripts left it: they only ever raised it), so the hold's
+    // own deadline is what must count.
     assert_eq!(extend(&mut con, 1, 300), 1);
-    assert!(pttl(&server, LOCK) > 9_000);
+    outlive(&mut con);
     let deadline = hold_of(&mut con, 1).unwrap().deadline;
     let (granted, ms) = write(2, "B").run(&mut con);
     assert_eq!(granted, 0);
@@ -843,6 +855,7 @@ fn the_key_goes_with_its_last_hold_whichever_script_finds_it_expired() {
     let mut con = raw(&server);
     let expire = |con: &mut Connection, hold: u32| {
         assert_eq!(extend(con, hold, 30), 1);
+        outlive(con);
         let deadline = hold_of(con, hold).unwrap().deadline;
         wait_past(con, deadline);
         assert!(exists(con, LOCK), "the key's TTL outlives the hold");
@@ -863,10 +876,107 @@ fn the_key_goes_with_its_last_hold_whichever_script_finds_it_expired() {
     assert!(!exists(&mut con, LOCK), "downgrade");
 }
 
+/// When the lock key expires (server ms), `PEXPIRETIME`.
+fn expire_time(con: &mut Connection) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(LOCK).query(con).unwrap()
+}
+
+/// The latest deadline of the holds in the lock key (0 with none).
+fn latest_deadline(con: &mut Connection) -> i64 {
+    fields(con)
+        .iter()
+        .filter(|(field, _)| field.starts_with("h:"))
+        .filter_map(|(_, value)| value.split(' ').next()?.parse::<i64>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_key_expires_with_its_latest_hold_after_every_change() {
+    let server = server();
+    let mut con = raw(&server);
+    let exact = |con: &mut Connection, step: &str| {
+        let (expires, latest) = (expire_time(con), latest_deadline(con));
+        assert!(latest > 0, "{step}: a hold is there");
+        assert_eq!(
+            expires, latest,
+            "{step}: the key expires with its latest hold"
+        );
+    };
+    // A fresh lock (the fast path), a second reader with a longer lease (raised), the
+    // longer one given back (lowered to the first), extended (raised) and shortened
+    // (lowered), a write re-entry that renews the writer's other holds.
+    read(1, "A").lease(5_000).run(&mut con);
+    exact(&mut con, "fresh");
+    read(2, "B").lease(20_000).run(&mut con);
+    exact(&mut con, "a second, longer hold");
+    assert_eq!(release(&mut con, 2), (1, 0));
+    exact(&mut con, "the latest given back");
+    assert_eq!(extend(&mut con, 1, 30_000), 1);
+    exact(&mut con, "extended");
+    assert_eq!(extend(&mut con, 1, 2_000), 1);
+    exact(&mut con, "shortened");
+    assert_eq!(release(&mut con, 1), (1, 0));
+    assert!(!exists(&mut con, LOCK), "the last hold takes the key");
+
+    write(3, "W").lease(3_000).run(&mut con);
+    exact(&mut con, "a fresh write hold");
+    write(4, "W").lease(15_000).run(&mut con);
+    exact(&mut con, "a write re-entry");
+    read(5, "W").lease(1_000).run(&mut con);
+    exact(&mut con, "the writer's read");
+    assert_eq!(release(&mut con, 4), (1, 1));
+    exact(&mut con, "a write hold given back");
+    assert_eq!(downgrade(&mut con, 3), 1);
+    exact(&mut con, "downgraded");
+}
+
+#[test]
+fn a_lone_hold_is_released_without_the_clock_only_by_its_own_id() {
+    let server = server();
+    let mut con = raw(&server);
+    // A lone read hold: another id changes nothing (and says so), its own deletes the key.
+    read(1, "A").run(&mut con);
+    let before = fields(&mut con);
+    assert_eq!(release(&mut con, 2), (0, 0));
+    assert_eq!(fields(&mut con), before, "another id leaves the hold");
+    assert_eq!(release(&mut con, 1), (1, 0));
+    assert!(!exists(&mut con, LOCK));
+    // A lone write hold: the same, the writer's fields go with the key.
+    write(3, "W").run(&mut con);
+    let before = fields(&mut con);
+    assert_eq!(release(&mut con, 4), (0, 0));
+    assert_eq!(fields(&mut con), before, "another id leaves the write hold");
+    assert_eq!(release(&mut con, 3), (1, 0));
+    assert!(!exists(&mut con, LOCK));
+    // Three read holds (as many fields as a lone write hold): the reader's own goes, the
+    // others stay, and the key expires with the latest left.
+    read(5, "A").lease(4_000).run(&mut con);
+    read(6, "B").lease(8_000).run(&mut con);
+    read(7, "C").lease(30_000).run(&mut con);
+    assert_eq!(release(&mut con, 7), (1, 0));
+    assert!(hold_of(&mut con, 7).is_none());
+    assert!(hold_of(&mut con, 5).is_some() && hold_of(&mut con, 6).is_some());
+    assert_eq!(
+        expire_time(&mut con),
+        hold_of(&mut con, 6).unwrap().deadline
+    );
+    // A lone hold whose lease ran out: its key went with it, so the release says gone.
+    assert_eq!(release(&mut con, 5), (1, 0));
+    assert_eq!(extend(&mut con, 6, 50), 1);
+    let deadline = hold_of(&mut con, 6).unwrap().deadline;
+    wait_past(&mut con, deadline);
+    assert!(
+        !exists(&mut con, LOCK),
+        "the key expired with its lone hold"
+    );
+    assert_eq!(release(&mut con, 6), (0, 0));
+}
+
 // ---- extend ----
 
 #[test]
-fn extend_moves_one_holds_deadline_and_only_ever_raises_the_key_ttl() {
+fn extend_moves_one_holds_deadline_and_the_key_expires_with_the_latest() {
     let server = server();
     let mut con = raw(&server);
     read(1, "A").run(&mut con);
@@ -889,8 +999,8 @@ fn extend_moves_one_holds_deadline_and_only_ever_raises_the_key_ttl() {
     );
     assert!(pttl(&server, LOCK) > 19_000, "the key's TTL was raised");
 
-    // Shortened: the hold's deadline comes closer, the key's TTL stays (never lowered
-    // below another hold's deadline, nor at all).
+    // Shortened: the hold's deadline comes closer, and the key now expires with the other
+    // hold, the latest (never before it).
     let before = server_ms(&mut con);
     assert_eq!(extend(&mut con, 2, 1_000), 1);
     let two = hold_of(&mut con, 2).unwrap();
@@ -899,7 +1009,7 @@ fn extend_moves_one_holds_deadline_and_only_ever_raises_the_key_ttl() {
         "{}",
         two.deadline
     );
-    assert!(pttl(&server, LOCK) > 18_000);
+    assert_eq!(expire_time(&mut con), one.deadline);
     assert_eq!(
         hold_of(&mut con, 1).unwrap(),
         one,
@@ -910,7 +1020,7 @@ fn extend_moves_one_holds_deadline_and_only_ever_raises_the_key_ttl() {
     let all = fields(&mut con);
     assert_eq!(extend(&mut con, 9, 60_000), 0);
     assert_eq!(fields(&mut con), all);
-    assert!(pttl(&server, LOCK) <= 20_000);
+    assert_eq!(expire_time(&mut con), one.deadline);
 
     // A write hold keeps its mode and the writer's fields.
     release(&mut con, 1);

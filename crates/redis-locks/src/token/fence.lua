@@ -1,14 +1,21 @@
 -- fence.lua: the shared prelude of every script that hands out fencing tokens; it is put in
 -- front of engine/string_lock/acquire.lua, fair/acquire.lua and engine/holds/acquire.lua, and of the inspect
--- scripts (read_counter). It defines three functions and runs nothing by itself.
+-- scripts (read_counter). It defines four functions and runs nothing by itself.
 --
 -- server_micros()
 --   Returns  the server's clock in µs (TIME). A script reads it before it writes anything,
 --            so a TIME the ACL refuses leaves nothing behind.
 --
--- next_token(counter, micros)
+-- server_clock()
+--   Returns  server_micros() and the same number as decimal text, made from TIME's two
+--            replies without a number format (a fast path passes the text on: a number a
+--            script sends to the server is printed first, which costs more than the call).
+--
+-- next_token(counter, micros, text)
 --   counter  the name of a fencing counter: a string holding an integer, or absent.
 --   micros   server_micros(), read at the start of the script.
+--   text     optional: micros as decimal text (server_clock()), written as it is when the
+--            clock is the token.
 --   Returns  the next fencing token, max(counter + 1, the server's clock in µs), and stores
 --            it in the counter. So a counter that came back old (a restart from an older
 --            RDB snapshot, an AOF that lost its last second, a failover to a replica that
@@ -28,7 +35,13 @@ local function server_micros()
   return tonumber(now[1]) * 1000000 + tonumber(now[2])
 end
 
-local function next_token(counter, micros)
+local function server_clock()
+  local now = redis.call('TIME')
+  local text = now[1] .. string.sub('00000' .. now[2], -6)
+  return tonumber(text), text
+end
+
+local function next_token(counter, micros, text)
   local token = redis.pcall('INCR', counter)
   if type(token) == 'table' then
     local err = token.err or ''
@@ -39,7 +52,7 @@ local function next_token(counter, micros)
   end
   if micros > token then
     token = micros
-    redis.call('SET', counter, token)
+    redis.call('SET', counter, text or token)
   end
   return token
 end

@@ -59,20 +59,25 @@ end
 
 -- The common case first, in as few calls as it takes: nobody holds the lock and nobody
 -- waits (the lock key and the queue are absent), so either mode enters at once.
+-- Numbers go to the server as text made here once (a number passed to redis.call is
+-- printed on every call).
 if redis.call('EXISTS', key, KEYS[3]) == 0 then
-  local micros = server_micros()
-  local token, err = next_token(KEYS[2], micros)
+  local micros, clock = server_clock()
+  local token, err = next_token(KEYS[2], micros, clock)
   if not token then
     return err
   end
-  local deadline = math.floor(micros / 1000) + lease
-  local value = hold_value(deadline, mode, token, owner)
+  if token ~= micros then
+    clock = string.format('%d', token)
+  end
+  local deadline = string.format('%d', math.floor(micros / 1000) + lease)
+  local value = deadline .. ' ' .. mode .. ' ' .. clock .. ' ' .. owner
   if mode == 'w' then
-    redis.call('HSET', key, 'kind', kind, 'h:' .. hold, value, 'writer', owner, 'token', token)
+    redis.call('HSET', key, 'kind', kind, 'h:' .. hold, value, 'writer', owner, 'token', clock)
   else
     redis.call('HSET', key, 'kind', kind, 'h:' .. hold, value)
   end
-  redis.call('PEXPIRE', key, lease)
+  redis.call('PEXPIREAT', key, deadline)
   return {1, token}
 end
 
@@ -97,7 +102,8 @@ local function grant(token)
   if mode == 'w' then
     redis.call('HSET', key, 'writer', owner, 'token', token)
   end
-  holds_keep(key, now, now + lease)
+  state.holds[hold] = {deadline = now + lease, mode = mode, token = token, owner = owner}
+  holds_expire(key, state)
   queue_leave(KEYS[3], KEYS[4], KEYS[5], id)
   return {1, token}
 end
@@ -132,6 +138,7 @@ if mode == 'w' and state.writer == owner then
   for other, held in pairs(state.holds) do
     if held.mode == 'w' and held.deadline < now + lease then
       redis.call('HSET', key, 'h:' .. other, hold_value(now + lease, 'w', held.token, held.owner))
+      held.deadline = now + lease
     end
   end
   return grant(state.token)

@@ -1,6 +1,6 @@
 -- extend.lua: set the lease of one hold of a lock kept in a hash, by its hold id (after the
--- preludes lock.lua and holds.lua). Only this hold's deadline changes; the key lives at
--- least as long as its latest hold.
+-- preludes lock.lua and holds.lua). Only this hold's deadline changes; the key then expires
+-- with its latest hold (sooner, when this one was the latest and is shortened).
 --
 -- KEYS[1]  the lock key (a hash, see holds.lua).
 -- ARGV[1]  the hold id.
@@ -18,7 +18,7 @@ local key, hold, lease = KEYS[1], ARGV[1], holds_number(ARGV[2], 1)
 if not lease then
   return redis.error_reply('ERR extend.lua: the lease must be a positive integer (ms)')
 end
-local wrong, now, _, mine = holds_find(KEYS, hold)
+local wrong, now, state, mine = holds_find(KEYS, hold)
 if wrong then
   return wrong
 end
@@ -26,5 +26,6 @@ if not mine then
   return 0
 end
 redis.call('HSET', key, 'h:' .. hold, hold_value(now + lease, mine.mode, mine.token, mine.owner))
-holds_keep(key, now, now + lease)
+mine.deadline = now + lease
+holds_expire(key, state)
 return 1

@@ -12,9 +12,12 @@
 --                the hold's fencing token and <owner> its owner id (which may contain
 --                spaces, so it comes last).
 -- Each hold has its own lease on the server clock: a hold whose deadline passed counts for
--- nothing and is deleted by the next script that reads the hash. The key's own expiry
--- (PEXPIRE) is only its garbage collection: it is kept at least as long as the latest
--- deadline, so no code path leaves the key without a TTL.
+-- nothing and is deleted by the next script that reads the hash. The key expires at the
+-- latest deadline of its live holds (PEXPIREAT, set by every script that changes a
+-- deadline or gives a hold back), so no code path leaves the key without a TTL, and a key
+-- that is still there has a live latest hold: a hold alone in the hash is live while the
+-- key exists (until the very millisecond of its deadline, when Redis still keeps the key),
+-- which is what lets release_first.lua give a lone hold back without reading the clock.
 --
 -- Waiters wait in the lock's queue (queue.lua), each under its own id: 'r' or 'w' (its
 -- mode) followed by its hold id. A waiter is woken by a wake-up addressed to that id.
@@ -60,9 +63,10 @@
 --   The earliest deadline among the live holds that keep a waiter in mode out (every hold
 --   for 'w', the write holds for 'r'); nil when none does.
 --
--- holds_keep(key, now, deadline)
---   Makes sure key lives at least until deadline (server ms): its expiry is raised (or set,
---   if it had none), never lowered.
+-- holds_expire(key, state)
+--   After a change to state.holds (a hold added, renewed or given back, with state.holds
+--   updated to match): key expires at the latest deadline among them (PEXPIREAT; raised
+--   or lowered). With no hold left the caller deletes the key instead.
 --
 -- wake_front(queue, channel, state)
 --   After a change, wakes the waiters of the queue's front that may now enter: the readers
@@ -178,11 +182,15 @@ local function holds_soonest(state, mode)
   return soonest
 end
 
-local function holds_keep(key, now, deadline)
-  local pttl = redis.call('PTTL', key)
-  if pttl < 0 or pttl < deadline - now then
-    redis.call('PEXPIRE', key, deadline - now)
+local function holds_expire(key, state)
+  local latest = 0
+  for _, held in pairs(state.holds) do
+    if held.deadline > latest then
+      latest = held.deadline
+    end
   end
+  state.latest = latest
+  redis.call('PEXPIREAT', key, latest)
 end
 
 local function wake_front(queue, channel, state)

@@ -27,7 +27,7 @@ use crate::wait::{
 
 /// The hash prelude: `holds_not_ours`, `holds_other_kind`, `holds_number`, `holds_read`,
 /// `hold_value`, `holds_soonest`,
-/// `holds_keep`, `wake_front`.
+/// `holds_expire`, `wake_front`.
 const HOLDS_LUA: &str = include_str!("holds.lua");
 
 /// Read or write hold: `{1, token}`, `{0, ms | -2 | -3}`.

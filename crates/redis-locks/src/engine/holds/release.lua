@@ -42,10 +42,14 @@ if released then
   remember_release(left)
   if state.count == 0 then
     redis.call('DEL', key)
-  elseif state.writes == 0 and released.mode == 'w' then
-    redis.call('HDEL', key, 'h:' .. hold, 'writer', 'token')
   else
-    redis.call('HDEL', key, 'h:' .. hold)
+    if state.writes == 0 and released.mode == 'w' then
+      redis.call('HDEL', key, 'h:' .. hold, 'writer', 'token')
+    else
+      redis.call('HDEL', key, 'h:' .. hold)
+    end
+    -- The key now expires with the latest hold left (sooner, if this one was the latest).
+    holds_expire(key, state)
   end
 end
 queue_purge(KEYS[2], KEYS[3], now)

@@ -1,22 +1,29 @@
 -- release_first.lua: the common case of release.lua, put before the preludes so that it
--- costs no more than it must: the caller's hold is the lock's only hold, its lease has not
--- run out, and nobody waits (the queue is absent). KEYS and ARGV as release.lua.
+-- costs no more than it must: the caller's hold is the lock's only hold and nobody waits (the
+-- queue is absent). It reads no clock: a lone hold is live while its key exists, since the
+-- key expires with its latest hold (holds.lua). KEYS and ARGV as release.lua.
 --
 -- Replies:
 --   {1, 0}  released: the lock key is deleted (release.lua's reply when the owner has no
 --           more holds; nobody waited, so nothing is published).
--- Falls through to release.lua for every other case (including a key of another type: its
--- HGET error is caught here, and release.lua says what the key is).
+-- Falls through to release.lua, having written nothing, for every other case (including a
+-- key of another type: its HLEN error is caught here, and release.lua says what the key is).
 
-local value = redis.pcall('HGET', KEYS[1], 'h:' .. ARGV[1])
-if type(value) == 'string' and redis.call('EXISTS', KEYS[2]) == 0 then
-  local deadline, mode = string.match(value, '^(%d+) ([rw]) ')
-  local clock = redis.call('TIME')
-  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  -- The hold's own field, plus 'kind' (and 'writer' and 'token' for a write hold).
-  local alone = (mode == 'r' and 2) or 4
-  if deadline and tonumber(deadline) > now and redis.call('HLEN', KEYS[1]) == alone then
-    redis.call('DEL', KEYS[1])
-    return {1, 0}
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local fields = redis.pcall('HLEN', KEYS[1])
+  if fields == 2 then
+    -- 'kind' and one hold, a read hold (a write hold comes with 'writer' and 'token'): the
+    -- caller's if it deletes it.
+    if redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1]) == 1 then
+      redis.call('DEL', KEYS[1])
+      return {1, 0}
+    end
+  elseif fields == 4 then
+    -- 'kind', 'writer', 'token' and the caller's write hold, or three read holds.
+    local value = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
+    if value and string.match(value, '^%d+ w ') then
+      redis.call('DEL', KEYS[1])
+      return {1, 0}
+    end
   end
 end
