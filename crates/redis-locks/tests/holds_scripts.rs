@@ -416,8 +416,12 @@ fn a_free_lock_grants_a_clock_seeded_token_and_writes_the_hold_as_documented() {
         "{before} <= {token} <= {after}"
     );
     let all = fields(&mut con);
-    assert_eq!(all.len(), 4, "kind, writer, token, one hold: {all:?}");
-    assert_eq!(all["kind"], "rwlock");
+    assert_eq!(
+        all.len(),
+        3,
+        "writer, token, one hold (an RwLock has no kind): {all:?}"
+    );
+    assert!(!all.contains_key("kind"));
     assert_eq!(all["writer"], "owner a");
     assert_eq!(all["token"], token.to_string());
     let hold = hold_of(&mut con, 1).unwrap();
@@ -445,7 +449,7 @@ fn a_free_lock_grants_a_clock_seeded_token_and_writes_the_hold_as_documented() {
     assert!(hold.deadline >= before + 20_000, "{}", hold.deadline);
     assert!(pttl(&server, LOCK) > 19_000);
     assert_eq!(counter(&mut con), Some(token.to_string()));
-    assert_eq!(fields(&mut con).len(), 4);
+    assert_eq!(fields(&mut con).len(), 3);
 }
 
 #[test]
@@ -458,8 +462,7 @@ fn reads_by_several_owners_are_granted_side_by_side_each_with_a_new_token() {
     assert_eq!(granted, 1);
     assert!(second > first, "{second} > {first}");
     let all = fields(&mut con);
-    assert_eq!(all.len(), 3, "kind and two holds, no writer: {all:?}");
-    assert_eq!(all["kind"], "rwlock");
+    assert_eq!(all.len(), 2, "two holds, no writer, no kind: {all:?}");
     let one = hold_of(&mut con, 1).unwrap();
     let two = hold_of(&mut con, 2).unwrap();
     assert_eq!(
@@ -745,7 +748,7 @@ fn release_reports_how_many_holds_the_owner_has_left_in_that_mode() {
         !all.contains_key("writer") && !all.contains_key("token"),
         "{all:?}"
     );
-    assert_eq!(all.len(), 2, "kind and the read hold: {all:?}");
+    assert_eq!(all.len(), 1, "the read hold alone: {all:?}");
     assert!(pttl(&server, LOCK) > 0);
 
     read(5, "A").run(&mut con);
@@ -820,7 +823,7 @@ fn an_expired_hold_is_purged_by_the_next_script_and_blocks_nobody() {
         hold_of(&mut con, 1).is_none(),
         "the expired hold was purged"
     );
-    assert_eq!(all.len(), 4, "{all:?}");
+    assert_eq!(all.len(), 3, "{all:?}");
     assert_eq!(all["writer"], "B");
     assert_eq!(all["token"], second.to_string());
 }
@@ -838,11 +841,7 @@ fn an_expired_write_hold_takes_the_writers_fields_with_it() {
     assert_eq!(read(3, "B").run(&mut con).0, 1);
     let mut names: Vec<String> = fields(&mut con).into_keys().collect();
     names.sort();
-    let mut expected = vec![
-        "kind".to_string(),
-        format!("h:{}", id(2)),
-        format!("h:{}", id(3)),
-    ];
+    let mut expected = vec![format!("h:{}", id(2)), format!("h:{}", id(3))];
     expected.sort();
     assert_eq!(names, expected, "the write hold, writer and token are gone");
     // A no longer writes: asking write now is an upgrade.
@@ -1087,7 +1086,7 @@ fn downgrade_turns_the_last_write_hold_into_a_read_and_wakes_the_readers_in_fron
         !all.contains_key("writer") && !all.contains_key("token"),
         "{all:?}"
     );
-    assert_eq!(all["kind"], "rwlock");
+    assert!(!all.contains_key("kind"), "{all:?}");
     assert_eq!(published(&mut sub, &mut con), [r(3), r(4)]);
     assert_eq!(read(3, "A").placed().run(&mut con).0, 1);
     assert_eq!(write(5, "X").placed().run(&mut con).0, 0, "read now");
@@ -1319,6 +1318,55 @@ fn acquire_refuses_a_hash_of_another_kind_and_writes_nothing() {
     }
     let all = fields(&mut con);
     assert_eq!(all.len(), 1, "{all:?}");
+
+    // Without a kind, a hash is an RwLock's only if every field is: a field named like a
+    // hold whose value is no hold's makes it no lock, and nothing touches it (a release
+    // deletes only the field of its own random hold id, which only its acquisition wrote).
+    redis::cmd("DEL").arg(LOCK).exec(&mut con).unwrap();
+    redis::cmd("HSET")
+        .arg(LOCK)
+        .arg(format!("h:{}", id(2)))
+        .arg("not a hold")
+        .exec(&mut con)
+        .unwrap();
+    let before = fields(&mut con);
+    for ask in [read(3, "B"), write(3, "B").placed()] {
+        assert_wrongtype(
+            ask.try_run(&mut con),
+            "R holds a hash that is not a lock of holds",
+        );
+    }
+    assert_wrongtype(
+        try_release(&mut con, 3),
+        "R holds a hash that is not a lock of holds",
+    );
+    assert_eq!(fields(&mut con), before, "nothing written");
+}
+
+#[test]
+fn a_hash_written_by_an_earlier_version_with_kind_rwlock_is_still_an_rwlock() {
+    let server = server();
+    let mut con = raw(&server);
+    read(1, "A").run(&mut con);
+    redis::cmd("HSET")
+        .arg(LOCK)
+        .arg("kind")
+        .arg("rwlock")
+        .exec(&mut con)
+        .unwrap();
+    assert_eq!(read(2, "B").run(&mut con).0, 1, "another reader joins");
+    assert_eq!(write(3, "C").placed().run(&mut con).0, 0, "a writer waits");
+    assert_wrongtype(
+        write(4, "D").reentrant().try_run(&mut con),
+        "R is in use as a rwlock, not a reentrant",
+    );
+    assert_eq!(inspect(&mut con).kind, "rwlock");
+    assert_eq!(release(&mut con, 1), (1, 0));
+    assert_eq!(release(&mut con, 2), (1, 0));
+    assert!(
+        !exists(&mut con, LOCK),
+        "the last hold takes the key and its kind"
+    );
 }
 
 #[test]

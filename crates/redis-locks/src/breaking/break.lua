@@ -43,10 +43,11 @@ elseif kind == 'string' then
   holders[1], marks[1] = holder, holder
   kind = 'mutex'
 elseif kind == 'hash' then
-  kind = redis.call('HGET', KEYS[1], 'kind')
-  if kind ~= 'rwlock' and kind ~= 'reentrant' then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a hash that is not a lock')
-  end
+  -- A ReentrantMutex's hash has kind 'reentrant'; an RwLock's has none (or 'rwlock', from
+  -- an earlier version), and then every field must be an RwLock's (see holds.lua).
+  local named = redis.call('HGET', KEYS[1], 'kind')
+  kind = named or 'rwlock'
+  local ours = kind == 'rwlock' or kind == 'reentrant'
   local fields = redis.call('HGETALL', KEYS[1])
   for i = 1, #fields, 2 do
     local hold = string.match(fields[i], '^h:(.+)$')
@@ -54,7 +55,12 @@ elseif kind == 'hash' then
     if hold and mode then
       marks[#marks + 1] = hold
       holders[#holders + 1] = mode .. ' ' .. owner
+    elseif not named and fields[i] ~= 'writer' and fields[i] ~= 'token' then
+      ours = false
     end
+  end
+  if not ours then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a hash that is not a lock')
   end
 elseif kind == 'zset' then
   local permits = redis.call('TYPE', KEYS[4]).ok

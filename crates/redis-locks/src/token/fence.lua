@@ -8,8 +8,9 @@
 --
 -- server_clock()
 --   Returns  server_micros() and the same number as decimal text, made from TIME's two
---            replies without a number format (a fast path passes the text on: a number a
---            script sends to the server is printed first, which costs more than the call).
+--            replies without a number format (a fast path passes the text on: a 16-digit
+--            number a script sends to the server is printed with %.17g first, which costs
+--            about as much as the call).
 --
 -- next_token(counter, micros, text)
 --   counter  the name of a fencing counter: a string holding an integer, or absent.

@@ -3,7 +3,9 @@
 -- functions and runs nothing by itself.
 --
 -- The lock key K is a hash while the lock is held, absent while it is free:
---   kind         'rwlock' or 'reentrant': which primitive the name is in use as.
+--   kind         'reentrant' for a ReentrantMutex; absent for an RwLock (so that a lone read
+--                hold is the hash's only field, and its HDEL takes the key with it). An
+--                'rwlock' kind, written by earlier versions, is read as an RwLock's.
 --   writer       the owner id (OwnerId) whose write holds these are; absent with none.
 --   token        the fencing token of the writer's first write hold (re-entries keep it).
 --   h:<hold>     one field per hold (per guard): '<deadline> <mode> <token> <owner>', with
@@ -24,8 +26,9 @@
 --
 -- holds_not_ours(key)
 --   Returns a 'WRONGTYPE <key> ...' error reply when key is neither absent nor a lock of
---   holds (a hash whose kind is 'rwlock' or 'reentrant'): such a key is never written or
---   deleted by these scripts. Else nil.
+--   holds (a hash whose kind is 'reentrant' or 'rwlock', or, without a kind, whose every
+--   field is an RwLock's: 'writer', 'token' or a hold 'h:<hold>' with a hold's value): such
+--   a key is never written or deleted by these scripts. Else nil.
 --
 -- holds_other_kind(key, state, kind)
 --   After holds_read: a 'WRONGTYPE <key> is in use as ...' error reply when key has live
@@ -46,7 +49,7 @@
 --     token        the writer's fencing token (a number), or false
 --     reads_of     live read holds by owner id: owner -> count
 --     latest       the latest deadline of a live hold (0 with none)
---     kind         the kind field, or false
+--     kind         the kind field ('rwlock' without one), or false for an absent key
 --
 -- hold_value(deadline, mode, token, owner)
 --   The value of a hold field (numbers written in full: Lua's own number format would
@@ -82,10 +85,25 @@ local function holds_not_ours(key)
     return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
   end
   local kind = redis.call('HGET', key, 'kind')
-  if kind ~= 'rwlock' and kind ~= 'reentrant' then
-    return redis.error_reply('WRONGTYPE ' .. key .. ' holds a hash that is not a lock of holds')
+  if kind == 'rwlock' or kind == 'reentrant' then
+    return nil
   end
-  return nil
+  if not kind then
+    local fields = redis.call('HGETALL', key)
+    local ours = true
+    for i = 1, #fields, 2 do
+      local name = fields[i]
+      if string.sub(name, 1, 2) == 'h:' then
+        ours = ours and string.match(fields[i + 1], '^%d+ [rw] %d+ ') ~= nil
+      elseif name ~= 'writer' and name ~= 'token' then
+        ours = false
+      end
+    end
+    if ours then
+      return nil
+    end
+  end
+  return redis.error_reply('WRONGTYPE ' .. key .. ' holds a hash that is not a lock of holds')
 end
 
 local function holds_other_kind(key, state, kind)
@@ -142,6 +160,9 @@ local function holds_read(key, now, purge)
     end
     state.writer = false
     state.token = false
+  end
+  if #fields > 0 and not state.kind then
+    state.kind = 'rwlock'
   end
   if purge then
     if state.count == 0 then

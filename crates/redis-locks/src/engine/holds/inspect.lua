@@ -26,7 +26,7 @@ local now = server_ms()
 local state = holds_read(key, now, false)
 local kind = ''
 if state.count > 0 then
-  kind = redis.call('HGET', key, 'kind') or ''
+  kind = state.kind
 end
 local counter, err = read_counter(KEYS[2])
 if not counter then

@@ -4,24 +4,27 @@
 -- key expires with its latest hold (holds.lua). KEYS and ARGV as release.lua.
 --
 -- Replies:
---   {1, 0}  released: the lock key is deleted (release.lua's reply when the owner has no
---           more holds; nobody waited, so nothing is published).
+--   {1, 0}  released: the lock key is gone (release.lua's reply when the owner has no more
+--           holds; nobody waited, so nothing is published).
 -- Falls through to release.lua, having written nothing, for every other case (including a
 -- key of another type: its HLEN error is caught here, and release.lua says what the key is).
 
 if redis.call('EXISTS', KEYS[2]) == 0 then
   local fields = redis.pcall('HLEN', KEYS[1])
-  if fields == 2 then
-    -- 'kind' and one hold, a read hold (a write hold comes with 'writer' and 'token'): the
-    -- caller's if it deletes it.
+  if fields == 1 then
+    -- An RwLock's lone read hold (a write hold comes with 'writer' and 'token', a
+    -- ReentrantMutex's with 'kind' too): the caller's if it deletes it (the field is named
+    -- by the caller's own random hold id, which only its acquisition wrote), and the hash
+    -- goes with its last field.
     if redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1]) == 1 then
-      redis.call('DEL', KEYS[1])
       return {1, 0}
     end
-  elseif fields == 4 then
-    -- 'kind', 'writer', 'token' and the caller's write hold, or three read holds.
+  elseif fields == 3 or fields == 4 then
+    -- 'writer', 'token' and the caller's write hold (and 'kind' for a ReentrantMutex);
+    -- four fields without a kind are a write hold and another hold.
     local value = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
-    if value and string.match(value, '^%d+ w ') then
+    if value and string.match(value, '^%d+ w ') and
+        (fields == 3 or redis.call('HEXISTS', KEYS[1], 'kind') == 1) then
       redis.call('DEL', KEYS[1])
       return {1, 0}
     end
