@@ -1340,6 +1340,14 @@ fn acquire_refuses_a_hash_of_another_kind_and_writes_nothing() {
         try_release(&mut con, 3),
         "R holds a hash that is not a lock of holds",
     );
+    assert_wrongtype(
+        try_extend(&mut con, 3, "1000"),
+        "R holds a hash that is not a lock of holds",
+    );
+    assert_wrongtype(
+        try_inspect(&mut con),
+        "R holds a hash that is not a lock of holds",
+    );
     assert_eq!(fields(&mut con), before, "nothing written");
 }
 

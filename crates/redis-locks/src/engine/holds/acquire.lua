@@ -90,8 +90,9 @@ if wrong then
 end
 local micros = server_micros()
 local now = math.floor(micros / 1000)
-local state = holds_read(key, now, true)
-wrong = holds_other_kind(key, state, kind)
+local state
+state, wrong = holds_read(key, now, true)
+wrong = wrong or holds_other_kind(key, state, kind)
 if wrong then
   return wrong
 end

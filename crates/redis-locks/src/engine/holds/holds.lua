@@ -25,10 +25,10 @@
 -- mode) followed by its hold id. A waiter is woken by a wake-up addressed to that id.
 --
 -- holds_not_ours(key)
---   Returns a 'WRONGTYPE <key> ...' error reply when key is neither absent nor a lock of
---   holds (a hash whose kind is 'reentrant' or 'rwlock', or, without a kind, whose every
---   field is an RwLock's: 'writer', 'token' or a hold 'h:<hold>' with a hold's value): such
---   a key is never written or deleted by these scripts. Else nil.
+--   Returns a 'WRONGTYPE <key> ...' error reply when key is neither absent nor a hash whose
+--   kind is 'reentrant', 'rwlock' or absent: such a key is never written or deleted by these
+--   scripts. Else nil. (A hash without a kind is a lock of holds only if every field is an
+--   RwLock's: holds_read says when it is not.)
 --
 -- holds_other_kind(key, state, kind)
 --   After holds_read: a 'WRONGTYPE <key> is in use as ...' error reply when key has live
@@ -39,9 +39,12 @@
 --   text as an integer if it is one and at least least, else nil (for leases from ARGV).
 --
 -- holds_read(key, now, purge)
---   Reads the holds of key (a lock of holds, or absent) at server time now (ms). With purge,
---   deletes the holds whose deadline passed (and the writer and token fields with the last
---   write hold, and the key with the last hold). Returns a table:
+--   Reads the holds of key (absent, or a hash holds_not_ours accepted) at server time now
+--   (ms). A hash without a kind that has a field no RwLock has (other than 'writer', 'token'
+--   and holds 'h:<hold>' whose value is a hold's) is no lock: then it returns nil and a
+--   'WRONGTYPE <key> ...' error reply, having written nothing. With purge, deletes the holds
+--   whose deadline passed (and the writer and token fields with the last write hold, and the
+--   key with the last hold). Returns a table:
 --     holds        live holds by hold id: {deadline=, mode=, token=, owner=}
 --     count        how many live holds
 --     writes       how many live write holds
@@ -85,23 +88,8 @@ local function holds_not_ours(key)
     return redis.error_reply('WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a lock of holds')
   end
   local kind = redis.call('HGET', key, 'kind')
-  if kind == 'rwlock' or kind == 'reentrant' then
+  if not kind or kind == 'rwlock' or kind == 'reentrant' then
     return nil
-  end
-  if not kind then
-    local fields = redis.call('HGETALL', key)
-    local ours = true
-    for i = 1, #fields, 2 do
-      local name = fields[i]
-      if string.sub(name, 1, 2) == 'h:' then
-        ours = ours and string.match(fields[i + 1], '^%d+ [rw] %d+ ') ~= nil
-      elseif name ~= 'writer' and name ~= 'token' then
-        ours = false
-      end
-    end
-    if ours then
-      return nil
-    end
   end
   return redis.error_reply('WRONGTYPE ' .. key .. ' holds a hash that is not a lock of holds')
 end
@@ -127,10 +115,12 @@ local function holds_read(key, now, purge)
     reads_of = {}, latest = 0, kind = false}
   local fields = redis.call('HGETALL', key)
   local expired = {}
+  local foreign = false
   for i = 1, #fields, 2 do
     local hold = string.match(fields[i], '^h:(.+)$')
     if hold then
       local deadline, mode, token, owner = string.match(fields[i + 1], '^(%d+) ([rw]) (%d+) (.*)$')
+      foreign = foreign or not deadline
       deadline = tonumber(deadline)
       if deadline and deadline > now then
         state.holds[hold] = {deadline = deadline, mode = mode, token = tonumber(token), owner = owner}
@@ -152,7 +142,12 @@ local function holds_read(key, now, purge)
       state.token = tonumber(fields[i + 1])
     elseif fields[i] == 'kind' then
       state.kind = fields[i + 1]
+    else
+      foreign = true
     end
+  end
+  if foreign and not state.kind then
+    return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a hash that is not a lock of holds')
   end
   if state.writes == 0 then
     if purge and state.writer then
@@ -189,7 +184,10 @@ local function holds_find(keys, hold)
     return wrong
   end
   local now = server_ms()
-  local state = holds_read(keys[1], now, true)
+  local state, wrong = holds_read(keys[1], now, true)
+  if wrong then
+    return wrong
+  end
   return nil, now, state, state.holds[hold]
 end
 

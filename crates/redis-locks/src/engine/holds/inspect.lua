@@ -23,7 +23,10 @@ if wrong then
   return wrong
 end
 local now = server_ms()
-local state = holds_read(key, now, false)
+local state, foreign = holds_read(key, now, false)
+if foreign then
+  return foreign
+end
 local kind = ''
 if state.count > 0 then
   kind = state.kind
