@@ -225,6 +225,43 @@ async fn a_user_without_a_needed_command_gets_an_auth_error_naming_it() {
 }
 
 #[tokio::test]
+async fn a_user_without_pexpireat_leaves_no_hold_without_a_ttl() {
+    // The least ACL line of earlier versions, without `+pexpireat`: a fresh read or write
+    // hold is written, then its expiry refused; the script deletes what it wrote (no lock
+    // key may be left without a TTL), and the caller gets an auth error naming the command.
+    let server = common::server();
+    set_user(
+        &server,
+        &(documented_acl_line().replace("ACL SETUSER locks ", "ACL SETUSER noexpireat ")
+            + " -pexpireat"),
+    );
+    let client = Client::connect_with(&url_as(&server, "noexpireat"), options())
+        .await
+        .unwrap();
+    let lock = client.rwlock("acl:needs-pexpireat").unwrap();
+    for err in [
+        lock.try_read().await.unwrap_err(),
+        lock.try_write().await.unwrap_err(),
+    ] {
+        assert!(err.is_auth(), "{err:?}");
+        assert!(
+            err.to_string().to_lowercase().contains("pexpireat"),
+            "{err}"
+        );
+    }
+    let key = client
+        .keys("acl:needs-pexpireat")
+        .unwrap()
+        .lock()
+        .to_string();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query(&mut common::raw(&server))
+        .unwrap();
+    assert_eq!(exists, 0, "{key} is gone, not left without a TTL");
+}
+
+#[tokio::test]
 async fn a_wrong_password_is_an_auth_error_that_never_shows_the_password() {
     let server = common::server();
     set_user(&server, &documented_acl_line());

@@ -156,4 +156,26 @@ async fn a_key_that_is_no_lock_is_refused_and_left_as_it_is() {
         .await
         .unwrap();
     assert_eq!(counter, None, "no counter written");
+
+    // Hashes without a kind that are no RwLock's: one with an application's field, one with
+    // no hold at all (fields named like a writer's only).
+    for (name, fields) in [
+        ("profile", &[("name", "ada"), ("h:x", "not a hold")][..]),
+        ("settings", &[("writer", "bob"), ("token", "77")][..]),
+    ] {
+        let mut set = redis::cmd("HSET");
+        set.arg(name);
+        for (field, value) in fields {
+            set.arg(*field).arg(*value);
+        }
+        let _: i64 = set.query_async(&mut raw).await.unwrap();
+        let err = client.break_lock(name).await.unwrap_err();
+        assert!(matches!(err, Error::WrongType { .. }), "{name}: {err}");
+        let left: i64 = redis::cmd("HLEN")
+            .arg(name)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(left, fields.len() as i64, "{name} left as it is");
+    }
 }

@@ -1349,6 +1349,34 @@ fn acquire_refuses_a_hash_of_another_kind_and_writes_nothing() {
         "R holds a hash that is not a lock of holds",
     );
     assert_eq!(fields(&mut con), before, "nothing written");
+
+    // Nor is a kind-less hash with no hold at all, even if its fields are named like a
+    // writer's (these scripts never leave such a hash).
+    redis::cmd("DEL").arg(LOCK).exec(&mut con).unwrap();
+    redis::cmd("HSET")
+        .arg(LOCK)
+        .arg("writer")
+        .arg("bob")
+        .arg("token")
+        .arg("77")
+        .exec(&mut con)
+        .unwrap();
+    let before = fields(&mut con);
+    for ask in [read(3, "B"), write(3, "B").placed()] {
+        assert_wrongtype(
+            ask.try_run(&mut con),
+            "R holds a hash that is not a lock of holds",
+        );
+    }
+    assert_wrongtype(
+        try_release(&mut con, 3),
+        "R holds a hash that is not a lock of holds",
+    );
+    assert_wrongtype(
+        try_inspect(&mut con),
+        "R holds a hash that is not a lock of holds",
+    );
+    assert_eq!(fields(&mut con), before, "nothing written");
 }
 
 #[test]

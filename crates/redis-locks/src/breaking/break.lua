@@ -47,7 +47,8 @@ elseif kind == 'hash' then
   -- an earlier version), and then every field must be an RwLock's (see holds.lua).
   local named = redis.call('HGET', KEYS[1], 'kind')
   kind = named or 'rwlock'
-  local ours = kind == 'rwlock' or kind == 'reentrant'
+  -- (Without a kind, a hash with no hold is no lock either: these scripts never leave one.)
+  local ours = (kind == 'rwlock' or kind == 'reentrant')
   local fields = redis.call('HGETALL', KEYS[1])
   for i = 1, #fields, 2 do
     local hold = string.match(fields[i], '^h:(.+)$')
@@ -59,7 +60,7 @@ elseif kind == 'hash' then
       ours = false
     end
   end
-  if not ours then
+  if not ours or (not named and #marks == 0) then
     return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a hash that is not a lock')
   end
 elseif kind == 'zset' then

@@ -80,7 +80,10 @@ if redis.call('EXISTS', key, KEYS[3]) == 0 then
   else
     redis.call('HSET', key, 'h:' .. hold, value)
   end
-  redis.call('PEXPIREAT', key, deadline)
+  local refused = holds_expire_at(key, deadline)
+  if refused then
+    return refused
+  end
   return {1, token}
 end
 
@@ -109,7 +112,10 @@ local function grant(token)
     redis.call('HSET', key, 'writer', owner, 'token', token)
   end
   state.holds[hold] = {deadline = now + lease, mode = mode, token = token, owner = owner}
-  holds_expire(key, state)
+  local refused = holds_expire(key, state)
+  if refused then
+    return refused
+  end
   queue_leave(KEYS[3], KEYS[4], KEYS[5], id)
   return {1, token}
 end

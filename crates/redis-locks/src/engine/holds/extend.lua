@@ -27,5 +27,8 @@ if not mine then
 end
 redis.call('HSET', key, 'h:' .. hold, hold_value(now + lease, mine.mode, mine.token, mine.owner))
 mine.deadline = now + lease
-holds_expire(key, state)
+local refused = holds_expire(key, state)
+if refused then
+  return refused
+end
 return 1

@@ -40,8 +40,9 @@
 --
 -- holds_read(key, now, purge)
 --   Reads the holds of key (absent, or a hash holds_not_ours accepted) at server time now
---   (ms). A hash without a kind that has a field no RwLock has (other than 'writer', 'token'
---   and holds 'h:<hold>' whose value is a hold's) is no lock: then it returns nil and a
+--   (ms). A hash without a kind that has no hold, or a field no RwLock has (other than
+--   'writer', 'token' and holds 'h:<hold>' whose value is a hold's), is no lock (these
+--   scripts never leave a hash without a hold): then it returns nil and a
 --   'WRONGTYPE <key> ...' error reply, having written nothing. With purge, deletes the holds
 --   whose deadline passed (and the writer and token fields with the last write hold, and the
 --   key with the last hold). Returns a table:
@@ -69,10 +70,16 @@
 --   The earliest deadline among the live holds that keep a waiter in mode out (every hold
 --   for 'w', the write holds for 'r'); nil when none does.
 --
+-- holds_expire_at(key, at)
+--   Makes key expire at server time at (ms): nil, or the error reply of a PEXPIREAT the
+--   server refused ('NOPERM ...' naming it, for an ACL without it), having deleted key if it
+--   had no TTL (one the calling script just made), so that none is left without one.
+--
 -- holds_expire(key, state)
 --   After a change to state.holds (a hold added, renewed or given back, with state.holds
 --   updated to match): key expires at the latest deadline among them (PEXPIREAT; raised
---   or lowered). With no hold left the caller deletes the key instead.
+--   or lowered). With no hold left the caller deletes the key instead. Returns what
+--   holds_expire_at returns.
 --
 -- wake_front(queue, channel, state)
 --   After a change, wakes the waiters of the queue's front that may now enter: the readers
@@ -115,12 +122,14 @@ local function holds_read(key, now, purge)
     reads_of = {}, latest = 0, kind = false}
   local fields = redis.call('HGETALL', key)
   local expired = {}
-  local foreign = false
+  -- A kind-less hash is an RwLock's only with a hold and nothing that is no RwLock's.
+  local held, odd = false, false
   for i = 1, #fields, 2 do
     local hold = string.match(fields[i], '^h:(.+)$')
     if hold then
       local deadline, mode, token, owner = string.match(fields[i + 1], '^(%d+) ([rw]) (%d+) (.*)$')
-      foreign = foreign or not deadline
+      held = held or deadline ~= nil
+      odd = odd or not deadline
       deadline = tonumber(deadline)
       if deadline and deadline > now then
         state.holds[hold] = {deadline = deadline, mode = mode, token = tonumber(token), owner = owner}
@@ -143,10 +152,10 @@ local function holds_read(key, now, purge)
     elseif fields[i] == 'kind' then
       state.kind = fields[i + 1]
     else
-      foreign = true
+      odd = true
     end
   end
-  if foreign and not state.kind then
+  if #fields > 0 and not state.kind and (odd or not held) then
     return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a hash that is not a lock of holds')
   end
   if state.writes == 0 then
@@ -201,6 +210,20 @@ local function holds_soonest(state, mode)
   return soonest
 end
 
+local function holds_expire_at(key, at)
+  local set = redis.pcall('PEXPIREAT', key, at)
+  if type(set) == 'table' and set.err then
+    if redis.call('PTTL', key) == -1 then
+      redis.call('DEL', key)
+    end
+    if string.find(set.err, "can't run this command", 1, true) then
+      return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
+    end
+    return set
+  end
+  return nil
+end
+
 local function holds_expire(key, state)
   local latest = 0
   for _, held in pairs(state.holds) do
@@ -208,8 +231,7 @@ local function holds_expire(key, state)
       latest = held.deadline
     end
   end
-  state.latest = latest
-  redis.call('PEXPIREAT', key, latest)
+  return holds_expire_at(key, latest)
 end
 
 local function wake_front(queue, channel, state)

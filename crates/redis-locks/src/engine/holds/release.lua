@@ -49,7 +49,10 @@ if released then
       redis.call('HDEL', key, 'h:' .. hold)
     end
     -- The key now expires with the latest hold left (sooner, if this one was the latest).
-    holds_expire(key, state)
+    local refused = holds_expire(key, state)
+    if refused then
+      return refused
+    end
   end
 end
 queue_purge(KEYS[2], KEYS[3], now)

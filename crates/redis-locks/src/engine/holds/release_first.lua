@@ -24,7 +24,7 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
     -- four fields without a kind are a write hold and another hold.
     local value = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
     if value and string.match(value, '^%d+ w ') and
-        (fields == 3 or redis.call('HEXISTS', KEYS[1], 'kind') == 1) then
+        (fields == 3 or redis.call('HGET', KEYS[1], 'kind')) then
       redis.call('DEL', KEYS[1])
       return {1, 0}
     end
