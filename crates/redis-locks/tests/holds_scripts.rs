@@ -1319,64 +1319,33 @@ fn acquire_refuses_a_hash_of_another_kind_and_writes_nothing() {
     let all = fields(&mut con);
     assert_eq!(all.len(), 1, "{all:?}");
 
-    // Without a kind, a hash is an RwLock's only if every field is: a field named like a
-    // hold whose value is no hold's makes it no lock, and nothing touches it (a release
-    // deletes only the field of its own random hold id, which only its acquisition wrote).
-    redis::cmd("DEL").arg(LOCK).exec(&mut con).unwrap();
-    redis::cmd("HSET")
-        .arg(LOCK)
-        .arg(format!("h:{}", id(2)))
-        .arg("not a hold")
-        .exec(&mut con)
-        .unwrap();
-    let before = fields(&mut con);
-    for ask in [read(3, "B"), write(3, "B").placed()] {
-        assert_wrongtype(
-            ask.try_run(&mut con),
-            "R holds a hash that is not a lock of holds",
-        );
+    // Without a kind, a hash is an RwLock's only if it has a hold and every field is an
+    // RwLock's: a field named like a hold whose value is no hold's, or no hold at all (fields
+    // named like a writer's only: these scripts never leave such a hash), makes it no lock,
+    // and nothing touches it (a release deletes only the field of its own random hold id,
+    // which only its acquisition wrote).
+    let not_ours = "R holds a hash that is not a lock of holds";
+    let hold_field = format!("h:{}", id(2));
+    for hash in [
+        vec![(hold_field.as_str(), "not a hold")],
+        vec![("writer", "bob"), ("token", "77")],
+    ] {
+        redis::cmd("DEL").arg(LOCK).exec(&mut con).unwrap();
+        let mut set = redis::cmd("HSET");
+        set.arg(LOCK);
+        for (field, value) in &hash {
+            set.arg(*field).arg(*value);
+        }
+        set.exec(&mut con).unwrap();
+        let before = fields(&mut con);
+        for ask in [read(3, "B"), write(3, "B").placed()] {
+            assert_wrongtype(ask.try_run(&mut con), not_ours);
+        }
+        assert_wrongtype(try_release(&mut con, 3), not_ours);
+        assert_wrongtype(try_extend(&mut con, 3, "1000"), not_ours);
+        assert_wrongtype(try_inspect(&mut con), not_ours);
+        assert_eq!(fields(&mut con), before, "nothing written: {hash:?}");
     }
-    assert_wrongtype(
-        try_release(&mut con, 3),
-        "R holds a hash that is not a lock of holds",
-    );
-    assert_wrongtype(
-        try_extend(&mut con, 3, "1000"),
-        "R holds a hash that is not a lock of holds",
-    );
-    assert_wrongtype(
-        try_inspect(&mut con),
-        "R holds a hash that is not a lock of holds",
-    );
-    assert_eq!(fields(&mut con), before, "nothing written");
-
-    // Nor is a kind-less hash with no hold at all, even if its fields are named like a
-    // writer's (these scripts never leave such a hash).
-    redis::cmd("DEL").arg(LOCK).exec(&mut con).unwrap();
-    redis::cmd("HSET")
-        .arg(LOCK)
-        .arg("writer")
-        .arg("bob")
-        .arg("token")
-        .arg("77")
-        .exec(&mut con)
-        .unwrap();
-    let before = fields(&mut con);
-    for ask in [read(3, "B"), write(3, "B").placed()] {
-        assert_wrongtype(
-            ask.try_run(&mut con),
-            "R holds a hash that is not a lock of holds",
-        );
-    }
-    assert_wrongtype(
-        try_release(&mut con, 3),
-        "R holds a hash that is not a lock of holds",
-    );
-    assert_wrongtype(
-        try_inspect(&mut con),
-        "R holds a hash that is not a lock of holds",
-    );
-    assert_eq!(fields(&mut con), before, "nothing written");
 }
 
 #[test]
