@@ -617,11 +617,14 @@ fn an_upgrade_is_refused_with_minus_three_and_writes_nothing() {
     assert_eq!(counter(&mut con), count);
     assert!(!exists(&mut con, QUEUE));
 
-    // With another writer waiting, the same.
+    // With another writer waiting (which marks the hash), the same.
     assert_eq!(write(3, "C").placed().run(&mut con).0, 0);
+    let mut marked = before.clone();
+    marked.insert("waiting".to_string(), "1".to_string());
+    assert_eq!(fields(&mut con), marked);
     assert_eq!(write(2, "A").placed().run(&mut con), (0, -3));
     assert_eq!(queue(&mut con), [w(3)]);
-    assert_eq!(fields(&mut con), before);
+    assert_eq!(fields(&mut con), marked);
     assert_eq!(counter(&mut con), count);
 }
 
@@ -762,6 +765,41 @@ fn release_reports_how_many_holds_the_owner_has_left_in_that_mode() {
 }
 
 #[test]
+fn a_waiter_marks_the_hash_so_the_release_of_a_lone_hold_wakes_it() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    // A lone read hold, and a writer that waits for it: the hash is marked.
+    read(1, "A").run(&mut con);
+    assert_eq!(write(2, "W").placed().run(&mut con).0, 0);
+    assert_eq!(fields(&mut con)["waiting"], "1");
+    // The release of the lone hold sees the mark: it takes the full path and wakes the
+    // writer (the fast path would delete the hash and wake nobody).
+    assert_eq!(release(&mut con, 1), (1, 0));
+    assert_eq!(published(&mut sub, &mut con), [w(2)]);
+    assert!(!exists(&mut con, LOCK));
+    // A second writer waits behind the first; the first's grant makes a new hash, and marks
+    // it, since the second is still in line: its release wakes the second.
+    assert_eq!(write(3, "V").placed().run(&mut con), (0, -2));
+    assert_eq!(
+        published(&mut sub, &mut con),
+        [w(2)],
+        "the first in line, again"
+    );
+    assert_eq!(write(2, "W").placed().run(&mut con).0, 1);
+    assert_eq!(fields(&mut con)["waiting"], "1");
+    assert_eq!(release(&mut con, 2), (1, 0));
+    assert_eq!(published(&mut sub, &mut con), [w(3)]);
+    // The last waiter's grant leaves nobody in line: no mark, and its release is the fast
+    // path (the hash goes; nobody is woken).
+    assert_eq!(write(3, "V").placed().run(&mut con).0, 1);
+    assert!(!fields(&mut con).contains_key("waiting"));
+    assert_eq!(release(&mut con, 3), (1, 0));
+    assert_eq!(published(&mut sub, &mut con), Vec::<String>::new());
+    assert!(!exists(&mut con, LOCK) && !exists(&mut con, QUEUE));
+}
+
+#[test]
 fn release_of_an_unknown_hold_changes_nothing_but_gives_up_the_callers_place() {
     let server = server();
     let mut con = raw(&server);
@@ -778,6 +816,13 @@ fn release_of_an_unknown_hold_changes_nothing_but_gives_up_the_callers_place() {
     assert_eq!(read(3, "B").placed().run(&mut con), (0, -2));
     assert_eq!(queue(&mut con), [w(2), r(3)]);
     assert_eq!(published(&mut sub, &mut con), Vec::<String>::new());
+    // Waiters mark the hash (and the mark stays while it lives).
+    let before = {
+        let mut marked = before;
+        marked.insert("waiting".to_string(), "1".to_string());
+        marked
+    };
+    assert_eq!(fields(&mut con), before);
     // The writer gives up its wait (it holds nothing): {0, 0}, its place is gone, and the
     // reader now first in line may enter (only reads are held): it is woken.
     assert_eq!(release(&mut con, 2), (0, 0));
@@ -1401,18 +1446,11 @@ fn the_scripts_that_touch_the_queue_refuse_a_queue_key_of_another_type() {
         assert_eq!(counter(&mut con), Some(token.to_string()));
         // Extend takes no queue key.
         assert_eq!(extend(&mut con, 1, LEASE), 1);
-        if key == QUEUE {
-            assert_wrongtype(try_release(&mut con, 1), &start);
-            assert_eq!(fields(&mut con).len(), before.len(), "nothing released");
-            redis::cmd("DEL").arg(key).exec(&mut con).unwrap();
-            assert_eq!(release(&mut con, 1), (1, 0));
-        } else {
-            // With no queue (the queue key itself is absent), the release of the only hold
-            // is the common case (release_first.lua), which touches no queue key at all.
-            assert_eq!(release(&mut con, 1), (1, 0));
-            assert!(exists(&mut con, key), "{key} left alone");
-            redis::cmd("DEL").arg(key).exec(&mut con).unwrap();
-        }
+        // Nobody waited (the hash has no 'waiting' mark), so the release of the only hold
+        // is the common case (release_first.lua), which touches no queue key at all.
+        assert_eq!(release(&mut con, 1), (1, 0));
+        assert!(exists(&mut con, key), "{key} left alone");
+        redis::cmd("DEL").arg(key).exec(&mut con).unwrap();
     }
 }
 

@@ -56,7 +56,8 @@ elseif kind == 'hash' then
     if hold and mode then
       marks[#marks + 1] = hold
       holders[#holders + 1] = mode .. ' ' .. owner
-    elseif not named and fields[i] ~= 'writer' and fields[i] ~= 'token' then
+    elseif not named and fields[i] ~= 'writer' and fields[i] ~= 'token' and
+        fields[i] ~= 'waiting' then
       ours = false
     end
   end

@@ -117,6 +117,7 @@ local function grant(token)
     return refused
   end
   queue_leave(KEYS[3], KEYS[4], KEYS[5], id)
+  holds_mark_waiting(key, KEYS[3])
   return {1, token}
 end
 
@@ -131,6 +132,9 @@ end
 local function wait_in_line()
   if placed then
     queue_join(KEYS[3], KEYS[4], KEYS[5], id, now, place_lease)
+    if state.count > 0 then
+      holds_mark_waiting(key, KEYS[3])
+    end
   end
 end
 

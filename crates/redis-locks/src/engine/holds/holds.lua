@@ -8,6 +8,12 @@
 --                'rwlock' kind, written by earlier versions, is read as an RwLock's.
 --   writer       the owner id (OwnerId) whose write holds these are; absent with none.
 --   token        the fencing token of the writer's first write hold (re-entries keep it).
+--   waiting      '1' while waiters may be in the queue: written by the acquire that puts a
+--                waiter in line while the lock is held, and by a grant that leaves others in
+--                line (a hash is only ever made by a grant, or by a first acquire when nobody
+--                waits), never taken away while the hash lives. So a hash without it has
+--                nobody in line to wake, and the release of a lone hold (release_first.lua)
+--                need not look at the queue.
 --   h:<hold>     one field per hold (per guard): '<deadline> <mode> <token> <owner>', with
 --                <hold> the guard's random hold id (its owner token), <deadline> the server time (ms)
 --                at which the hold's lease ends, <mode> 'r' (read) or 'w' (write), <token>
@@ -41,7 +47,7 @@
 -- holds_read(key, now, purge)
 --   Reads the holds of key (absent, or a hash holds_not_ours accepted) at server time now
 --   (ms). A hash without a kind that has no hold, or a field no RwLock has (other than
---   'writer', 'token' and holds 'h:<hold>' whose value is a hold's), is no lock (these
+--   'writer', 'token', 'waiting' and holds 'h:<hold>' whose value is a hold's), is no lock (these
 --   scripts never leave a hash without a hold): then it returns nil and a
 --   'WRONGTYPE <key> ...' error reply, having written nothing. With purge, deletes the holds
 --   whose deadline passed (and the writer and token fields with the last write hold, and the
@@ -65,6 +71,10 @@
 --   written) when keys[1] is not a lock of holds or a queue key holds another type; else
 --   nil, the server time now (ms), the holds of the lock read with purge (see holds_read),
 --   and the live hold with id hold (nil when it is gone).
+--
+-- holds_mark_waiting(key, queue)
+--   After a waiter joined the queue of a held lock, or a grant left its queue: marks key
+--   'waiting' while queue exists.
 --
 -- holds_soonest(state, mode)
 --   The earliest deadline among the live holds that keep a waiter in mode out (every hold
@@ -151,7 +161,7 @@ local function holds_read(key, now, purge)
       state.token = tonumber(fields[i + 1])
     elseif fields[i] == 'kind' then
       state.kind = fields[i + 1]
-    else
+    elseif fields[i] ~= 'waiting' then
       odd = true
     end
   end
@@ -198,6 +208,12 @@ local function holds_find(keys, hold)
     return wrong
   end
   return nil, now, state, state.holds[hold]
+end
+
+local function holds_mark_waiting(key, queue)
+  if redis.call('EXISTS', queue) == 1 then
+    redis.call('HSET', key, 'waiting', '1')
+  end
 end
 
 local function holds_soonest(state, mode)

@@ -1,7 +1,8 @@
 -- release_first.lua: the common case of release.lua, put before the preludes so that it
--- costs no more than it must: the caller's hold is the lock's only hold and nobody waits (the
--- queue is absent). It reads no clock: a lone hold is live while its key exists, since the
--- key expires with its latest hold (holds.lua). KEYS and ARGV as release.lua.
+-- costs no more than it must: the caller's hold is the lock's only hold, and the hash has no
+-- 'waiting' mark, so nobody waits to be woken (see holds.lua). It reads no clock and does not
+-- look at the queue: a lone hold is live while its key exists, since the key expires with its
+-- latest hold, and a waiter in line marks the hash. KEYS and ARGV as release.lua.
 --
 -- Replies:
 --   {1, 0}  released: the lock key is gone (release.lua's reply when the owner has no more
@@ -9,24 +10,22 @@
 -- Falls through to release.lua, having written nothing, for every other case (including a
 -- key of another type: its HLEN error is caught here, and release.lua says what the key is).
 
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  local fields = redis.pcall('HLEN', KEYS[1])
-  if fields == 1 then
-    -- An RwLock's lone read hold (a write hold comes with 'writer' and 'token', a
-    -- ReentrantMutex's with 'kind' too): the caller's if it deletes it (the field is named
-    -- by the caller's own random hold id, which only its acquisition wrote), and the hash
-    -- goes with its last field.
-    if redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1]) == 1 then
-      return {1, 0}
-    end
-  elseif fields == 3 or fields == 4 then
-    -- 'writer', 'token' and the caller's write hold (and 'kind' for a ReentrantMutex);
-    -- four fields without a kind are a write hold and another hold.
-    local value = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
-    if value and string.match(value, '^%d+ w ') and
-        (fields == 3 or redis.call('HGET', KEYS[1], 'kind')) then
-      redis.call('DEL', KEYS[1])
-      return {1, 0}
-    end
+local fields = redis.pcall('HLEN', KEYS[1])
+if fields == 1 then
+  -- An RwLock's lone read hold (a write hold comes with 'writer' and 'token', a
+  -- ReentrantMutex's with 'kind' too, a waiter's mark with 'waiting'): the caller's if it
+  -- deletes it (the field is named by the caller's own random hold id, which only its
+  -- acquisition wrote), and the hash goes with its last field.
+  if redis.call('HDEL', KEYS[1], 'h:' .. ARGV[1]) == 1 then
+    return {1, 0}
+  end
+elseif fields == 3 or fields == 4 then
+  -- 'writer', 'token' and the caller's write hold (and 'kind' for a ReentrantMutex); four
+  -- fields without a kind are a write hold with another hold or a waiter's mark.
+  local value = redis.call('HGET', KEYS[1], 'h:' .. ARGV[1])
+  if value and string.match(value, '^%d+ w ') and
+      (fields == 3 or redis.call('HGET', KEYS[1], 'kind')) then
+    redis.call('DEL', KEYS[1])
+    return {1, 0}
   end
 end
