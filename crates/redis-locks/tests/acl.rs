@@ -37,6 +37,16 @@ fn set_user(server: &RedisServer, line: &str) {
     }
 }
 
+/// A client of `user`, made on `server` with the documented least ACL line less `removed`
+/// (for example `" -pexpireat"`).
+async fn client_without(server: &RedisServer, user: &str, removed: &str) -> Client {
+    let line = documented_acl_line().replace("ACL SETUSER locks ", &format!("ACL SETUSER {user} "));
+    set_user(server, &(line + removed));
+    Client::connect_with(&url_as(server, user), options())
+        .await
+        .unwrap()
+}
+
 fn url_as(server: &RedisServer, user: &str) -> String {
     format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", server.port())
 }
@@ -197,14 +207,7 @@ async fn a_user_without_channels_is_refused_at_connect_and_told_which() {
 #[tokio::test]
 async fn a_user_without_a_needed_command_gets_an_auth_error_naming_it() {
     let server = common::server();
-    set_user(
-        &server,
-        &(documented_acl_line().replace("ACL SETUSER locks ", "ACL SETUSER noscript ")
-            + " -evalsha -eval"),
-    );
-    let client = Client::connect_with(&url_as(&server, "noscript"), options())
-        .await
-        .unwrap();
+    let client = client_without(&server, "noscript", " -evalsha -eval").await;
     // The fast path needs no script; a FairMutex's first attempt does.
     let err = client
         .fair_mutex("acl:needs-scripts")
@@ -230,14 +233,7 @@ async fn a_user_without_pexpireat_leaves_no_hold_without_a_ttl() {
     // hold is written, then its expiry refused; the script deletes what it wrote (no lock
     // key may be left without a TTL), and the caller gets an auth error naming the command.
     let server = common::server();
-    set_user(
-        &server,
-        &(documented_acl_line().replace("ACL SETUSER locks ", "ACL SETUSER noexpireat ")
-            + " -pexpireat"),
-    );
-    let client = Client::connect_with(&url_as(&server, "noexpireat"), options())
-        .await
-        .unwrap();
+    let client = client_without(&server, "noexpireat", " -pexpireat").await;
     let lock = client.rwlock("acl:needs-pexpireat").unwrap();
     for err in [
         lock.try_read().await.unwrap_err(),

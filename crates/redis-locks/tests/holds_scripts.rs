@@ -765,27 +765,22 @@ fn release_reports_how_many_holds_the_owner_has_left_in_that_mode() {
 }
 
 #[test]
-fn a_waiter_marks_the_hash_so_the_release_of_a_lone_hold_wakes_it() {
+fn a_grant_that_leaves_others_in_line_marks_the_hash_so_its_release_wakes_them() {
+    // (A waiter that joins the line of a held lock marks it too: see
+    // `a_free_lock_goes_to_the_writer_first_in_line_and_latecomers_get_minus_two_and_wake_it`,
+    // whose lone read release must wake the writer.)
     let server = server();
     let mut con = raw(&server);
     let mut sub = listener(&server);
-    // A lone read hold, and a writer that waits for it: the hash is marked.
     read(1, "A").run(&mut con);
     assert_eq!(write(2, "W").placed().run(&mut con).0, 0);
-    assert_eq!(fields(&mut con)["waiting"], "1");
-    // The release of the lone hold sees the mark: it takes the full path and wakes the
-    // writer (the fast path would delete the hash and wake nobody).
+    assert_eq!(write(3, "V").placed().run(&mut con).0, 0);
+    assert_eq!(fields(&mut con)["waiting"], "1", "waiters mark a held lock");
     assert_eq!(release(&mut con, 1), (1, 0));
     assert_eq!(published(&mut sub, &mut con), [w(2)]);
-    assert!(!exists(&mut con, LOCK));
-    // A second writer waits behind the first; the first's grant makes a new hash, and marks
-    // it, since the second is still in line: its release wakes the second.
-    assert_eq!(write(3, "V").placed().run(&mut con), (0, -2));
-    assert_eq!(
-        published(&mut sub, &mut con),
-        [w(2)],
-        "the first in line, again"
-    );
+    // The first writer's grant makes a new hash and marks it, since the second is still in
+    // line: its lone write hold's release takes the full path and wakes the second (the
+    // fast path would delete the hash and wake nobody).
     assert_eq!(write(2, "W").placed().run(&mut con).0, 1);
     assert_eq!(fields(&mut con)["waiting"], "1");
     assert_eq!(release(&mut con, 2), (1, 0));

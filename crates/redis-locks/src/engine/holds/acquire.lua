@@ -73,13 +73,7 @@ if redis.call('EXISTS', key, KEYS[3]) == 0 then
   end
   local deadline = string.format('%d', math.floor(micros / 1000) + lease)
   local value = deadline .. ' ' .. mode .. ' ' .. clock .. ' ' .. owner
-  if kind == 'reentrant' then
-    redis.call('HSET', key, 'kind', kind, 'h:' .. hold, value, 'writer', owner, 'token', clock)
-  elseif mode == 'w' then
-    redis.call('HSET', key, 'h:' .. hold, value, 'writer', owner, 'token', clock)
-  else
-    redis.call('HSET', key, 'h:' .. hold, value)
-  end
+  hold_write(key, kind, mode, hold, value, owner, clock)
   local refused = holds_expire_at(key, deadline)
   if refused then
     return refused
@@ -104,13 +98,7 @@ local placed = place_lease > 0
 queue_purge(KEYS[3], KEYS[4], now)
 
 local function grant(token)
-  redis.call('HSET', key, 'h:' .. hold, hold_value(now + lease, mode, token, owner))
-  if kind == 'reentrant' then
-    redis.call('HSET', key, 'kind', kind)
-  end
-  if mode == 'w' then
-    redis.call('HSET', key, 'writer', owner, 'token', token)
-  end
+  hold_write(key, kind, mode, hold, hold_value(now + lease, mode, token, owner), owner, token)
   state.holds[hold] = {deadline = now + lease, mode = mode, token = token, owner = owner}
   local refused = holds_expire(key, state)
   if refused then

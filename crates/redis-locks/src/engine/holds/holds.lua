@@ -65,6 +65,11 @@
 --   The value of a hold field (numbers written in full: Lua's own number format would
 --   round a 16-digit fencing token).
 --
+-- hold_write(key, kind, mode, hold, value, owner, token)
+--   Writes the hold field 'h:' .. hold = value in one HSET, with what the hash keeps beside
+--   it: the kind for a ReentrantMutex, the writer's owner id and token for a write hold
+--   (token as text or as a number).
+--
 -- holds_find(keys, hold)
 --   For the scripts that act on one hold (release, extend, downgrade): keys[1] is the lock
 --   key, keys[2..4] (if given) its queue's keys. Returns a WRONGTYPE error reply (nothing
@@ -192,6 +197,18 @@ end
 
 local function hold_value(deadline, mode, token, owner)
   return string.format('%d %s %d %s', deadline, mode, token, owner)
+end
+
+local function hold_write(key, kind, mode, hold, value, owner, token)
+  if mode == 'w' and kind == 'reentrant' then
+    redis.call('HSET', key, 'kind', kind, 'h:' .. hold, value, 'writer', owner, 'token', token)
+  elseif mode == 'w' then
+    redis.call('HSET', key, 'h:' .. hold, value, 'writer', owner, 'token', token)
+  elseif kind == 'reentrant' then
+    redis.call('HSET', key, 'kind', kind, 'h:' .. hold, value)
+  else
+    redis.call('HSET', key, 'h:' .. hold, value)
+  end
 end
 
 local function holds_find(keys, hold)

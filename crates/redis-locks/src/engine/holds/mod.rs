@@ -26,8 +26,8 @@ use crate::wait::{
 };
 
 /// The hash prelude: `holds_not_ours`, `holds_other_kind`, `holds_number`, `holds_read`,
-/// `hold_value`, `holds_soonest`,
-/// `holds_expire`, `wake_front`.
+/// `hold_value`, `hold_write`, `holds_find`, `holds_mark_waiting`, `holds_soonest`,
+/// `holds_expire_at`, `holds_expire`, `wake_front`.
 const HOLDS_LUA: &str = include_str!("holds.lua");
 
 /// Read or write hold: `{1, token}`, `{0, ms | -2 | -3}`.

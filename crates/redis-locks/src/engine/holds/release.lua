@@ -48,11 +48,6 @@ if released then
     else
       redis.call('HDEL', key, 'h:' .. hold)
     end
-    -- The key now expires with the latest hold left (sooner, if this one was the latest).
-    local refused = holds_expire(key, state)
-    if refused then
-      return refused
-    end
   end
 end
 queue_purge(KEYS[2], KEYS[3], now)
@@ -62,6 +57,15 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   wake_front(KEYS[2], ARGV[2], state)
 end
 if released then
+  -- The key now expires with the latest hold left (sooner, if this one was the latest);
+  -- after the wake-ups, so that a refused PEXPIREAT (its error is the reply) wakes nobody
+  -- less. The key keeps its later expiry then: no hold outlives it.
+  if state.count > 0 then
+    local refused = holds_expire(key, state)
+    if refused then
+      return refused
+    end
+  end
   return {1, left}
 end
 -- A second run of a release that succeeded (a retried request) says so again.
