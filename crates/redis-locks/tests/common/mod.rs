@@ -101,7 +101,6 @@ pub fn assert_not_held<T: std::fmt::Debug>(
     }
 }
 
-/// How many connections subscribe to `channel` (`PUBSUB NUMSUB`).
 /// A raw connection subscribed to `channel`, whose reads give up after 300 ms: what the
 /// scripts publish there is read with [`next_message`].
 pub fn subscribed(server: &RedisServer, channel: &str) -> redis::Connection {
