@@ -1,7 +1,7 @@
 //! `redis-locks status NAME`: who holds a lock, its lease, whether anyone waits, the
 //! fencing counter. A `Mutex` or `FairMutex` (a string key) shows its holder; an `RwLock` or
 //! `ReentrantMutex` (a hash of holds) shows every hold and the waiters in line; a `Semaphore`
-//! (a sorted set of holders) shows N, the permits in use and every holder with its lease.
+//! (a hash of holders with N) shows N, the permits in use and every holder with its lease.
 
 use std::time::Duration;
 
@@ -23,9 +23,8 @@ pub enum Found {
 }
 
 /// Reads the state of the lock `name`: as a `Mutex` first; when its key is a hash
-/// (`WrongType`), as a lock of holds; when it is a sorted set, as a `Semaphore`. A free name
-/// whose semaphore has waiters (its key gone, its permits hash kept for them) is that
-/// semaphore. A key that is no lock's (a foreign key, or one freed in between) is asked about
+/// (`WrongType`), as a lock of holds; when it is no lock of holds, as a `Semaphore` (whose
+/// hash lasts while anyone holds or waits). A key that is no lock's (a foreign key, or one freed in between) is asked about
 /// as a `Mutex` again, which then says what it is.
 ///
 /// # Errors
@@ -37,13 +36,6 @@ pub async fn inspect(client: &Client, name: &str) -> Result<Found, redis_locks::
     let semaphore = client.semaphore(name, 1)?;
     match mutex.state().await {
         Err(redis_locks::Error::WrongType { .. }) => {}
-        Ok(state) if state.holder.is_none() => {
-            // Free as a Mutex: a semaphore nobody holds but somebody waits for?
-            return Ok(match semaphore.state().await {
-                Ok(waited) if waited.permits.is_some() => Found::Semaphore(waited),
-                _ => Found::Mutex(state),
-            });
-        }
         state => return state.map(Found::Mutex),
     }
     match client.rwlock(name)?.state().await {

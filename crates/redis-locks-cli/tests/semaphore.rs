@@ -179,13 +179,11 @@ fn a_run_whose_permit_is_lost_stops_its_command_and_exits_70() {
         &["lossy", "--permits", "2", "--ttl", "600ms", "--grace", "1s"],
         &release,
     );
-    // The permits taken away by hand (the holders sorted set and the permits hash), as an
-    // operator or a server that lost its data would: the watchdog's next renewal finds the
-    // permit gone.
+    // The permits taken away by hand (the semaphore's hash), as an operator or a server that
+    // lost its data would: the watchdog's next renewal finds the permit gone.
     let started = Instant::now();
     let _: i64 = redis::cmd("DEL")
         .arg("lossy")
-        .arg("{lossy}:permits")
         .query(&mut server.connection().unwrap())
         .unwrap();
     assert_eq!(holder.wait_exit(Duration::from_secs(10)), Some(70));

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +46,11 @@ async fn client_without(server: &RedisServer, user: &str, removed: &str) -> Clie
     Client::connect_with(&url_as(server, user), options())
         .await
         .unwrap()
+}
+
+/// Whether a reply is the text `text` (a bulk or a simple string).
+fn is_text(value: &redis::Value, text: &str) -> bool {
+    redis::from_redis_value::<String>(value.clone()).is_ok_and(|value| value == text)
 }
 
 fn url_as(server: &RedisServer, user: &str) -> String {
@@ -118,6 +124,20 @@ async fn every_primitive_runs_as_the_documented_least_privileged_user() {
         .await
         .expect("a fenced write as the user");
     guard.release().await.unwrap();
+
+    // No command the scripts run was refused, not even one they call with redis.pcall and
+    // recover from (a fast path that falls back to its slow path on a refusal would run
+    // slow for ever): the server logs every refusal inside a script with context "lua".
+    let log: Vec<HashMap<String, redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut common::raw(&server))
+        .unwrap();
+    let refused: Vec<String> = log
+        .iter()
+        .filter(|entry| entry.get("context").is_some_and(|c| is_text(c, "lua")))
+        .map(|entry| format!("{:?}", entry.get("object")))
+        .collect();
+    assert!(refused.is_empty(), "refused inside scripts: {refused:?}");
 
     // Every key the locks left is under the namespace.
     let keys = all_keys(&server);
@@ -255,6 +275,47 @@ async fn a_user_without_pexpireat_leaves_no_hold_without_a_ttl() {
         .query(&mut common::raw(&server))
         .unwrap();
     assert_eq!(exists, 0, "{key} is gone, not left without a TTL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_pexpire_leaves_no_permit_without_a_ttl() {
+    // A semaphore's fast grant writes the holder, then sets the hash's expiry; refused, it
+    // undoes the write (a new hash goes, another loses only the new holder), and the slow
+    // path asks before it writes: an auth error naming the command.
+    let server = common::server();
+    let client = client_without(&server, "noexpire", " -pexpire").await;
+    let name = "acl:needs-pexpire";
+    let key = client.keys(name).unwrap().lock().to_string();
+    let mut raw = common::raw(&server);
+    let refused = || async {
+        let err = client
+            .semaphore(name, 2)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap_err();
+        assert!(err.is_auth(), "{err:?}");
+        assert!(err.to_string().contains("'pexpire'"), "{err}");
+    };
+    refused().await;
+    let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut raw).unwrap();
+    assert_eq!(exists, 0, "{key} is gone, not left without a TTL");
+    // With a holder there already (one the default user's client took).
+    let admin = Client::connect_with(&server.url(), options())
+        .await
+        .unwrap();
+    let held = admin
+        .semaphore(name, 2)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    let before: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut raw).unwrap();
+    refused().await;
+    let after: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut raw).unwrap();
+    assert_eq!(after, before, "the refused holder's write is undone");
+    assert!(common::pttl(&server, &key) > 0);
+    held.release().await.unwrap();
 }
 
 #[tokio::test]

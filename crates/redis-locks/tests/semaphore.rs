@@ -382,7 +382,7 @@ async fn a_lost_permit_fires_lost_and_a_release_says_it_is_gone() {
     let guard = semaphore.acquire().await.unwrap();
     let owner = guard.owner_token().as_str().to_string();
     // Somebody removes the holder by hand: the next renewal finds it gone.
-    let removed: i64 = redis::cmd("ZREM")
+    let removed: i64 = redis::cmd("HDEL")
         .arg("lost")
         .arg(&owner)
         .query(&mut raw(&server))

@@ -10,15 +10,10 @@ use common::{
 use redis::Connection;
 
 const PERMITS_LUA: &str = include_str!("../src/semaphore/permits.lua");
-/// holders, permits, fence, queue, places, tickets.
-const KEYS: [&str; 6] = [
-    "S",
-    "{S}:permits",
-    "{S}:fence",
-    "{S}:queue",
-    "{S}:places",
-    "{S}:tickets",
-];
+/// The semaphore's hash, fence, queue, places, tickets.
+const KEYS: [&str; 5] = ["S", "{S}:fence", "{S}:queue", "{S}:places", "{S}:tickets"];
+const FENCE: &str = KEYS[1];
+const QUEUE: &str = KEYS[2];
 const CHANNEL: &str = "{S}:wake";
 
 fn script(body: &str) -> redis::Script {
@@ -68,7 +63,7 @@ fn release(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
         fast_first(fast, body)
     };
     script
-        .key(&[KEYS[0], KEYS[1], KEYS[3], KEYS[4], KEYS[5]][..])
+        .key(&[KEYS[0], KEYS[2], KEYS[3], KEYS[4]][..])
         .arg(owner)
         .arg(CHANNEL)
         .invoke(con)
@@ -76,7 +71,7 @@ fn release(con: &mut Connection, owner: &str) -> redis::RedisResult<i64> {
 
 fn extend(con: &mut Connection, owner: &str, lease_ms: u64) -> redis::RedisResult<i64> {
     script(include_str!("../src/semaphore/extend.lua"))
-        .key(&[KEYS[0], KEYS[1], KEYS[3]][..])
+        .key(KEYS[0])
         .arg(owner)
         .arg(lease_ms)
         .invoke(con)
@@ -84,13 +79,13 @@ fn extend(con: &mut Connection, owner: &str, lease_ms: u64) -> redis::RedisResul
 
 fn inspect(con: &mut Connection) -> redis::RedisResult<Vec<redis::Value>> {
     script(include_str!("../src/semaphore/inspect.lua"))
-        .key(&[KEYS[0], KEYS[1], KEYS[2], KEYS[4]][..])
+        .key(&[KEYS[0], KEYS[1], KEYS[3]][..])
         .invoke(con)
 }
 
 fn resize(con: &mut Connection, limit: u32) -> redis::RedisResult<i64> {
     script(include_str!("../src/semaphore/resize.lua"))
-        .key(&[KEYS[0], KEYS[1], KEYS[3], KEYS[4]][..])
+        .key(&[KEYS[0], KEYS[2], KEYS[3], KEYS[4]][..])
         .arg(limit)
         .arg(CHANNEL)
         .invoke(con)
@@ -101,8 +96,8 @@ fn resize(con: &mut Connection, limit: u32) -> redis::RedisResult<i64> {
 fn lease_ended(con: &mut Connection, owner: &str) {
     let within = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        let ends: Option<f64> = redis::cmd("ZSCORE").arg("S").arg(owner).query(con).unwrap();
-        let now = server_ms(con) as f64;
+        let ends = holder(con, owner).map(|(ends, _)| ends);
+        let now = server_ms(con);
         if ends.is_none_or(|ends| ends <= now) {
             return;
         }
@@ -112,6 +107,32 @@ fn lease_ended(con: &mut Connection, owner: &str) {
         );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+}
+
+/// `owner`'s field in the semaphore's hash: its lease end (server ms) and its permits.
+fn holder(con: &mut Connection, owner: &str) -> Option<(i64, i64)> {
+    let value: Option<String> = redis::cmd("HGET").arg("S").arg(owner).query(con).unwrap();
+    value.map(|value| {
+        let (ends, count) = value.split_once(' ').expect("'<deadline> <permits>'");
+        (ends.parse().unwrap(), count.parse().unwrap())
+    })
+}
+
+/// The holders' fields of the semaphore's hash (every field but 'limit', 'used' and
+/// 'waiting').
+fn holders(con: &mut Connection) -> Vec<String> {
+    let mut fields: Vec<String> = redis::cmd("HKEYS").arg("S").query(con).unwrap();
+    fields.retain(|field| !["limit", "used", "waiting"].contains(&field.as_str()));
+    fields.sort();
+    fields
+}
+
+fn marked(con: &mut Connection) -> bool {
+    redis::cmd("HEXISTS")
+        .arg("S")
+        .arg("waiting")
+        .query(con)
+        .unwrap()
 }
 
 fn int(value: &redis::Value) -> i64 {
@@ -132,22 +153,24 @@ fn grants_count_permits_and_refusals_say_how_long() {
     let (granted, ms) = acquire(&mut con, "c", 1, 3, 10_000, 0).unwrap();
     assert_eq!(granted, 0);
     assert!((4_000..=5_000).contains(&ms), "{ms}");
-    let queued: i64 = redis::cmd("ZCARD").arg(KEYS[3]).query(&mut con).unwrap();
+    let queued: i64 = redis::cmd("ZCARD").arg(QUEUE).query(&mut con).unwrap();
     assert_eq!(queued, 0, "try once never joins the line");
+    assert!(!marked(&mut con), "nor marks the hash");
     // A retry by a holder is granted again with a new token, its lease set again; it keeps
     // the permits it holds, whatever count it asks with (no way past N).
     let (again, retried) = acquire(&mut con, "b", 3, 3, 8_000, 0).unwrap();
     assert_eq!(again, 1);
     assert!(retried > second);
-    let count: i64 = redis::cmd("HGET")
-        .arg(KEYS[1])
-        .arg("b")
-        .query(&mut con)
-        .unwrap();
+    let (ends, count) = holder(&mut con, "b").unwrap();
     assert_eq!(count, 1, "b still holds one permit");
-    // The holders key lasts as long as its latest lease; the hash as long as the holders.
+    let now = server_ms(&mut con);
+    assert!(
+        (7_000..=8_000).contains(&(ends - now)),
+        "its lease set again"
+    );
+    assert_eq!(used(&mut con), Some(3));
+    // The hash lasts as long as its latest lease.
     assert!(pttl(&server, "S") > 9_000);
-    assert!(pttl(&server, KEYS[1]) > 9_000);
     let reply = inspect(&mut con).unwrap();
     assert_eq!(int(&reply[0]), 3, "limit");
     assert_eq!(int(&reply[1]), retried, "counter");
@@ -169,8 +192,9 @@ fn a_mismatched_n_a_wrong_type_and_a_broken_counter_are_refused_with_nothing_wri
     let err = acquire(&mut con, "b", 1, 4, 10_000, 500).unwrap_err();
     assert_eq!(err.code(), Some("PERMITS"), "{err}");
     assert_eq!(err.detail(), Some("3"));
-    let queued: i64 = redis::cmd("ZCARD").arg(KEYS[3]).query(&mut con).unwrap();
+    let queued: i64 = redis::cmd("ZCARD").arg(QUEUE).query(&mut con).unwrap();
     assert_eq!(queued, 0, "nothing written");
+    assert_eq!(holders(&mut con), ["a"]);
     redis::cmd("DEL").arg(&KEYS[..]).exec(&mut con).unwrap();
     redis::cmd("SET").arg("S").arg("x").exec(&mut con).unwrap();
     let err = acquire(&mut con, "a", 1, 3, 10_000, 0).unwrap_err();
@@ -182,7 +206,7 @@ fn a_mismatched_n_a_wrong_type_and_a_broken_counter_are_refused_with_nothing_wri
     );
     redis::cmd("DEL").arg("S").exec(&mut con).unwrap();
     redis::cmd("SET")
-        .arg(KEYS[2])
+        .arg(FENCE)
         .arg("nope")
         .exec(&mut con)
         .unwrap();
@@ -198,12 +222,8 @@ fn a_mismatched_n_a_wrong_type_and_a_broken_counter_are_refused_with_nothing_wri
     assert_eq!(extend(&mut con, "a", 1_000).unwrap(), 0);
     let err = inspect(&mut con).unwrap_err();
     assert!(err.to_string().contains("fencing counter"), "{err}");
-    redis::cmd("DEL").arg(KEYS[2]).exec(&mut con).unwrap();
-    redis::cmd("SET")
-        .arg(KEYS[1])
-        .arg("x")
-        .exec(&mut con)
-        .unwrap();
+    redis::cmd("DEL").arg(FENCE).exec(&mut con).unwrap();
+    redis::cmd("SET").arg("S").arg("x").exec(&mut con).unwrap();
     for err in [
         release(&mut con, "a").unwrap_err(),
         extend(&mut con, "a", 1_000).unwrap_err(),
@@ -211,6 +231,36 @@ fn a_mismatched_n_a_wrong_type_and_a_broken_counter_are_refused_with_nothing_wri
         resize(&mut con, 2).unwrap_err(),
     ] {
         assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    }
+    // A hash that is no semaphore's (an RwLock's hold, a hash of the application's): every
+    // script that reads it refuses it, and nothing is written.
+    for fields in [&["h:r1", "1 r 1 bob"][..], &["name", "x"], &["used", "1"]] {
+        redis::cmd("DEL").arg("S").exec(&mut con).unwrap();
+        redis::cmd("HSET")
+            .arg("S")
+            .arg(fields)
+            .exec(&mut con)
+            .unwrap();
+        for slow in [false, true] {
+            SLOW_ONLY.store(slow, std::sync::atomic::Ordering::SeqCst);
+            for err in [
+                acquire(&mut con, "a", 1, 3, 10_000, 500).unwrap_err(),
+                release(&mut con, "a").unwrap_err(),
+                inspect(&mut con).unwrap_err(),
+                resize(&mut con, 2).unwrap_err(),
+            ] {
+                assert!(
+                    err.to_string()
+                        .contains("S holds a hash that is not a semaphore"),
+                    "{fields:?}: {err}"
+                );
+            }
+        }
+        SLOW_ONLY.store(false, std::sync::atomic::Ordering::SeqCst);
+        let left: Vec<String> = redis::cmd("HGETALL").arg("S").query(&mut con).unwrap();
+        assert_eq!(left, fields, "nothing written");
+        let queued: i64 = redis::cmd("EXISTS").arg(QUEUE).query(&mut con).unwrap();
+        assert_eq!(queued, 0, "nobody joined the line");
     }
 }
 
@@ -224,13 +274,15 @@ fn waiters_are_served_in_line_and_woken_by_a_release() {
     assert_eq!(acquire(&mut con, "many", 2, 2, 10_000, 2_000).unwrap().0, 0);
     assert_eq!(acquire(&mut con, "one", 1, 2, 10_000, 2_000).unwrap().0, 0);
     let line: Vec<String> = redis::cmd("ZRANGE")
-        .arg(KEYS[3])
+        .arg(QUEUE)
         .arg(0)
         .arg(-1)
         .query(&mut con)
         .unwrap();
     assert_eq!(line, ["many", "one"]);
-    assert!(pttl(&server, KEYS[3]) > 0 && pttl(&server, KEYS[1]) > 0);
+    assert!(pttl(&server, QUEUE) > 0 && pttl(&server, "S") >= pttl(&server, QUEUE));
+    // Waiters mark the hash, so that a release wakes them (its fast path would not look).
+    assert!(marked(&mut con));
     // The release wakes the head of the line.
     assert_eq!(release(&mut con, "holder").unwrap(), 1);
     assert_eq!(next_message(&mut wakes).as_deref(), Some("many"));
@@ -246,13 +298,15 @@ fn waiters_are_served_in_line_and_woken_by_a_release() {
     // Released, the next is woken; its grant leaves a permit, but nobody is behind it.
     assert_eq!(release(&mut con, "many").unwrap(), 1);
     assert_eq!(next_message(&mut wakes).as_deref(), Some("one"));
+    assert!(marked(&mut con), "marked while anyone is in line");
     assert_eq!(acquire(&mut con, "one", 1, 2, 10_000, 2_000).unwrap().0, 1);
+    assert!(!marked(&mut con), "the mark goes with the line");
     // A second release of the same permits: gone (0); a waiter that gives up: 0.
     assert_eq!(release(&mut con, "many").unwrap(), 0);
     assert_eq!(release(&mut con, "one").unwrap(), 1);
     // Nobody holds or waits: only the counter is left.
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
-    assert_eq!(keys, [KEYS[2]]);
+    assert_eq!(keys, [FENCE]);
 }
 
 #[test]
@@ -279,35 +333,28 @@ fn a_grant_that_leaves_permits_wakes_the_next_in_line() {
 }
 
 #[test]
-fn expired_permits_come_back_also_when_the_holders_key_expired_whole() {
+fn an_ended_lease_comes_back_to_the_waiter_the_hash_lives_for() {
     let server = server();
     let mut con = raw(&server);
     assert_eq!(acquire(&mut con, "short", 1, 1, 50, 0).unwrap().0, 1);
     // Only the server's clock ends it: refused until then.
     assert_eq!(acquire(&mut con, "next", 1, 1, 10_000, 2_000).unwrap().0, 0);
-    // The holders key goes by its TTL (its latest lease), the hash lives on for the waiter.
-    let within = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while redis::cmd("EXISTS")
-        .arg("S")
-        .query::<i64>(&mut con)
-        .unwrap()
-        == 1
-    {
-        assert!(
-            std::time::Instant::now() < within,
-            "the holders key never expired"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    assert!(pttl(&server, KEYS[1]) > 0, "the hash lives on");
+    lease_ended(&mut con, "short");
+    // The hash outlives its last lease for the waiter in line (its TTL is the line's).
+    assert!(pttl(&server, "S") > 1_000, "the hash lives on for the line");
     assert_eq!(extend(&mut con, "short", 1_000).unwrap(), 0, "gone");
     assert_eq!(acquire(&mut con, "next", 1, 1, 10_000, 2_000).unwrap().0, 1);
-    let stale: Option<String> = redis::cmd("HGET")
-        .arg(KEYS[1])
-        .arg("short")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(stale, None, "the gone holder's count was dropped");
+    assert_eq!(
+        holders(&mut con),
+        ["next"],
+        "the ended holder was reclaimed"
+    );
+    assert_eq!(used(&mut con), Some(1));
+    let ttl = pttl(&server, "S");
+    assert!(
+        ttl > 9_000 && ttl <= 10_000,
+        "the latest lease's TTL: {ttl}"
+    );
 }
 
 #[test]
@@ -336,7 +383,7 @@ fn resize_changes_n_on_purpose_and_wakes_the_line() {
         0,
         "idle: nothing to replace, nothing kept"
     );
-    let exists: i64 = redis::cmd("EXISTS").arg(KEYS[1]).query(&mut con).unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg("S").query(&mut con).unwrap();
     assert_eq!(exists, 0);
     let mut wakes = subscribed(&server, CHANNEL);
     assert_eq!(acquire(&mut con, "a", 1, 1, 10_000, 0).unwrap().0, 1);
@@ -358,11 +405,7 @@ fn resize_changes_n_on_purpose_and_wakes_the_line() {
 }
 
 fn used(con: &mut Connection) -> Option<i64> {
-    redis::cmd("HGET")
-        .arg(KEYS[1])
-        .arg("used")
-        .query(con)
-        .unwrap()
+    redis::cmd("HGET").arg("S").arg("used").query(con).unwrap()
 }
 
 #[test]
@@ -373,7 +416,7 @@ fn used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike() {
     assert_eq!(acquire(&mut con, "a", 2, 4, 10_000, 0).unwrap().0, 1);
     assert_eq!(acquire(&mut con, "b", 1, 4, 10_000, 0).unwrap().0, 1);
     assert_eq!(used(&mut con), Some(3));
-    assert!(pttl(&server, "S") > 9_000 && pttl(&server, KEYS[1]) > 9_000);
+    assert!(pttl(&server, "S") > 9_000);
     assert_eq!(release(&mut con, "a").unwrap(), 1);
     assert_eq!(used(&mut con), Some(1));
     assert_eq!(release(&mut con, "a").unwrap(), 0, "a second release: gone");
@@ -391,7 +434,7 @@ fn used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike() {
         assert_eq!(release(&mut con, owner).unwrap(), 1);
     }
     assert_eq!(acquire(&mut con, "short", 4, 4, 30, 0).unwrap().0, 1);
-    // A waiter keeps the hash alive past the holders key's TTL.
+    // A waiter keeps the hash alive past its holders' leases.
     assert_eq!(acquire(&mut con, "e", 4, 4, 10_000, 2_000).unwrap().0, 0);
     lease_ended(&mut con, "short");
     assert_eq!(used(&mut con), Some(4), "counted until reclaimed");
@@ -400,68 +443,61 @@ fn used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike() {
     // The last holder gone, nothing but the counter is left.
     assert_eq!(release(&mut con, "e").unwrap(), 1);
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
-    assert_eq!(keys, [KEYS[2]]);
+    assert_eq!(keys, [FENCE]);
 }
 
 #[test]
-fn fast_grants_raise_both_ttls_never_lower_them_and_leave_no_key_without_one() {
+fn fast_grants_raise_the_ttl_never_lower_it_and_leave_no_key_without_one() {
     let server = server();
     let mut con = raw(&server);
-    // A new semaphore: both keys get the lease.
+    // A new semaphore: the hash gets the lease.
     assert_eq!(acquire(&mut con, "long", 1, 4, 60_000, 0).unwrap().0, 1);
-    assert!(pttl(&server, "S") > 59_000 && pttl(&server, KEYS[1]) > 59_000);
-    // A shorter lease on the fast path leaves the longer TTLs alone.
+    assert!(pttl(&server, "S") > 59_000);
+    // A shorter lease on the fast path leaves the longer TTL alone.
     assert_eq!(acquire(&mut con, "short", 1, 4, 5_000, 0).unwrap().0, 1);
-    assert!(pttl(&server, "S") > 59_000 && pttl(&server, KEYS[1]) > 59_000);
-    // A longer one raises both.
+    assert!(pttl(&server, "S") > 59_000);
+    // A longer one raises it.
     assert_eq!(acquire(&mut con, "longer", 1, 4, 120_000, 0).unwrap().0, 1);
-    assert!(pttl(&server, "S") > 119_000 && pttl(&server, KEYS[1]) > 119_000);
+    assert!(pttl(&server, "S") > 119_000);
     assert_eq!(used(&mut con), Some(3));
-    // A holders key deleted by hand while the hash lives: the fast grant makes the key
-    // again, and gives it a TTL (a raise alone would leave a key without one).
-    let _: i64 = redis::cmd("DEL").arg("S").query(&mut con).unwrap();
+    // A hash whose TTL was taken away by hand: the fast grant gives it one (a raise alone
+    // would leave it without).
+    let _: i64 = redis::cmd("PERSIST").arg("S").query(&mut con).unwrap();
     assert_eq!(acquire(&mut con, "again", 1, 4, 10_000, 0).unwrap().0, 1);
     let ttl = pttl(&server, "S");
-    assert!(
-        ttl > 9_000 && ttl <= 10_000,
-        "the remade holders key's TTL: {ttl}"
-    );
-    assert!(
-        pttl(&server, KEYS[1]) > 119_000,
-        "the hash's TTL is never lowered"
-    );
+    assert!(ttl > 9_000 && ttl <= 10_000, "the hash's TTL: {ttl}");
+    // An extension raises it too, and a shorter one never lowers it.
+    assert_eq!(extend(&mut con, "again", 30_000).unwrap(), 1);
+    assert!(pttl(&server, "S") > 29_000);
+    assert_eq!(extend(&mut con, "again", 1_000).unwrap(), 1);
+    assert!(pttl(&server, "S") > 28_000, "never lowered");
+    let (ends, count) = holder(&mut con, "again").unwrap();
+    let left = ends - server_ms(&mut con);
+    assert!((0..=1_000).contains(&left), "its own lease: {left}");
+    assert_eq!(count, 1);
 }
 
 #[test]
-fn a_fast_release_of_the_last_holder_deletes_both_keys_and_of_another_only_its_own() {
+fn a_fast_release_of_the_last_holder_deletes_the_hash_and_of_another_only_its_own() {
     let server = server();
     let mut con = raw(&server);
     assert_eq!(acquire(&mut con, "a", 2, 4, 10_000, 0).unwrap().0, 1);
     assert_eq!(acquire(&mut con, "b", 1, 4, 10_000, 0).unwrap().0, 1);
-    // Not the last: its entry, its count and its permits go; the rest stays.
+    // Not the last: its field and its permits go; the rest stays.
     assert_eq!(release(&mut con, "a").unwrap(), 1);
     assert_eq!(used(&mut con), Some(1));
-    let counted: Option<i64> = redis::cmd("HGET")
-        .arg(KEYS[1])
-        .arg("a")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(counted, None);
-    let holders: Vec<String> = redis::cmd("ZRANGE")
-        .arg("S")
-        .arg(0)
-        .arg(-1)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(holders, ["b"]);
-    // The last: both keys at once, the counter stays.
+    assert_eq!(holders(&mut con), ["b"]);
+    // The last: the hash goes, the counter stays.
     assert_eq!(release(&mut con, "b").unwrap(), 1);
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
-    assert_eq!(keys, [KEYS[2]]);
-    // A release after the lease ended says so, and takes the expired entry away.
+    assert_eq!(keys, [FENCE]);
+    // A release after the lease ended says so, and takes the ended holder away.
     assert_eq!(acquire(&mut con, "c", 1, 4, 30, 0).unwrap().0, 1);
+    assert_eq!(acquire(&mut con, "d", 1, 4, 10_000, 0).unwrap().0, 1);
     lease_ended(&mut con, "c");
     assert_eq!(release(&mut con, "c").unwrap(), 0, "its lease ended");
+    assert_eq!(holders(&mut con), ["d"]);
+    assert_eq!(used(&mut con), Some(1));
 }
 
 #[test]
@@ -471,7 +507,7 @@ fn the_slow_path_alone_gives_the_same_replies() {
     grants_count_permits_and_refusals_say_how_long();
     waiters_are_served_in_line_and_woken_by_a_release();
     used_counts_every_holder_on_the_fast_path_and_the_slow_one_alike();
-    a_fast_release_of_the_last_holder_deletes_both_keys_and_of_another_only_its_own();
+    a_fast_release_of_the_last_holder_deletes_the_hash_and_of_another_only_its_own();
 }
 
 #[test]
@@ -489,23 +525,23 @@ fn a_token_is_the_server_clock_or_one_past_a_counter_ahead_of_it_on_either_path(
             first >= before,
             "seeded from the clock: {first} >= {before}"
         );
-        let counter: i64 = redis::cmd("GET").arg(KEYS[2]).query(&mut con).unwrap();
+        let counter: i64 = redis::cmd("GET").arg(FENCE).query(&mut con).unwrap();
         assert_eq!(counter, first, "the counter holds the token");
         // Ahead of the clock (more than one grant per µs): one more.
         let ahead = server_micros(&mut con) + 10_000_000;
         redis::cmd("SET")
-            .arg(KEYS[2])
+            .arg(FENCE)
             .arg(ahead)
             .exec(&mut con)
             .unwrap();
         let (granted, second) = acquire(&mut con, "b", 1, 3, 10_000, 0).unwrap();
         assert_eq!((granted, second), (1, ahead + 1), "slow path alone: {slow}");
-        let counter: i64 = redis::cmd("GET").arg(KEYS[2]).query(&mut con).unwrap();
+        let counter: i64 = redis::cmd("GET").arg(FENCE).query(&mut con).unwrap();
         assert_eq!(counter, ahead + 1);
-        let holders: i64 = redis::cmd("ZCARD").arg(KEYS[0]).query(&mut con).unwrap();
         assert_eq!(
-            holders, 2,
-            "one entry per grant, none left by a fast path undone"
+            holders(&mut con),
+            ["a", "b"],
+            "one field per grant, none left by a fast path undone"
         );
     }
     SLOW_ONLY.store(false, std::sync::atomic::Ordering::SeqCst);

@@ -1301,8 +1301,7 @@ async fn watch_ttl(
         }
     }
     // Every key of the lock that must expire: the lock key, its line of waiters (queue,
-    // places, tickets, handover) and a semaphore's hash of permits; the fencing counter
-    // alone never expires, on purpose.
+    // places, tickets, handover); the fencing counter alone never expires, on purpose.
     let keys: Vec<String> = names
         .iter()
         .flat_map(|name| match endpoint.settings().keys(name) {
@@ -1312,7 +1311,6 @@ async fn watch_ttl(
                 keys.places().to_string(),
                 keys.tickets().to_string(),
                 keys.handover().to_string(),
-                keys.companion("permits"),
             ],
             Err(_) => vec![name.clone()],
         })
@@ -1426,11 +1424,16 @@ async fn permits_left(endpoint: &Endpoint, lock: &str, scenario: &Scenario) -> R
 }
 
 /// `server-clock-jump` on the lock key: a semaphore's holders all made past their lease end
-/// (score 0), any other key's TTL cut to 1 ms.
+/// (each holder's field `<lease end> <permits>` given lease end 0), any other key's TTL cut
+/// to 1 ms.
 const CLOCK_JUMP_LUA: &str = r#"
-if redis.call('TYPE', KEYS[1]).ok == 'zset' then
-  for _, owner in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    redis.call('ZADD', KEYS[1], 'XX', 0, owner)
+if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HEXISTS', KEYS[1], 'limit') == 1 then
+  local fields = redis.call('HGETALL', KEYS[1])
+  for i = 1, #fields, 2 do
+    local count = string.match(fields[i + 1], '^%d+ (%d+)$')
+    if count then
+      redis.call('HSET', KEYS[1], fields[i], '0 ' .. count)
+    end
   end
 else
   redis.call('PEXPIRE', KEYS[1], 1, 'XX')

@@ -3,20 +3,20 @@
 -- died without releasing, or hung: `redis-locks break NAME`.
 --
 -- KEYS[1]  the lock key: a string (a Mutex, a FairMutex, a Redlock's node), a hash of holds
---          (an RwLock, a ReentrantMutex), a sorted set of holders (a Semaphore), or absent.
+--          (an RwLock, a ReentrantMutex), a semaphore's hash (with 'limit': see
+--          semaphore/permits.lua), or absent.
 -- KEYS[2]  the fencing counter.
 -- KEYS[3]  the broken mark: a set of the owner tokens this script took the lock from.
--- KEYS[4]  a semaphore's permits hash (see semaphore/permits.lua).
 -- ARGV[1]  the wake channel.
 --
 -- In this order, so that an error leaves everything as it was:
 --   1. the fencing counter goes past every token handed out: max(counter + 1, the server clock
 --      in µs), as a grant's next_token would; a holder that was not dead after all then has
 --      its fenced writes refused once the next holder writes;
---   2. every holder's owner token (for a hash, each hold's id; for a sorted set, each member)
---      joins the broken mark, which lives 60 s longer than the lock key would have (so every
+--   2. every holder's owner token (for a hash of holds, each hold's id; for a semaphore, each
+--      holder's field) joins the broken mark, which lives 60 s longer than the lock key would have (so every
 --      holder's next renewal, due before its lease ends, finds it and says it was broken);
---   3. the lock key goes (a semaphore's permits hash counts no holder any more);
+--   3. the lock key goes (with a semaphore's holders and count);
 --   4. every waiter is woken ('*' on the wake channel).
 --
 -- Replies:
@@ -28,7 +28,7 @@
 --                             (0 when absent).
 -- Errors (nothing written):
 --   WRONGTYPE <key> ...  the lock key is another Redis type, or a hash that is no lock of
---                        holds; the counter is not an integer.
+--                        holds nor a semaphore; the counter is not an integer.
 
 local kind = redis.call('TYPE', KEYS[1]).ok
 local holders, marks = {}, {}
@@ -42,6 +42,17 @@ elseif kind == 'string' then
   local holder = holder_of(KEYS[1])
   holders[1], marks[1] = holder, holder
   kind = 'mutex'
+elseif kind == 'hash' and redis.call('HGET', KEYS[1], 'limit') then
+  -- A semaphore: every field but its N, its count and its waiters' mark is a holder.
+  local fields = redis.call('HGETALL', KEYS[1])
+  for i = 1, #fields, 2 do
+    local field = fields[i]
+    if field ~= 'limit' and field ~= 'used' and field ~= 'waiting' then
+      marks[#marks + 1] = field
+    end
+  end
+  holders = marks
+  kind = 'semaphore'
 elseif kind == 'hash' then
   -- A ReentrantMutex's hash has kind 'reentrant'; an RwLock's has none (or 'rwlock', from
   -- an earlier version), and then every field must be an RwLock's (see holds.lua).
@@ -64,14 +75,6 @@ elseif kind == 'hash' then
   if not ours or (not named and #marks == 0) then
     return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a hash that is not a lock')
   end
-elseif kind == 'zset' then
-  local permits = redis.call('TYPE', KEYS[4]).ok
-  if permits ~= 'none' and permits ~= 'hash' then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[4] .. ' holds a ' .. permits)
-  end
-  marks = redis.call('ZRANGE', KEYS[1], 0, -1)
-  holders = marks
-  kind = 'semaphore'
 else
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
 end
@@ -87,12 +90,6 @@ if #marks > 0 then
   redis.call('PEXPIRE', KEYS[3], math.max(left + 60000, mark_left))
 end
 redis.call('DEL', KEYS[1])
-if kind == 'semaphore' and redis.call('EXISTS', KEYS[4]) == 1 then
-  for _, owner in ipairs(marks) do
-    redis.call('HDEL', KEYS[4], owner)
-  end
-  redis.call('HSET', KEYS[4], 'used', 0)
-end
 wake_all(ARGV[1])
 local reply = {kind, token}
 for _, holder in ipairs(holders) do

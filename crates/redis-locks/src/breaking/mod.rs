@@ -63,13 +63,12 @@ impl Client {
     pub async fn break_lock(&self, name: &str) -> Result<BrokenLock> {
         let keys = self.keys(name)?;
         let mark = keys.companion(BROKEN_MARK);
-        let permits = keys.companion("permits");
         let reply: Vec<Value> = self
             .node()
             .run_script(
                 Phase::Break,
                 &BREAK,
-                &[keys.lock(), keys.fence(), &mark, &permits],
+                &[keys.lock(), keys.fence(), &mark],
                 &[keys.wake_channel()],
             )
             .await?;

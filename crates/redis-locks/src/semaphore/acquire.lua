@@ -1,12 +1,12 @@
 -- acquire.lua: take permits of a semaphore, first come, first served (after the preludes
 -- fence.lua: server_micros, next_token; lock.lua: wake, wrong_kind; queue.lua; permits.lua).
 --
--- KEYS[1]  the holders: sorted set, owner token -> lease end (server ms). See permits.lua.
--- KEYS[2]  the permits hash: 'limit' -> N, owner token -> permits held.
--- KEYS[3]  the fencing counter.
--- KEYS[4]  the queue (sorted set of waiter owner tokens by ticket).
--- KEYS[5]  the places (sorted set of waiter owner tokens by place-lease end, server ms).
--- KEYS[6]  the ticket counter.
+-- KEYS[1]  the semaphore: a hash of N, the permits used and every holder with its lease end
+--          (server ms) and permits. See permits.lua.
+-- KEYS[2]  the fencing counter.
+-- KEYS[3]  the queue (sorted set of waiter owner tokens by ticket).
+-- KEYS[4]  the places (sorted set of waiter owner tokens by place-lease end, server ms).
+-- KEYS[5]  the ticket counter.
 -- ARGV[1]  the owner token (32 lowercase hex characters, '@' and its client's wake-up
 --          address: see wake in lock.lua); it names this acquisition's permits.
 -- ARGV[2]  how many permits (an integer, 1 <= ARGV[2] <= ARGV[3]).
@@ -32,60 +32,61 @@
 --               had one), leased until now + ARGV[5].
 -- Errors (nothing written):
 --   PERMITS <n>  the semaphore is in use with n permits, not ARGV[3].
---   WRONGTYPE <key> ...  a key holds another Redis type (a Mutex of the same name, say), or
---                        the fencing counter is not an integer.
---   others       as the server raised them (NOPERM, OOM, READONLY).
+--   WRONGTYPE <key> ...  a key holds another Redis type (a Mutex of the same name, say) or
+--                        a hash that is no semaphore's (an RwLock's), or the fencing counter
+--                        is not an integer.
+--   NOPERM ...   the user may not run PEXPIRE (asked before anything is written).
+--   others       as the server raised them (OOM, READONLY).
 
 local owner, wanted, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease, place_lease, channel = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local kinds = {'zset', 'hash', 'string', 'zset', 'zset', 'string'}
-for i = 1, 6 do
-  local wrong = wrong_kind(KEYS[i], kinds[i], 'a semaphore')
-  if wrong then
-    return wrong
-  end
+local wrong = wrong_kind(KEYS[2], 'string', 'a semaphore')
+if wrong then
+  return wrong
 end
-local counter = redis.call('GET', KEYS[3])
+local counter = redis.call('GET', KEYS[2])
 if counter and not (string.match(counter, '^%-?%d+$') and string.len(counter) <= 19) then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' is not a fencing counter: not an integer')
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a fencing counter: not an integer')
 end
 
 local micros = server_micros()
 local now = math.floor(micros / 1000)
-local stored = permits_limit(KEYS[2])
-if stored and stored ~= limit then
-  return redis.error_reply('PERMITS ' .. stored)
+local state
+state, wrong = permits_open(KEYS[1], KEYS[3], KEYS[4], KEYS[5], now, limit)
+if not state then
+  return wrong
 end
+local used = state.used
 
-local used = permits_reclaim(KEYS[1], KEYS[2], now)
-queue_purge(KEYS[4], KEYS[5], now)
-
-local function grant(count, counted)
-  local token, err = next_token(KEYS[3], micros)
+local function grant(count)
+  local token, err = next_token(KEYS[2], micros)
   if not token then
     return err
   end
-  redis.call('ZADD', KEYS[1], now + lease, owner)
-  redis.call('HSET', KEYS[2], owner, count, 'limit', limit, 'used', counted)
+  state.holders[owner] = {deadline = now + lease, count = count}
+  permits_write(KEYS[1], state, owner, string.format('%d %d', now + lease, count), 'limit',
+    limit)
   return {1, token}
 end
 
-if redis.call('ZSCORE', KEYS[1], owner) then
+local held = state.holders[owner]
+if held then
   -- A re-grant keeps the permits the owner holds, whatever ARGV[2] says now.
-  local reply = grant(tonumber(redis.call('HGET', KEYS[2], owner)) or wanted, used)
-  permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
+  local reply = grant(held.count)
+  permits_keep(KEYS[1], KEYS[3], state, now)
   return reply
 end
 
-local head = queue_head(KEYS[4])
+local head = queue_head(KEYS[3])
 if (head == nil or head == owner) and used + wanted <= limit then
-  local reply = grant(wanted, used + wanted)
+  state.used = used + wanted
+  local reply = grant(wanted)
   if reply[1] ~= 1 then
     return reply
   end
-  queue_leave(KEYS[4], KEYS[5], KEYS[6], owner)
-  permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
-  local next = queue_head(KEYS[4])
+  queue_leave(KEYS[3], KEYS[4], KEYS[5], owner)
+  permits_keep(KEYS[1], KEYS[3], state, now)
+  local next = queue_head(KEYS[3])
   if next and used + wanted < limit then
     -- Permits are left: the next in line may take them now.
     wake(channel, next)
@@ -94,13 +95,13 @@ if (head == nil or head == owner) and used + wanted <= limit then
 end
 
 if place_lease > 0 then
-  queue_join(KEYS[4], KEYS[5], KEYS[6], owner, now, place_lease)
-  redis.call('HSET', KEYS[2], 'limit', limit, 'used', used)
-  permits_keep(KEYS[1], KEYS[2], KEYS[4], now)
+  queue_join(KEYS[3], KEYS[4], KEYS[5], owner, now, place_lease)
+  permits_write(KEYS[1], state, 'limit', limit)
+  permits_keep(KEYS[1], KEYS[3], state, now)
 end
 if head and head ~= owner and used < limit then
   -- Permits are free, but the first waiter has not taken them: prod it.
   wake(channel, head)
   return {0, -2}
 end
-return {0, permits_first_lease(KEYS[1], now)}
+return {0, permits_first_lease(state, now)}

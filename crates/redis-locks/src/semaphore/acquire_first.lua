@@ -1,59 +1,71 @@
 -- acquire_first.lua: the common case of acquire.lua, put before the preludes so that it
 -- costs no more than it must (every call to the server from a script costs about half a
--- microsecond, so it makes as few as it can): nobody waits in line, N matches, and the
--- permits the hash counts as used ('used', never less than the truth: see permits.lua)
--- leave room for ARGV[2] more. KEYS and ARGV as acquire.lua.
+-- microsecond, so it makes as few as it can): nobody waits in line (no 'waiting' mark), N
+-- matches, the caller holds nothing yet, and the permits the hash counts as used ('used',
+-- never less than the truth: see permits.lua) leave room for ARGV[2] more. KEYS and ARGV as
+-- acquire.lua.
 --
 -- Replies:
 --   {1, token}  granted, as acquire.lua's: the fencing token is next_token's (max(counter + 1,
 --               the server clock in µs)), the holder's lease ends at now + ARGV[4], and the
---               holders key and the hash last at least that long.
+--               hash lasts at least that long.
 -- Falls through to acquire.lua, having written nothing (or undone what it wrote), for every
 -- other case: a line, a mismatched N, too few permits counted free, the owner holding already
--- (a re-grant), a key of another type, a counter that is not an integer.
+-- (a re-grant), a key of another type, a counter that is not an integer, an expiry the user
+-- may not set (acquire.lua then says so before it writes: no key is left without a TTL).
 
 do
-  local state = redis.pcall('HMGET', KEYS[2], 'limit', 'used')
-  if not state.err then
-    local limit, used = tonumber(state[1]), tonumber(state[2])
+  local state = redis.pcall('HMGET', KEYS[1], 'limit', 'used', 'waiting', ARGV[1])
+  if not state.err and not state[3] and not state[4] then
     local wanted, asked = tonumber(ARGV[2]), tonumber(ARGV[3])
-    -- Without the hash, a new semaphore: no holder and no waiter may be there either (the
-    -- hash outlives both). With it, the same N and room in its count, and nobody in line.
-    local fresh = limit == nil and used == nil
+    local used = tonumber(state[2])
+    -- Without 'limit', a new semaphore if the key is absent (a line of waiters never lives
+    -- without the hash); with it, the same N and room in the count.
+    local fresh = not state[1]
     local fits
     if fresh then
-      fits = wanted <= asked and redis.call('EXISTS', KEYS[1], KEYS[4]) == 0
+      fits = wanted <= asked and redis.call('EXISTS', KEYS[1]) == 0
     else
-      fits = limit == asked and used ~= nil and used + wanted <= asked and
-        redis.call('EXISTS', KEYS[4]) == 0
+      fits = state[1] == ARGV[3] and used ~= nil and used + wanted <= asked
     end
     if fits then
       local clock = redis.call('TIME')
-      local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-      local lease = tonumber(ARGV[4])
-      -- The first write; an owner that holds already (a re-grant) and a holders key of
-      -- another type fall through.
-      if redis.pcall('ZADD', KEYS[1], 'NX', math.floor(micros / 1000) + lease, ARGV[1]) == 1 then
-        local token = redis.pcall('INCR', KEYS[3])
-        if type(token) == 'number' then
-          if micros > token then
-            token = micros
-            redis.call('SET', KEYS[3], token)
+      local text = clock[1] .. string.sub('00000' .. clock[2], -6)
+      local micros = tonumber(text)
+      local token = redis.pcall('INCR', KEYS[2])
+      if type(token) == 'number' then
+        if micros > token then
+          token = micros
+          redis.call('SET', KEYS[2], text)
+        end
+        -- The deadline as text made once: a number sent to the server is printed with
+        -- %.17g on every call.
+        local deadline = string.format('%d', math.floor(micros / 1000) + tonumber(ARGV[4]))
+        local holder = deadline .. ' ' .. ARGV[2]
+        -- The hash lasts at least as long as the new lease: set on a new hash, raised on
+        -- another, never lowered (GT leaves a key without expiry alone, so such a key, never
+        -- left by these scripts, gets one here too).
+        local set
+        if fresh then
+          redis.call('HSET', KEYS[1], ARGV[1], holder, 'used', ARGV[2], 'limit', ARGV[3])
+          set = redis.pcall('PEXPIRE', KEYS[1], ARGV[4])
+        else
+          redis.call('HSET', KEYS[1], ARGV[1], holder, 'used', used + wanted)
+          set = redis.pcall('PEXPIRE', KEYS[1], ARGV[4], 'GT')
+          if set == 0 and redis.call('PTTL', KEYS[1]) == -1 then
+            set = redis.pcall('PEXPIRE', KEYS[1], ARGV[4])
           end
-          redis.call('HSET', KEYS[2], ARGV[1], wanted, 'limit', asked, 'used', (used or 0) + wanted)
-          -- Both keys last at least as long as the new lease: set on new keys, raised on
-          -- others (GT leaves a key without expiry alone, so such a key, never left by these
-          -- scripts, gets one here too).
-          for key = 1, 2 do
-            if fresh or (redis.call('PEXPIRE', KEYS[key], lease, 'GT') == 0 and
-                redis.call('PTTL', KEYS[key]) == -1) then
-              redis.call('PEXPIRE', KEYS[key], lease)
-            end
-          end
+        end
+        if type(set) == 'number' then
           return {1, token}
         end
-        -- A counter of another type, or not an integer: undone, and acquire.lua says so.
-        redis.call('ZREM', KEYS[1], ARGV[1])
+        -- Refused: undone, and acquire.lua says why before it writes anything.
+        if fresh then
+          redis.call('DEL', KEYS[1])
+        else
+          redis.call('HDEL', KEYS[1], ARGV[1])
+          redis.call('HSET', KEYS[1], 'used', state[2])
+        end
       end
     end
   end

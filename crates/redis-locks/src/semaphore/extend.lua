@@ -1,29 +1,35 @@
--- extend.lua: renew the lease of a semaphore's permits, owner-checked (after the preludes
--- lock.lua and permits.lua).
+-- extend.lua: renew the lease of a semaphore's permits, owner-checked (after the prelude
+-- lock.lua: server_ms, wrong_kind, refusal).
 --
--- KEYS[1]  the holders (see permits.lua).
--- KEYS[2]  the permits hash.
--- KEYS[3]  the queue (its TTL bounds the permits hash's).
+-- KEYS[1]  the semaphore's hash (see permits.lua).
 -- ARGV[1]  the owner token.
 -- ARGV[2]  the new lease in ms, from now (a positive integer).
 --
 -- Replies:
---   1  extended: ARGV[1]'s permits are its until now + ARGV[2] (server clock).
+--   1  extended: ARGV[1]'s permits are its until now + ARGV[2] (server clock), and the hash
+--      lasts at least that long (raised, never lowered: other holders' leases may be longer).
 --   0  ARGV[1] holds no permits: its lease ended (the permits came back), or it released.
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  a key holds another Redis type.
+--   WRONGTYPE <key> ...  KEYS[1] holds another Redis type.
+--   NOPERM ...           the user may not run PEXPIRE.
 
 local owner, lease = ARGV[1], tonumber(ARGV[2])
-local wrong = wrong_kind(KEYS[1], 'zset', 'a semaphore') or
-  wrong_kind(KEYS[2], 'hash', 'a semaphore')
-if wrong then
-  return wrong
+local held = redis.pcall('HGET', KEYS[1], owner)
+if type(held) == 'table' then
+  return wrong_kind(KEYS[1], 'hash', 'a semaphore')
 end
 local now = server_ms()
-local ends = tonumber(redis.call('ZSCORE', KEYS[1], owner))
-if not ends or ends <= now then
+local deadline, count = string.match(held or '', '^(%d+) (%d+)$')
+if not deadline or tonumber(deadline) <= now then
   return 0
 end
-redis.call('ZADD', KEYS[1], 'XX', now + lease, owner)
-permits_keep(KEYS[1], KEYS[2], KEYS[3], now)
+-- The TTL first, so that an expiry the user may not set leaves everything as it was.
+local set = redis.pcall('PEXPIRE', KEYS[1], ARGV[2], 'GT')
+if type(set) == 'table' then
+  return refusal(set.err, 'pexpire')
+end
+if set == 0 and redis.call('PTTL', KEYS[1]) == -1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+redis.call('HSET', KEYS[1], owner, string.format('%d %s', now + lease, count))
 return 1

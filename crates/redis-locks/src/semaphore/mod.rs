@@ -1,9 +1,9 @@
 //! `Semaphore`: at most N holders at once, each permit leased and fenced by the server.
 //!
-//! Its keys (`permits.lua` says what each holds): the semaphore's name is a sorted set of
-//! holders by the server time their lease ends, a companion hash keeps N and how many
-//! permits each holder has, the fencing counter gives every grant a token of its own, and the
-//! line of waiters is the one every queued primitive uses. Expired permits are reclaimed
+//! Its keys (`permits.lua` says what each holds): the semaphore's name is a hash of N, the
+//! permits in use and every holder with the server time its lease ends and the permits it
+//! has, the fencing counter gives every grant a token of its own, and the line of waiters is
+//! the one every queued primitive uses. Expired permits are reclaimed
 //! inside the scripts, by the server's clock only: a crashed holder's permits come back when
 //! its lease ends — never before, never for ever — and no client clock takes part.
 //!
@@ -65,7 +65,7 @@ inventory::submit!(Registered(|| &RELEASE));
 
 /// Renew a holder's lease: `1` or `0`.
 pub(crate) static EXTEND: LazyLock<LockScript> =
-    LazyLock::new(|| LockScript::new(&[LOCK_LUA, PERMITS_LUA, include_str!("extend.lua")]));
+    LazyLock::new(|| LockScript::new(&[LOCK_LUA, include_str!("extend.lua")]));
 inventory::submit!(Registered(|| &EXTEND));
 
 /// Read N, the counter, the line and the holders.
@@ -91,14 +91,12 @@ pub const MAX_PERMITS: u32 = 1_000_000_000;
 struct SemaphoreHold {
     node: Node,
     keys: Arc<LockKeys>,
-    /// The permits hash (see `permits.lua`).
-    permits: String,
 }
 
 impl SemaphoreHold {
     /// The keys and args of an extension by `owner` to `lease`.
-    fn extend_request(&self, lease: Duration) -> Result<([&str; 3], String)> {
-        let keys = [self.keys.lock(), &self.permits, self.keys.queue()];
+    fn extend_request(&self, lease: Duration) -> Result<([&str; 1], String)> {
+        let keys = [self.keys.lock()];
         Ok((keys, lease_millis(lease)?.to_string()))
     }
 }
@@ -126,13 +124,12 @@ impl Hold for SemaphoreHold {
             let tombstone = tombstone(&self.node, &self.keys, id);
             let all = [
                 self.keys.lock(),
-                &self.permits,
                 self.keys.queue(),
                 self.keys.places(),
                 self.keys.tickets(),
                 tombstone.as_deref().unwrap_or_default(),
             ];
-            let keys = &all[..if tombstone.is_some() { 6 } else { 5 }];
+            let keys = &all[..if tombstone.is_some() { 5 } else { 4 }];
             let args = [id, self.keys.wake_channel()];
             let reply = self
                 .node
@@ -284,7 +281,6 @@ impl Semaphore {
         Ok(Semaphore {
             hold: Arc::new(SemaphoreHold {
                 node: client.node().clone(),
-                permits: keys.companion("permits"),
                 keys: keys.clone(),
             }),
             lease_ms: lease_millis(options.get_lease())?.to_string().into(),
@@ -404,12 +400,7 @@ impl Semaphore {
     /// # Errors
     /// [`Error::WrongType`] when a key holds something else; [`Error::Connection`].
     pub async fn state(&self) -> Result<SemaphoreState> {
-        let keys = [
-            self.keys.lock(),
-            &self.hold.permits,
-            self.keys.fence(),
-            self.keys.places(),
-        ];
+        let keys = [self.keys.lock(), self.keys.fence(), self.keys.places()];
         let reply: Vec<redis::Value> = self
             .client
             .node()
@@ -431,9 +422,9 @@ impl Semaphore {
         check_permits(self.name(), permits, "permits")?;
         let keys = [
             self.keys.lock(),
-            &self.hold.permits,
             self.keys.queue(),
             self.keys.places(),
+            self.keys.tickets(),
         ];
         let limit = permits.to_string();
         let before: u32 = self
@@ -561,7 +552,6 @@ impl Asker for Asking<'_> {
         let keys = &semaphore.keys;
         let key_list = [
             keys.lock(),
-            &semaphore.hold.permits,
             keys.fence(),
             keys.queue(),
             keys.places(),

@@ -1,86 +1,165 @@
 -- permits.lua: the prelude of the semaphore's scripts (after lock.lua and queue.lua). It
 -- defines functions and runs nothing by itself.
 --
--- A semaphore `K` with N permits keeps, all in K's slot:
---   holders  K itself: a sorted set of owner token -> the server time (ms) at which that
---            holder's lease ends. Its TTL is the latest of those (so it never outlives its
---            last holder, and never lives without a TTL).
---   permits  a hash: field 'limit' -> N, field 'used' -> the permits of every holder in the
---            holders key (those whose lease ended but who are not reclaimed yet too: never
---            less than the truth, so the fast paths, acquire_first.lua and release_first.lua,
---            may trust it), and owner token -> how many permits it holds. It lives as long as a
---            holder or a waiter does (then the next acquirer's N counts).
+-- A semaphore `K` with N permits is one hash, K itself, in K's slot beside its fencing
+-- counter and its line of waiters:
+--   'limit'   N.
+--   'used'    the permits of every holder in the hash (those whose lease ended but who are
+--             not reclaimed yet too: never less than the truth, so the fast paths,
+--             acquire_first.lua and release_first.lua, may trust it).
+--   'waiting' '1', written when a waiter joins the line, and taken away once the line is
+--             gone: without it nobody waits, so a release need not look at the queue.
+--   <owner>   one field per holder, named by its owner token: '<deadline> <permits>', the
+--             server time (ms) at which its lease ends and how many permits it holds.
+-- The hash's TTL is at least its latest holder's lease and at least the queue's TTL, so it
+-- never lives without one, and it lasts while a waiter may come back for the N it stores.
+-- It goes when nobody holds or waits (then the next acquirer's N counts).
 --   fence    the fencing counter (fence.lua): every grant takes the next token.
 --   queue, places, tickets: the line of waiters (queue.lua), first come, first served.
 --
--- permits_reclaim(holders, permits, now)
---   Removes every holder whose lease ended by now (server ms), and the count of every
---   holder that is gone: its permits come back. This is the only place permits come back
---   without a release. Afterwards the hash counts exactly the live holders, and 'used' is
---   their sum (written when the hash exists). Returns that sum.
+-- permits_may_expire(key)
+--   nil when the user may set the hash's expiry, else the NOPERM reply (refusal in lock.lua).
+--   A slow path asks before it writes anything, so that its expiry, set last, is never
+--   refused after a write (no key is left without a TTL). It changes nothing: 'PEXPIRE key
+--   1 GT' only ever raises a TTL shorter than 1 ms.
 --
--- permits_limit(permits)
---   The stored N, or nil when nobody holds or waits.
+-- permits_read(key, now)
+--   Reads the hash, writing nothing: {limit, used (the live holders' permits), recorded (the
+--   stored 'used'), marked ('waiting' is there), holders (owner -> {deadline, count}, live
+--   ones only), ended (the owners whose lease ended by now), exists}. Or nil and a WRONGTYPE
+--   error reply when the key is not a semaphore's (another type, or a hash without 'limit').
 --
--- permits_keep(holders, permits, queue, now)
---   Sets the TTLs after a write: holders to its latest lease, permits to the longer of that
---   and the queue's TTL; deletes the permits hash when nobody holds or waits any more.
+-- permits_open(key, queue, places, tickets, now, limit)
+--   The start of every slow path, in this order so that a refusal writes nothing: asks that
+--   the hash's expiry may be set (permits_may_expire), checks the line's key types, reads the
+--   hash (permits_read) and, with limit given, refuses another stored N ('PERMITS <n>');
+--   then reclaims the ended holders (permits_reclaim) and purges lapsed places from the line.
+--   Returns the state, or nil and the error reply.
 --
--- permits_first_lease(holders, now)
+-- permits_reclaim(key, state)
+--   Removes the holders whose lease ended (their permits come back: the only place permits
+--   come back without a release) and writes 'used' as the live holders' permits.
+--
+-- permits_write(key, state, ...)
+--   HSETs the field/value pairs given and 'used' as state.used (the caller's count).
+--
+-- permits_keep(key, queue, state, now)
+--   Ends every slow-path write: sets the TTL to the longer of the latest live lease and the
+--   queue's TTL; writes the 'waiting' mark while the queue lives and takes it away when the
+--   queue is gone; deletes the hash when nobody holds or waits any more.
+--
+-- permits_first_lease(state, now)
 --   The ms until the earliest holder's lease ends (when a permit may come back at the
 --   latest), or -2 when nobody holds.
 
-local function permits_reclaim(holders, permits, now)
-  local ended = redis.call('ZRANGEBYSCORE', holders, '-inf', now)
-  for _, owner in ipairs(ended) do
-    redis.call('ZREM', holders, owner)
+local function permits_may_expire(key)
+  local probe = redis.pcall('PEXPIRE', key, 1, 'GT')
+  if type(probe) == 'table' and probe.err then
+    return refusal(probe.err, 'pexpire')
   end
-  -- The counts of holders that are gone: those just removed, and those of a holders key
-  -- that expired as a whole (its TTL is its latest lease) while the hash lived on for the
-  -- waiters.
-  local fields = redis.call('HGETALL', permits)
-  local used, recorded = 0, nil
+  return nil
+end
+
+local function permits_read(key, now)
+  local fields = redis.pcall('HGETALL', key)
+  if fields.err then
+    return nil, wrong_kind(key, 'hash', 'a semaphore')
+  end
+  local state = {limit = nil, used = 0, recorded = nil, marked = false, holders = {},
+    ended = {}, exists = #fields > 0}
   for i = 1, #fields, 2 do
-    local owner = fields[i]
-    if owner == 'used' then
-      recorded = tonumber(fields[i + 1])
-    elseif owner ~= 'limit' then
-      if redis.call('ZSCORE', holders, owner) then
-        used = used + tonumber(fields[i + 1])
+    local field, value = fields[i], fields[i + 1]
+    if field == 'limit' then
+      state.limit = tonumber(value)
+    elseif field == 'used' then
+      state.recorded = tonumber(value)
+    elseif field == 'waiting' then
+      state.marked = true
+    else
+      local deadline, count = string.match(value, '^(%d+) (%d+)$')
+      if not deadline then
+        return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a hash that is not a semaphore')
+      end
+      deadline, count = tonumber(deadline), tonumber(count)
+      if deadline > now then
+        state.holders[field] = {deadline = deadline, count = count}
+        state.used = state.used + count
       else
-        redis.call('HDEL', permits, owner)
+        state.ended[#state.ended + 1] = field
       end
     end
   end
-  if #fields > 0 and recorded ~= used then
-    redis.call('HSET', permits, 'used', used)
+  if state.exists and not state.limit then
+    return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a hash that is not a semaphore')
   end
-  return used
+  return state
 end
 
-local function permits_limit(permits)
-  return tonumber(redis.call('HGET', permits, 'limit'))
-end
-
-local function permits_keep(holders, permits, queue, now)
-  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
-  local held = 0
-  if last[2] then
-    held = math.max(tonumber(last[2]) - now, 1)
-    redis.call('PEXPIRE', holders, held)
+local function permits_reclaim(key, state)
+  if #state.ended > 0 then
+    redis.call('HDEL', key, unpack(state.ended))
+    state.ended = {}
   end
-  local keep = math.max(held, redis.call('PTTL', queue))
-  if keep > 0 then
-    redis.call('PEXPIRE', permits, keep)
-  else
-    redis.call('DEL', permits)
+  if state.exists and state.recorded ~= state.used then
+    redis.call('HSET', key, 'used', state.used)
+    state.recorded = state.used
   end
 end
 
-local function permits_first_lease(holders, now)
-  local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
-  if not first[2] then
+local function permits_open(key, queue, places, tickets, now, limit)
+  local wrong = permits_may_expire(key) or queue_wrong_type(queue, places, tickets)
+  if wrong then
+    return nil, wrong
+  end
+  local state
+  state, wrong = permits_read(key, now)
+  if not state then
+    return nil, wrong
+  end
+  if limit and state.limit and state.limit ~= limit then
+    return nil, redis.error_reply('PERMITS ' .. state.limit)
+  end
+  permits_reclaim(key, state)
+  queue_purge(queue, places, now)
+  return state
+end
+
+local function permits_write(key, state, ...)
+  redis.call('HSET', key, 'used', state.used, ...)
+  state.recorded, state.exists = state.used, true
+end
+
+local function permits_keep(key, queue, state, now)
+  local latest = 0
+  for _, held in pairs(state.holders) do
+    latest = math.max(latest, held.deadline)
+  end
+  local held = latest > now and latest - now or 0
+  local waits = redis.call('PTTL', queue)
+  if held == 0 and waits <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  if not state.exists then
+    return
+  end
+  if waits <= 0 and state.marked then
+    redis.call('HDEL', key, 'waiting')
+  elseif waits > 0 and not state.marked then
+    redis.call('HSET', key, 'waiting', '1')
+  end
+  redis.call('PEXPIRE', key, math.max(held, waits))
+end
+
+local function permits_first_lease(state, now)
+  local first = nil
+  for _, held in pairs(state.holders) do
+    if not first or held.deadline < first then
+      first = held.deadline
+    end
+  end
+  if not first then
     return -2
   end
-  return math.max(tonumber(first[2]) - now, 0)
+  return math.max(first - now, 0)
 end

@@ -2,12 +2,11 @@
 -- the first waiter if permits are free (after the preludes lock.lua, queue.lua and
 -- permits.lua).
 --
--- KEYS[1]  the holders (see permits.lua).
--- KEYS[2]  the permits hash.
--- KEYS[3]  the queue.
--- KEYS[4]  the places.
--- KEYS[5]  the ticket counter.
--- KEYS[6]  optional: ARGV[1]'s tombstone key, where the client may run a script twice (see
+-- KEYS[1]  the semaphore's hash (see permits.lua).
+-- KEYS[2]  the queue.
+-- KEYS[3]  the places.
+-- KEYS[4]  the ticket counter.
+-- KEYS[5]  optional: ARGV[1]'s tombstone key, where the client may run a script twice (see
 --          tombstone in lock.lua).
 -- ARGV[1]  the owner token of the holder, or of the waiter giving up.
 -- ARGV[2]  the wake channel.
@@ -19,35 +18,31 @@
 -- A second run of a release that gave 1 (a cluster client's retry) gives 1 again (see
 -- released_before in lock.lua). Permits have no "taken" state: never -1.
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  a key holds another Redis type.
+--   WRONGTYPE <key> ...  a key holds another Redis type, or a hash that is no semaphore's.
+--   NOPERM ...           the user may not run PEXPIRE (asked before anything is written).
 
 local owner, channel = ARGV[1], ARGV[2]
-local kinds = {'zset', 'hash', 'zset', 'zset', 'string'}
-for i = 1, 5 do
-  local wrong = wrong_kind(KEYS[i], kinds[i], 'a semaphore')
-  if wrong then
-    return wrong
-  end
-end
-
 local now = server_ms()
-local used = permits_reclaim(KEYS[1], KEYS[2], now)
-queue_purge(KEYS[3], KEYS[4], now)
-queue_leave(KEYS[3], KEYS[4], KEYS[5], owner)
+local state, wrong = permits_open(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now)
+if not state then
+  return wrong
+end
+queue_leave(KEYS[2], KEYS[3], KEYS[4], owner)
 local result = 0
-if redis.call('ZREM', KEYS[1], owner) == 1 then
-  used = used - (tonumber(redis.call('HGET', KEYS[2], owner)) or 0)
-  redis.call('HDEL', KEYS[2], owner)
-  redis.call('HSET', KEYS[2], 'used', used)
+local held = state.holders[owner]
+if held then
+  state.holders[owner] = nil
+  state.used = state.used - held.count
+  redis.call('HDEL', KEYS[1], owner)
+  permits_write(KEYS[1], state)
   remember_release(1)
   result = 1
 elseif released_before() then
   return 1
 end
-local limit = permits_limit(KEYS[2])
-local head = queue_head(KEYS[3])
-if head and limit and used < limit then
+local head = queue_head(KEYS[2])
+if head and state.limit and state.used < state.limit then
   wake(channel, head)
 end
-permits_keep(KEYS[1], KEYS[2], KEYS[3], now)
+permits_keep(KEYS[1], KEYS[2], state, now)
 return result

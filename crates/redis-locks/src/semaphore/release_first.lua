@@ -1,30 +1,29 @@
 -- release_first.lua: the common case of release.lua, put before the preludes so that it
 -- costs no more than it must (as few calls to the server as it can): ARGV[1] holds permits
--- whose lease has not ended, and nobody waits in line, so nobody is woken. KEYS and ARGV as
--- release.lua.
+-- whose lease has not ended, and the hash has no 'waiting' mark, so nobody waits in line to
+-- be woken (see permits.lua). KEYS and ARGV as release.lua.
 --
 -- Replies:
---   1  released (release.lua's reply 1): the holder and its count are gone, 'used' is less
---      by its permits. The last holder ('used' counts no other: it is never less than the
---      truth, so nobody else is in the holders key) deletes both keys at once.
--- Falls through to release.lua, having written nothing, for every other case.
+--   1  released (release.lua's reply 1): the holder is gone and 'used' is less by its
+--      permits. The last holder ('used' counts no other: it is never less than the truth, so
+--      nobody else is in the hash) deletes the hash.
+-- Falls through to release.lua, having written nothing, for every other case (including a
+-- key of another type: its HMGET error is caught here, and release.lua says what the key is).
 
 do
-  local ends = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
-  if type(ends) == 'string' then
-    local counts = redis.pcall('HMGET', KEYS[2], ARGV[1], 'used')
-    if not counts.err and counts[1] and counts[2] and redis.call('EXISTS', KEYS[3]) == 0 then
-      local clock = redis.call('TIME')
-      local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-      local mine, used = tonumber(counts[1]), tonumber(counts[2])
-      if tonumber(ends) > now and mine and used then
-        if used <= mine then
-          redis.call('DEL', KEYS[1], KEYS[2])
-        else
-          redis.call('ZREM', KEYS[1], ARGV[1])
-          redis.call('HDEL', KEYS[2], ARGV[1])
-          redis.call('HINCRBY', KEYS[2], 'used', -mine)
-        end
+  local state = redis.pcall('HMGET', KEYS[1], ARGV[1], 'used', 'waiting')
+  if not state.err and state[1] and state[2] and not state[3] then
+    local deadline, count = string.match(state[1], '^(%d+) (%d+)$')
+    local clock = redis.call('TIME')
+    local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    if deadline and tonumber(deadline) > now then
+      local used, mine = tonumber(state[2]), tonumber(count)
+      if used and used <= mine then
+        redis.call('DEL', KEYS[1])
+        return 1
+      elseif used then
+        redis.call('HDEL', KEYS[1], ARGV[1])
+        redis.call('HSET', KEYS[1], 'used', used - mine)
         return 1
       end
     end

@@ -67,6 +67,13 @@
 --   refuses it because key holds another type, returns nil and the reply
 --   'WRONGTYPE <key> holds a <type>, not <what>' (another error: as the server raised it).
 --   A read a script needs anyway checks the key's type this way, instead of a TYPE first.
+--
+-- refusal(err, command)
+--   The error reply for err, an error a script got from redis.pcall(command, ...): when the
+--   user may not run command (Redis 7.0 says "The user executing the script can't run this
+--   command", Valkey "ACL failure in script: ... has no permissions to run"), 'NOPERM this
+--   user has no permissions to run the '<command>' command', which the client reads as an
+--   auth error; any other error as the server raised it.
 
 local WAITED = '+w'
 -- The publish command: node/script.rs makes this line SPUBLISH (sharded pub/sub, on the
@@ -191,4 +198,12 @@ local function checked(key, what, ...)
     return nil, redis.error_reply(reply.err)
   end
   return reply
+end
+
+local function refusal(err, command)
+  if string.find(err, "can't run this command", 1, true) or
+      string.find(err, 'no permissions to run', 1, true) then
+    return redis.error_reply("NOPERM this user has no permissions to run the '" .. command .. "' command")
+  end
+  return redis.error_reply(err)
 end

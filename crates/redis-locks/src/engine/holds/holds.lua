@@ -249,13 +249,7 @@ local function holds_expire_at(key, at)
     if redis.call('PTTL', key) == -1 then
       redis.call('DEL', key)
     end
-    -- Redis 7.0 says "The user executing the script can't run this command", Valkey "ACL
-    -- failure in script: User ... has no permissions to run the 'pexpireat' command".
-    if string.find(set.err, "can't run this command", 1, true) or
-        string.find(set.err, 'no permissions to run', 1, true) then
-      return redis.error_reply("NOPERM this user has no permissions to run the 'pexpireat' command")
-    end
-    return set
+    return refusal(set.err, 'pexpireat')
   end
   return nil
 end
