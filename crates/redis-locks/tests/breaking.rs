@@ -179,3 +179,46 @@ async fn a_key_that_is_no_lock_is_refused_and_left_as_it_is() {
         assert_eq!(left, fields.len() as i64, "{name} left as it is");
     }
 }
+
+#[tokio::test]
+async fn a_semaphore_with_ten_thousand_holders_is_broken_whole() {
+    // More holders than Lua's unpack gives at once (about 8,000): their owner tokens join the
+    // broken mark in slices.
+    let server = RedisServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let keys = client.keys("crowd").unwrap();
+    let mut con = server.connection().unwrap();
+    let now: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
+    let ends = now[0].parse::<u64>().unwrap() * 1000 + 60_000;
+    let mut fields = vec![
+        "limit".to_string(),
+        "20000".into(),
+        "used".into(),
+        "10000".into(),
+    ];
+    for i in 0..10_000 {
+        fields.push(format!("holder-{i}"));
+        fields.push(format!("{ends} 1"));
+    }
+    redis::cmd("HSET")
+        .arg(keys.lock())
+        .arg(&fields)
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(keys.lock())
+        .arg(60_000)
+        .exec(&mut con)
+        .unwrap();
+    let broken = client.break_lock("crowd").await.unwrap();
+    assert_eq!(broken.kind.as_deref(), Some("semaphore"));
+    assert_eq!(broken.holders.len(), 10_000);
+    let mark = keys.companion("broken");
+    let marked: i64 = redis::cmd("SCARD").arg(&mark).query(&mut con).unwrap();
+    assert_eq!(marked, 10_000);
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(keys.lock())
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(exists, 0);
+}

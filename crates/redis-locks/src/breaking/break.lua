@@ -1,6 +1,6 @@
 -- break.lua: frees a lock on purpose, whatever its kind (after the preludes fence.lua:
--- server_micros, next_token; lock.lua: holder_of, wake_all). For an operator whose holder
--- died without releasing, or hung: `redis-locks break NAME`.
+-- server_micros, next_token; lock.lua: holder_of, wake_all, call_in_slices). For an operator
+-- whose holder died without releasing, or hung: `redis-locks break NAME`.
 --
 -- KEYS[1]  the lock key: a string (a Mutex, a FairMutex, a Redlock's node), a hash of holds
 --          (an RwLock, a ReentrantMutex), a semaphore's hash (with 'limit': see
@@ -85,7 +85,7 @@ if not token then
 end
 local left = math.max(redis.call('PTTL', KEYS[1]), 0)
 if #marks > 0 then
-  redis.call('SADD', KEYS[3], unpack(marks))
+  call_in_slices('SADD', KEYS[3], marks)
   local mark_left = redis.call('PTTL', KEYS[3])
   redis.call('PEXPIRE', KEYS[3], math.max(left + 60000, mark_left))
 end

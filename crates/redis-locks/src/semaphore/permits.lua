@@ -96,10 +96,8 @@ local function permits_read(key, now)
 end
 
 local function permits_reclaim(key, state)
-  if #state.ended > 0 then
-    redis.call('HDEL', key, unpack(state.ended))
-    state.ended = {}
-  end
+  call_in_slices('HDEL', key, state.ended)
+  state.ended = {}
   if state.exists and state.recorded ~= state.used then
     redis.call('HSET', key, 'used', state.used)
     state.recorded = state.used

@@ -68,6 +68,10 @@
 --   'WRONGTYPE <key> holds a <type>, not <what>' (another error: as the server raised it).
 --   A read a script needs anyway checks the key's type this way, instead of a TYPE first.
 --
+-- call_in_slices(command, key, values)
+--   Runs redis.call(command, key, <values>) for a list of any length, 1,000 values a call:
+--   Lua's unpack gives at most about 8,000 values at once ("too many results to unpack").
+--
 -- refusal(err, command)
 --   The error reply for err, an error a script got from redis.pcall(command, ...): when the
 --   user may not run command (Redis 7.0 says "The user executing the script can't run this
@@ -206,4 +210,10 @@ local function refusal(err, command)
     return redis.error_reply("NOPERM this user has no permissions to run the '" .. command .. "' command")
   end
   return redis.error_reply(err)
+end
+
+local function call_in_slices(command, key, values)
+  for first = 1, #values, 1000 do
+    redis.call(command, key, unpack(values, first, math.min(first + 999, #values)))
+  end
 end

@@ -189,7 +189,7 @@ local function holds_read(key, now, purge)
         redis.call('DEL', key)
       end
     elseif #expired > 0 then
-      redis.call('HDEL', key, unpack(expired))
+      call_in_slices('HDEL', key, expired)
     end
   end
   return state
