@@ -222,3 +222,54 @@ async fn a_semaphore_with_ten_thousand_holders_is_broken_whole() {
         .unwrap();
     assert_eq!(exists, 0);
 }
+
+#[tokio::test]
+async fn a_semaphore_with_only_waiters_is_free_and_left_as_it_is() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let semaphore = client.semaphore("gate", 1).unwrap();
+    let held = semaphore.acquire().await.unwrap();
+    // A waiter in line (its place lease runs 2 s by default), then the holder gone by hand:
+    // the hash stays for the waiter, with N and the mark, and holds nobody.
+    let waiter = tokio::spawn({
+        let semaphore = client.semaphore("gate", 1).unwrap();
+        async move { semaphore.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    let keys = client.keys("gate").unwrap();
+    let mut con = server.connection().unwrap();
+    let within = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !redis::cmd("HEXISTS")
+        .arg(keys.lock())
+        .arg("waiting")
+        .query::<bool>(&mut con)
+        .unwrap()
+    {
+        assert!(
+            tokio::time::Instant::now() < within,
+            "the waiter never joined"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let owner = held.owner_token().as_str().to_string();
+    redis::cmd("HDEL")
+        .arg(keys.lock())
+        .arg(&owner)
+        .exec(&mut con)
+        .unwrap();
+    let before: Vec<String> = redis::cmd("HGETALL")
+        .arg(keys.lock())
+        .query(&mut con)
+        .unwrap();
+    let counter: i64 = redis::cmd("GET").arg(keys.fence()).query(&mut con).unwrap();
+    let free = client.break_lock("gate").await.unwrap();
+    assert_eq!(free.kind, None, "nobody holds it: {free:?}");
+    let after: Vec<String> = redis::cmd("HGETALL")
+        .arg(keys.lock())
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(after, before, "nothing written");
+    let now: i64 = redis::cmd("GET").arg(keys.fence()).query(&mut con).unwrap();
+    assert_eq!(now, counter, "the counter as it was");
+    waiter.abort();
+    drop(held);
+}

@@ -580,3 +580,30 @@ fn ten_thousand_ended_holders_are_reclaimed_by_one_acquire() {
     assert_eq!(holders(&mut con), ["next"]);
     assert_eq!(used(&mut con), Some(1));
 }
+
+#[test]
+fn a_line_that_outlived_its_hash_is_served_before_a_newcomer() {
+    // `break` deletes the hash and wakes the line, which lives on: the first acquirer after it
+    // must not take the fast path past the waiters.
+    let server = server();
+    let mut con = raw(&server);
+    assert_eq!(acquire(&mut con, "holder", 1, 1, 10_000, 0).unwrap().0, 1);
+    assert_eq!(
+        acquire(&mut con, "waiter", 1, 1, 10_000, 2_000).unwrap().0,
+        0
+    );
+    redis::cmd("DEL").arg("S").exec(&mut con).unwrap();
+    assert_eq!(
+        acquire(&mut con, "newcomer", 1, 1, 10_000, 0).unwrap(),
+        (0, -2),
+        "the waiter first"
+    );
+    assert_eq!(
+        acquire(&mut con, "waiter", 1, 1, 10_000, 2_000).unwrap().0,
+        1
+    );
+    assert_eq!(holders(&mut con), ["waiter"]);
+    assert!(!marked(&mut con), "the line is gone, and its mark");
+    let queued: i64 = redis::cmd("EXISTS").arg(QUEUE).query(&mut con).unwrap();
+    assert_eq!(queued, 0);
+}

@@ -24,8 +24,9 @@
 --                             or 'semaphore'; token the fencing counter now; each holder its
 --                             owner token (a string key, a semaphore) or '<mode> <owner id>'
 --                             (a hold).
---   {'free', counter}         nothing held: nothing written; counter is the fencing counter
---                             (0 when absent).
+--   {'free', counter}         nothing held (no key, or a semaphore's hash kept only for its
+--                             waiters): nothing written; counter is the fencing counter (0
+--                             when absent).
 -- Errors (nothing written):
 --   WRONGTYPE <key> ...  the lock key is another Redis type, or a hash that is no lock of
 --                        holds nor a semaphore; the counter is not an integer.
@@ -53,6 +54,14 @@ elseif kind == 'hash' and redis.call('HGET', KEYS[1], 'limit') then
   end
   holders = marks
   kind = 'semaphore'
+  if #marks == 0 then
+    -- Only waiters (the hash keeps N for them): nothing is held, nothing to break.
+    local counter, err = read_counter(KEYS[2])
+    if not counter then
+      return err
+    end
+    return {'free', counter}
+  end
 elseif kind == 'hash' then
   -- A ReentrantMutex's hash has kind 'reentrant'; an RwLock's has none (or 'rwlock', from
   -- an earlier version), and then every field must be an RwLock's (see holds.lua).

@@ -97,8 +97,10 @@ end
 if place_lease > 0 then
   queue_join(KEYS[3], KEYS[4], KEYS[5], owner, now, place_lease)
   permits_write(KEYS[1], state, 'limit', limit)
-  permits_keep(KEYS[1], KEYS[3], state, now)
 end
+-- After the reclaim and the purge too: a hash nobody holds or waits for goes, a line gone
+-- takes its mark along.
+permits_keep(KEYS[1], KEYS[3], state, now)
 if head and head ~= owner and used < limit then
   -- Permits are free, but the first waiter has not taken them: prod it.
   wake(channel, head)

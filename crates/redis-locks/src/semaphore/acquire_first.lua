@@ -19,12 +19,13 @@ do
   if not state.err and not state[3] and not state[4] then
     local wanted, asked = tonumber(ARGV[2]), tonumber(ARGV[3])
     local used = tonumber(state[2])
-    -- Without 'limit', a new semaphore if the key is absent (a line of waiters never lives
-    -- without the hash); with it, the same N and room in the count.
+    -- Without 'limit', a new semaphore if neither the key nor a line is there (a line
+    -- outlives the hash when `break` deleted it: its waiters go first, by the slow path);
+    -- with it, the same N and room in the count.
     local fresh = not state[1]
     local fits
     if fresh then
-      fits = wanted <= asked and redis.call('EXISTS', KEYS[1]) == 0
+      fits = wanted <= asked and redis.call('EXISTS', KEYS[1], KEYS[3]) == 0
     else
       fits = state[1] == ARGV[3] and used ~= nil and used + wanted <= asked
     end

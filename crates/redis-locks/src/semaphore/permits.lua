@@ -61,9 +61,9 @@ local function permits_may_expire(key)
 end
 
 local function permits_read(key, now)
-  local fields = redis.pcall('HGETALL', key)
-  if fields.err then
-    return nil, wrong_kind(key, 'hash', 'a semaphore')
+  local fields, wrong = checked(key, 'a semaphore', 'HGETALL', key)
+  if not fields then
+    return nil, wrong
   end
   local state = {limit = nil, used = 0, recorded = nil, marked = false, holders = {},
     ended = {}, exists = #fields > 0}
