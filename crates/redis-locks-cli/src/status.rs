@@ -24,8 +24,8 @@ pub enum Found {
 
 /// Reads the state of the lock `name`: as a `Mutex` first; when its key is a hash
 /// (`WrongType`), as a lock of holds; when it is no lock of holds, as a `Semaphore` (whose
-/// hash lasts while anyone holds or waits). A key that is no lock's (a foreign key, or one freed in between) is asked about
-/// as a `Mutex` again, which then says what it is.
+/// hash lasts while anyone holds or waits). A key that is no lock's (a foreign key, or one
+/// freed in between) is asked about as a `Mutex` again, which then says what it is.
 ///
 /// # Errors
 /// As `Mutex::state`, `RwLock::state` and `Semaphore::state`: `WrongType` for a key that is

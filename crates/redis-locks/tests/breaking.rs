@@ -4,6 +4,8 @@
 //! write is refused once the new one wrote; a free lock is left alone; a key that is no lock's
 //! is refused with nothing changed.
 
+mod common;
+
 use std::time::Duration;
 
 use redis_locks::{Client, Error, LockOptions, LostReason};
@@ -188,28 +190,8 @@ async fn a_semaphore_with_ten_thousand_holders_is_broken_whole() {
     let client = Client::connect(&server.url()).await.unwrap();
     let keys = client.keys("crowd").unwrap();
     let mut con = server.connection().unwrap();
-    let now: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
-    let ends = now[0].parse::<u64>().unwrap() * 1000 + 60_000;
-    let mut fields = vec![
-        "limit".to_string(),
-        "20000".into(),
-        "used".into(),
-        "10000".into(),
-    ];
-    for i in 0..10_000 {
-        fields.push(format!("holder-{i}"));
-        fields.push(format!("{ends} 1"));
-    }
-    redis::cmd("HSET")
-        .arg(keys.lock())
-        .arg(&fields)
-        .exec(&mut con)
-        .unwrap();
-    redis::cmd("PEXPIRE")
-        .arg(keys.lock())
-        .arg(60_000)
-        .exec(&mut con)
-        .unwrap();
+    let ends = common::server_ms(&mut con) + 60_000;
+    common::put_semaphore(&mut con, keys.lock(), 20_000, 10_000, ends);
     let broken = client.break_lock("crowd").await.unwrap();
     assert_eq!(broken.kind.as_deref(), Some("semaphore"));
     assert_eq!(broken.holders.len(), 10_000);

@@ -1616,15 +1616,15 @@ fn a_token_is_the_server_clock_or_one_past_a_counter_ahead_of_it() {
 #[test]
 fn ten_thousand_expired_read_holds_are_purged_by_one_acquire() {
     // More than Lua's unpack gives at once (about 8,000): the purge deletes them in slices.
-    let server = common::server();
-    let mut con = common::raw(&server);
+    let server = server();
+    let mut con = raw(&server);
     let mut fields = Vec::new();
     for n in 0..10_000 {
         fields.push(format!("h:{}", id(n)));
         fields.push(format!("1 r {} reader-{n}", n + 1));
     }
     fields.push(format!("h:{}", id(10_000)));
-    fields.push(format!("{} r 1 live", common::server_ms(&mut con) + 60_000));
+    fields.push(format!("{} r 1 live", server_ms(&mut con) + 60_000));
     redis::cmd("HSET")
         .arg(LOCK)
         .arg(&fields)

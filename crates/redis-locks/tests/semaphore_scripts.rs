@@ -552,26 +552,7 @@ fn ten_thousand_ended_holders_are_reclaimed_by_one_acquire() {
     // More than Lua's unpack gives at once (about 8,000): the reclaim deletes them in slices.
     let server = server();
     let mut con = raw(&server);
-    let mut fields: Vec<String> = vec![
-        "limit".into(),
-        "10000".into(),
-        "used".into(),
-        "10000".into(),
-    ];
-    for i in 0..10_000 {
-        fields.push(format!("ended-{i}"));
-        fields.push("1 1".into());
-    }
-    redis::cmd("HSET")
-        .arg("S")
-        .arg(&fields)
-        .exec(&mut con)
-        .unwrap();
-    redis::cmd("PEXPIRE")
-        .arg("S")
-        .arg(60_000)
-        .exec(&mut con)
-        .unwrap();
+    common::put_semaphore(&mut con, "S", 10_000, 10_000, 1);
     // Full by the count, so the fast path refuses and the slow path reclaims all of them.
     assert_eq!(
         acquire(&mut con, "next", 1, 10_000, 10_000, 0).unwrap().0,

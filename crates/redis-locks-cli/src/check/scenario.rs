@@ -1427,7 +1427,7 @@ async fn permits_left(endpoint: &Endpoint, lock: &str, scenario: &Scenario) -> R
 /// (each holder's field `<lease end> <permits>` given lease end 0), any other key's TTL cut
 /// to 1 ms.
 const CLOCK_JUMP_LUA: &str = r#"
-if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HEXISTS', KEYS[1], 'limit') == 1 then
+if redis.call('TYPE', KEYS[1]).ok == 'hash' and redis.call('HGET', KEYS[1], 'limit') then
   local fields = redis.call('HGETALL', KEYS[1])
   for i = 1, #fields, 2 do
     local count = string.match(fields[i + 1], '^%d+ (%d+)$')

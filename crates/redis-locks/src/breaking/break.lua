@@ -14,8 +14,9 @@
 --      in µs), as a grant's next_token would; a holder that was not dead after all then has
 --      its fenced writes refused once the next holder writes;
 --   2. every holder's owner token (for a hash of holds, each hold's id; for a semaphore, each
---      holder's field) joins the broken mark, which lives 60 s longer than the lock key would have (so every
---      holder's next renewal, due before its lease ends, finds it and says it was broken);
+--      holder's field) joins the broken mark, which lives 60 s longer than the lock key
+--      would have (so every holder's next renewal, due before its lease ends, finds it and
+--      says it was broken);
 --   3. the lock key goes (with a semaphore's holders and count);
 --   4. every waiter is woken ('*' on the wake channel).
 --

@@ -7,8 +7,9 @@
 --   'used'    the permits of every holder in the hash (those whose lease ended but who are
 --             not reclaimed yet too: never less than the truth, so the fast paths,
 --             acquire_first.lua and release_first.lua, may trust it).
---   'waiting' '1', written when a waiter joins the line, and taken away once the line is
---             gone: without it nobody waits, so a release need not look at the queue.
+--   'waiting' '1' while the line lives: permits_keep, which ends every slow path (the only
+--             one that lets a waiter join), writes it then and takes it away once the line
+--             is gone. Without it nobody waits, so a fast release need not look at the queue.
 --   <owner>   one field per holder, named by its owner token: '<deadline> <permits>', the
 --             server time (ms) at which its lease ends and how many permits it holds.
 -- The hash's TTL is at least its latest holder's lease and at least the queue's TTL, so it
