@@ -9,6 +9,8 @@
 //! A name without a hash tag that contains `}` cannot follow that rule (the `}` would end the
 //! companion's tag early), so it is refused; give such a name a hash tag instead.
 
+use std::sync::OnceLock;
+
 use crate::error::{Error, Result};
 
 /// A method of the layout's inner keys: `pub` with the `layout-internals` feature (this
@@ -47,17 +49,35 @@ pub(crate) const COMPANION_SUFFIXES: [&str; 8] = [
 ///
 /// assert!(LockKeys::new("").is_err());
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct LockKeys {
-    /// Every part (see [`Part`]) in one allocation: a held lock keeps its keys for as long as
-    /// it is held, and a process may hold 100,000 locks.
+    /// The parts every acquisition and a held lock use (see [`Part`]: name, key, prefix,
+    /// fence, epoch, wake channel) in one allocation: a held lock keeps its keys for as long
+    /// as it is held, and a process may hold 100,000 locks.
     text: Box<str>,
-    /// Where each part is in `text`, by [`Part`] (a part equal to an earlier one shares it).
-    spans: [(u16, u16); PARTS],
+    /// Where each of those parts is in `text`, by [`Part`] (a part equal to an earlier one
+    /// shares it).
+    spans: [(u16, u16); HELD_PARTS],
+    /// The keys of the line (queue, places, tickets, handover), each `<prefix>:<suffix>`, one
+    /// after the other in one allocation made when [`LockKeys::queue`] or another of them is
+    /// first asked for. The library's own requests make theirs for each request instead
+    /// ([`LockKeys::line`]): a held lock renews with the lock key alone, so holding it keeps
+    /// none of them (about 120 bytes a lock).
+    line: OnceLock<Box<str>>,
 }
 
-/// The parts of [`LockKeys`], in the order of its `spans`.
-#[derive(Clone, Copy)]
+/// Equal when every key is: the keys of the line follow from the others.
+impl PartialEq for LockKeys {
+    fn eq(&self, other: &LockKeys) -> bool {
+        self.text == other.text && self.spans == other.spans
+    }
+}
+
+impl Eq for LockKeys {}
+
+/// The parts of [`LockKeys`]: those of `spans` first, then those made on first use, in the
+/// order of [`LINE_SUFFIXES`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Part {
     Name,
     /// The lock key: the name, under the namespace if there is one.
@@ -72,7 +92,11 @@ enum Part {
     Handover,
 }
 
-const PARTS: usize = 10;
+/// How many parts `spans` places: `Name` to `Wake`.
+const HELD_PARTS: usize = 6;
+
+/// The suffixes of the keys of the line, `Queue` to `Handover`.
+const LINE_SUFFIXES: &[&str] = &["queue", "places", "tickets", "handover"];
 
 impl std::fmt::Debug for LockKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -174,20 +198,18 @@ impl LockKeys {
         } else {
             format!("{{{key}}}")
         };
-        // fence, epoch, wake, queue, places, tickets, handover: the order of `Part`.
-        let companions: Vec<String> = COMPANION_SUFFIXES[..7]
-            .iter()
-            .map(|suffix| format!("{prefix}:{suffix}"))
-            .collect();
-        let mut parts = vec![name, key.as_str(), prefix.as_str()];
-        parts.extend(companions.iter().map(String::as_str));
-        Ok(LockKeys::joined(&parts))
+        let fence = format!("{prefix}:fence");
+        let epoch = format!("{prefix}:epoch");
+        let wake = format!("{prefix}:wake");
+        Ok(LockKeys::joined(&[
+            name, &key, &prefix, &fence, &epoch, &wake,
+        ]))
     }
 
-    /// The keys made of `parts`, in the order of [`Part`].
-    fn joined(parts: &[&str]) -> LockKeys {
+    /// The keys made of `parts`, in the order of [`Part`] up to `Wake`.
+    fn joined(parts: &[&str; HELD_PARTS]) -> LockKeys {
         let mut text = String::with_capacity(parts.iter().map(|part| part.len()).sum());
-        let mut spans = [(0u16, 0u16); PARTS];
+        let mut spans = [(0u16, 0u16); HELD_PARTS];
         for (i, part) in parts.iter().enumerate() {
             // A part equal to an earlier one (the key is the name without a namespace, the
             // prefix the key with a hash tag) shares its text.
@@ -204,12 +226,18 @@ impl LockKeys {
         LockKeys {
             text: text.into_boxed_str(),
             spans,
+            line: OnceLock::new(),
         }
     }
 
     fn part(&self, part: Part) -> &str {
-        let (start, end) = self.spans[part as usize];
-        &self.text[usize::from(start)..usize::from(end)]
+        if part <= Part::Wake {
+            let (start, end) = self.spans[part as usize];
+            return &self.text[usize::from(start)..usize::from(end)];
+        }
+        let prefix = self.part(Part::Prefix);
+        let line = self.line.get_or_init(|| line_text(prefix));
+        &line[line_span(prefix.len(), part)]
     }
 
     /// The lock name as given.
@@ -286,6 +314,77 @@ impl LockKeys {
         fn companion(&self, suffix: &str) -> String {
             format!("{}:{suffix}", self.part(Part::Prefix))
         }
+    }
+
+    /// Whether these keys keep the keys of their line (see `line`): only after
+    /// [`LockKeys::queue`] or another of them was asked for.
+    #[cfg(test)]
+    pub(crate) fn keeps_line(&self) -> bool {
+        self.line.get().is_some()
+    }
+
+    /// The keys of the lock's line (queue, places, tickets, handover), made for one request
+    /// and not kept: the library's requests use these, so a held lock never keeps them (its
+    /// first acquisition is a script that names them), while [`LockKeys::queue`] and the
+    /// others keep theirs for the tools that ask for them.
+    pub(crate) fn line(&self) -> LineKeys {
+        LineKeys {
+            text: line_text(self.part(Part::Prefix)),
+            prefix: self.part(Part::Prefix).len(),
+        }
+    }
+}
+
+/// Every key of a line of `prefix`, one after the other in [`Part`]'s order.
+fn line_text(prefix: &str) -> Box<str> {
+    LINE_SUFFIXES
+        .iter()
+        .map(|suffix| format!("{prefix}:{suffix}"))
+        .collect::<String>()
+        .into_boxed_str()
+}
+
+/// Where `part`, a key of the line, is in [`line_text`] of a prefix `prefix` bytes long.
+fn line_span(prefix: usize, part: Part) -> std::ops::Range<usize> {
+    let index = part as usize - HELD_PARTS;
+    let start: usize = LINE_SUFFIXES[..index]
+        .iter()
+        .map(|suffix| prefix + 1 + suffix.len())
+        .sum();
+    start..start + prefix + 1 + LINE_SUFFIXES[index].len()
+}
+
+/// The keys of a lock's line for one request ([`LockKeys::line`]).
+#[derive(Debug)]
+pub(crate) struct LineKeys {
+    text: Box<str>,
+    /// The length of the lock's prefix.
+    prefix: usize,
+}
+
+impl LineKeys {
+    fn part(&self, part: Part) -> &str {
+        &self.text[line_span(self.prefix, part)]
+    }
+
+    /// As [`LockKeys::queue`].
+    pub(crate) fn queue(&self) -> &str {
+        self.part(Part::Queue)
+    }
+
+    /// As [`LockKeys::places`].
+    pub(crate) fn places(&self) -> &str {
+        self.part(Part::Places)
+    }
+
+    /// As [`LockKeys::tickets`].
+    pub(crate) fn tickets(&self) -> &str {
+        self.part(Part::Tickets)
+    }
+
+    /// As [`LockKeys::handover`].
+    pub(crate) fn handover(&self) -> &str {
+        self.part(Part::Handover)
     }
 }
 
@@ -366,6 +465,36 @@ mod tests {
             keys.handover(),
         ] {
             assert!(shown.contains(&format!("{key:?}")), "{key} in {shown}");
+        }
+    }
+
+    #[test]
+    fn the_parts_waiting_uses_are_made_on_first_use_as_the_rule_says() {
+        for (namespace, name) in [
+            ("", "orders"),
+            ("ns", "orders"),
+            ("", "{t}:cart"),
+            ("ns", "{t}:cart"),
+        ] {
+            let keys = LockKeys::with_namespace(namespace, name).unwrap();
+            let prefix = keys.part(Part::Prefix).to_string();
+            assert_eq!(keys.fence(), format!("{prefix}:fence"));
+            assert_eq!(keys.epoch(), format!("{prefix}:epoch"));
+            assert_eq!(keys.wake_channel(), format!("{prefix}:wake"));
+            assert!(keys.line.get().is_none(), "held parts alone: {keys:?}");
+            let made = [
+                (keys.handover(), "handover"),
+                (keys.tickets(), "tickets"),
+                (keys.queue(), "queue"),
+                (keys.places(), "places"),
+            ];
+            for (key, suffix) in made {
+                assert_eq!(key, format!("{prefix}:{suffix}"));
+            }
+            assert!(keys.line.get().is_some());
+            // Equal to the same keys before their first use, and to a copy.
+            assert_eq!(keys, LockKeys::with_namespace(namespace, name).unwrap());
+            assert_eq!(keys.clone().queue(), keys.queue());
         }
     }
 }

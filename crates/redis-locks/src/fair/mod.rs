@@ -256,7 +256,8 @@ impl FairMutex {
     /// # Errors
     /// [`Error::WrongType`](crate::Error::WrongType) when the queue key holds another type; [`Error::Connection`](crate::Error::Connection).
     pub async fn waiting(&self) -> Result<u64> {
-        let queue = self.keys.queue();
+        let line = self.keys.line();
+        let queue = line.queue();
         let command = redis::cmd("ZCARD").arg(queue).to_owned();
         self.client
             .node()
@@ -326,13 +327,14 @@ impl Asker for FairMutex {
         let place = place_lease.as_millis().to_string();
         let nonce = nonce.to_string();
         let keys = &self.keys;
+        let line = keys.line();
         let key_list = [
             keys.lock(),
             keys.fence(),
-            keys.queue(),
-            keys.places(),
-            keys.tickets(),
-            keys.handover(),
+            line.queue(),
+            line.places(),
+            line.tickets(),
+            line.handover(),
         ];
         let args = [
             owed.owner().as_str(),

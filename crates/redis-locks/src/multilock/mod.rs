@@ -77,15 +77,16 @@ impl Group {
         let script_keys = locks
             .iter()
             .flat_map(|keys| {
+                let line = keys.line();
                 [
                     keys.lock(),
                     keys.fence(),
-                    keys.queue(),
-                    keys.places(),
-                    keys.tickets(),
+                    line.queue(),
+                    line.places(),
+                    line.tickets(),
                 ]
+                .map(str::to_string)
             })
-            .map(str::to_string)
             .collect();
         let label = locks
             .iter()

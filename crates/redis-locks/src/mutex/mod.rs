@@ -343,3 +343,46 @@ impl Contender for Contending<'_> {
 
 /// The name of a `Mutex`'s local turns.
 const LOCAL_TURNS: &str = "mutex";
+
+#[cfg(test)]
+mod tests {
+    use crate::{Client, LockKeys};
+
+    /// A held lock keeps only the keys holding uses: every request of the library makes the
+    /// keys of the line for itself (`LockKeys::line`), so 100,000 held locks keep none of
+    /// them (about 120 bytes each).
+    #[tokio::test]
+    async fn a_lock_taken_contended_and_released_keeps_no_keys_of_its_line() {
+        let server = test_support::RedisServer::start().unwrap();
+        let client = Client::connect(&server.url()).await.unwrap();
+        let mutex = client.mutex("held:keys").unwrap();
+        // The first acquisition on a connection is the script, which names the line's keys.
+        let guard = mutex.lock().await.unwrap();
+        assert!(!mutex.keys().keeps_line());
+        // A waiter of another client gets in line, and is handed the lock by the release.
+        let other = Client::connect(&server.url()).await.unwrap();
+        let waiter = other.mutex("held:keys").unwrap();
+        let waiting = tokio::spawn(async move {
+            let guard = waiter.lock().await.unwrap();
+            let kept = waiter.keys().keeps_line();
+            guard.release().await.unwrap();
+            kept
+        });
+        let queue = LockKeys::new("held:keys").unwrap().queue().to_string();
+        let mut raw = server.connection().unwrap();
+        for _ in 0..400 {
+            if redis::cmd("EXISTS")
+                .arg(&queue)
+                .query::<i64>(&mut raw)
+                .unwrap()
+                == 1
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        guard.release().await.unwrap();
+        assert!(!waiting.await.unwrap(), "the waiter's keys");
+        assert!(!mutex.keys().keeps_line(), "the holder's keys");
+    }
+}

@@ -122,11 +122,12 @@ impl Hold for SemaphoreHold {
         Box::pin(async move {
             let id = owner.as_str();
             let tombstone = tombstone(&self.node, &self.keys, id);
+            let line = self.keys.line();
             let all = [
                 self.keys.lock(),
-                self.keys.queue(),
-                self.keys.places(),
-                self.keys.tickets(),
+                line.queue(),
+                line.places(),
+                line.tickets(),
                 tombstone.as_deref().unwrap_or_default(),
             ];
             let keys = &all[..if tombstone.is_some() { 5 } else { 4 }];
@@ -400,7 +401,8 @@ impl Semaphore {
     /// # Errors
     /// [`Error::WrongType`] when a key holds something else; [`Error::Connection`].
     pub async fn state(&self) -> Result<SemaphoreState> {
-        let keys = [self.keys.lock(), self.keys.fence(), self.keys.places()];
+        let line = self.keys.line();
+        let keys = [self.keys.lock(), self.keys.fence(), line.places()];
         let reply: Vec<redis::Value> = self
             .client
             .node()
@@ -420,11 +422,12 @@ impl Semaphore {
     /// [`Error::InvalidPermits`] as [`Client::semaphore`]; as [`Semaphore::state`].
     pub async fn set_permits(&mut self, permits: u32) -> Result<Option<u32>> {
         check_permits(self.name(), permits, "permits")?;
+        let line = self.keys.line();
         let keys = [
             self.keys.lock(),
-            self.keys.queue(),
-            self.keys.places(),
-            self.keys.tickets(),
+            line.queue(),
+            line.places(),
+            line.tickets(),
         ];
         let limit = permits.to_string();
         let before: u32 = self
@@ -550,12 +553,13 @@ impl Asker for Asking<'_> {
     ) -> Result<Answer> {
         let semaphore = self.semaphore;
         let keys = &semaphore.keys;
+        let line = keys.line();
         let key_list = [
             keys.lock(),
             keys.fence(),
-            keys.queue(),
-            keys.places(),
-            keys.tickets(),
+            line.queue(),
+            line.places(),
+            line.tickets(),
         ];
         let place = place_lease.as_millis().to_string();
         let args = [

@@ -79,11 +79,12 @@ pub(crate) async fn run_on_line<T: redis::FromRedisValue>(
     id: &str,
 ) -> Result<T> {
     let tombstone = tombstone(node, keys, id);
+    let line = keys.line();
     let all = [
         keys.lock(),
-        keys.queue(),
-        keys.places(),
-        keys.tickets(),
+        line.queue(),
+        line.places(),
+        line.tickets(),
         tombstone.as_deref().unwrap_or_default(),
     ];
     let count = if tombstone.is_some() { 5 } else { 4 };
@@ -115,12 +116,13 @@ pub(crate) async fn run_handing_over<T: redis::FromRedisValue>(
     let all = [id, keys.wake_channel(), third.unwrap_or_default()];
     let args = &all[..if third.is_some() { 3 } else { 2 }];
     let tombstone = tombstone(node, keys, id);
+    let line = keys.line();
     let all_keys = [
         keys.lock(),
-        keys.queue(),
-        keys.places(),
-        keys.tickets(),
-        keys.handover(),
+        line.queue(),
+        line.places(),
+        line.tickets(),
+        line.handover(),
         keys.fence(),
         tombstone.as_deref().unwrap_or_default(),
     ];

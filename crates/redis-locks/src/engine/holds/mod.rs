@@ -396,7 +396,7 @@ async fn inspect(node: &Node, keys: &LockKeys) -> Result<HoldsState> {
         .run_script(
             Phase::Inspect,
             &INSPECT,
-            &[keys.lock(), keys.fence(), keys.places()],
+            &[keys.lock(), keys.fence(), keys.line().places()],
             &[],
         )
         .await?;
@@ -475,12 +475,13 @@ impl Asker for Asking<'_> {
         let lock = self.lock;
         let keys = &lock.keys;
         let place = place_lease.as_millis().to_string();
+        let line = keys.line();
         let key_list = [
             keys.lock(),
             keys.fence(),
-            keys.queue(),
-            keys.places(),
-            keys.tickets(),
+            line.queue(),
+            line.places(),
+            line.tickets(),
         ];
         let args = [
             lock.kind.as_str(),

@@ -419,14 +419,15 @@ impl AcquireCall<'_> {
     /// grant (naming the connection first, in the same round trip, for [`Epoch::Fresh`]).
     async fn run(self, node: &Node, script: &LockScript, epoch: &Epoch) -> Result<Try<u64>> {
         let keys = self.keys;
+        let line = keys.line();
         let all_keys = [
             keys.lock(),
             keys.fence(),
             keys.epoch(),
-            keys.queue(),
-            keys.places(),
-            keys.tickets(),
-            keys.handover(),
+            line.queue(),
+            line.places(),
+            line.tickets(),
+            line.handover(),
         ];
         let (fresh, named) = epoch_name(epoch);
         let name = fresh.as_deref().or(named.as_deref()).unwrap_or_default();
