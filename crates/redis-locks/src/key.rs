@@ -337,11 +337,18 @@ impl LockKeys {
 
 /// Every key of a line of `prefix`, one after the other in [`Part`]'s order.
 fn line_text(prefix: &str) -> Box<str> {
-    LINE_SUFFIXES
+    // One allocation: a request that names the line makes these every time.
+    let length = LINE_SUFFIXES
         .iter()
-        .map(|suffix| format!("{prefix}:{suffix}"))
-        .collect::<String>()
-        .into_boxed_str()
+        .map(|suffix| prefix.len() + 1 + suffix.len())
+        .sum();
+    let mut text = String::with_capacity(length);
+    for suffix in LINE_SUFFIXES {
+        text.push_str(prefix);
+        text.push(':');
+        text.push_str(suffix);
+    }
+    text.into_boxed_str()
 }
 
 /// Where `part`, a key of the line, is in [`line_text`] of a prefix `prefix` bytes long.
