@@ -38,18 +38,15 @@ pub(crate) struct LeaseState {
     changed: Notify,
     /// How much of every lease (the first, and each renewal's) is not counted on.
     drift: ClockDrift,
-    /// The primitive, for the metric of a loss.
-    kind: crate::telemetry::Kind,
 }
 
 impl LeaseState {
-    /// The state of a lease of `lease` of a lock of `kind` granted by a request sent at
-    /// `sent_at`.
+    /// The state of a lease of `lease` granted by a request sent at `sent_at`. (Kept small:
+    /// what the lock is, its name and kind, the callers of [`LeaseState::lose`] give.)
     pub(crate) fn new(
         sent_at: Instant,
         lease: std::time::Duration,
         drift: ClockDrift,
-        kind: crate::telemetry::Kind,
     ) -> Arc<LeaseState> {
         let deadline = drift.deadline(sent_at, lease);
         Arc::new(LeaseState {
@@ -63,7 +60,6 @@ impl LeaseState {
             }),
             changed: Notify::new(),
             drift,
-            kind,
         })
     }
 
@@ -190,24 +186,17 @@ impl LeaseState {
         });
     }
 
-    /// Records that the lock `name` is lost for `reason` (the first reason stays), with its
+    /// Records that `hold`'s lock is lost for `reason` (the first reason stays), with its
     /// metric and a `warn` event (a release, [`LeaseState::end`], is neither).
-    pub(crate) fn lose(&self, reason: LostReason, name: &str) {
-        let lost = {
-            let mut status = self.locked();
-            let change = status.lost.is_none();
-            if change {
-                status.lost = Some(reason);
-            }
-            change
-        };
-        if !lost {
+    pub(crate) fn lose(&self, reason: LostReason, hold: &dyn super::Hold) {
+        if !self.record(reason) {
             return;
         }
         // Counted and said before anyone listening hears of it.
         if reason != LostReason::Released {
-            crate::telemetry::lost(self.kind, name, reason);
-            tracing::warn!(lock = name, primitive = self.kind.label(), %reason, "lock lost");
+            let (kind, name) = (hold.kind(), hold.name());
+            crate::telemetry::lost(kind, name, reason);
+            tracing::warn!(lock = name, primitive = kind.label(), %reason, "lock lost");
         }
         self.changed.notify_waiters();
     }
@@ -215,7 +204,20 @@ impl LeaseState {
     /// The guard is gone: records [`LostReason::Released`] (only `lost()` futures made
     /// before can listen now: making one takes the guard).
     pub(crate) fn end(&self) {
-        self.lose(LostReason::Released, "");
+        if self.record(LostReason::Released) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Records `reason` as why the lock is not held, unless one is recorded already; says
+    /// whether it did.
+    fn record(&self, reason: LostReason) -> bool {
+        let mut status = self.locked();
+        let change = status.lost.is_none();
+        if change {
+            status.lost = Some(reason);
+        }
+        change
     }
 
     /// Resolves with the reason once the lock is lost, or at the lease deadline if it passes

@@ -687,7 +687,7 @@ impl Job {
         }
         if status.deadline <= Instant::now() {
             // Too late: the lease may be gone, so no renewal may revive it now.
-            state.lose(status.ending, hold.name());
+            state.lose(status.ending, hold.as_ref());
             return None;
         }
         // A handed-over lease's first extension is owed whatever the caps: the lease the
@@ -756,12 +756,12 @@ impl Job {
                 plan.sent_at + period
             }
             Err(Error::NotHeld { reason, .. }) => {
-                state.lose(*reason, hold.name());
+                state.lose(*reason, hold.as_ref());
                 return;
             }
             Err(Error::WrongType { .. }) => {
                 // The lock key was replaced by a value of another type.
-                state.lose(LostReason::Taken, hold.name());
+                state.lose(LostReason::Taken, hold.as_ref());
                 return;
             }
             Err(err) => {
@@ -770,7 +770,7 @@ impl Job {
                 self.alone.store(true, Ordering::Relaxed);
                 let left = plan.deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    state.lose(LostReason::LeaseEnded, hold.name());
+                    state.lose(LostReason::LeaseEnded, hold.as_ref());
                     return;
                 }
                 Instant::now() + (left / 4).clamp(MIN_RETRY.min(period), period)
