@@ -100,7 +100,9 @@ const LINE_SUFFIXES: &[&str] = &["queue", "places", "tickets", "handover"];
 
 impl std::fmt::Debug for LockKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Every key, as before the parts shared one allocation.
+        // Every key, as before the parts shared one allocation; the line's made for this
+        // (a held lock's keys shown in a log must not keep them for the rest of the hold).
+        let line = self.line();
         f.debug_struct("LockKeys")
             .field("name", &self.name())
             .field("prefix", &self.part(Part::Prefix))
@@ -108,10 +110,10 @@ impl std::fmt::Debug for LockKeys {
             .field("fence", &self.fence())
             .field("epoch", &self.epoch())
             .field("wake_channel", &self.wake_channel())
-            .field("queue", &self.queue())
-            .field("places", &self.places())
-            .field("tickets", &self.tickets())
-            .field("handover", &self.handover())
+            .field("queue", &line.queue())
+            .field("places", &line.places())
+            .field("tickets", &line.tickets())
+            .field("handover", &line.handover())
             .finish()
     }
 }
@@ -218,7 +220,7 @@ impl LockKeys {
                 None => {
                     let start = text.len();
                     text.push_str(part);
-                    // At most about 12 KB in all: names and namespaces are bounded.
+                    // At most about 7 KB in all: names and namespaces are bounded.
                     (start as u16, text.len() as u16)
                 }
             };
@@ -473,6 +475,9 @@ mod tests {
         ] {
             assert!(shown.contains(&format!("{key:?}")), "{key} in {shown}");
         }
+        let fresh = LockKeys::with_namespace("ns", "orders").unwrap();
+        assert_eq!(format!("{fresh:?}"), shown);
+        assert!(!fresh.keeps_line(), "Debug keeps no keys of the line");
     }
 
     #[test]

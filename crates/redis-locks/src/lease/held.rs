@@ -352,7 +352,7 @@ impl Drop for Lease {
             let pending = owed.hold().background();
             let (token, granted_at) = (self.token, self.granted_at);
             // The hold span stays open until the background release is done.
-            let holding = self.span.clone();
+            let holding = self.span.take();
             runtime.spawn(async move {
                 let _pending = pending;
                 let _gate = state.gate().await;
