@@ -9,6 +9,7 @@
 //! A name without a hash tag that contains `}` cannot follow that rule (the `}` would end the
 //! companion's tag early), so it is refused; give such a name a hash tag instead.
 
+#[cfg(feature = "layout-internals")]
 use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
@@ -58,12 +59,12 @@ pub struct LockKeys {
     /// Where each of those parts is in `text`, by [`Part`] (a part equal to an earlier one
     /// shares it).
     spans: [(u16, u16); HELD_PARTS],
-    /// The keys of the line (queue, places, tickets, handover), each `<prefix>:<suffix>`, one
-    /// after the other in one allocation made when [`LockKeys::queue`] or another of them is
-    /// first asked for. The library's own requests make theirs for each request instead
-    /// ([`LockKeys::line`]): a held lock renews with the lock key alone, so holding it keeps
-    /// none of them (about 120 bytes a lock).
-    line: OnceLock<Box<str>>,
+    /// The keys of the line (queue, places, tickets, handover), made when a tool first asks
+    /// for one of them (`layout-internals`). The library's own requests make theirs for each
+    /// request ([`LockKeys::line`]): a held lock renews with the lock key alone, so holding
+    /// it keeps none of them (about 120 bytes a lock).
+    #[cfg(feature = "layout-internals")]
+    line: OnceLock<LineKeys>,
 }
 
 /// Equal when every key is: the keys of the line follow from the others.
@@ -75,9 +76,9 @@ impl PartialEq for LockKeys {
 
 impl Eq for LockKeys {}
 
-/// The parts of [`LockKeys`]: those of `spans` first, then those made on first use, in the
-/// order of [`LINE_SUFFIXES`].
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// The parts of [`LockKeys`]: those of `spans` first, then the keys of the line, in the order
+/// of their suffixes in [`COMPANION_SUFFIXES`].
+#[derive(Clone, Copy)]
 enum Part {
     Name,
     /// The lock key: the name, under the namespace if there is one.
@@ -95,8 +96,9 @@ enum Part {
 /// How many parts `spans` places: `Name` to `Wake`.
 const HELD_PARTS: usize = 6;
 
-/// The suffixes of the keys of the line, `Queue` to `Handover`.
-const LINE_SUFFIXES: &[&str] = &["queue", "places", "tickets", "handover"];
+/// Where the suffixes of the line's keys (`Queue` to `Handover`) are in
+/// [`COMPANION_SUFFIXES`]; the three before them are the held parts' fence, epoch and wake.
+const LINE_SUFFIXES: std::ops::Range<usize> = 3..7;
 
 impl std::fmt::Debug for LockKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -200,9 +202,8 @@ impl LockKeys {
         } else {
             format!("{{{key}}}")
         };
-        let fence = format!("{prefix}:fence");
-        let epoch = format!("{prefix}:epoch");
-        let wake = format!("{prefix}:wake");
+        // fence, epoch, wake: the order of `Part`.
+        let [fence, epoch, wake] = [0, 1, 2].map(|i| format!("{prefix}:{}", COMPANION_SUFFIXES[i]));
         Ok(LockKeys::joined(&[
             name, &key, &prefix, &fence, &epoch, &wake,
         ]))
@@ -228,18 +229,15 @@ impl LockKeys {
         LockKeys {
             text: text.into_boxed_str(),
             spans,
+            #[cfg(feature = "layout-internals")]
             line: OnceLock::new(),
         }
     }
 
+    /// `part`, one of `Name` to `Wake` (the keys of the line are [`LockKeys::line`]'s).
     fn part(&self, part: Part) -> &str {
-        if part <= Part::Wake {
-            let (start, end) = self.spans[part as usize];
-            return &self.text[usize::from(start)..usize::from(end)];
-        }
-        let prefix = self.part(Part::Prefix);
-        let line = self.line.get_or_init(|| line_text(prefix));
-        &line[line_span(prefix.len(), part)]
+        let (start, end) = self.spans[part as usize];
+        &self.text[usize::from(start)..usize::from(end)]
     }
 
     /// The lock name as given.
@@ -276,42 +274,6 @@ impl LockKeys {
     }
 
     internal! {
-        /// The queue of waiters: a sorted set of waiter ids by arrival (a ticket the server hands
-        /// out). A release wakes the first of them.
-        fn queue(&self) -> &str {
-            self.part(Part::Queue)
-        }
-    }
-
-    internal! {
-        /// The waiters' place leases: a sorted set of waiter ids by the server time (ms) at which
-        /// each place runs out unless its waiter renews it.
-        fn places(&self) -> &str {
-            self.part(Part::Places)
-        }
-    }
-
-    internal! {
-        /// The ticket counter of the queue; it exists only while somebody waits.
-        fn tickets(&self) -> &str {
-            self.part(Part::Tickets)
-        }
-    }
-
-    internal! {
-        /// The owner tokens waiters are handed the lock under: a hash of waiter id ->
-        /// `'<owner token> <nonce>'`, the token the waiter asks with (a `Mutex`'s waiters of one
-        /// process share one; a `FairMutex` waiter's is its own, which is also its id) and the
-        /// nonce of the attempt that last renewed its place. A release with such a waiter at
-        /// the head of the queue gives the lock straight to that token and publishes the grant,
-        /// so the woken waiter holds the lock without asking Redis again. It exists only while
-        /// somebody waits.
-        fn handover(&self) -> &str {
-            self.part(Part::Handover)
-        }
-    }
-
-    internal! {
         /// A companion key `<prefix>:<suffix>` in the lock's slot.
         fn companion(&self, suffix: &str) -> String {
             format!("{}:{suffix}", self.part(Part::Prefix))
@@ -319,79 +281,115 @@ impl LockKeys {
     }
 
     /// Whether these keys keep the keys of their line (see `line`): only after
-    /// [`LockKeys::queue`] or another of them was asked for.
-    #[cfg(test)]
+    /// `LockKeys::queue` or another of them was asked for.
+    #[cfg(all(test, feature = "layout-internals"))]
     pub(crate) fn keeps_line(&self) -> bool {
         self.line.get().is_some()
     }
 
     /// The keys of the lock's line (queue, places, tickets, handover), made for one request
     /// and not kept: the library's requests use these, so a held lock never keeps them (its
-    /// first acquisition is a script that names them), while [`LockKeys::queue`] and the
+    /// first acquisition is a script that names them), while `LockKeys::queue` and the
     /// others keep theirs for the tools that ask for them.
     pub(crate) fn line(&self) -> LineKeys {
-        LineKeys {
-            text: line_text(self.part(Part::Prefix)),
-            prefix: self.part(Part::Prefix).len(),
-        }
+        LineKeys::new(self.part(Part::Prefix))
     }
 }
 
-/// Every key of a line of `prefix`, one after the other in [`Part`]'s order.
-fn line_text(prefix: &str) -> Box<str> {
-    // One allocation: a request that names the line makes these every time.
-    let length = LINE_SUFFIXES
-        .iter()
-        .map(|suffix| prefix.len() + 1 + suffix.len())
-        .sum();
-    let mut text = String::with_capacity(length);
-    for suffix in LINE_SUFFIXES {
-        text.push_str(prefix);
-        text.push(':');
-        text.push_str(suffix);
+/// The keys of the line for the tools that ask for them: `layout-internals` only (the library
+/// makes its own for each request, `LockKeys::line`).
+#[cfg(feature = "layout-internals")]
+impl LockKeys {
+    /// The queue of waiters: a sorted set of waiter ids by arrival (a ticket the server hands
+    /// out). A release wakes the first of them.
+    ///
+    /// This and the other keys of the line are made when one of them is first asked for and
+    /// kept from then on; the library's own requests make theirs each time
+    /// (`LockKeys::line`), so that a held lock keeps none of them.
+    pub fn queue(&self) -> &str {
+        self.kept_line().part(Part::Queue)
     }
-    text.into_boxed_str()
+
+    /// The waiters' place leases: a sorted set of waiter ids by the server time (ms) at which
+    /// each place runs out unless its waiter renews it.
+    pub fn places(&self) -> &str {
+        self.kept_line().part(Part::Places)
+    }
+
+    /// The ticket counter of the queue; it exists only while somebody waits.
+    pub fn tickets(&self) -> &str {
+        self.kept_line().part(Part::Tickets)
+    }
+
+    /// The owner tokens waiters are handed the lock under: a hash of waiter id ->
+    /// `'<owner token> <nonce>'`, the token the waiter asks with (a `Mutex`'s waiters of one
+    /// process share one; a `FairMutex` waiter's is its own, which is also its id) and the
+    /// nonce of the attempt that last renewed its place. A release with such a waiter at
+    /// the head of the queue gives the lock straight to that token and publishes the grant,
+    /// so the woken waiter holds the lock without asking Redis again. It exists only while
+    /// somebody waits.
+    pub fn handover(&self) -> &str {
+        self.kept_line().part(Part::Handover)
+    }
+
+    /// The keys of the line, made once and kept.
+    fn kept_line(&self) -> &LineKeys {
+        self.line.get_or_init(|| self.line())
+    }
 }
 
-/// Where `part`, a key of the line, is in [`line_text`] of a prefix `prefix` bytes long.
-fn line_span(prefix: usize, part: Part) -> std::ops::Range<usize> {
-    let index = part as usize - HELD_PARTS;
-    let start: usize = LINE_SUFFIXES[..index]
-        .iter()
-        .map(|suffix| prefix + 1 + suffix.len())
-        .sum();
-    start..start + prefix + 1 + LINE_SUFFIXES[index].len()
-}
-
-/// The keys of a lock's line for one request ([`LockKeys::line`]).
-#[derive(Debug)]
+/// The keys of a lock's line ([`LockKeys::line`]).
+#[derive(Clone, Debug)]
 pub(crate) struct LineKeys {
+    /// Every key of the line, `<prefix>:<suffix>`, one after the other in [`Part`]'s order,
+    /// in one allocation: a request that names the line makes them every time.
     text: Box<str>,
     /// The length of the lock's prefix.
     prefix: usize,
 }
 
 impl LineKeys {
-    fn part(&self, part: Part) -> &str {
-        &self.text[line_span(self.prefix, part)]
+    /// The keys of the line of a lock whose companions begin with `prefix`.
+    fn new(prefix: &str) -> LineKeys {
+        let suffixes = &COMPANION_SUFFIXES[LINE_SUFFIXES];
+        let length = suffixes.iter().map(|s| prefix.len() + 1 + s.len()).sum();
+        let mut text = String::with_capacity(length);
+        for suffix in suffixes {
+            text.push_str(prefix);
+            text.push(':');
+            text.push_str(suffix);
+        }
+        LineKeys {
+            text: text.into_boxed_str(),
+            prefix: prefix.len(),
+        }
     }
 
-    /// As [`LockKeys::queue`].
+    /// `part`, a key of the line.
+    fn part(&self, part: Part) -> &str {
+        let suffixes = &COMPANION_SUFFIXES[LINE_SUFFIXES];
+        let index = part as usize - HELD_PARTS;
+        let length = |suffix: &&str| self.prefix + 1 + suffix.len();
+        let start: usize = suffixes[..index].iter().map(length).sum();
+        &self.text[start..start + length(&suffixes[index])]
+    }
+
+    /// As `LockKeys::queue`.
     pub(crate) fn queue(&self) -> &str {
         self.part(Part::Queue)
     }
 
-    /// As [`LockKeys::places`].
+    /// As `LockKeys::places`.
     pub(crate) fn places(&self) -> &str {
         self.part(Part::Places)
     }
 
-    /// As [`LockKeys::tickets`].
+    /// As `LockKeys::tickets`.
     pub(crate) fn tickets(&self) -> &str {
         self.part(Part::Tickets)
     }
 
-    /// As [`LockKeys::handover`].
+    /// As `LockKeys::handover`.
     pub(crate) fn handover(&self) -> &str {
         self.part(Part::Handover)
     }
@@ -462,26 +460,26 @@ mod tests {
     fn debug_shows_every_key() {
         let keys = LockKeys::with_namespace("ns", "orders").unwrap();
         let shown = format!("{keys:?}");
+        let line = keys.line();
         for key in [
             keys.name(),
             keys.lock(),
             keys.fence(),
             keys.epoch(),
             keys.wake_channel(),
-            keys.queue(),
-            keys.places(),
-            keys.tickets(),
-            keys.handover(),
+            line.queue(),
+            line.places(),
+            line.tickets(),
+            line.handover(),
         ] {
             assert!(shown.contains(&format!("{key:?}")), "{key} in {shown}");
         }
-        let fresh = LockKeys::with_namespace("ns", "orders").unwrap();
-        assert_eq!(format!("{fresh:?}"), shown);
-        assert!(!fresh.keeps_line(), "Debug keeps no keys of the line");
+        #[cfg(feature = "layout-internals")]
+        assert!(!keys.keeps_line(), "Debug keeps no keys of the line");
     }
 
     #[test]
-    fn the_parts_waiting_uses_are_made_on_first_use_as_the_rule_says() {
+    fn every_key_follows_the_rule() {
         for (namespace, name) in [
             ("", "orders"),
             ("ns", "orders"),
@@ -490,23 +488,37 @@ mod tests {
         ] {
             let keys = LockKeys::with_namespace(namespace, name).unwrap();
             let prefix = keys.part(Part::Prefix).to_string();
-            assert_eq!(keys.fence(), format!("{prefix}:fence"));
-            assert_eq!(keys.epoch(), format!("{prefix}:epoch"));
-            assert_eq!(keys.wake_channel(), format!("{prefix}:wake"));
-            assert!(keys.line.get().is_none(), "held parts alone: {keys:?}");
-            let made = [
-                (keys.handover(), "handover"),
-                (keys.tickets(), "tickets"),
-                (keys.queue(), "queue"),
-                (keys.places(), "places"),
-            ];
-            for (key, suffix) in made {
-                assert_eq!(key, format!("{prefix}:{suffix}"));
+            let line = keys.line();
+            for (key, suffix) in [
+                (keys.fence(), "fence"),
+                (keys.epoch(), "epoch"),
+                (keys.wake_channel(), "wake"),
+                (line.handover(), "handover"),
+                (line.tickets(), "tickets"),
+                (line.queue(), "queue"),
+                (line.places(), "places"),
+            ] {
+                assert_eq!(key, format!("{prefix}:{suffix}"), "{namespace} {name}");
             }
-            assert!(keys.line.get().is_some());
-            // Equal to the same keys before their first use, and to a copy.
-            assert_eq!(keys, LockKeys::with_namespace(namespace, name).unwrap());
-            assert_eq!(keys.clone().queue(), keys.queue());
         }
+    }
+
+    /// The tools' getters keep the keys of the line once asked, the same keys as `line()`;
+    /// equality and copies do not depend on it.
+    #[cfg(feature = "layout-internals")]
+    #[test]
+    fn the_keys_of_the_line_are_kept_only_once_asked_for() {
+        let keys = LockKeys::with_namespace("ns", "{t}:cart").unwrap();
+        assert!(!keys.keeps_line());
+        let line = keys.line();
+        assert!(!keys.keeps_line(), "line() keeps nothing");
+        let asked = [keys.handover(), keys.tickets(), keys.queue(), keys.places()];
+        assert_eq!(
+            asked,
+            [line.handover(), line.tickets(), line.queue(), line.places()]
+        );
+        assert!(keys.keeps_line());
+        assert_eq!(keys, LockKeys::with_namespace("ns", "{t}:cart").unwrap());
+        assert_eq!(keys.clone().queue(), keys.queue());
     }
 }

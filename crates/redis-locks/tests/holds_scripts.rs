@@ -1618,23 +1618,13 @@ fn ten_thousand_expired_read_holds_are_purged_by_one_acquire() {
     // More than Lua's unpack gives at once (about 8,000): the purge deletes them in slices.
     let server = server();
     let mut con = raw(&server);
-    let mut fields = Vec::new();
-    for n in 0..10_000 {
-        fields.push(format!("h:{}", id(n)));
-        fields.push(format!("1 r {} reader-{n}", n + 1));
-    }
-    fields.push(format!("h:{}", id(10_000)));
-    fields.push(format!("{} r 1 live", server_ms(&mut con) + 60_000));
-    redis::cmd("HSET")
-        .arg(LOCK)
-        .arg(&fields)
-        .exec(&mut con)
-        .unwrap();
-    redis::cmd("PEXPIRE")
-        .arg(LOCK)
-        .arg(60_000)
-        .exec(&mut con)
-        .unwrap();
+    // 10,000 read holds whose leases ended at server time 1 ms, and one live.
+    let mut fields: Vec<(String, String)> = (0..10_000)
+        .map(|n| (format!("h:{}", id(n)), format!("1 r {} reader-{n}", n + 1)))
+        .collect();
+    let live = server_ms(&mut con) + 60_000;
+    fields.push((format!("h:{}", id(10_000)), format!("{live} r 1 live")));
+    common::put_hash(&mut con, LOCK, &fields);
     assert_eq!(read(10_001, "late").run(&mut con).0, 1);
     let left: i64 = redis::cmd("HLEN").arg(LOCK).query(&mut con).unwrap();
     assert_eq!(left, 2, "the live hold and the new one");

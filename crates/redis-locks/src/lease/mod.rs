@@ -24,8 +24,8 @@
 //! 1. **Keys and scripts.** Derive every key from [`LockKeys`](crate::LockKeys) (companions
 //!    through [`LockKeys::companion`](crate::LockKeys::companion), so they share the lock's
 //!    cluster slot; the keys of the line through `LockKeys::line`, made for each request, so
-//!    a held lock does not keep them) and write the scripts as `.lua` files in the primitive's folder, each with
-//!    a header stating KEYS, ARGV and every reply. Start each with the preludes it calls, and
+//!    a held lock does not keep them) and write the scripts as `.lua` files in the
+//!    primitive's folder, each with a header stating KEYS, ARGV and every reply. Start each with the preludes it calls, and
 //!    no more: `token/fence.lua` (`next_token`: fencing tokens that survive a restart), the
 //!    lock prelude `wait/lock.lua` (owner checks, the waiter mark on a held key, the wake-up
 //!    publish, a release's tombstone) and, for a script that keeps waiters in line or hands

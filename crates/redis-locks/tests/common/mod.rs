@@ -58,22 +58,27 @@ pub fn server_ms(con: &mut redis::Connection) -> i64 {
     server_micros(con) / 1_000
 }
 
-/// Writes a `Semaphore`'s hash by hand, as `semaphore/permits.lua` lays it out: N (`limit`),
-/// `holders` holders `holder-<i>` of one permit each whose leases end at `ends` (server ms),
-/// and their count (`used`); the hash lasts 60 s. For tests of more holders than the scripts
-/// would grant quickly.
+/// Writes the hash `key` by hand, `fields` in one `HSET`, lasting 60 s (as a lock's hash
+/// always has a TTL). For tests of more holders than the scripts would grant quickly.
+pub fn put_hash(con: &mut redis::Connection, key: &str, fields: &[(String, String)]) {
+    redis::cmd("HSET").arg(key).arg(fields).exec(con).unwrap();
+    redis::cmd("PEXPIRE")
+        .arg(key)
+        .arg(60_000)
+        .exec(con)
+        .unwrap();
+}
+
+/// Writes a `Semaphore`'s hash by hand ([`put_hash`]), as `semaphore/permits.lua` lays it
+/// out: N (`limit`), `holders` holders `holder-<i>` of one permit each whose leases end at
+/// `ends` (server ms), and their count (`used`).
 pub fn put_semaphore(con: &mut redis::Connection, key: &str, limit: u32, holders: u32, ends: i64) {
     let mut fields = vec![
         ("limit".to_string(), limit.to_string()),
         ("used".to_string(), holders.to_string()),
     ];
     fields.extend((0..holders).map(|i| (format!("holder-{i}"), format!("{ends} 1"))));
-    redis::cmd("HSET").arg(key).arg(&fields).exec(con).unwrap();
-    redis::cmd("PEXPIRE")
-        .arg(key)
-        .arg(60_000)
-        .exec(con)
-        .unwrap();
+    put_hash(con, key, &fields);
 }
 
 pub fn exists(server: &RedisServer, key: &str) -> bool {
