@@ -429,7 +429,7 @@ fn released(hold: &dyn super::Hold, granted_at: Instant, outcome: &Result<Releas
 /// server's) on a server that kept the grant's data (its fencing counter reaches the grant's
 /// `token`: no restart, flush or failover lost it) was released by the first request —
 /// nothing else ends a lease early there but a break, which is told apart — so it says what
-/// that release left ([`Hold::released_first`]: [`Released::Freed`], or the holds `holder`
+/// that release left ([`Hold::released_first`](super::Hold::released_first): [`Released::Freed`], or the holds `holder`
 /// has left). A second connection failure gives back the first.
 async fn release_again(
     hold: &dyn super::Hold,

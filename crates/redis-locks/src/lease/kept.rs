@@ -15,7 +15,8 @@ pub(crate) const BROKEN_MARK: &str = "broken";
 /// renewal or a release finds the lock gone or taken.
 ///
 /// # Errors
-/// [`Error::Connection`]; [`Error::WrongType`] when the mark is not a set.
+/// [`Error::Connection`](crate::Error::Connection); [`Error::WrongType`](crate::Error::WrongType)
+/// when the mark is not a set.
 pub(crate) async fn was_broken(node: &Node, keys: &LockKeys, owner: &OwnerToken) -> Result<bool> {
     let mark = keys.companion(BROKEN_MARK);
     let command = redis::cmd("SISMEMBER")
@@ -30,7 +31,7 @@ pub(crate) async fn was_broken(node: &Node, keys: &LockKeys, owner: &OwnerToken)
 /// `false` when it is gone or lower.
 ///
 /// # Errors
-/// [`Error::Connection`].
+/// [`Error::Connection`](crate::Error::Connection).
 pub(crate) async fn counter_reached(
     node: &Node,
     keys: &LockKeys,

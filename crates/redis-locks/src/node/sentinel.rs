@@ -186,7 +186,7 @@ impl Master {
     /// sentinels have promoted another. A grant it so gives must not count. A reply that came
     /// after this client switched masters is void; so is a slow one (over [`SLOW_REPLY`])
     /// when the sentinels, asked again now, name another master. Void is
-    /// [`Error::Connection`](crate::Error::Connection) for the caller: the outcome is unknown,
+    /// [`Error::Connection`] for the caller: the outcome is unknown,
     /// and an acquire's grant is given back by owner token.
     async fn vouch<T>(
         &self,

@@ -11,7 +11,7 @@
 //! and `raise.lua` brings the fencing counters of the granting majority up to the chosen
 //! token, in the background when a majority has it already. Waiters keep a place in line on
 //! every node, and a release hands each node to its first waiter: one woken on the first
-//! node holds once a majority handed it the lock ([`Contending`]). The lease core ([`Hold`] for
+//! node holds once a majority handed it the lock ([`Contending`]). The lease core ([`Hold`](crate::lease::Hold) for
 //! release and extend, the watchdog, `lost()`, the owed release) and the one acquire loop are
 //! the same as every primitive's.
 
@@ -140,7 +140,7 @@ impl Redlock {
     /// but refused the client before the grace ended, a minority node too ([`Error::Auth`],
     /// [`Error::NotRedis`], ...: a misconfigured node is reported, not taken as down; one that
     /// answers only after the grace is [`NodeStart::Late`]); with no majority reachable,
-    /// [`Error::NoQuorum`] with [`Phase::Connect`](crate::Phase::Connect) and every node's
+    /// [`Error::NoQuorum`] with [`Phase::Connect`] and every node's
     /// state: connected, its error, or still connecting.
     pub async fn connect_nodes(urls: &[impl AsRef<str>]) -> Result<RedlockNodes> {
         Redlock::connect_nodes_with(urls, Redlock::node_options()).await

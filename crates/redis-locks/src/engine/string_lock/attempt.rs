@@ -1,4 +1,4 @@
-//! One acquire attempt of a [`StringLock`](super::StringLock), asked in one of two ways: the fast way, a pipelined
+//! One acquire attempt of a [`StringLock`], asked in one of two ways: the fast way, a pipelined
 //! `SET NX PX` + `INCR` that costs Redis no script, or the acquire script, which waiters use
 //! because it also marks a held lock so that its release hands the lock over to them (or
 //! wakes them), and registers their line's owner token for that.

@@ -57,7 +57,7 @@ impl StringHold {
     /// restored (no proof that `owner` held the lock on this node meanwhile).
     ///
     /// # Errors
-    /// As [`Hold::extend`]: [`Error::NotHeld`](crate::Error::NotHeld) (`Taken`) when another
+    /// As [`Hold::extend`]: [`Error::NotHeld`] (`Taken`) when another
     /// owner's token is there.
     pub(crate) async fn extend_or_restore(
         &self,

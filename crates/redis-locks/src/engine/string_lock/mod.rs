@@ -9,7 +9,7 @@
 //!   waking it) and extend, as the lease core's [`Hold`](crate::lease::Hold) (`hold.rs`).
 //! - [`acquire_on`] and [`acquire_first_on`]: one attempt on one node of several, with the
 //!   token proposed by the caller (a `Redlock`'s nodes).
-//! - [`inspect`]: the state in one read; [`MutexGuard`]: the public guard of its leases.
+//! - [`inspect()`]: the state in one read; [`MutexGuard`]: the public guard of its leases.
 //!
 //! `Mutex`, `FairMutex` (with release and acquire scripts of its own, in ticket order) and each
 //! node of a `Redlock` stand on it.
@@ -116,7 +116,7 @@ impl StringLock {
     /// Reads who holds the lock, for how long, and the fencing counter, in one step.
     ///
     /// # Errors
-    /// As [`inspect`].
+    /// As [`inspect()`].
     pub(crate) async fn state(&self) -> Result<LockState> {
         inspect(self.client.node(), &self.keys).await
     }
