@@ -231,3 +231,30 @@ fn bad_permits_are_bad_usage() {
     ]);
     expect(&out, 64, "--permits takes one Redis");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_permit_kept_as_a_plain_key_as_the_semaphore_it_is() {
+    let server = RedisServer::start().unwrap();
+    let client = redis_locks::Client::connect(&server.url()).await.unwrap();
+    let semaphore = client.semaphore("solo", 2).unwrap();
+    // The first grant on a connection is numbered by the script; the next, the only holder,
+    // is a plain key.
+    semaphore.acquire().await.unwrap().release().await.unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let kind: String = redis::cmd("TYPE").arg("solo").query(&mut con).unwrap();
+    assert_eq!(kind, "string");
+    let held = tokio::task::block_in_place(|| status(&server, "solo"));
+    assert_eq!(held["kind"], "semaphore", "{held}");
+    assert_eq!(held["permits"], 2);
+    assert_eq!(held["permits_in_use"], 1);
+    assert_eq!(held["permits_available"], 1);
+    let holders = held["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 1, "{held}");
+    assert_eq!(holders[0]["owner"], permit.owner_token().as_str());
+    assert_eq!(held["fencing_counter"], permit.fencing_token().get());
+    permit.release().await.unwrap();
+}

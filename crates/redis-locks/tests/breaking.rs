@@ -109,6 +109,28 @@ async fn every_kind_is_broken_and_its_holders_told() {
         other => panic!("a broken permit's release: {other:?}"),
     }
     drop(second);
+    // A permit kept as a plain key: the only holder, its counter vouched for by now, asked
+    // by a handle whose first attempt was not refused lately (`second`'s was).
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            semaphore.available().await.unwrap() == 2
+        })
+        .await
+    );
+    let semaphore = client.semaphore("slots", 2).unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    let kind: String = redis::cmd("TYPE")
+        .arg("slots")
+        .query(&mut common::raw(&server))
+        .unwrap();
+    assert_eq!(kind, "string", "a permit kept as a plain key");
+    let broken = client.break_lock("slots").await.unwrap();
+    assert_eq!(broken.kind.as_deref(), Some("semaphore"));
+    assert_eq!(broken.holders, [permit.owner_token().as_str()]);
+    match permit.release().await {
+        Err(Error::NotHeld { reason, .. }) => assert_eq!(reason, LostReason::Broken),
+        other => panic!("a broken plain permit's release: {other:?}"),
+    }
 
     let reentrant = client.reentrant_mutex("ledger").unwrap();
     let held = reentrant.lock().await.unwrap();

@@ -1146,23 +1146,7 @@ async fn a_node_that_answers_after_the_decision_still_takes_the_first_grant() {
 
 /// How many scripts (`EVALSHA`, `EVAL` and `FCALL`) `server` has run.
 fn script_calls(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut common::raw(server))
-        .unwrap();
-    [
-        "cmdstat_evalsha:calls=",
-        "cmdstat_eval:calls=",
-        "cmdstat_fcall:calls=",
-    ]
-    .iter()
-    .map(|prefix| {
-        info.lines()
-            .find_map(|line| line.strip_prefix(prefix))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |calls| calls.parse::<u64>().unwrap())
-    })
-    .sum()
+    common::command_calls(server, &["evalsha", "eval", "fcall"])
 }
 
 /// Waits (at most 10 s) until `holds` says so of every node. A node that was down comes back

@@ -170,7 +170,12 @@ async fn permits_are_counted_tokens_grow_per_grant_and_a_release_frees() {
     assert_eq!(state.permits, Some(3));
     assert_eq!(state.in_use(), 3);
     assert_eq!(state.holders.len(), 2);
-    assert_eq!(state.fencing_counter, Some(two.fencing_token()));
+    // The refused try's first attempt advanced the counter too (tokens only need to grow
+    // from one grant to the next); it never falls behind a grant.
+    assert!(
+        state.fencing_counter >= Some(two.fencing_token()),
+        "{state:?}"
+    );
     assert!(
         state
             .holders
@@ -184,16 +189,23 @@ async fn permits_are_counted_tokens_grow_per_grant_and_a_release_frees() {
     assert!(three.fencing_token() > two_token);
     one.release().await.unwrap();
     three.release().await.unwrap();
-    // Nobody holds or waits: nothing is left on the server.
-    let keys: Vec<String> = redis::cmd("KEYS")
+    // Nobody holds or waits: nothing is left on the server but the counter and its epochs,
+    // which expire an hour after the script's last grant.
+    let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query(&mut raw(&server))
         .unwrap();
+    keys.sort();
     assert_eq!(
         keys,
-        vec!["{counted}:fence".to_string()],
-        "only the counter stays"
+        vec!["{counted}:epoch".to_string(), "{counted}:fence".to_string()],
+        "only the counter and its epochs stay"
     );
+    let left: i64 = redis::cmd("PTTL")
+        .arg("{counted}:epoch")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert!(left > 0 && left <= 3_600_000, "{left}");
 }
 
 #[tokio::test]
@@ -371,28 +383,38 @@ async fn a_client_clock_an_hour_off_changes_no_lease() {
     }
 }
 
-#[tokio::test]
-async fn a_lost_permit_fires_lost_and_a_release_says_it_is_gone() {
-    let server = server();
-    let client = client(&server).await;
-    let options = LockOptions::default()
-        .lease(Duration::from_millis(600))
-        .watchdog(true);
-    let semaphore = client.semaphore_with("lost", 2, options).unwrap();
-    let guard = semaphore.acquire().await.unwrap();
-    let owner = guard.owner_token().as_str().to_string();
-    // Somebody removes the holder by hand: the next renewal finds it gone.
-    let removed: i64 = redis::cmd("HDEL")
-        .arg("lost")
-        .arg(&owner)
-        .query(&mut raw(&server))
-        .unwrap();
+/// Takes `guard`'s permit away by hand (`removal`, which removes one thing) and checks that
+/// its next renewal finds it gone: `lost()` fires, and its release says so.
+async fn lost_by_hand(
+    server: &test_support::RedisServer,
+    removal: &mut redis::Cmd,
+    guard: redis_locks::SemaphoreGuard,
+) {
+    let removed: i64 = removal.query(&mut raw(server)).unwrap();
     assert_eq!(removed, 1);
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost() fires at the next renewal");
     assert_eq!(reason, LostReason::Expired);
     common::assert_not_held(guard.release().await, LostReason::Expired);
+}
+
+#[tokio::test]
+async fn a_lost_permit_fires_lost_and_a_release_says_it_is_gone() {
+    let server = server();
+    let client = client(&server).await;
+    // Somebody deletes a permit kept as a plain key by hand.
+    let (semaphore, guard) = plain_permit(&server, &client, "lost").await;
+    lost_by_hand(&server, redis::cmd("DEL").arg("lost"), guard).await;
+    // Two holders in the hash: somebody removes one by hand; the other keeps its permit.
+    let guard = semaphore.acquire().await.unwrap();
+    let other = semaphore.acquire().await.unwrap();
+    let owner = guard.owner_token().as_str().to_string();
+    lost_by_hand(&server, redis::cmd("HDEL").arg("lost").arg(owner), guard).await;
+    // Past two of its renewals (a lease of 600 ms is renewed every 200 ms).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(other.lost_reason(), None);
+    other.release().await.unwrap();
     // Without the watchdog, an extension after the lease ended says so too.
     let fixed = client
         .semaphore_with(
@@ -561,4 +583,218 @@ async fn bad_permits_and_a_mismatched_n_are_typed_errors() {
         .unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err}");
     mutex.release().await.unwrap();
+}
+
+/// The scripts (`FCALL`, `EVALSHA`, `EVAL`) and the first attempts (each sends one `CLIENT
+/// GETNAME`; no script does) that `server` has run.
+fn scripts_and_first_attempts(server: &test_support::RedisServer) -> (u64, u64) {
+    (
+        common::command_calls(server, &["fcall", "evalsha", "eval"]),
+        common::command_calls(server, &["client|getname"]),
+    )
+}
+
+fn key_type(server: &test_support::RedisServer, key: &str) -> String {
+    redis::cmd("TYPE").arg(key).query(&mut raw(server)).unwrap()
+}
+
+/// A semaphore `name` of 2 permits with a 600 ms lease renewed by the watchdog, and a permit
+/// of it kept as a plain key: the first grant on a connection is numbered by the script
+/// (which records the connection's epoch), the next, the only holder, is the plain key.
+async fn plain_permit(
+    server: &test_support::RedisServer,
+    client: &Client,
+    name: &str,
+) -> (redis_locks::Semaphore, redis_locks::SemaphoreGuard) {
+    let options = LockOptions::default()
+        .lease(Duration::from_millis(600))
+        .watchdog(true);
+    let semaphore = client.semaphore_with(name, 2, options).unwrap();
+    semaphore.acquire().await.unwrap().release().await.unwrap();
+    let guard = semaphore.acquire().await.unwrap();
+    assert_eq!(
+        key_type(server, name),
+        "string",
+        "a permit kept as a plain key"
+    );
+    (semaphore, guard)
+}
+
+#[tokio::test]
+async fn a_permit_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
+    let server = server();
+    let client = client(&server).await;
+    let semaphore = client.semaphore("plain", 3).unwrap();
+    // The first grant on a connection: the counter is not vouched for there yet, so the
+    // script numbers it, in the hash, and records the connection among the counter's epochs.
+    let first = semaphore.acquire().await.unwrap();
+    assert_eq!(key_type(&server, "plain"), "hash");
+    let epochs: i64 = redis::cmd("ZCARD")
+        .arg("{plain}:epoch")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(epochs, 1);
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    // The next: one pipeline, no script; the permit is the key '<owner> <N>' with the lease.
+    let (scripts, attempts) = scripts_and_first_attempts(&server);
+    let guard = semaphore.acquire().await.unwrap();
+    let (scripts_after, attempts_after) = scripts_and_first_attempts(&server);
+    assert_eq!((scripts_after - scripts, attempts_after - attempts), (0, 1));
+    assert_eq!(key_type(&server, "plain"), "string");
+    let value: String = redis::cmd("GET")
+        .arg("plain")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(value, format!("{} 3", guard.owner_token().as_str()));
+    let left = common::pttl(&server, "plain");
+    assert!((25_000..=30_000).contains(&left), "the lease: {left}");
+    assert!(guard.fencing_token() > first_token);
+    let state = semaphore.state().await.unwrap();
+    assert_eq!(
+        (state.permits, state.in_use(), state.holders.len()),
+        (Some(3), 1, 1)
+    );
+    assert_eq!(state.holders[0].owner, guard.owner_token().as_str());
+    // It is no Mutex's: a Mutex that waits for the name, or reads it, is told what it is.
+    let mutex = client.mutex("plain").unwrap();
+    for err in [
+        mutex
+            .lock_timeout(Duration::from_secs(2))
+            .await
+            .unwrap_err(),
+        mutex.state().await.unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::WrongType { .. }), "{err}");
+    }
+    // A second holder (another handle: its first attempt is refused, the script grants it)
+    // turns the key into the hash; both count.
+    let other = client
+        .semaphore("plain", 3)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(key_type(&server, "plain"), "hash");
+    assert!(other.fencing_token() > guard.fencing_token());
+    assert_eq!(semaphore.available().await.unwrap(), 1);
+    // Another N is refused against either form.
+    let wrong = client.semaphore("plain", 4).unwrap();
+    assert!(matches!(
+        wrong.try_acquire().await.unwrap_err(),
+        Error::PermitsMismatch { permits: 3, .. }
+    ));
+    other.release().await.unwrap();
+    guard.release().await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("plain")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(exists, 0, "released, nothing held is kept");
+    let guard = semaphore.acquire().await.unwrap();
+    assert_eq!(key_type(&server, "plain"), "string");
+    let err = wrong.try_acquire().await.unwrap_err();
+    assert!(
+        matches!(err, Error::PermitsMismatch { permits: 3, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        key_type(&server, "plain"),
+        "string",
+        "the refusal wrote nothing"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_first_attempt_that_finds_a_line_gives_its_permit_back_and_prods_the_line() {
+    let server = server();
+    let client = client(&server).await;
+    let semaphore = client.semaphore("lined", 2).unwrap();
+    semaphore.acquire().await.unwrap().release().await.unwrap();
+    // A line that outlived its semaphore (a `break` leaves one): a waiter placed for 10 s.
+    let mut con = raw(&server);
+    let until = common::server_ms(&mut con) + 10_000;
+    redis::pipe()
+        .cmd("ZADD")
+        .arg("{lined}:queue")
+        .arg(1)
+        .arg("w")
+        .cmd("ZADD")
+        .arg("{lined}:places")
+        .arg(until)
+        .arg("w")
+        .cmd("PEXPIRE")
+        .arg("{lined}:queue")
+        .arg(10_000)
+        .cmd("PEXPIRE")
+        .arg("{lined}:places")
+        .arg(10_000)
+        .exec(&mut con)
+        .unwrap();
+    let mut wakes = common::subscribed(&server, "{lined}:wake");
+    let (_, attempts) = scripts_and_first_attempts(&server);
+    let err = semaphore.try_acquire().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Held {
+                retry_after: None,
+                ..
+            }
+        ),
+        "others wait first: {err}"
+    );
+    assert_eq!(scripts_and_first_attempts(&server).1 - attempts, 1);
+    let exists: i64 = redis::cmd("EXISTS").arg("lined").query(&mut con).unwrap();
+    assert_eq!(
+        exists, 0,
+        "the permit the first attempt took was given back"
+    );
+    assert_eq!(common::next_message(&mut wakes).as_deref(), Some("w"));
+}
+
+#[tokio::test]
+async fn a_handle_whose_first_attempt_was_refused_asks_the_script_first_for_a_while() {
+    let server = server();
+    let client = client(&server).await;
+    let (a, b) = (
+        client.semaphore("busy", 2).unwrap(),
+        client.semaphore("busy", 2).unwrap(),
+    );
+    a.acquire().await.unwrap().release().await.unwrap();
+    let held = a.acquire().await.unwrap();
+    assert_eq!(key_type(&server, "busy"), "string");
+    let attempts = |server| scripts_and_first_attempts(server).1;
+    let before = attempts(&server);
+    let second = b.acquire().await.unwrap();
+    assert_eq!(attempts(&server) - before, 1, "refused, then the script");
+    second.release().await.unwrap();
+    let before = attempts(&server);
+    b.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(attempts(&server) - before, 0, "straight to the script");
+    held.release().await.unwrap();
+    // A second later (`BUSY_FOR`) its first attempts come back.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let before = attempts(&server);
+    let plain = b.acquire().await.unwrap();
+    assert_eq!(attempts(&server) - before, 1);
+    assert_eq!(key_type(&server, "busy"), "string");
+    plain.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_a_plain_permit_past_its_lease() {
+    let server = server();
+    let client = client(&server).await;
+    let (_semaphore, guard) = plain_permit(&server, &client, "renewed").await;
+    // Three leases: kept only if renewed (every 200 ms).
+    let until = Instant::now() + Duration::from_millis(1_800);
+    while Instant::now() < until {
+        assert!(common::pttl(&server, "renewed") > 0, "renewed in time");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(guard.lost_reason(), None);
+    assert_eq!(key_type(&server, "renewed"), "string");
+    guard.release().await.unwrap();
 }

@@ -588,3 +588,152 @@ fn a_line_that_outlived_its_hash_is_served_before_a_newcomer() {
     let queued: i64 = redis::cmd("EXISTS").arg(QUEUE).query(&mut con).unwrap();
     assert_eq!(queued, 0);
 }
+
+/// A permit kept as a plain key, as the client's first attempt writes it: `'<owner> <N>'`
+/// with the lease as its TTL.
+fn plain(con: &mut Connection, owner: &str, limit: u32, lease_ms: u64) {
+    redis::cmd("SET")
+        .arg("S")
+        .arg(format!("{owner} {limit}"))
+        .arg("PX")
+        .arg(lease_ms)
+        .exec(con)
+        .unwrap();
+}
+
+fn kind(con: &mut Connection) -> String {
+    redis::cmd("TYPE").arg("S").query(con).unwrap()
+}
+
+#[test]
+fn a_permit_kept_as_a_plain_key_is_read_as_the_hash_it_stands_for() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, "p", 3, 8_000);
+    let reply = inspect(&mut con).unwrap();
+    assert_eq!(int(&reply[0]), 3, "N from the value");
+    assert_eq!(reply.len(), 6, "one holder: {reply:?}");
+    let owner: String = redis::from_redis_value(reply[3].clone()).unwrap();
+    assert_eq!((owner.as_str(), int(&reply[4])), ("p", 1));
+    assert!((7_000..=8_000).contains(&int(&reply[5])), "{reply:?}");
+    assert_eq!(kind(&mut con), "string", "inspecting writes nothing");
+    // The owner extends it: the key's TTL is the lease; anybody else holds nothing there.
+    assert_eq!(extend(&mut con, "p", 20_000).unwrap(), 1);
+    assert!(pttl(&server, "S") > 19_000);
+    assert_eq!(extend(&mut con, "q", 20_000).unwrap(), 0);
+    assert_eq!(kind(&mut con), "string");
+    // Its owner releases it, on the fast path and on the slow one alike.
+    for slow in [false, true] {
+        SLOW_ONLY.store(slow, std::sync::atomic::Ordering::SeqCst);
+        plain(&mut con, "p", 3, 8_000);
+        assert_eq!(release(&mut con, "p").unwrap(), 1, "slow: {slow}");
+        let exists: i64 = redis::cmd("EXISTS").arg("S").query(&mut con).unwrap();
+        assert_eq!(exists, 0, "slow: {slow}");
+    }
+    SLOW_ONLY.store(false, std::sync::atomic::Ordering::SeqCst);
+    // Gone with its lease: the release says so.
+    plain(&mut con, "p", 3, 1);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(release(&mut con, "p").unwrap(), 0);
+    assert_eq!(extend(&mut con, "p", 1_000).unwrap(), 0);
+}
+
+#[test]
+fn a_second_acquirer_turns_a_plain_permit_into_the_hash_and_n_still_counts() {
+    let server = server();
+    let mut con = raw(&server);
+    for slow in [false, true] {
+        SLOW_ONLY.store(slow, std::sync::atomic::Ordering::SeqCst);
+        redis::cmd("DEL").arg(&KEYS[..]).exec(&mut con).unwrap();
+        plain(&mut con, "p", 2, 8_000);
+        // Another N: refused, nothing written.
+        let err = acquire(&mut con, "b", 1, 3, 10_000, 500).unwrap_err();
+        assert_eq!(err.code(), Some("PERMITS"), "{err}");
+        assert_eq!(err.detail(), Some("2"));
+        assert_eq!(kind(&mut con), "string", "nothing written");
+        // The same N: granted beside it, in the hash, the plain holder with its own lease.
+        let (granted, token) = acquire(&mut con, "b", 1, 2, 20_000, 0).unwrap();
+        assert_eq!(granted, 1, "slow: {slow}");
+        assert!(token > 1_000_000_000_000_000);
+        assert_eq!(kind(&mut con), "hash");
+        assert_eq!(holders(&mut con), ["b", "p"]);
+        assert_eq!(used(&mut con), Some(2));
+        let (ends, count) = holder(&mut con, "p").unwrap();
+        let now = server_ms(&mut con);
+        assert_eq!(count, 1);
+        assert!((7_000..=8_000).contains(&(ends - now)), "{}", ends - now);
+        assert!(pttl(&server, "S") > 19_000, "the latest lease");
+        // Full now: refused with the plain holder's lease end, the earliest.
+        let (granted, ms) = acquire(&mut con, "c", 1, 2, 10_000, 0).unwrap();
+        assert_eq!(granted, 0);
+        assert!((7_000..=8_000).contains(&ms), "{ms}");
+        // Its owner releases it from the hash.
+        assert_eq!(release(&mut con, "p").unwrap(), 1);
+        assert_eq!(holders(&mut con), ["b"]);
+    }
+    SLOW_ONLY.store(false, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[test]
+fn a_waiter_behind_a_plain_permit_is_woken_by_its_release() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, "p", 1, 8_000);
+    let mut sub = subscribed(&server, CHANNEL);
+    let (granted, ms) = acquire(&mut con, "w", 1, 1, 10_000, 2_000).unwrap();
+    assert_eq!(granted, 0);
+    assert!((7_000..=8_000).contains(&ms), "{ms}");
+    // The waiter's script turned the key into the hash and marked it.
+    assert_eq!(kind(&mut con), "hash");
+    assert!(marked(&mut con));
+    assert!(pttl(&server, "S") > 7_000, "no key without a TTL");
+    assert_eq!(release(&mut con, "p").unwrap(), 1);
+    assert_eq!(next_message(&mut sub).as_deref(), Some("w"));
+    assert!(nothing_more(&server, &mut sub, CHANNEL));
+    assert_eq!(acquire(&mut con, "w", 1, 1, 10_000, 2_000).unwrap().0, 1);
+}
+
+#[test]
+fn resize_turns_a_plain_permit_into_the_hash_with_the_new_n() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, "p", 1, 8_000);
+    assert_eq!(resize(&mut con, 3).unwrap(), 1, "the N it replaced");
+    assert_eq!(kind(&mut con), "hash");
+    assert_eq!(holders(&mut con), ["p"]);
+    let limit: i64 = redis::cmd("HGET")
+        .arg("S")
+        .arg("limit")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(limit, 3);
+    assert!(pttl(&server, "S") > 7_000);
+    assert_eq!(acquire(&mut con, "b", 2, 3, 10_000, 0).unwrap().0, 1);
+}
+
+#[test]
+fn a_string_that_is_no_permit_is_refused_by_every_script() {
+    let server = server();
+    let mut con = raw(&server);
+    // A Mutex's owner token has no space; a permit-like value without a TTL is nobody's.
+    for (value, ttl) in [("0123abcd", Some(8_000)), ("p 3", None)] {
+        redis::cmd("DEL").arg("S").exec(&mut con).unwrap();
+        let mut set = redis::cmd("SET");
+        set.arg("S").arg(value);
+        if let Some(ttl) = ttl {
+            set.arg("PX").arg(ttl);
+        }
+        set.exec(&mut con).unwrap();
+        for err in [
+            acquire(&mut con, "a", 1, 3, 10_000, 500).unwrap_err(),
+            release(&mut con, "a").unwrap_err(),
+            extend(&mut con, "a", 1_000).unwrap_err(),
+            inspect(&mut con).unwrap_err(),
+            resize(&mut con, 2).unwrap_err(),
+        ] {
+            assert_eq!(err.code(), Some("WRONGTYPE"), "{value}: {err}");
+        }
+        let left: String = redis::cmd("GET").arg("S").query(&mut con).unwrap();
+        assert_eq!(left, value, "nothing written");
+    }
+}

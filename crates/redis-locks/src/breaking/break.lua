@@ -2,9 +2,10 @@
 -- server_micros, next_token; lock.lua: holder_of, wake_all, call_in_slices). For an operator
 -- whose holder died without releasing, or hung: `redis-locks break NAME`.
 --
--- KEYS[1]  the lock key: a string (a Mutex, a FairMutex, a Redlock's node), a hash of holds
---          (an RwLock, a ReentrantMutex), a semaphore's hash (with 'limit': see
---          semaphore/permits.lua), or absent.
+-- KEYS[1]  the lock key: a string (a Mutex, a FairMutex, a Redlock's node; or a semaphore's
+--          permit kept as a plain key, '<owner> <N>'), a hash of holds (an RwLock, a
+--          ReentrantMutex), a semaphore's hash (with 'limit': see semaphore/permits.lua), or
+--          absent.
 -- KEYS[2]  the fencing counter.
 -- KEYS[3]  the broken mark: a set of the owner tokens this script took the lock from.
 -- ARGV[1]  the wake channel.
@@ -41,9 +42,16 @@ if kind == 'none' then
   end
   return {'free', counter}
 elseif kind == 'string' then
-  local holder = holder_of(KEYS[1])
-  holders[1], marks[1] = holder, holder
-  kind = 'mutex'
+  -- A semaphore's permit kept as a plain key has a space before its N; an owner token has none.
+  local plain = string.match(redis.call('GET', KEYS[1]), '^(%S+) %d+$')
+  if plain then
+    holders[1], marks[1] = plain, plain
+    kind = 'semaphore'
+  else
+    local holder = holder_of(KEYS[1])
+    holders[1], marks[1] = holder, holder
+    kind = 'mutex'
+  end
 elseif kind == 'hash' and redis.call('HGET', KEYS[1], 'limit') then
   -- A semaphore: every field but its N, its count and its waiters' mark is a holder.
   local fields = redis.call('HGETALL', KEYS[1])

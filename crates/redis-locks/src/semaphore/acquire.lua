@@ -16,6 +16,14 @@
 -- ARGV[5]  the place lease in ms; 0 means "try once": never join the queue, and take the
 --          permits only if enough are free and nobody waits.
 -- ARGV[6]  the wake channel.
+-- KEYS[6]  optional, with ARGV[7]: the fencing counter's epochs (fence.lua).
+-- ARGV[7]  optional: the name of the connection this script runs on, recorded in KEYS[6] on a
+--          grant (the client's first attempt then trusts its pipelined INCR on that
+--          connection: semaphore/first.rs). '' or absent leaves KEYS[6] alone.
+--
+-- A permit kept as a plain key (see permits.lua) is read as the hash it stands for and turned
+-- into it before anything is written; its owner asking again is a re-grant (the way the first
+-- attempt has a grant it could not number itself numbered).
 --
 -- Replies:
 --   {1, token}  granted: ARGV[2] permits are ARGV[1]'s until now + ARGV[4] (server clock);
@@ -34,13 +42,15 @@
 --   PERMITS <n>  the semaphore is in use with n permits, not ARGV[3].
 --   WRONGTYPE <key> ...  a key holds another Redis type (a Mutex of the same name, say) or
 --                        a hash that is no semaphore's (an RwLock's), or the fencing counter
---                        is not an integer.
+--                        is not an integer, or KEYS[6] (with ARGV[7]) is not a sorted set.
 --   NOPERM ...   the user may not run PEXPIRE (asked before anything is written).
 --   others       as the server raised them (OOM, READONLY).
 
 local owner, wanted, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease, place_lease, channel = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local wrong = wrong_kind(KEYS[2], 'string', 'a semaphore')
+local epoch = ARGV[7] ~= nil and ARGV[7] ~= '' and ARGV[7]
+local wrong = wrong_kind(KEYS[2], 'string', 'a semaphore') or
+  (epoch and epochs_wrong_type(KEYS[6]))
 if wrong then
   return wrong
 end
@@ -62,6 +72,9 @@ local function grant(count)
   local token, err = next_token(KEYS[2], micros)
   if not token then
     return err
+  end
+  if epoch then
+    epochs_record(KEYS[6], epoch, now)
   end
   state.holders[owner] = {deadline = now + lease, count = count}
   permits_write(KEYS[1], state, owner, string.format('%d %d', now + lease, count), 'limit',

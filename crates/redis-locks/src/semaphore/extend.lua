@@ -8,15 +8,31 @@
 -- Replies:
 --   1  extended: ARGV[1]'s permits are its until now + ARGV[2] (server clock), and the hash
 --      lasts at least that long (raised, never lowered: other holders' leases may be longer).
+--      A permit kept as a plain key by ARGV[1] (see permits.lua): the key's TTL is the lease
+--      (with less than a millisecond left, its lease has ended: 0).
 --   0  ARGV[1] holds no permits: its lease ended (the permits came back), or it released.
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  KEYS[1] holds another Redis type.
+--   WRONGTYPE <key> ...  KEYS[1] holds another Redis type (or a string that is no permit).
 --   NOPERM ...           the user may not run PEXPIRE.
 
 local owner, lease = ARGV[1], tonumber(ARGV[2])
 local held = redis.pcall('HGET', KEYS[1], owner)
 if type(held) == 'table' then
-  return wrong_kind(KEYS[1], 'hash', 'a semaphore')
+  local plain = redis.pcall('GET', KEYS[1])
+  local left = type(plain) == 'string' and string.match(plain, '^%S+ %d+$') and
+    redis.call('PTTL', KEYS[1]) or -1
+  if left < 0 then
+    return wrong_kind(KEYS[1], 'hash', 'a semaphore')
+  end
+  -- Less than a millisecond left: its lease has ended (as permits.lua reads it).
+  if string.sub(plain, 1, #owner + 1) ~= owner .. ' ' or left == 0 then
+    return 0
+  end
+  local set = redis.pcall('PEXPIRE', KEYS[1], ARGV[2])
+  if type(set) == 'table' then
+    return refusal(set.err, 'pexpire')
+  end
+  return 1
 end
 local now = server_ms()
 local deadline, count = string.match(held or '', '^(%d+) (%d+)$')

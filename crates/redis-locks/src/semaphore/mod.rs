@@ -7,19 +7,26 @@
 //! inside the scripts, by the server's clock only: a crashed holder's permits come back when
 //! its lease ends — never before, never for ever — and no client clock takes part.
 //!
+//! While nobody holds the semaphore or waits for it, a single permit may be kept as a plain
+//! key instead of the hash, taken by a first attempt that costs the server no script
+//! ([`first`]); every script reads that form and turns it into the hash before it writes.
+//!
 //! The primitive is its scripts, a [`Hold`] (release, extend), an [`Asker`] per acquisition
 //! (how many permits, with the acquire loop's [`Placed`] contender: first come, first served,
 //! woken by a release) and its guard.
 
+mod first;
 mod guard;
 mod state;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::string_lock::{Epoch, epoch_name};
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
@@ -91,6 +98,8 @@ pub const MAX_PERMITS: u32 = 1_000_000_000;
 struct SemaphoreHold {
     node: Node,
     keys: Arc<LockKeys>,
+    /// Until when the handle's first attempts go straight to the script.
+    busy: first::Busy,
 }
 
 impl SemaphoreHold {
@@ -205,7 +214,12 @@ impl Hold for SemaphoreHold {
 /// N is part of the semaphore: every process must open it with the same N while anybody
 /// holds or waits ([`Error::PermitsMismatch`] otherwise); change it on purpose with
 /// [`set_permits`](Semaphore::set_permits). A semaphore nobody holds or waits for keeps
-/// nothing on the server but its fencing counter, so the next acquirer's N counts.
+/// nothing on the server but its fencing counter (and, for an hour after a script's grant,
+/// the counter's epochs), so the next acquirer's N counts.
+///
+/// A single permit asked while nobody holds the semaphore or waits costs what a
+/// [`Mutex`](crate::Mutex)'s acquisition costs: one pipeline, no script (the permit is then a
+/// plain key with its lease as TTL, until a second holder or a waiter comes).
 ///
 /// # Examples
 /// ```
@@ -283,6 +297,7 @@ impl Semaphore {
             hold: Arc::new(SemaphoreHold {
                 node: client.node().clone(),
                 keys: keys.clone(),
+                busy: first::Busy::default(),
             }),
             lease_ms: lease_millis(options.get_lease())?.to_string().into(),
             client,
@@ -458,6 +473,7 @@ impl Semaphore {
             semaphore: self,
             count: permits.to_string(),
             limit: self.permits.to_string(),
+            first: AtomicBool::new(first::eligible(self, permits)),
         })
     }
 
@@ -498,6 +514,8 @@ struct Asking<'a> {
     count: String,
     /// N, as the script takes it.
     limit: String,
+    /// The first attempt is still to be made outside the script ([`first`]).
+    first: AtomicBool,
 }
 
 impl Asking<'_> {
@@ -543,7 +561,8 @@ impl Asker for Asking<'_> {
         Lease::new(owed, token, sent_at, options, semaphore.client.renewals())
     }
 
-    /// One attempt (see [`answer_in_time`] for late grants).
+    /// One attempt: the first one of a single permit outside the script where it may be
+    /// ([`first`]), else the script (see [`answer_in_time`] for late grants).
     async fn ask(
         &self,
         owed: &OwedRelease,
@@ -552,6 +571,14 @@ impl Asker for Asking<'_> {
         _nonce: u64,
     ) -> Result<Answer> {
         let semaphore = self.semaphore;
+        let mut epoch = Epoch::Keep;
+        if self.first.swap(false, Ordering::Relaxed) {
+            match first::attempt(semaphore, owed, &self.limit).await? {
+                first::First::Won(answer) => return Ok(answer),
+                first::First::Number(numbering) => epoch = numbering,
+                first::First::Script => {}
+            }
+        }
         let keys = &semaphore.keys;
         let line = keys.line();
         let key_list = [
@@ -560,8 +587,13 @@ impl Asker for Asking<'_> {
             line.queue(),
             line.places(),
             line.tickets(),
+            keys.epoch(),
         ];
         let place = place_lease.as_millis().to_string();
+        // The connection's name, recorded as the counter's epoch by the first call only (a
+        // fresh one given to the connection in the same round trip).
+        let (fresh, named) = epoch_name(&epoch);
+        let name = fresh.as_deref().or(named.as_deref());
         let args = [
             owed.owner().as_str(),
             &self.count,
@@ -569,14 +601,27 @@ impl Asker for Asking<'_> {
             &semaphore.lease_ms,
             &place,
             keys.wake_channel(),
+            name.unwrap_or_default(),
         ];
-        answer_in_time(semaphore.options.get_lease_options(), deadline, || async {
-            semaphore
-                .client
-                .node()
-                .run_script(Phase::Acquire, &ACQUIRE, &key_list, &args)
-                .await
+        let mut calls = 0;
+        answer_in_time(semaphore.options.get_lease_options(), deadline, || {
+            calls += 1;
+            let (naming, counts) = match (calls, name) {
+                (1, Some(_)) => (fresh.as_deref(), 7),
+                _ => (None, 6),
+            };
+            async move {
+                let node = semaphore.client.node();
+                let (keys, args) = (&key_list[..counts - 1], &args[..counts]);
+                match naming {
+                    Some(fresh) => {
+                        node.run_script_naming(Phase::Acquire, fresh, &ACQUIRE, keys, args)
+                            .await
+                    }
+                    None => node.run_script(Phase::Acquire, &ACQUIRE, keys, args).await,
+                }
                 .map_err(|err| self.mismatch(err))
+            }
         })
         .await
     }

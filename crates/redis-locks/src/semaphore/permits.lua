@@ -15,7 +15,16 @@
 -- The hash's TTL is at least its latest holder's lease and at least the queue's TTL, so it
 -- never lives without one, and it lasts while a waiter may come back for the N it stores.
 -- It goes when nobody holds or waits (then the next acquirer's N counts).
+--
+-- A permit kept as a plain key: while nobody else holds it or waits, one holder of one permit
+-- may keep the semaphore as a string instead, K = '<owner> <N>' with the holder's lease as its
+-- TTL (written by the client's first attempt, SET NX PX, which costs no script: see
+-- semaphore/first.rs). Every script reads that form as the hash it stands for, a holder whose
+-- lease ends when the key does (permits_read), and every slow path turns it into the hash
+-- before it writes (permits_open): the two forms never live at once.
 --   fence    the fencing counter (fence.lua): every grant takes the next token.
+--   epoch    the counter's epochs (fence.lua): the connections on which the first attempt
+--            may trust its pipelined INCR.
 --   queue, places, tickets: the line of waiters (queue.lua), first come, first served.
 --
 -- permits_may_expire(key)
@@ -24,17 +33,25 @@
 --   refused after a write (no key is left without a TTL). It changes nothing: 'PEXPIRE key
 --   1 GT' only ever raises a TTL shorter than 1 ms.
 --
+-- permits_plain(value)
+--   The owner and N of a permit kept as a plain key, from the key's value (nil for any other
+--   value: a Mutex's owner token has no space).
+--
 -- permits_read(key, now)
 --   Reads the hash, writing nothing: {limit, used (the live holders' permits), recorded (the
 --   stored 'used'), marked ('waiting' is there), holders (owner -> {deadline, count}, live
---   ones only), ended (the owners whose lease ended by now), exists}. Or nil and a WRONGTYPE
---   error reply when the key is not a semaphore's (another type, or a hash without 'limit').
+--   ones only), ended (the owners whose lease ended by now), exists, plain (the owner of a
+--   permit kept as a plain key, read as the hash it stands for: its deadline is now + the
+--   key's PTTL, or, with less than a millisecond left, an ended holder)}. Or nil and a WRONGTYPE error reply when the key is not a semaphore's
+--   (another type, a string that is no permit, or a hash without 'limit').
 --
 -- permits_open(key, queue, places, tickets, now, limit)
 --   The start of every slow path, in this order so that a refusal writes nothing: asks that
 --   the hash's expiry may be set (permits_may_expire), checks the line's key types, reads the
 --   hash (permits_read) and, with limit given, refuses another stored N ('PERMITS <n>');
---   then reclaims the ended holders (permits_reclaim) and purges lapsed places from the line.
+--   then turns a permit kept as a plain key into the hash (same holder, deadline, N and TTL;
+--   one whose lease ended is deleted, and nothing is held), reclaims the ended holders
+--   (permits_reclaim) and purges lapsed places from the line.
 --   Returns the state, or nil and the error reply.
 --
 -- permits_reclaim(key, state)
@@ -61,10 +78,31 @@ local function permits_may_expire(key)
   return nil
 end
 
+local function permits_plain(value)
+  if type(value) ~= 'string' then
+    return nil
+  end
+  local owner, limit = string.match(value, '^(%S+) (%d+)$')
+  return owner, tonumber(limit)
+end
+
 local function permits_read(key, now)
   local fields, wrong = checked(key, 'a semaphore', 'HGETALL', key)
   if not fields then
-    return nil, wrong
+    local owner, limit = permits_plain(redis.pcall('GET', key))
+    local left = owner and redis.call('PTTL', key) or -1
+    if left < 0 then
+      return nil, wrong
+    end
+    local state = {limit = limit, used = 0, recorded = 1, marked = false, holders = {},
+      ended = {}, exists = true, plain = owner}
+    if left > 0 then
+      state.holders[owner], state.used = {deadline = now + left, count = 1}, 1
+    else
+      -- Less than a millisecond left: its lease has ended by the server's clock.
+      state.ended[1] = owner
+    end
+    return state
   end
   local state = {limit = nil, used = 0, recorded = nil, marked = false, holders = {},
     ended = {}, exists = #fields > 0}
@@ -117,6 +155,19 @@ local function permits_open(key, queue, places, tickets, now, limit)
   end
   if limit and state.limit and state.limit ~= limit then
     return nil, redis.error_reply('PERMITS ' .. state.limit)
+  end
+  if state.plain then
+    local held = state.holders[state.plain]
+    redis.call('DEL', key)
+    if held then
+      redis.call('HSET', key, state.plain, string.format('%d 1', held.deadline), 'used', 1,
+        'limit', state.limit)
+      redis.call('PEXPIRE', key, held.deadline - now)
+    else
+      -- Its lease ended: nothing is held, and the next acquirer's N counts.
+      state.exists, state.limit, state.recorded, state.ended = false, nil, nil, {}
+    end
+    state.plain = nil
   end
   permits_reclaim(key, state)
   queue_purge(queue, places, now)

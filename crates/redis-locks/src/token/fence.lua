@@ -1,6 +1,7 @@
 -- fence.lua: the shared prelude of every script that hands out fencing tokens; it is put in
--- front of engine/string_lock/acquire.lua, fair/acquire.lua and engine/holds/acquire.lua, and of the inspect
--- scripts (read_counter). It defines four functions and runs nothing by itself.
+-- front of engine/string_lock/acquire.lua, fair/acquire.lua, engine/holds/acquire.lua and
+-- semaphore/acquire.lua, and of the inspect scripts (read_counter). It defines six functions
+-- and runs nothing by itself.
 --
 -- server_micros()
 --   Returns  the server's clock in µs (TIME). A script reads it before it writes anything,
@@ -30,6 +31,20 @@
 -- read_counter(counter)
 --   Returns  the counter's value (0 when absent), or nil and a 'WRONGTYPE <counter> ...'
 --            error reply when it is not an integer (or not a string). Writes nothing.
+--
+-- The counter's epochs vouch for it on a connection (engine/string_lock/acquire.lua, KEYS[3],
+-- says how): a sorted set of connection names, each scored with the server time (ms) at which
+-- a script brought the counter up to the server clock on that connection. A fast attempt that
+-- finds its connection's name there trusts its pipelined INCR.
+--
+-- epochs_wrong_type(epochs)
+--   Returns  nil when epochs is a sorted set or absent, else a 'WRONGTYPE <epochs> ...' error
+--            reply. Asked before a script writes anything.
+--
+-- epochs_record(epochs, name, ms)
+--   Records name at ms (after a grant numbered by next_token on that connection). Names older
+--   than an hour are dropped, and all but the 1024 newest (a dropped name only costs its
+--   connection a script call); the set expires an hour after its last write.
 
 local function server_micros()
   local now = redis.call('TIME')
@@ -56,6 +71,21 @@ local function next_token(counter, micros, text)
     redis.call('SET', counter, text or token)
   end
   return token
+end
+
+local function epochs_wrong_type(epochs)
+  local kind = redis.call('TYPE', epochs).ok
+  if kind ~= 'none' and kind ~= 'zset' then
+    return redis.error_reply('WRONGTYPE ' .. epochs .. ' holds a ' .. kind .. ', not epochs')
+  end
+  return nil
+end
+
+local function epochs_record(epochs, name, ms)
+  redis.call('ZADD', epochs, ms, name)
+  redis.call('ZREMRANGEBYSCORE', epochs, '-inf', ms - 3600000)
+  redis.call('ZREMRANGEBYRANK', epochs, 0, -1025)
+  redis.call('PEXPIRE', epochs, 3600000)
 end
 
 local function read_counter(counter)

@@ -54,6 +54,25 @@ pub fn server_micros(con: &mut redis::Connection) -> i64 {
 }
 
 /// The server's clock in ms, as the scripts count leases and place leases.
+/// The `calls` of each of `commands` (as `INFO commandstats` names them, say `fcall` or
+/// `client|getname`) that `server` has run, summed; zero for one that never ran.
+pub fn command_calls(server: &RedisServer, commands: &[&str]) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut raw(server))
+        .unwrap();
+    commands
+        .iter()
+        .map(|command| {
+            let prefix = format!("cmdstat_{command}:calls=");
+            info.lines()
+                .find_map(|line| line.strip_prefix(&prefix))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |calls| calls.parse::<u64>().unwrap())
+        })
+        .sum()
+}
+
 pub fn server_ms(con: &mut redis::Connection) -> i64 {
     server_micros(con) / 1_000
 }

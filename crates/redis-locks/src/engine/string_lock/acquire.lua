@@ -75,12 +75,14 @@
 --               queue, which it skips while nobody
 --               waits. A key without expiry is not ours and is left untouched.
 -- Errors (a grant is taken back, so no lock is left held; the message names the key):
---   WRONGTYPE <key> ...  KEYS[1] is not a string, or KEYS[2] is not a string or not an
---                        integer (in the re-grant branch the caller's own key keeps its old
---                        lease, and the caller releases it), or KEYS[3] (with ARGV[4]) is
---                        not a sorted set; with ARGV[5], a queue key (KEYS[4] to KEYS[6]) or
---                        the handover hash (KEYS[7]) that this call writes holds another
---                        type: then nothing is written. A waiter that only renews its place
+--   WRONGTYPE <key> ...  KEYS[1] is not a string (or is a semaphore's permit kept as a
+--                        plain key, '<owner> <N>': nothing is written), or KEYS[2] is not a
+--                        string or not an integer (in the re-grant branch the caller's own
+--                        key keeps its old lease, and the caller releases it), or KEYS[3]
+--                        (with ARGV[4]) is not a sorted set; with ARGV[5], a queue key
+--                        (KEYS[4] to KEYS[6]) or the handover hash (KEYS[7]) that this call
+--                        writes holds another type: then nothing is written. A waiter that
+--                        only renews its place
 --                        in a held lock's line writes the ticket counter only when its TTL
 --                        is due (queue_enter in queue.lua); a key without expiry (not
 --                        ours, {0, -1}) makes no queue key read or written; every other
@@ -97,6 +99,11 @@ if type(current) == 'table' then
   end
   return current
 end
+-- A semaphore's permit kept as a plain key ('<owner> <N>', see semaphore/permits.lua) is no
+-- lock of this kind: an owner token has no space.
+if current and string.find(current, ' ', 1, true) then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. " holds a semaphore's permit, not a lock")
+end
 
 -- The common case first: the lock is free. SET PX writes the key with its lease at once.
 local value = ARGV[1]
@@ -105,9 +112,9 @@ if ARGV[3] == '1' then
 end
 -- The epochs are written only with ARGV[4].
 if ARGV[4] and ARGV[4] ~= '' then
-  local epoch_kind = redis.call('TYPE', KEYS[3]).ok
-  if epoch_kind ~= 'none' and epoch_kind ~= 'zset' then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[3] .. ' holds a ' .. epoch_kind .. ', not epochs')
+  local wrong = epochs_wrong_type(KEYS[3])
+  if wrong then
+    return wrong
   end
 end
 
@@ -158,12 +165,7 @@ local function grant_token()
     end
   end
   if token and ARGV[4] and ARGV[4] ~= '' then
-    local ms = math.floor(micros / 1000)
-    redis.call('ZADD', KEYS[3], ms, ARGV[4])
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms - 3600000)
-    -- At most the 1024 newest names: dropping one only costs its connection a script call.
-    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -1025)
-    redis.call('PEXPIRE', KEYS[3], 3600000)
+    epochs_record(KEYS[3], ARGV[4], math.floor(micros / 1000))
   end
   return token, err
 end

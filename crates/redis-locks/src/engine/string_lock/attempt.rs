@@ -38,7 +38,7 @@ pub(super) static ACQUIRE_ON_NODE: LazyLock<LockScript> = LazyLock::new(|| {
 inventory::submit!(Registered(|| &ACQUIRE_ON_NODE));
 
 /// Counters below this were never seeded from the server clock (see `acquire.lua`).
-const SEEDED: i64 = 1_000_000_000_000_000;
+pub(crate) const SEEDED: i64 = 1_000_000_000_000_000;
 
 /// How an attempt asks Redis.
 pub(crate) enum Ask {
@@ -62,7 +62,7 @@ pub(crate) enum Ask {
 
 /// What the script writes as the fencing counter's epoch on a grant (`acquire.lua`,
 /// `KEYS[3]` and `ARGV[4]`).
-enum Epoch {
+pub(crate) enum Epoch {
     /// Nothing: the waiting path, or a grant asked again after it came back late.
     Keep,
     /// The name the connection had in the fast attempt's reply.
@@ -86,7 +86,7 @@ enum Name<'a> {
 }
 
 /// What the vouching replies of a fast attempt say of the fencing counter it incremented.
-enum Vouch {
+pub(crate) enum Vouch {
     /// The connection's name is among the counter's epochs: a script brought the counter
     /// up to the clock on this very connection, so its `INCR` can be trusted.
     Vouched,
@@ -98,7 +98,7 @@ impl Vouch {
     /// The epoch a script call numbering the grant writes: none where the counter is
     /// vouched for (it is asked only because the counter was never seeded, or the grant
     /// came back late).
-    fn epoch(self) -> Epoch {
+    pub(crate) fn epoch(self) -> Epoch {
         match self {
             Vouch::Vouched => Epoch::Keep,
             Vouch::Not(epoch) => epoch,
@@ -157,7 +157,7 @@ fn vouch(node: &Node, epoch: &Value, name: &Value, believed: Option<&str>) -> Vo
 
 /// The connection name a script call gives and records as the counter's epoch (`ARGV[4]`
 /// of `acquire.lua`): a fresh one in a naming turn, the connection's own, or none.
-fn epoch_name(epoch: &Epoch) -> (Option<String>, Option<Arc<str>>) {
+pub(crate) fn epoch_name(epoch: &Epoch) -> (Option<String>, Option<Arc<str>>) {
     match epoch {
         Epoch::Fresh(_turn) => (
             Some(format!("{NAME_PREFIX}{}", OwnerToken::random().as_str())),
@@ -233,12 +233,17 @@ impl StringLock {
         let sent_at = Instant::now();
         // A connection error, or replies of another shape, leave the outcome open: `owed`
         // drops armed and releases by owner token in the background.
+        let also = if with_pttl {
+            Also::Lease
+        } else {
+            Also::Nothing
+        };
         let first = ask_first(
             node,
             &self.keys,
             owed.owner().as_str(),
             &self.lease_ms,
-            with_pttl,
+            also,
         )
         .await?;
         match (&first.set, &first.counter) {
@@ -586,7 +591,12 @@ pub(crate) async fn acquire_first_on(
         // Nothing could vouch for the counter (see `StringLock::ask_fast`).
         return acquire_on(node, keys, owner, lease_ms, proposal, None).await;
     }
-    let first = ask_first(node, keys, owner, lease_ms, with_pttl).await?;
+    let also = if with_pttl {
+        Also::Lease
+    } else {
+        Also::Nothing
+    };
+    let first = ask_first(node, keys, owner, lease_ms, also).await?;
     match (&first.set, &first.counter) {
         (Value::Okay, Value::Int(token)) => match first.vouch(node) {
             Vouch::Vouched if *token >= SEEDED => Ok(Try::Won(token.unsigned_abs())),
@@ -616,8 +626,21 @@ pub(crate) async fn acquire_first_on(
     }
 }
 
+/// What a first attempt's pipeline ([`ask_first`]) asks after its `INCR`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Also<'a> {
+    /// Nothing more.
+    Nothing,
+    /// The key's `PTTL` and `TYPE`: how long a refusal lasts, or that the key is another
+    /// primitive's (a try-once call).
+    Lease,
+    /// `EXISTS` of this key: a semaphore's line, which a permit taken outside its scripts
+    /// must not pass.
+    Exists(&'a str),
+}
+
 /// The replies of a first attempt's pipeline ([`ask_first`]), in order.
-struct FirstReplies {
+pub(crate) struct FirstReplies {
     /// The `ZSCORE` of the believed connection name in the counter's epochs.
     epoch: Value,
     /// `CLIENT GETNAME`.
@@ -625,17 +648,19 @@ struct FirstReplies {
     /// The name this client believed its connection had when it sent the pipeline.
     believed: Option<Arc<str>>,
     /// `SET NX PX`: `Okay` taken, `Nil` held.
-    set: Value,
+    pub(crate) set: Value,
     /// The counter's `INCR`: the token.
-    counter: Value,
-    /// The key's `PTTL` and `TYPE`, when asked for.
+    pub(crate) counter: Value,
+    /// The key's `PTTL` and `TYPE`, with [`Also::Lease`].
     pttl: Option<Value>,
     kind: Option<Value>,
+    /// The `EXISTS`, with [`Also::Exists`].
+    pub(crate) exists: Option<Value>,
 }
 
 impl FirstReplies {
     /// What the vouching replies say of the counter on `node` (see [`vouch`]).
-    fn vouch(&self, node: &Node) -> Vouch {
+    pub(crate) fn vouch(&self, node: &Node) -> Vouch {
         vouch(node, &self.epoch, &self.name, self.believed.as_deref())
     }
 
@@ -655,7 +680,7 @@ impl FirstReplies {
     }
 
     /// The error for replies no branch expected.
-    fn unexpected(&self) -> Error {
+    pub(crate) fn unexpected(&self) -> Error {
         let Self {
             epoch,
             name,
@@ -663,30 +688,32 @@ impl FirstReplies {
             counter,
             pttl,
             kind,
+            exists,
             ..
         } = self;
         Error::UnexpectedReply {
             phase: Phase::Acquire,
-            detail: format!("{:?}", (epoch, name, set, counter, pttl, kind)),
+            detail: format!("{:?}", (epoch, name, set, counter, pttl, kind, exists)),
         }
     }
 }
 
-/// A first attempt's pipeline on `node` for `owner`, with a lease of `lease_ms` ms: the
-/// commands that vouch for the counter on this connection ([`vouching`], read first, so
-/// they are settled before the `INCR` whatever happens to the lease in between), `SET NX
-/// PX`, the counter's `INCR`, and with `with_pttl` the key's `PTTL` and `TYPE`. The fast
-/// attempt of a `Mutex` and of each Redlock node.
+/// A first attempt's pipeline on `node`, with a lease of `lease_ms` ms: the commands that
+/// vouch for the counter on this connection ([`vouching`], read first, so they are settled
+/// before the `INCR` whatever happens to the lease in between), `SET NX PX` of `value` (an
+/// owner token; a semaphore's permit kept as a plain key, `'<owner> <N>'`), the counter's
+/// `INCR`, and what `also` asks. The fast attempt of a `Mutex`, of each Redlock node and of a
+/// semaphore's single permit.
 ///
 /// # Errors
 /// A broken connection; [`Error::UnexpectedReply`] for replies of another shape (the outcome
 /// is then open: the caller releases by owner token).
-async fn ask_first(
+pub(crate) async fn ask_first(
     node: &Node,
     keys: &LockKeys,
-    owner: &str,
+    value: &str,
     lease_ms: &str,
-    with_pttl: bool,
+    also: Also<'_>,
 ) -> Result<FirstReplies> {
     let (lock, fence) = (keys.lock(), keys.fence());
     // The name this client believes its connection has; `CLIENT GETNAME` checks it.
@@ -695,19 +722,27 @@ async fn ask_first(
     vouching(pipe.ignore_errors(), keys, believed.as_deref())
         .cmd("SET")
         .arg(lock)
-        .arg(owner)
+        .arg(value)
         .arg("NX")
         .arg("PX")
         .arg(lease_ms)
         .cmd("INCR")
         .arg(fence);
-    if with_pttl {
-        pipe.cmd("PTTL").arg(lock).cmd("TYPE").arg(lock);
-    }
-    let replies = node
-        .run_pipeline(Phase::Acquire, &pipe, &[lock, fence, keys.epoch()])
-        .await?;
-    if replies.len() != if with_pttl { 6 } else { 4 } {
+    let (more, named) = match also {
+        Also::Nothing => (0, ""),
+        Also::Lease => {
+            pipe.cmd("PTTL").arg(lock).cmd("TYPE").arg(lock);
+            (2, "")
+        }
+        Also::Exists(key) => {
+            pipe.cmd("EXISTS").arg(key);
+            (1, key)
+        }
+    };
+    let all = [lock, fence, keys.epoch(), named];
+    let keys_named = &all[..if named.is_empty() { 3 } else { 4 }];
+    let replies = node.run_pipeline(Phase::Acquire, &pipe, keys_named).await?;
+    if replies.len() != 4 + more {
         return Err(Error::UnexpectedReply {
             phase: Phase::Acquire,
             detail: format!("{replies:?}"),
@@ -716,11 +751,12 @@ async fn ask_first(
     let mut replies = replies.into_iter();
     let mut next = || replies.next().unwrap_or(Value::Nil);
     let (epoch, name, set, counter) = (next(), next(), next(), next());
-    let (pttl, kind) = if with_pttl {
-        (Some(next()), Some(next()))
-    } else {
-        (None, None)
-    };
+    let (mut pttl, mut kind, mut exists) = (None, None, None);
+    match also {
+        Also::Nothing => {}
+        Also::Lease => (pttl, kind) = (Some(next()), Some(next())),
+        Also::Exists(_) => exists = Some(next()),
+    }
     Ok(FirstReplies {
         epoch,
         name,
@@ -729,6 +765,7 @@ async fn ask_first(
         counter,
         pttl,
         kind,
+        exists,
     })
 }
 
@@ -762,7 +799,7 @@ impl Script {
 
 /// The error of an `INCR` of the fencing counter: a plain `ERR` means its value is not an
 /// integer (or would overflow), which is data this lock did not write.
-fn counter_error(fence: &str, err: &redis::ServerError) -> Error {
+pub(crate) fn counter_error(fence: &str, err: &redis::ServerError) -> Error {
     let err: redis::RedisError = err.clone().into();
     if err.code() == Some("ERR") {
         return Error::WrongType {

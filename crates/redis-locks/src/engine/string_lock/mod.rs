@@ -21,7 +21,10 @@ mod inspect;
 
 use std::sync::Arc;
 
-pub(crate) use attempt::{Ask, InLine, acquire_first_on, acquire_on};
+pub(crate) use attempt::{
+    Also, Ask, Epoch, InLine, SEEDED, Vouch, acquire_first_on, acquire_on, ask_first,
+    counter_error, epoch_name,
+};
 pub use guard::MutexGuard;
 pub(crate) use hold::StringHold;
 pub(crate) use inspect::inspect;
