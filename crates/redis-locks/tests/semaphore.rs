@@ -798,3 +798,28 @@ async fn the_watchdog_renews_a_plain_permit_past_its_lease() {
     assert_eq!(key_type(&server, "renewed"), "string");
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_first_attempt_that_finds_the_counter_broken_gives_its_permit_back() {
+    let server = server();
+    let client = client(&server).await;
+    let semaphore = client.semaphore("broken", 2).unwrap();
+    semaphore.acquire().await.unwrap().release().await.unwrap();
+    redis::cmd("SET")
+        .arg("{broken}:fence")
+        .arg("nope")
+        .exec(&mut raw(&server))
+        .unwrap();
+    let (_, attempts) = scripts_and_first_attempts(&server);
+    let err = semaphore.acquire().await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err}");
+    assert_eq!(scripts_and_first_attempts(&server).1 - attempts, 1);
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("broken")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(
+        exists, 0,
+        "the permit taken was given back before the error returned"
+    );
+}

@@ -737,3 +737,54 @@ fn a_string_that_is_no_permit_is_refused_by_every_script() {
         assert_eq!(left, value, "nothing written");
     }
 }
+
+#[test]
+fn a_grant_records_the_connection_named_among_the_counters_epochs() {
+    let server = server();
+    let mut con = raw(&server);
+    let acquire_named = |con: &mut Connection, owner: &str, name: &str| {
+        fast_first(
+            include_str!("../src/semaphore/acquire_first.lua"),
+            include_str!("../src/semaphore/acquire.lua"),
+        )
+        .key(&KEYS[..])
+        .key("{S}:epoch")
+        .arg(owner)
+        .arg(1)
+        .arg(2)
+        .arg(10_000)
+        .arg(0)
+        .arg(CHANNEL)
+        .arg(name)
+        .invoke::<(i64, i64)>(con)
+    };
+    // A re-grant of a permit kept as a plain key (how the first attempt has a grant it could
+    // not number itself numbered) records the name, with a TTL of an hour.
+    plain(&mut con, "p", 2, 8_000);
+    let (granted, token) = acquire_named(&mut con, "p", "redis-locks:conn").unwrap();
+    assert_eq!(granted, 1);
+    assert!(token > 1_000_000_000_000_000);
+    let score: Option<i64> = redis::cmd("ZSCORE")
+        .arg("{S}:epoch")
+        .arg("redis-locks:conn")
+        .query(&mut con)
+        .unwrap();
+    assert!(score.is_some());
+    let left = pttl(&server, "{S}:epoch");
+    assert!(left > 3_500_000 && left <= 3_600_000, "{left}");
+    // Epochs of another type: refused before anything is written.
+    redis::cmd("DEL")
+        .arg(&KEYS[..])
+        .arg("{S}:epoch")
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("SET")
+        .arg("{S}:epoch")
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
+    plain(&mut con, "p", 2, 8_000);
+    let err = acquire_named(&mut con, "p", "redis-locks:conn").unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    assert_eq!(kind(&mut con), "string", "nothing written");
+}

@@ -23,9 +23,9 @@
 --
 -- Replies:
 --   {kind, token, holder...}  broken: kind is 'mutex' (a string key), 'rwlock', 'reentrant'
---                             or 'semaphore'; token the fencing counter now; each holder its
---                             owner token (a string key, a semaphore) or '<mode> <owner id>'
---                             (a hold).
+--                             or 'semaphore' (its hash, or a permit kept as a plain key);
+--                             token the fencing counter now; each holder its owner token (a
+--                             string key, a semaphore) or '<mode> <owner id>' (a hold).
 --   {'free', counter}         nothing held (no key, or a semaphore's hash kept only for its
 --                             waiters): nothing written; counter is the fencing counter (0
 --                             when absent).

@@ -1,5 +1,5 @@
 -- acquire.lua: take a FairMutex in first-come, first-served order (after the preludes
--- fence.lua, which defines server_micros and next_token, lock.lua: holder_of, wake; and
+-- fence.lua, which defines server_micros and next_token, lock.lua: holder_in, wake; and
 -- queue.lua: the queue).
 --
 -- Waiters queue in a sorted set ordered by a ticket the server hands out, so the order is
@@ -41,8 +41,9 @@
 --               marked (see lock.lua), so that a Mutex holder of the same name wakes the
 --               line too.
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  that key holds another Redis type, or KEYS[2] is a string that is
---                        not an integer.
+--   WRONGTYPE <key> ...  that key holds another Redis type, or KEYS[1] is a semaphore's
+--                        permit kept as a plain key ('<owner> <N>'), or KEYS[2] is a string
+--                        that is not an integer.
 --   others               as the server raised them (NOPERM, OOM, READONLY).
 
 local owner, lease, place_lease, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -53,6 +54,12 @@ for i = 1, (handover and 6) or 5 do
   if kind ~= 'none' and kind ~= wanted[i] then
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind)
   end
+end
+-- A semaphore's permit kept as a plain key ('<owner> <N>', see semaphore/permits.lua) is no
+-- lock of this kind (its line is the semaphore's: a FairMutex must not join it).
+local current = redis.call('GET', KEYS[1])
+if current and string.match(current, '^%S+ %d+$') then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. " holds a semaphore's permit, not a lock")
 end
 local counter = redis.call('GET', KEYS[2])
 if counter and not (string.match(counter, '^%-?%d+$') and string.len(counter) <= 19) then
@@ -65,8 +72,8 @@ local now = math.floor(micros / 1000)
 -- Waiters whose place lease ran out lose their place.
 queue_purge(KEYS[3], KEYS[4], now)
 
--- A Mutex waiter's mark is not part of the owner token (holder_of strips it).
-local holder = holder_of(KEYS[1])
+-- A Mutex waiter's mark is not part of the owner token (holder_in strips it).
+local holder = holder_in(current)
 if holder == owner then
   local token, err = next_token(KEYS[2], micros)
   if not token then

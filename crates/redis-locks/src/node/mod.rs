@@ -406,21 +406,24 @@ impl Node {
         convert(phase, reply)
     }
 
-    /// Runs `script` in a pipeline after `CLIENT SETNAME name` and `CLIENT GETNAME`, so the
-    /// script surely runs on the connection the name was given to (see
-    /// `engine/string_lock/acquire.lua`, `KEYS[3]`). Used only on the rare path that brings
-    /// a fencing counter up to the clock on a new connection. When the name sticks, it is
-    /// recorded as the connection's; when it does not (an ACL without `CLIENT`, a proxy that
-    /// answers for the server), this node never names again, and the script numbers every
-    /// grant: slower, never unsafe.
+    /// Runs `script` (as [`Node::run_script`]), with a `name` in a pipeline after `CLIENT
+    /// SETNAME name` and `CLIENT GETNAME`, so the script surely runs on the connection the
+    /// name was given to (see `engine/string_lock/acquire.lua`, `KEYS[3]`). A name is given
+    /// only on the rare path that brings a fencing counter up to the clock on a new
+    /// connection. When the name sticks, it is recorded as the connection's; when it does not
+    /// (an ACL without `CLIENT`, a proxy that answers for the server), this node never names
+    /// again, and the script numbers every grant: slower, never unsafe.
     pub(crate) async fn run_script_naming<T: FromRedisValue>(
         &self,
         phase: Phase,
-        name: &str,
+        name: Option<&str>,
         script: &LockScript,
         keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
+        let Some(name) = name else {
+            return self.run_script(phase, script, keys, args).await;
+        };
         let mut set = redis::cmd("CLIENT");
         set.arg("SETNAME").arg(name);
         let mut get = redis::cmd("CLIENT");

@@ -1,8 +1,9 @@
 -- acquire.lua: take permits of a semaphore, first come, first served (after the preludes
--- fence.lua: server_micros, next_token; lock.lua: wake, wrong_kind; queue.lua; permits.lua).
+-- fence.lua: server_micros, next_token, epochs_wrong_type, epochs_record; lock.lua: wake,
+-- wrong_kind; queue.lua; permits.lua).
 --
 -- KEYS[1]  the semaphore: a hash of N, the permits used and every holder with its lease end
---          (server ms) and permits. See permits.lua.
+--          (server ms) and permits, or a permit kept as a plain key. See permits.lua.
 -- KEYS[2]  the fencing counter.
 -- KEYS[3]  the queue (sorted set of waiter owner tokens by ticket).
 -- KEYS[4]  the places (sorted set of waiter owner tokens by place-lease end, server ms).

@@ -3,7 +3,9 @@
 -- microsecond, so it makes as few as it can): nobody waits in line (no 'waiting' mark), N
 -- matches, the caller holds nothing yet, and the permits the hash counts as used ('used',
 -- never less than the truth: see permits.lua) leave room for ARGV[2] more. KEYS and ARGV as
--- acquire.lua.
+-- acquire.lua; it records no epoch (KEYS[6], ARGV[7]: a re-grant of a permit kept as a plain
+-- key records it, and such a key makes the HMGET below fail, so that falls through; a fresh
+-- grant here only leaves the connection's next first attempt to the script).
 --
 -- Replies:
 --   {1, token}  granted, as acquire.lua's: the fencing token is next_token's (max(counter + 1,

@@ -1,15 +1,14 @@
 -- extend.lua: renew the lease of a semaphore's permits, owner-checked (after the prelude
 -- lock.lua: server_ms, wrong_kind, refusal).
 --
--- KEYS[1]  the semaphore's hash (see permits.lua).
+-- KEYS[1]  the semaphore: its hash, or a permit kept as a plain key (see permits.lua).
 -- ARGV[1]  the owner token.
 -- ARGV[2]  the new lease in ms, from now (a positive integer).
 --
 -- Replies:
 --   1  extended: ARGV[1]'s permits are its until now + ARGV[2] (server clock), and the hash
 --      lasts at least that long (raised, never lowered: other holders' leases may be longer).
---      A permit kept as a plain key by ARGV[1] (see permits.lua): the key's TTL is the lease
---      (with less than a millisecond left, its lease has ended: 0).
+--      A permit kept as a plain key by ARGV[1] (see permits.lua): the key's TTL is the lease.
 --   0  ARGV[1] holds no permits: its lease ended (the permits came back), or it released.
 -- Errors (nothing written):
 --   WRONGTYPE <key> ...  KEYS[1] holds another Redis type (or a string that is no permit).
@@ -19,13 +18,11 @@ local owner, lease = ARGV[1], tonumber(ARGV[2])
 local held = redis.pcall('HGET', KEYS[1], owner)
 if type(held) == 'table' then
   local plain = redis.pcall('GET', KEYS[1])
-  local left = type(plain) == 'string' and string.match(plain, '^%S+ %d+$') and
-    redis.call('PTTL', KEYS[1]) or -1
-  if left < 0 then
+  local holder = type(plain) == 'string' and string.match(plain, '^(%S+) %d+$')
+  if not holder or redis.call('PTTL', KEYS[1]) < 0 then
     return wrong_kind(KEYS[1], 'hash', 'a semaphore')
   end
-  -- Less than a millisecond left: its lease has ended (as permits.lua reads it).
-  if string.sub(plain, 1, #owner + 1) ~= owner .. ' ' or left == 0 then
+  if holder ~= owner then
     return 0
   end
   local set = redis.pcall('PEXPIRE', KEYS[1], ARGV[2])

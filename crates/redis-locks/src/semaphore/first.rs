@@ -112,13 +112,15 @@ pub(super) async fn attempt(
             })
         }
         (Value::Okay, Value::Int(_), Some(Value::Int(_))) => {
-            // A line waits: it goes first. The script asked next prods its head.
-            give_back(semaphore, owed).await?;
+            // A line waits (one a `break` left, or a waiter that came in after the SET, which
+            // it saw as a holder): it goes first. The script asked next prods its head.
+            semaphore.hold.busy.refused();
+            give_back(semaphore, owed).await;
             Ok(First::Script)
         }
         (Value::Okay, Value::ServerError(err), _) => {
             let err = counter_error(keys.fence(), err);
-            give_back(semaphore, owed).await?;
+            give_back(semaphore, owed).await;
             Err(err)
         }
         (Value::Nil, _, _) => {
@@ -134,11 +136,17 @@ pub(super) async fn attempt(
     }
 }
 
-/// Gives back the permit the first attempt took for `owed`'s owner token (a release that
-/// finds it gone already is no error here).
-async fn give_back(semaphore: &Semaphore, owed: &OwedRelease) -> Result<()> {
+/// Gives back the permit the first attempt took for `owed`'s owner token. A release that
+/// finds it gone already is what was wanted; one that fails (a broken connection) leaves it
+/// to `owed`, still armed, which releases by owner token when the acquisition ends without a
+/// guard (and otherwise the permit's lease ends it).
+pub(super) async fn give_back(semaphore: &Semaphore, owed: &OwedRelease) {
     match semaphore.hold.release(owed.owner()).await {
-        Ok(_) | Err(Error::NotHeld { .. }) => Ok(()),
-        Err(err) => Err(err),
+        Ok(_) | Err(Error::NotHeld { .. }) => {}
+        Err(err) => tracing::debug!(
+            name = semaphore.name(),
+            error = %err,
+            "giving back a first attempt's permit failed; the owed release will"
+        ),
     }
 }

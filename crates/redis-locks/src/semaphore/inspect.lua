@@ -1,7 +1,7 @@
 -- inspect.lua: read a semaphore in one step, writing nothing (after the preludes fence.lua:
 -- read_counter; lock.lua; permits.lua).
 --
--- KEYS[1]  the semaphore's hash (see permits.lua).
+-- KEYS[1]  the semaphore: its hash, or a permit kept as a plain key (see permits.lua).
 -- KEYS[2]  the fencing counter.
 -- KEYS[3]  the places (waiters by place-lease end).
 --

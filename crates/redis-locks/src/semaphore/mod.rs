@@ -214,8 +214,8 @@ impl Hold for SemaphoreHold {
 /// N is part of the semaphore: every process must open it with the same N while anybody
 /// holds or waits ([`Error::PermitsMismatch`] otherwise); change it on purpose with
 /// [`set_permits`](Semaphore::set_permits). A semaphore nobody holds or waits for keeps
-/// nothing on the server but its fencing counter (and, for an hour after a script's grant,
-/// the counter's epochs), so the next acquirer's N counts.
+/// nothing on the server but its fencing counter (and, for an hour after a script numbered a
+/// first attempt's grant, the counter's epochs), so the next acquirer's N counts.
 ///
 /// A single permit asked while nobody holds the semaphore or waits costs what a
 /// [`Mutex`](crate::Mutex)'s acquisition costs: one pipeline, no script (the permit is then a
@@ -571,14 +571,16 @@ impl Asker for Asking<'_> {
         _nonce: u64,
     ) -> Result<Answer> {
         let semaphore = self.semaphore;
-        let mut epoch = Epoch::Keep;
+        // With a permit the first attempt took and left the script to number.
+        let mut taken = None;
         if self.first.swap(false, Ordering::Relaxed) {
             match first::attempt(semaphore, owed, &self.limit).await? {
                 first::First::Won(answer) => return Ok(answer),
-                first::First::Number(numbering) => epoch = numbering,
+                first::First::Number(epoch) => taken = Some(epoch),
                 first::First::Script => {}
             }
         }
+        let epoch = taken.as_ref().unwrap_or(&Epoch::Keep);
         let keys = &semaphore.keys;
         let line = keys.line();
         let key_list = [
@@ -592,7 +594,7 @@ impl Asker for Asking<'_> {
         let place = place_lease.as_millis().to_string();
         // The connection's name, recorded as the counter's epoch by the first call only (a
         // fresh one given to the connection in the same round trip).
-        let (fresh, named) = epoch_name(&epoch);
+        let (fresh, named) = epoch_name(epoch);
         let name = fresh.as_deref().or(named.as_deref());
         let args = [
             owed.owner().as_str(),
@@ -604,26 +606,31 @@ impl Asker for Asking<'_> {
             name.unwrap_or_default(),
         ];
         let mut calls = 0;
-        answer_in_time(semaphore.options.get_lease_options(), deadline, || {
+        let answer = answer_in_time(semaphore.options.get_lease_options(), deadline, || {
             calls += 1;
             let (naming, counts) = match (calls, name) {
                 (1, Some(_)) => (fresh.as_deref(), 7),
                 _ => (None, 6),
             };
             async move {
-                let node = semaphore.client.node();
                 let (keys, args) = (&key_list[..counts - 1], &args[..counts]);
-                match naming {
-                    Some(fresh) => {
-                        node.run_script_naming(Phase::Acquire, fresh, &ACQUIRE, keys, args)
-                            .await
-                    }
-                    None => node.run_script(Phase::Acquire, &ACQUIRE, keys, args).await,
-                }
-                .map_err(|err| self.mismatch(err))
+                semaphore
+                    .client
+                    .node()
+                    .run_script_naming(Phase::Acquire, naming, &ACQUIRE, keys, args)
+                    .await
+                    .map_err(|err| self.mismatch(err))
             }
         })
-        .await
+        .await;
+        if taken.is_some()
+            && let Err(Error::WrongType { .. } | Error::Redis { .. } | Error::Auth { .. }) = &answer
+        {
+            // The server refused the numbering (no permission, say) of a permit the first
+            // attempt took: give it back before the error returns, as a Mutex's attempt does.
+            first::give_back(semaphore, owed).await;
+        }
+        answer
     }
 }
 

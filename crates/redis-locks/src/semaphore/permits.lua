@@ -14,18 +14,19 @@
 --             server time (ms) at which its lease ends and how many permits it holds.
 -- The hash's TTL is at least its latest holder's lease and at least the queue's TTL, so it
 -- never lives without one, and it lasts while a waiter may come back for the N it stores.
--- It goes when nobody holds or waits (then the next acquirer's N counts).
---
--- A permit kept as a plain key: while nobody else holds it or waits, one holder of one permit
--- may keep the semaphore as a string instead, K = '<owner> <N>' with the holder's lease as its
--- TTL (written by the client's first attempt, SET NX PX, which costs no script: see
--- semaphore/first.rs). Every script reads that form as the hash it stands for, a holder whose
--- lease ends when the key does (permits_read), and every slow path turns it into the hash
--- before it writes (permits_open): the two forms never live at once.
+-- It goes when nobody holds or waits (then the next acquirer's N counts). Beside it:
 --   fence    the fencing counter (fence.lua): every grant takes the next token.
 --   epoch    the counter's epochs (fence.lua): the connections on which the first attempt
 --            may trust its pipelined INCR.
 --   queue, places, tickets: the line of waiters (queue.lua), first come, first served.
+--
+-- A permit kept as a plain key: while nobody else holds the semaphore or waits, one holder of
+-- one permit may keep it as a string instead, K = '<owner> <N>' (matched by
+-- '^(%S+) (%d+)$' in every script) with the holder's lease as its TTL, written by the
+-- client's first attempt (SET NX PX, no script: semaphore/first.rs). It is held while the
+-- key exists. Every script reads it as the hash it stands for (permits_read), and every slow
+-- path turns it into the hash before it writes (permits_open): the two forms never live at
+-- once.
 --
 -- permits_may_expire(key)
 --   nil when the user may set the hash's expiry, else the NOPERM reply (refusal in lock.lua).
@@ -41,17 +42,16 @@
 --   Reads the hash, writing nothing: {limit, used (the live holders' permits), recorded (the
 --   stored 'used'), marked ('waiting' is there), holders (owner -> {deadline, count}, live
 --   ones only), ended (the owners whose lease ended by now), exists, plain (the owner of a
---   permit kept as a plain key, read as the hash it stands for: its deadline is now + the
---   key's PTTL, or, with less than a millisecond left, an ended holder)}. Or nil and a WRONGTYPE error reply when the key is not a semaphore's
---   (another type, a string that is no permit, or a hash without 'limit').
+--   permit kept as a plain key, read as the hash it stands for: held while the key exists,
+--   its deadline now + the key's PTTL)}. Or nil and a WRONGTYPE error reply when the key is
+--   not a semaphore's (another type, a string that is no permit, or a hash without 'limit').
 --
 -- permits_open(key, queue, places, tickets, now, limit)
 --   The start of every slow path, in this order so that a refusal writes nothing: asks that
 --   the hash's expiry may be set (permits_may_expire), checks the line's key types, reads the
 --   hash (permits_read) and, with limit given, refuses another stored N ('PERMITS <n>');
---   then turns a permit kept as a plain key into the hash (same holder, deadline, N and TTL;
---   one whose lease ended is deleted, and nothing is held), reclaims the ended holders
---   (permits_reclaim) and purges lapsed places from the line.
+--   then turns a permit kept as a plain key into the hash (same holder, deadline, N and TTL),
+--   reclaims the ended holders (permits_reclaim) and purges lapsed places from the line.
 --   Returns the state, or nil and the error reply.
 --
 -- permits_reclaim(key, state)
@@ -94,15 +94,11 @@ local function permits_read(key, now)
     if left < 0 then
       return nil, wrong
     end
-    local state = {limit = limit, used = 0, recorded = 1, marked = false, holders = {},
-      ended = {}, exists = true, plain = owner}
-    if left > 0 then
-      state.holders[owner], state.used = {deadline = now + left, count = 1}, 1
-    else
-      -- Less than a millisecond left: its lease has ended by the server's clock.
-      state.ended[1] = owner
-    end
-    return state
+    -- Held while the key exists (its lease ends with it): under a millisecond left, it
+    -- ends a millisecond from now at the latest.
+    return {limit = limit, used = 1, recorded = 1, marked = false,
+      holders = {[owner] = {deadline = now + math.max(left, 1), count = 1}}, ended = {},
+      exists = true, plain = owner}
   end
   local state = {limit = nil, used = 0, recorded = nil, marked = false, holders = {},
     ended = {}, exists = #fields > 0}
@@ -159,14 +155,9 @@ local function permits_open(key, queue, places, tickets, now, limit)
   if state.plain then
     local held = state.holders[state.plain]
     redis.call('DEL', key)
-    if held then
-      redis.call('HSET', key, state.plain, string.format('%d 1', held.deadline), 'used', 1,
-        'limit', state.limit)
-      redis.call('PEXPIRE', key, held.deadline - now)
-    else
-      -- Its lease ended: nothing is held, and the next acquirer's N counts.
-      state.exists, state.limit, state.recorded, state.ended = false, nil, nil, {}
-    end
+    redis.call('HSET', key, state.plain, string.format('%d 1', held.deadline), 'used', 1,
+      'limit', state.limit)
+    redis.call('PEXPIRE', key, held.deadline - now)
     state.plain = nil
   end
   permits_reclaim(key, state)

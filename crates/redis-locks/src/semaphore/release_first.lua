@@ -6,10 +6,8 @@
 --
 -- Replies:
 --   1  released (release.lua's reply 1). A permit kept as a plain key: the key held
---      '<ARGV[1]> <N>' with at least a millisecond left, so its lease had not ended (the key
---      expires with it; with less left, permits.lua counts it ended, and release.lua says
---      so), and nobody waits (a waiter's script turns the key into the hash first); the key
---      is gone. In the
+--      '<ARGV[1]> <N>', so its lease had not ended (the key expires with it), and nobody
+--      waits (a waiter's script turns the key into the hash first); the key is gone. In the
 --      hash: the holder is gone and 'used' is less by its permits. The last holder ('used'
 --      counts no other: it is never less than the truth, so nobody else is in the hash)
 --      deletes the hash.
@@ -17,9 +15,10 @@
 -- key of another type: its HMGET error is caught here, and release.lua says what the key is).
 
 do
+  -- A GET that fails on the hash costs its releases a call: the plain key's release is the
+  -- one this path is for (nobody else holds or waits).
   local plain = redis.pcall('GET', KEYS[1])
-  if type(plain) == 'string' and string.sub(plain, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' and
-      redis.call('PTTL', KEYS[1]) > 0 then
+  if type(plain) == 'string' and string.match(plain, '^(%S+) %d+$') == ARGV[1] then
     redis.call('DEL', KEYS[1])
     return 1
   end

@@ -1,7 +1,7 @@
 -- resize.lua: change a semaphore's number of permits on purpose (after the preludes
 -- lock.lua, queue.lua and permits.lua).
 --
--- KEYS[1]  the semaphore's hash (see permits.lua).
+-- KEYS[1]  the semaphore: its hash, or a permit kept as a plain key (see permits.lua).
 -- KEYS[2]  the queue.
 -- KEYS[3]  the places.
 -- KEYS[4]  the ticket counter.

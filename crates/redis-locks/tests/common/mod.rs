@@ -53,7 +53,6 @@ pub fn server_micros(con: &mut redis::Connection) -> i64 {
     secs * 1_000_000 + micros
 }
 
-/// The server's clock in ms, as the scripts count leases and place leases.
 /// The `calls` of each of `commands` (as `INFO commandstats` names them, say `fcall` or
 /// `client|getname`) that `server` has run, summed; zero for one that never ran.
 pub fn command_calls(server: &RedisServer, commands: &[&str]) -> u64 {
@@ -73,6 +72,7 @@ pub fn command_calls(server: &RedisServer, commands: &[&str]) -> u64 {
         .sum()
 }
 
+/// The server's clock in ms, as the scripts count leases and place leases.
 pub fn server_ms(con: &mut redis::Connection) -> i64 {
     server_micros(con) / 1_000
 }

@@ -82,9 +82,9 @@
 --                        (with ARGV[4]) is not a sorted set; with ARGV[5], a queue key
 --                        (KEYS[4] to KEYS[6]) or the handover hash (KEYS[7]) that this call
 --                        writes holds another type: then nothing is written. A waiter that
---                        only renews its place
---                        in a held lock's line writes the ticket counter only when its TTL
---                        is due (queue_enter in queue.lua); a key without expiry (not
+--                        only renews its place in a held lock's line writes the ticket
+--                        counter only when its TTL is due (queue_enter in queue.lua); a key
+--                        without expiry (not
 --                        ours, {0, -1}) makes no queue key read or written; every other
 --                        waiting call looks at all of them.
 --   others               as the server raised them (NOPERM, OOM, READONLY); the caller
@@ -101,7 +101,7 @@ if type(current) == 'table' then
 end
 -- A semaphore's permit kept as a plain key ('<owner> <N>', see semaphore/permits.lua) is no
 -- lock of this kind: an owner token has no space.
-if current and string.find(current, ' ', 1, true) then
+if current and string.match(current, '^%S+ %d+$') then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. " holds a semaphore's permit, not a lock")
 end
 

@@ -61,7 +61,7 @@ pub(crate) enum Ask {
 }
 
 /// What the script writes as the fencing counter's epoch on a grant (`acquire.lua`,
-/// `KEYS[3]` and `ARGV[4]`).
+/// `KEYS[3]` and `ARGV[4]`; the semaphore's, `KEYS[6]` and `ARGV[7]`).
 pub(crate) enum Epoch {
     /// Nothing: the waiting path, or a grant asked again after it came back late.
     Keep,
@@ -156,7 +156,8 @@ fn vouch(node: &Node, epoch: &Value, name: &Value, believed: Option<&str>) -> Vo
 }
 
 /// The connection name a script call gives and records as the counter's epoch (`ARGV[4]`
-/// of `acquire.lua`): a fresh one in a naming turn, the connection's own, or none.
+/// of `acquire.lua`, `ARGV[7]` of the semaphore's): a fresh one in a naming turn, the
+/// connection's own, or none.
 pub(crate) fn epoch_name(epoch: &Epoch) -> (Option<String>, Option<Arc<str>>) {
     match epoch {
         Epoch::Fresh(_turn) => (
@@ -468,13 +469,9 @@ impl AcquireCall<'_> {
             Some(Placing { nonce: Some(_), .. }) => (7, 11),
         };
         let (keys, args) = (&all_keys[..key_count], &all_args[..arg_count]);
-        let reply = match &fresh {
-            Some(fresh) => {
-                node.run_script_naming(Phase::Acquire, fresh, script, keys, args)
-                    .await?
-            }
-            None => node.run_script(Phase::Acquire, script, keys, args).await?,
-        };
+        let reply = node
+            .run_script_naming(Phase::Acquire, fresh.as_deref(), script, keys, args)
+            .await?;
         grant_reply(reply)
     }
 }

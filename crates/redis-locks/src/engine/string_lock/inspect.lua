@@ -26,7 +26,7 @@
 --   WRONGTYPE <key> ...  KEYS[2] is not an integer (or not a string).
 
 local owner, is_marked = holder_of(KEYS[1])
-if owner and string.find(owner, ' ', 1, true) then
+if owner and string.match(owner, '^%S+ %d+$') then
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. " holds a semaphore's permit, not a lock")
 end
 local pttl = -2
