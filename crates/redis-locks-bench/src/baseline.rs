@@ -1,8 +1,8 @@
 //! What the benchmarks measure the library against: the bare minimum a lock needs
 //! (`SET NX PX` + compare-and-delete), the same with a fencing counter (`SET NX PX`, `INCR`,
 //! and reads of the counter's epoch and the connection's name: the library's own commands
-//! sent bare), the least a leased, fenced, counted permit of a semaphore sends (one script
-//! and a `ZREM`), and the polling loop most peers use to wait.
+//! sent bare), the least a leased, fenced permit of a semaphore counted by a script sends (one
+//! script and a `ZREM`), and the polling loop most peers use to wait.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};

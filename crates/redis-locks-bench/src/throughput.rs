@@ -804,7 +804,7 @@ fn print_report(report: &Report) {
         );
         if let Some(floor) = report.ratio_floor_to_mutex {
             println!(
-                "  floor/Mutex: {floor:.2}   (the least any leased, fenced permit must send, beside the Mutex)"
+                "  floor/Mutex: {floor:.2}   (the least a leased, fenced permit counted by a script must send, beside the Mutex)"
             );
         }
     } else if let Some(ratio) = report.ratio_cycle_p50_to_one_node {

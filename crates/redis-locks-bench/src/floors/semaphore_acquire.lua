@@ -1,10 +1,11 @@
--- semaphore_acquire.lua: the least a leased, fenced, counted permit must send to be
--- taken, the floor `bench throughput --kind semaphore` measures the library's Semaphore
+-- semaphore_acquire.lua: the least a leased, fenced permit counted by a script must send to
+-- be taken, the floor `bench throughput --kind semaphore` measures the library's Semaphore
 -- against. Not a semaphore: no weights, no agreement on N between the handles (N comes with
--- each call), no waiting line, no restart-proof seed of the fencing counter; only what any
--- semaphore whose permits are leased by the server clock and fenced runs at the least, in one
--- script (counting the holders and adding one must be atomic). Its release is the plain
--- `ZREM holders owner`, which removes only that owner's entry.
+-- each call), no waiting line, no restart-proof seed of the fencing counter; only what a
+-- semaphore that counts its holders in one script (counting them and adding one atomically)
+-- runs at the least. Its release is the plain `ZREM holders owner`, which removes only that
+-- owner's entry. The library's Semaphore takes a single permit nobody contends for without a
+-- script at all (a plain key, SET NX PX: see semaphore/first.rs), so it may beat this floor.
 --
 -- KEYS[1]  the holders: a sorted set of owner tokens scored by their lease's deadline (ms,
 --          server clock).
