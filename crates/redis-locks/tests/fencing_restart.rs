@@ -343,3 +343,40 @@ async fn stall(server: &RedisServer, seconds: f64) {
 fn debuggable() -> RedisServer {
     RedisServer::start_with_args(&["--enable-debug-command", "yes"]).expect("start a redis-server")
 }
+
+#[tokio::test]
+async fn a_semaphore_first_attempt_delayed_past_its_lease_is_numbered_again_not_handed_out_lost() {
+    let server = debuggable();
+    let client = patient(&server).await;
+    let lease = LockOptions::default().lease(Duration::from_millis(300));
+    let semaphore = client.semaphore_with("permit", 2, lease).unwrap();
+    // Vouched for on this connection: a first attempt in time is granted by its pipeline.
+    let first = semaphore.acquire().await.unwrap();
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    // The next one's pipeline is sent during a stall longer than the lease: its grant comes
+    // back late, so the script numbers it again (a re-grant, with a lease from now).
+    stall(&server, 0.6).await;
+    let sent = Instant::now();
+    let guard = semaphore.acquire().await.unwrap();
+    assert!(
+        sent.elapsed() > Duration::from_millis(300),
+        "the stall delayed it"
+    );
+    assert_eq!(
+        guard.lost_reason(),
+        None,
+        "a guard is never handed out lost"
+    );
+    assert!(guard.lease_remaining() > Duration::ZERO);
+    assert!(guard.fencing_token() > first_token);
+    let kind: String = redis::cmd("TYPE")
+        .arg("permit")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(
+        kind, "hash",
+        "the script turned the plain key into the hash"
+    );
+    guard.release().await.unwrap();
+}
