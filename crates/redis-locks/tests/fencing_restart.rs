@@ -356,7 +356,7 @@ async fn a_semaphore_first_attempt_delayed_past_its_lease_is_numbered_again_not_
     first.release().await.unwrap();
     // The next one's pipeline is sent during a stall longer than the lease: its grant comes
     // back late, so the script numbers it again (a re-grant, with a lease from now).
-    stall(&server, 0.6).await;
+    stall(&server, 1.0).await;
     let sent = Instant::now();
     let guard = semaphore.acquire().await.unwrap();
     assert!(
