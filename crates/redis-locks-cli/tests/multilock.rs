@@ -101,13 +101,15 @@ fn a_run_over_x_y_waits_for_a_held_y_and_takes_nothing_meanwhile() {
     waiting.stderr(std::fs::File::create(&err).unwrap());
     let mut waiter = ChildProcess::spawn(waiting).unwrap();
     let notice = || std::fs::read_to_string(&err).unwrap_or_default();
+    // The notice is read while the waiter writes it: wait for the whole of it.
     assert!(
-        eventually(Duration::from_secs(10), || notice()
-            .contains("waiting for locks")),
-        "the waiter says what it waits for: {}",
+        eventually(Duration::from_secs(10), || {
+            let notice = notice();
+            notice.contains("waiting for locks") && notice.contains("\"y\" held by owner")
+        }),
+        "the waiter says what it waits for and who holds it: {}",
         notice()
     );
-    assert!(notice().contains("\"y\" held by owner"), "{}", notice());
     assert!(
         !held(&server, "x"),
         "x is free while the waiter waits for y"
