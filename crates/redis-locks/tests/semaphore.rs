@@ -598,6 +598,16 @@ fn key_type(server: &test_support::RedisServer, key: &str) -> String {
     redis::cmd("TYPE").arg(key).query(&mut raw(server)).unwrap()
 }
 
+/// A handle on the semaphore `name` of `permits` permits (default options) whose counter is
+/// vouched for on the client's connection: its first grant, numbered by the script (which
+/// records the connection's epoch), is taken and given back, so the next first attempt alone
+/// can grant a permit.
+async fn vouched(client: &Client, name: &str, permits: u32) -> redis_locks::Semaphore {
+    let semaphore = client.semaphore(name, permits).unwrap();
+    semaphore.acquire().await.unwrap().release().await.unwrap();
+    semaphore
+}
+
 /// A semaphore `name` of 2 permits with a 600 ms lease renewed by the watchdog, and a permit
 /// of it kept as a plain key: the first grant on a connection is numbered by the script
 /// (which records the connection's epoch), the next, the only holder, is the plain key.
@@ -686,11 +696,10 @@ async fn a_permit_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
     ));
     other.release().await.unwrap();
     guard.release().await.unwrap();
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg("plain")
-        .query(&mut raw(&server))
-        .unwrap();
-    assert_eq!(exists, 0, "released, nothing held is kept");
+    assert!(
+        !common::exists(&server, "plain"),
+        "released, nothing held is kept"
+    );
     let guard = semaphore.acquire().await.unwrap();
     assert_eq!(key_type(&server, "plain"), "string");
     let err = wrong.try_acquire().await.unwrap_err();
@@ -710,8 +719,7 @@ async fn a_permit_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
 async fn a_first_attempt_that_finds_a_line_gives_its_permit_back_and_prods_the_line() {
     let server = server();
     let client = client(&server).await;
-    let semaphore = client.semaphore("lined", 2).unwrap();
-    semaphore.acquire().await.unwrap().release().await.unwrap();
+    let semaphore = vouched(&client, "lined", 2).await;
     // A line that outlived its semaphore (a `break` leaves one): a waiter placed for 10 s.
     let mut con = raw(&server);
     let until = common::server_ms(&mut con) + 10_000;
@@ -746,9 +754,8 @@ async fn a_first_attempt_that_finds_a_line_gives_its_permit_back_and_prods_the_l
         "others wait first: {err}"
     );
     assert_eq!(scripts_and_first_attempts(&server).1 - attempts, 1);
-    let exists: i64 = redis::cmd("EXISTS").arg("lined").query(&mut con).unwrap();
-    assert_eq!(
-        exists, 0,
+    assert!(
+        !common::exists(&server, "lined"),
         "the permit the first attempt took was given back"
     );
     assert_eq!(common::next_message(&mut wakes).as_deref(), Some("w"));
@@ -803,8 +810,7 @@ async fn the_watchdog_renews_a_plain_permit_past_its_lease() {
 async fn a_first_attempt_that_finds_the_counter_broken_gives_its_permit_back() {
     let server = server();
     let client = client(&server).await;
-    let semaphore = client.semaphore("broken", 2).unwrap();
-    semaphore.acquire().await.unwrap().release().await.unwrap();
+    let semaphore = vouched(&client, "broken", 2).await;
     redis::cmd("SET")
         .arg("{broken}:fence")
         .arg("nope")
@@ -814,12 +820,8 @@ async fn a_first_attempt_that_finds_the_counter_broken_gives_its_permit_back() {
     let err = semaphore.acquire().await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err}");
     assert_eq!(scripts_and_first_attempts(&server).1 - attempts, 1);
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg("broken")
-        .query(&mut raw(&server))
-        .unwrap();
-    assert_eq!(
-        exists, 0,
+    assert!(
+        !common::exists(&server, "broken"),
         "the permit taken was given back before the error returned"
     );
 }

@@ -9,15 +9,17 @@
 //! - **N**: the key is taken only where it does not exist, so nobody holds or waits (a line
 //!   keeps the hash alive, see `permits.lua`), and it carries N for the next acquirer's
 //!   script to check;
-//! - **the line**: a grant that finds a line (one a `break` left) is given back, and the
-//!   script, asked next, prods the line's first waiter;
+//! - **the line**: a grant that finds a line (one a `break` left, or a waiter that came in
+//!   after the `SET` and saw it as a holder) is given back, and the script, asked next, prods
+//!   the line's first waiter;
 //! - **the lease**: the key's TTL, on the server clock;
 //! - **the fencing token**: the pipelined `INCR` only where the counter is vouched for on the
 //!   connection (see [`ask_first`]); otherwise the script numbers the grant (a re-grant to the
 //!   same owner), recording the connection's epoch so that the next first attempt is vouched.
 //!
 //! A refused first attempt costs a contended acquisition a request, so a handle whose first
-//! attempt was refused sends its attempts straight to the script for [`BUSY_FOR`].
+//! attempt was refused (or found a line) sends its attempts straight to the script for
+//! [`BUSY_FOR`].
 
 use std::sync::Mutex;
 use std::time::Duration;
