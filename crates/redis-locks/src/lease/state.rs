@@ -9,6 +9,12 @@ use tokio::time::Instant;
 use super::time::ClockDrift;
 use crate::error::LostReason;
 
+/// How much sooner than its deadline a lease's timer is set: Tokio's timers tick in whole
+/// milliseconds and fire on the tick at or after the instant asked, so a timer set at the
+/// deadline would tell `lost()` up to a tick after it. Set this much sooner, it tells it at
+/// the deadline at the latest (the lock is then still held: it is told early, never late).
+const TIMER_TICK: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A lease's state, shared by its guard, its watchdog and every `lost()` future.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Status {
@@ -220,8 +226,8 @@ impl LeaseState {
         change
     }
 
-    /// Resolves with the reason once the lock is lost, or at the lease deadline if it passes
-    /// without a renewal.
+    /// Resolves with the reason once the lock is lost, or when the lease deadline passes
+    /// without a renewal: at it at the latest, up to a timer tick ([`TIMER_TICK`]) before it.
     pub(crate) fn lost(self: &Arc<Self>) -> impl Future<Output = LostReason> + Send + 'static {
         let state = self.clone();
         async move {
@@ -236,10 +242,11 @@ impl LeaseState {
                 }
                 tokio::select! {
                     () = changed => {}
-                    () = tokio::time::sleep_until(deadline) => {
-                        // No renewal moved the deadline: the lock can no longer be proven held.
+                    () = tokio::time::sleep_until(deadline.checked_sub(TIMER_TICK).unwrap_or(deadline)) => {
+                        // No renewal moved the deadline: the lock can no longer be proven held
+                        // (or will not be by the time a later timer could fire).
                         state.update(|s| {
-                            let change = s.lost.is_none() && s.deadline <= Instant::now();
+                            let change = s.lost.is_none() && s.deadline <= Instant::now() + TIMER_TICK;
                             if change {
                                 s.lost = Some(s.ending);
                             }
@@ -261,5 +268,38 @@ impl Drop for Gate<'_> {
     fn drop(&mut self) {
         self.state.locked().gated = false;
         self.state.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A deadline between two timer ticks: `lost()` fires by it, not at the next tick after
+    /// it (Tokio's paused clock advances to the tick a timer is set for, as the timer wheel
+    /// does). Fails when the timer is set at the deadline itself.
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_by_the_deadline_not_a_tick_after_it() {
+        for offset_us in [1, 300, 999, 1_000, 1_500] {
+            let sent = Instant::now();
+            let lease = Duration::from_millis(50) + Duration::from_micros(offset_us);
+            let state = LeaseState::new(sent, lease, ClockDrift::new(0.0, Duration::ZERO).unwrap());
+            let deadline = state.status().deadline;
+            assert_eq!(state.lost().await, LostReason::LeaseEnded);
+            let told = Instant::now();
+            assert!(
+                told <= deadline,
+                "told {:?} after the deadline",
+                told - deadline
+            );
+            assert!(
+                deadline - told <= TIMER_TICK,
+                "told {:?} early",
+                deadline - told
+            );
+            assert_eq!(state.loss(), Some(LostReason::LeaseEnded));
+        }
     }
 }
