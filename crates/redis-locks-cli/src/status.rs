@@ -162,7 +162,8 @@ struct Hold<'a> {
     mode: redis_locks::HoldMode,
     owner: &'a str,
     lease_remaining_ms: u64,
-    fencing_token: u64,
+    /// `null` for a lone read hold taken without a script (its guard has its token).
+    fencing_token: Option<u64>,
 }
 
 /// What `status --json` prints for a `Semaphore`.
@@ -332,7 +333,7 @@ fn show_holds(name: &str, state: &HoldsState, served: &Served, json: bool) {
                     mode: hold.mode,
                     owner: &hold.owner,
                     lease_remaining_ms: ms(hold.lease_remaining),
-                    fencing_token: hold.fencing_token.get(),
+                    fencing_token: hold.fencing_token.map(|token| token.get()),
                 })
                 .collect(),
             hold_count: state.hold_count(),
@@ -364,7 +365,10 @@ fn show_holds(name: &str, state: &HoldsState, served: &Served, json: bool) {
             hold.mode.to_string(),
             hold.owner,
             humantime::format_duration(hold.lease_remaining),
-            hold.fencing_token
+            hold.fencing_token.map_or_else(
+                || "not kept by the server (the holder's guard has it)".to_string(),
+                |token| token.to_string()
+            )
         );
     }
     println!("holds           {}", state.hold_count());

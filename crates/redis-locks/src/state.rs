@@ -92,8 +92,10 @@ pub struct HoldInfo {
     pub owner: String,
     /// How long the hold's own lease still runs on the server's clock.
     pub lease_remaining: Duration,
-    /// The hold's fencing token (a writer's re-entries share its first token).
-    pub fencing_token: FencingToken,
+    /// The hold's fencing token (a writer's re-entries share its first token); `None` for a
+    /// lone read hold taken without a script, whose token the server does not keep (its
+    /// guard has it: [`RwLockReadGuard::fencing_token`](crate::RwLockReadGuard::fencing_token)).
+    pub fencing_token: Option<FencingToken>,
 }
 
 /// The state of a [`ReentrantMutex`](crate::ReentrantMutex) or an [`RwLock`](crate::RwLock),

@@ -95,6 +95,19 @@ async fn every_kind_is_broken_and_its_holders_told() {
     assert_eq!(lost.unwrap(), LostReason::Broken);
     // Free for a writer now.
     rwlock.try_write().await.unwrap().release().await.unwrap();
+    // A read hold kept as a plain key (the counter is vouched for on the connection by now,
+    // and this handle's first attempts were never refused): broken as an RwLock's.
+    let read = rwlock.read().await.unwrap();
+    assert_eq!(common::key_type(&server, "cart"), "string", "a plain key");
+    let broken = client.break_lock("cart").await.unwrap();
+    assert_eq!(broken.kind.as_deref(), Some("rwlock"));
+    assert_eq!(broken.holders, [format!("r {}", rwlock.owner())]);
+    let lost = tokio::time::timeout(Duration::from_secs(5), read.lost()).await;
+    assert_eq!(lost.unwrap(), LostReason::Broken);
+    match read.release().await {
+        Err(Error::NotHeld { reason, .. }) => assert_eq!(reason, LostReason::Broken),
+        other => panic!("a broken plain read hold's release: {other:?}"),
+    }
 
     let semaphore = client.semaphore("slots", 2).unwrap();
     let permit = semaphore.acquire().await.unwrap();

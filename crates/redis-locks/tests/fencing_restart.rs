@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{client, eventually, raw};
 use redis::Commands;
-use redis_locks::{Client, Error, LockOptions, MutexGuard};
+use redis_locks::{Client, Error, FencingToken, LockOptions, LostReason, MutexGuard};
 use test_support::RedisServer;
 use tokio::time::Instant;
 
@@ -350,33 +350,65 @@ async fn a_semaphore_first_attempt_delayed_past_its_lease_is_numbered_again_not_
     let client = patient(&server).await;
     let lease = LockOptions::default().lease(Duration::from_millis(300));
     let semaphore = client.semaphore_with("permit", 2, lease).unwrap();
-    // Vouched for on this connection: a first attempt in time is granted by its pipeline.
-    let first = semaphore.acquire().await.unwrap();
-    let first_token = first.fencing_token();
-    first.release().await.unwrap();
-    // The next one's pipeline is sent during a stall longer than the lease: its grant comes
-    // back late, so the script numbers it again (a re-grant, with a lease from now).
-    stall(&server, 1.0).await;
+    late_first_attempt(&server, async || {
+        let guard = semaphore.acquire().await.unwrap();
+        let kind = common::key_type(&server, "permit");
+        let facts = (
+            guard.fencing_token(),
+            guard.lost_reason(),
+            guard.lease_remaining(),
+        );
+        guard.release().await.unwrap();
+        (facts, kind)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_read_first_attempt_delayed_past_its_lease_is_numbered_again_not_handed_out_lost() {
+    let server = debuggable();
+    let client = patient(&server).await;
+    let lease = LockOptions::default().lease(Duration::from_millis(300));
+    let lock = client.rwlock_with("read", lease).unwrap();
+    late_first_attempt(&server, async || {
+        let guard = lock.read().await.unwrap();
+        let kind = common::key_type(&server, "read");
+        let facts = (
+            guard.fencing_token(),
+            guard.lost_reason(),
+            guard.lease_remaining(),
+        );
+        guard.release().await.unwrap();
+        (facts, kind)
+    })
+    .await;
+}
+
+/// A first attempt (of a lock that keeps a lone holder as a plain key, with a 300 ms lease)
+/// whose pipeline is sent during a stall longer than the lease: `take` (which acquires, says
+/// the guard's token, loss and lease left and the lock key's type while held, and releases)
+/// gets a grant numbered again by the script, never one handed out lost.
+async fn late_first_attempt(
+    server: &RedisServer,
+    take: impl AsyncFn() -> ((FencingToken, Option<LostReason>, Duration), String),
+) {
+    // The first grant on the connection vouches for the counter there: a first attempt in
+    // time is granted by its pipeline.
+    let ((first_token, ..), _) = take().await;
+    // The next one's grant comes back late, so the script numbers it again (a re-grant,
+    // with a lease from now), turning the plain key into the hash.
+    stall(server, 1.0).await;
     let sent = Instant::now();
-    let guard = semaphore.acquire().await.unwrap();
+    let ((token, lost, left), kind) = take().await;
     assert!(
         sent.elapsed() > Duration::from_millis(300),
         "the stall delayed it"
     );
-    assert_eq!(
-        guard.lost_reason(),
-        None,
-        "a guard is never handed out lost"
-    );
-    assert!(guard.lease_remaining() > Duration::ZERO);
-    assert!(guard.fencing_token() > first_token);
-    let kind: String = redis::cmd("TYPE")
-        .arg("permit")
-        .query(&mut raw(&server))
-        .unwrap();
+    assert_eq!(lost, None, "a guard is never handed out lost");
+    assert!(left > Duration::ZERO);
+    assert!(token > first_token);
     assert_eq!(
         kind, "hash",
         "the script turned the plain key into the hash"
     );
-    guard.release().await.unwrap();
 }

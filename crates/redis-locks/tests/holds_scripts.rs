@@ -1629,3 +1629,236 @@ fn ten_thousand_expired_read_holds_are_purged_by_one_acquire() {
     let left: i64 = redis::cmd("HLEN").arg(LOCK).query(&mut con).unwrap();
     assert_eq!(left, 2, "the live hold and the new one");
 }
+
+// ---- a read hold kept as a plain key ----
+
+/// Writes a lone read hold of `owner` under hold id `n` as the client's first attempt does:
+/// the plain key '<hold> r <owner>' with the lease `ms` as its TTL.
+fn plain(con: &mut Connection, n: u32, owner: &str, ms: u64) {
+    redis::cmd("SET")
+        .arg(LOCK)
+        .arg(format!("{} r {owner}", id(n)))
+        .arg("NX")
+        .arg("PX")
+        .arg(ms)
+        .exec(con)
+        .unwrap();
+}
+
+/// The acquire script as the library sends it after a first attempt whose grant the script
+/// must number: with the counter's epochs (`KEYS[6]`) and the connection's name (`ARGV[8]`).
+fn acquire_naming(con: &mut Connection, ask: Ask<'_>, name: &str) -> RedisResult<(i64, i64)> {
+    lua(&[FENCE_LUA, LOCK_LUA, QUEUE_LUA, HOLDS_LUA, ACQUIRE_LUA])
+        .key(&[LOCK, FENCE, QUEUE, PLACES, TICKETS, "{R}:epoch"][..])
+        .arg(ask.kind)
+        .arg(ask.mode)
+        .arg(id(ask.hold))
+        .arg(ask.owner)
+        .arg(ask.lease.to_string())
+        .arg(ask.place.to_string())
+        .arg(CHANNEL)
+        .arg(name)
+        .invoke(con)
+}
+
+#[test]
+fn a_plain_read_hold_is_read_as_the_hold_it_stands_for_and_written_nothing_by_reads() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, 1, "owner a", 5_000);
+    let state = inspect(&mut con);
+    assert_eq!(state.kind, "rwlock");
+    let (mode, owner, left, token) = &state.holds[&id(1)];
+    assert_eq!((mode.as_str(), owner.as_str(), *token), ("r", "owner a", 0));
+    assert!(
+        (4_000..=5_000).contains(left),
+        "its lease is the key's TTL: {left}"
+    );
+    assert_eq!(state.holds.len(), 1);
+    assert_eq!(key_type(&mut con, LOCK), "string", "inspect writes nothing");
+    // The hold's own release takes it, without a clock or a conversion; another id does not.
+    assert_eq!(release(&mut con, 2), (0, 0));
+    assert_eq!(
+        key_type(&mut con, LOCK),
+        "hash",
+        "a script that may write turns it first"
+    );
+    assert_eq!(hold_of(&mut con, 1).unwrap().token, 0);
+    redis::cmd("DEL").arg(LOCK).exec(&mut con).unwrap();
+    plain(&mut con, 1, "owner a", 5_000);
+    assert_eq!(release(&mut con, 1), (1, 0));
+    assert!(!exists(&mut con, LOCK));
+}
+
+#[test]
+fn a_plain_read_hold_is_extended_as_a_plain_key_by_its_own_id_only() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, 1, "A", 1_000);
+    assert_eq!(extend(&mut con, 1, 20_000), 1);
+    assert_eq!(key_type(&mut con, LOCK), "string");
+    assert!(
+        pttl(&server, LOCK) > 19_000,
+        "the key's TTL is the new lease"
+    );
+    // Another hold's extension finds no hold of its id (and reads the key as its hash).
+    assert_eq!(extend(&mut con, 2, 20_000), 0);
+    assert_eq!(hold_of(&mut con, 1).unwrap().owner, "A");
+    assert_eq!(extend(&mut con, 1, 30_000), 1);
+    assert!(pttl(&server, LOCK) > 29_000);
+}
+
+#[test]
+fn a_second_reader_turns_a_plain_read_hold_into_the_hash_with_its_deadline() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, 1, "A", 8_000);
+    let expires_before: i64 = redis::cmd("PEXPIRETIME").arg(LOCK).query(&mut con).unwrap();
+    let (granted, token) = read(2, "B").lease(3_000).run(&mut con);
+    assert_eq!(granted, 1);
+    assert!(token > 0);
+    assert_eq!(key_type(&mut con, LOCK), "hash");
+    let a = hold_of(&mut con, 1).unwrap();
+    assert_eq!((a.mode.as_str(), a.token, a.owner.as_str()), ("r", 0, "A"));
+    // The plain key's expiry became the hold's deadline: its PTTL counted from the script's
+    // TIME, which may have moved on since the script started (from which Redis counts PTTL),
+    // so never sooner, and later only by how long a busy machine took to run the script.
+    assert!(
+        (expires_before..=expires_before + 100).contains(&a.deadline),
+        "{expires_before} vs {}",
+        a.deadline
+    );
+    let expires: i64 = redis::cmd("PEXPIRETIME").arg(LOCK).query(&mut con).unwrap();
+    assert_eq!(expires, a.deadline, "the key expires with its latest hold");
+    assert_eq!(hold_of(&mut con, 2).unwrap().token, token);
+}
+
+#[test]
+fn a_writer_finds_a_plain_read_hold_and_waits_for_it_in_line() {
+    let server = server();
+    let mut con = raw(&server);
+    let mut sub = listener(&server);
+    plain(&mut con, 1, "A", 8_000);
+    let (granted, wait) = write(2, "B").placed().run(&mut con);
+    assert_eq!(granted, 0);
+    assert!(
+        (7_000..=8_000).contains(&wait),
+        "until the read hold ends: {wait}"
+    );
+    assert_eq!(queue(&mut con), vec![w(2)]);
+    assert_eq!(
+        fields(&mut con).get("waiting").map(String::as_str),
+        Some("1"),
+        "turned into the hash, marked: the release wakes the writer"
+    );
+    assert_eq!(release(&mut con, 1), (1, 0));
+    assert_eq!(published(&mut sub, &mut con), vec![w(2)]);
+}
+
+#[test]
+fn a_plain_read_hold_asked_for_again_is_numbered_and_the_epoch_recorded() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, 1, "A", 8_000);
+    let before = server_micros(&mut con);
+    let (granted, token) = acquire_naming(&mut con, read(1, "A"), "conn-1").unwrap();
+    check_keys(&mut con);
+    assert_eq!(granted, 1);
+    assert!(
+        token >= before,
+        "a new token, seeded from the clock: {token}"
+    );
+    let hold = hold_of(&mut con, 1).unwrap();
+    assert_eq!((hold.token, hold.owner.as_str()), (token, "A"));
+    let epoch: Option<i64> = redis::cmd("ZSCORE")
+        .arg("{R}:epoch")
+        .arg("conn-1")
+        .query(&mut con)
+        .unwrap();
+    assert!(epoch.is_some(), "the connection's epoch is recorded");
+    assert!(pttl(&server, "{R}:epoch") > 3_000_000);
+    // Asked again, it keeps that token now.
+    assert_eq!(read(1, "A").run(&mut con), (1, token));
+    // A grant on a free lock records it too; epochs of another type are refused first.
+    release(&mut con, 1);
+    redis::cmd("DEL").arg("{R}:epoch").exec(&mut con).unwrap();
+    acquire_naming(&mut con, read(3, "A"), "conn-2").unwrap();
+    let names: i64 = redis::cmd("ZCARD")
+        .arg("{R}:epoch")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(names, 1);
+    release(&mut con, 3);
+    redis::cmd("DEL").arg("{R}:epoch").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("{R}:epoch")
+        .arg("x")
+        .exec(&mut con)
+        .unwrap();
+    assert_wrongtype(
+        acquire_naming(&mut con, read(4, "A"), "conn-3"),
+        "{R}:epoch",
+    );
+    assert!(
+        !exists(&mut con, LOCK),
+        "refused before anything was written"
+    );
+}
+
+#[test]
+fn a_string_that_is_no_read_hold_or_has_no_ttl_is_refused_and_left_alone() {
+    let server = server();
+    let mut con = raw(&server);
+    // A read hold's form without a TTL is nobody's lease: no lock of holds.
+    redis::cmd("SET")
+        .arg(LOCK)
+        .arg(format!("{} r A", id(1)))
+        .exec(&mut con)
+        .unwrap();
+    assert_wrongtype(read(2, "B").try_run(&mut con), "R holds a string");
+    assert_wrongtype(write(2, "B").placed().try_run(&mut con), "R holds a string");
+    assert_wrongtype(try_extend(&mut con, 2, "1000"), "R holds a string");
+    assert_wrongtype(try_inspect(&mut con), "R holds a string");
+    assert_eq!(pttl(&server, LOCK), -1, "untouched");
+    // A write hold is never kept as a plain key: 'w' is no read hold.
+    redis::cmd("SET")
+        .arg(LOCK)
+        .arg(format!("{} w A", id(1)))
+        .arg("PX")
+        .arg(60_000)
+        .exec(&mut con)
+        .unwrap();
+    assert_wrongtype(read(2, "B").try_run(&mut con), "R holds a string");
+    assert_wrongtype(try_release(&mut con, 1), "R holds a string");
+    assert_eq!(key_type(&mut con, LOCK), "string");
+}
+
+#[test]
+fn the_string_locks_scripts_refuse_a_plain_read_hold_as_wrong_type() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, 1, "A", 60_000);
+    // The Mutex's acquire (owner, lease, whether to place), as in scripts.rs.
+    let mutex_acquire = lua(&[
+        FENCE_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/acquire.lua"),
+    ]);
+    let refused: RedisResult<Value> = mutex_acquire
+        .key(&[LOCK, FENCE, "{R}:epoch"][..])
+        .arg(id(2))
+        .arg(10_000)
+        .invoke(&mut con);
+    assert_wrongtype(refused, "R holds an RwLock's read hold");
+    let mutex_inspect = lua(&[
+        FENCE_LUA,
+        LOCK_LUA,
+        QUEUE_LUA,
+        include_str!("../src/engine/string_lock/inspect.lua"),
+    ]);
+    let refused: RedisResult<Value> = mutex_inspect.key(&[LOCK, FENCE][..]).invoke(&mut con);
+    assert_wrongtype(refused, "R holds an RwLock's read hold");
+    assert_eq!(key_type(&mut con, LOCK), "string");
+    assert!(pttl(&server, LOCK) > 59_000, "untouched");
+}

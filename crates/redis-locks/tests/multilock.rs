@@ -287,6 +287,34 @@ async fn bad_names_are_typed_errors() {
         "{err}"
     );
     assert!(!exists(&server, "free"));
+    // Another primitive's plain key (a semaphore's permit, an RwLock's read hold, each taken
+    // without a script): WrongType at once, whether or not the MultiLock would wait, and the
+    // key is left as it was (no waiter's mark appended to it).
+    for (name, value) in [("permit", "0123abcd 3"), ("read", "0123abcd@x r owner a")] {
+        redis::cmd("SET")
+            .arg(name)
+            .arg(value)
+            .arg("PX")
+            .arg(60_000)
+            .exec(&mut raw(&server))
+            .unwrap();
+        let lock = client.multi_lock(["free", name]).unwrap();
+        for err in [
+            lock.try_lock().await.unwrap_err(),
+            lock.lock_timeout(Duration::from_secs(2)).await.unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, Error::WrongType { key, .. } if key == name),
+                "{err}"
+            );
+        }
+        let kept: String = redis::cmd("GET")
+            .arg(name)
+            .query(&mut raw(&server))
+            .unwrap();
+        assert_eq!(kept, value);
+        assert!(!exists(&server, "free"));
+    }
 }
 
 async fn connect(cluster: &RedisCluster) -> Client {

@@ -420,7 +420,7 @@ async fn table_only_the_holder_releases() {
     assert!(b.release().await.unwrap().is_freed());
     let state = observer.state().await.unwrap();
     assert_eq!(state.holds.len(), 1);
-    assert_eq!(state.holds[0].fencing_token, a.fencing_token());
+    assert_eq!(state.holds[0].fencing_token, Some(a.fencing_token()));
     // No other owner's writer can take or end it.
     assert!(matches!(
         client.rwlock("rw").unwrap().try_write().await,
@@ -805,4 +805,241 @@ async fn within(lost: impl std::future::Future<Output = LostReason>) -> LostReas
     tokio::time::timeout(Duration::from_secs(5), lost)
         .await
         .expect("the renewal saw the loss")
+}
+
+/// A handle on the RwLock `name` (with `options`) whose counter is vouched for on the
+/// client's connection: its first read, numbered by the script (which records the
+/// connection's epoch), is taken and given back, so that the next read nobody contends for
+/// is a plain key taken without a script.
+async fn vouched(client: &Client, name: &str, options: LockOptions) -> redis_locks::RwLock {
+    let lock = client.rwlock_with(name, options).unwrap();
+    lock.read().await.unwrap().release().await.unwrap();
+    lock
+}
+
+#[tokio::test]
+async fn a_read_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = client.rwlock("plain").unwrap();
+    // The first read on a connection: the counter is not vouched for there yet, so the
+    // script numbers it, in the hash, and records the connection among the counter's epochs.
+    let first = lock.read().await.unwrap();
+    assert_eq!(common::key_type(&server, "plain"), "hash");
+    assert_eq!(
+        lock.state().await.unwrap().holds[0].fencing_token,
+        Some(first.fencing_token()),
+        "the server keeps the token of a hold it numbered"
+    );
+    let epochs: i64 = redis::cmd("ZCARD")
+        .arg("{plain}:epoch")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(epochs, 1);
+    let first_token = first.fencing_token();
+    first.release().await.unwrap();
+    // The next: one pipeline, no script; the hold is the key '<hold> r <owner>' with the lease.
+    let (scripts, attempts) = common::scripts_and_first_attempts(&server);
+    let read = lock.read().await.unwrap();
+    let (scripts_after, attempts_after) = common::scripts_and_first_attempts(&server);
+    assert_eq!((scripts_after - scripts, attempts_after - attempts), (0, 1));
+    let value: String = redis::cmd("GET")
+        .arg("plain")
+        .query(&mut raw(&server))
+        .unwrap();
+    assert_eq!(
+        value,
+        format!("{} r {}", read.owner_token().as_str(), lock.owner())
+    );
+    let left = common::pttl(&server, "plain");
+    assert!((25_000..=30_000).contains(&left), "the lease: {left}");
+    assert!(read.fencing_token() > first_token);
+    let state = lock.state().await.unwrap();
+    assert_eq!(
+        (state.kind.as_deref(), state.holds.len()),
+        (Some("rwlock"), 1)
+    );
+    assert_eq!(state.holds[0].owner, lock.owner().as_str());
+    assert_eq!(state.holds[0].fencing_token, None, "kept by the guard only");
+    // It is no other primitive's: each is told what it is.
+    let mutex = client.mutex("plain").unwrap();
+    for err in [
+        mutex
+            .lock_timeout(Duration::from_secs(2))
+            .await
+            .unwrap_err(),
+        mutex.state().await.unwrap_err(),
+        client
+            .semaphore("plain", 2)
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap_err(),
+        client
+            .fair_mutex("plain")
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(matches!(err, Error::WrongType { .. }), "{err}");
+    }
+    assert_eq!(
+        common::key_type(&server, "plain"),
+        "string",
+        "left as it was"
+    );
+    // (A ReentrantMutex's script reads it as the hash it stands for, and may write that.)
+    let err = client
+        .reentrant_mutex("plain")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err}");
+    assert_eq!(
+        lock.state().await.unwrap().holds.len(),
+        1,
+        "the read hold kept"
+    );
+    // Another owner's writer is kept out; another reader (its first attempt refused, the
+    // script grants it) turns the key into the hash, and both count.
+    assert!(matches!(
+        client.rwlock("plain").unwrap().try_write().await,
+        Err(Error::Held { .. })
+    ));
+    let other = client.rwlock("plain").unwrap().read().await.unwrap();
+    assert_eq!(common::key_type(&server, "plain"), "hash");
+    assert!(other.fencing_token() > read.fencing_token());
+    let state = lock.state().await.unwrap();
+    assert_eq!(state.holds.len(), 2);
+    assert!(
+        common::pttl(&server, "plain") > 25_000,
+        "the plain hold's lease kept"
+    );
+    other.release().await.unwrap();
+    assert!(read.release().await.unwrap().is_freed());
+    assert!(!exists(&server, "plain"), "released, nothing is kept");
+    // And again a plain key, released by its own id.
+    let read = lock.read().await.unwrap();
+    assert_eq!(common::key_type(&server, "plain"), "string");
+    assert!(read.release().await.unwrap().is_freed());
+    assert!(!exists(&server, "plain"));
+}
+
+#[tokio::test]
+async fn a_writer_waits_for_a_plain_read_hold_and_its_release_wakes_it() {
+    let server = server();
+    let client = client(&server).await;
+    // A 20 s retry delay: the writer gets in at once only if the release wakes it.
+    let lock = vouched(&client, "wake", renewed(30_000)).await;
+    let read = lock.read().await.unwrap();
+    assert_eq!(common::key_type(&server, "wake"), "string");
+    let writer = client.rwlock_with("wake", renewed(30_000)).unwrap();
+    let waiting = tokio::spawn(async move { writer.write().await });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            lock.state().await.unwrap().waiting_writers == 1
+        })
+        .await
+    );
+    assert_eq!(
+        common::key_type(&server, "wake"),
+        "hash",
+        "the waiter turned it"
+    );
+    let released = Instant::now();
+    assert!(read.release().await.unwrap().is_freed());
+    let write = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("woken by the release, not by its retry 20 s later")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(5));
+    write.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_first_read_that_finds_a_line_gives_its_hold_back_and_prods_the_line() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = vouched(&client, "lined", LockOptions::default()).await;
+    // A line that outlived its lock (a `break` leaves one): a writer placed for 10 s.
+    let mut con = raw(&server);
+    let until = common::server_ms(&mut con) + 10_000;
+    redis::pipe()
+        .cmd("ZADD")
+        .arg("{lined}:queue")
+        .arg(1)
+        .arg("wx")
+        .cmd("ZADD")
+        .arg("{lined}:places")
+        .arg(until)
+        .arg("wx")
+        .cmd("PEXPIRE")
+        .arg("{lined}:queue")
+        .arg(10_000)
+        .cmd("PEXPIRE")
+        .arg("{lined}:places")
+        .arg(10_000)
+        .exec(&mut con)
+        .unwrap();
+    let mut wakes = common::subscribed(&server, "{lined}:wake");
+    let (_, attempts) = common::scripts_and_first_attempts(&server);
+    let err = lock.try_read().await.unwrap_err();
+    assert!(
+        matches!(err, Error::Held { .. }),
+        "a writer waits first: {err}"
+    );
+    assert_eq!(common::scripts_and_first_attempts(&server).1 - attempts, 1);
+    assert!(
+        !exists(&server, "lined"),
+        "the hold the first attempt took was given back"
+    );
+    assert_eq!(common::next_message(&mut wakes).as_deref(), Some("wx"));
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_a_plain_read_hold_and_a_lost_one_fires_lost() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = vouched(&client, "renewed", renewed(600)).await;
+    let read = lock.read().await.unwrap();
+    assert_eq!(common::key_type(&server, "renewed"), "string");
+    // Three leases: kept only if renewed (every 200 ms), as the plain key it is.
+    let until = Instant::now() + Duration::from_millis(1_800);
+    while Instant::now() < until {
+        assert!(common::pttl(&server, "renewed") > 0, "renewed in time");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(read.lost_reason(), None);
+    assert_eq!(common::key_type(&server, "renewed"), "string");
+    // Deleted by hand: the next renewal finds it gone.
+    let lost = read.lost();
+    redis::cmd("DEL")
+        .arg("renewed")
+        .exec(&mut raw(&server))
+        .unwrap();
+    assert_eq!(within(lost).await, LostReason::Expired);
+    assert_not_held(read.release().await, LostReason::Expired);
+}
+
+#[tokio::test]
+async fn a_first_read_that_finds_the_counter_broken_gives_its_hold_back() {
+    let server = server();
+    let client = client(&server).await;
+    let lock = vouched(&client, "broken", LockOptions::default()).await;
+    redis::cmd("SET")
+        .arg("{broken}:fence")
+        .arg("nope")
+        .exec(&mut raw(&server))
+        .unwrap();
+    let (_, attempts) = common::scripts_and_first_attempts(&server);
+    let err = lock.read().await.unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err}");
+    assert_eq!(common::scripts_and_first_attempts(&server).1 - attempts, 1);
+    assert!(
+        !exists(&server, "broken"),
+        "the hold taken was given back before the error returned"
+    );
 }

@@ -585,19 +585,6 @@ async fn bad_permits_and_a_mismatched_n_are_typed_errors() {
     mutex.release().await.unwrap();
 }
 
-/// The scripts (`FCALL`, `EVALSHA`, `EVAL`) and the first attempts (each sends one `CLIENT
-/// GETNAME`; no script does) that `server` has run.
-fn scripts_and_first_attempts(server: &test_support::RedisServer) -> (u64, u64) {
-    (
-        common::command_calls(server, &["fcall", "evalsha", "eval"]),
-        common::command_calls(server, &["client|getname"]),
-    )
-}
-
-fn key_type(server: &test_support::RedisServer, key: &str) -> String {
-    redis::cmd("TYPE").arg(key).query(&mut raw(server)).unwrap()
-}
-
 /// A handle on the semaphore `name` of `permits` permits (default options) whose counter is
 /// vouched for on the client's connection: its first grant, numbered by the script (which
 /// records the connection's epoch), is taken and given back, so the next first attempt alone
@@ -623,7 +610,7 @@ async fn plain_permit(
     semaphore.acquire().await.unwrap().release().await.unwrap();
     let guard = semaphore.acquire().await.unwrap();
     assert_eq!(
-        key_type(server, name),
+        common::key_type(server, name),
         "string",
         "a permit kept as a plain key"
     );
@@ -638,7 +625,7 @@ async fn a_permit_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
     // The first grant on a connection: the counter is not vouched for there yet, so the
     // script numbers it, in the hash, and records the connection among the counter's epochs.
     let first = semaphore.acquire().await.unwrap();
-    assert_eq!(key_type(&server, "plain"), "hash");
+    assert_eq!(common::key_type(&server, "plain"), "hash");
     let epochs: i64 = redis::cmd("ZCARD")
         .arg("{plain}:epoch")
         .query(&mut raw(&server))
@@ -647,11 +634,11 @@ async fn a_permit_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
     let first_token = first.fencing_token();
     first.release().await.unwrap();
     // The next: one pipeline, no script; the permit is the key '<owner> <N>' with the lease.
-    let (scripts, attempts) = scripts_and_first_attempts(&server);
+    let (scripts, attempts) = common::scripts_and_first_attempts(&server);
     let guard = semaphore.acquire().await.unwrap();
-    let (scripts_after, attempts_after) = scripts_and_first_attempts(&server);
+    let (scripts_after, attempts_after) = common::scripts_and_first_attempts(&server);
     assert_eq!((scripts_after - scripts, attempts_after - attempts), (0, 1));
-    assert_eq!(key_type(&server, "plain"), "string");
+    assert_eq!(common::key_type(&server, "plain"), "string");
     let value: String = redis::cmd("GET")
         .arg("plain")
         .query(&mut raw(&server))
@@ -685,7 +672,7 @@ async fn a_permit_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
         .acquire()
         .await
         .unwrap();
-    assert_eq!(key_type(&server, "plain"), "hash");
+    assert_eq!(common::key_type(&server, "plain"), "hash");
     assert!(other.fencing_token() > guard.fencing_token());
     assert_eq!(semaphore.available().await.unwrap(), 1);
     // Another N is refused against either form.
@@ -701,14 +688,14 @@ async fn a_permit_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
         "released, nothing held is kept"
     );
     let guard = semaphore.acquire().await.unwrap();
-    assert_eq!(key_type(&server, "plain"), "string");
+    assert_eq!(common::key_type(&server, "plain"), "string");
     let err = wrong.try_acquire().await.unwrap_err();
     assert!(
         matches!(err, Error::PermitsMismatch { permits: 3, .. }),
         "{err}"
     );
     assert_eq!(
-        key_type(&server, "plain"),
+        common::key_type(&server, "plain"),
         "string",
         "the refusal wrote nothing"
     );
@@ -741,7 +728,7 @@ async fn a_first_attempt_that_finds_a_line_gives_its_permit_back_and_prods_the_l
         .exec(&mut con)
         .unwrap();
     let mut wakes = common::subscribed(&server, "{lined}:wake");
-    let (_, attempts) = scripts_and_first_attempts(&server);
+    let (_, attempts) = common::scripts_and_first_attempts(&server);
     let err = semaphore.try_acquire().await.unwrap_err();
     assert!(
         matches!(
@@ -753,7 +740,7 @@ async fn a_first_attempt_that_finds_a_line_gives_its_permit_back_and_prods_the_l
         ),
         "others wait first: {err}"
     );
-    assert_eq!(scripts_and_first_attempts(&server).1 - attempts, 1);
+    assert_eq!(common::scripts_and_first_attempts(&server).1 - attempts, 1);
     assert!(
         !common::exists(&server, "lined"),
         "the permit the first attempt took was given back"
@@ -771,8 +758,8 @@ async fn a_handle_whose_first_attempt_was_refused_asks_the_script_first_for_a_wh
     );
     a.acquire().await.unwrap().release().await.unwrap();
     let held = a.acquire().await.unwrap();
-    assert_eq!(key_type(&server, "busy"), "string");
-    let attempts = |server| scripts_and_first_attempts(server).1;
+    assert_eq!(common::key_type(&server, "busy"), "string");
+    let attempts = |server| common::scripts_and_first_attempts(server).1;
     let before = attempts(&server);
     let second = b.acquire().await.unwrap();
     assert_eq!(attempts(&server) - before, 1, "refused, then the script");
@@ -786,7 +773,7 @@ async fn a_handle_whose_first_attempt_was_refused_asks_the_script_first_for_a_wh
     let before = attempts(&server);
     let plain = b.acquire().await.unwrap();
     assert_eq!(attempts(&server) - before, 1);
-    assert_eq!(key_type(&server, "busy"), "string");
+    assert_eq!(common::key_type(&server, "busy"), "string");
     plain.release().await.unwrap();
 }
 
@@ -802,7 +789,7 @@ async fn the_watchdog_renews_a_plain_permit_past_its_lease() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(guard.lost_reason(), None);
-    assert_eq!(key_type(&server, "renewed"), "string");
+    assert_eq!(common::key_type(&server, "renewed"), "string");
     guard.release().await.unwrap();
 }
 
@@ -816,10 +803,10 @@ async fn a_first_attempt_that_finds_the_counter_broken_gives_its_permit_back() {
         .arg("nope")
         .exec(&mut raw(&server))
         .unwrap();
-    let (_, attempts) = scripts_and_first_attempts(&server);
+    let (_, attempts) = common::scripts_and_first_attempts(&server);
     let err = semaphore.acquire().await.unwrap_err();
     assert!(matches!(err, Error::WrongType { .. }), "{err}");
-    assert_eq!(scripts_and_first_attempts(&server).1 - attempts, 1);
+    assert_eq!(common::scripts_and_first_attempts(&server).1 - attempts, 1);
     assert!(
         !common::exists(&server, "broken"),
         "the permit taken was given back before the error returned"

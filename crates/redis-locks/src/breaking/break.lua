@@ -3,7 +3,8 @@
 -- whose holder died without releasing, or hung: `redis-locks break NAME`.
 --
 -- KEYS[1]  the lock key: a string (a Mutex, a FairMutex, a Redlock's node; or a semaphore's
---          permit kept as a plain key, '<owner> <N>'), a hash of holds (an RwLock, a
+--          permit kept as a plain key, '<owner> <N>', or an RwLock's read hold kept as one,
+--          '<hold> r <owner id>'), a hash of holds (an RwLock, a
 --          ReentrantMutex), a semaphore's hash (with 'limit': see semaphore/permits.lua), or
 --          absent.
 -- KEYS[2]  the fencing counter.
@@ -22,8 +23,9 @@
 --   4. every waiter is woken ('*' on the wake channel).
 --
 -- Replies:
---   {kind, token, holder...}  broken: kind is 'mutex' (a string key), 'rwlock', 'reentrant'
---                             or 'semaphore' (its hash, or a permit kept as a plain key);
+--   {kind, token, holder...}  broken: kind is 'mutex' (a string key), 'rwlock' (its hash, or
+--                             a read hold kept as a plain key), 'reentrant' or 'semaphore'
+--                             (its hash, or a permit kept as a plain key);
 --                             token the fencing counter now; each holder its owner token (a
 --                             string key, a semaphore) or '<mode> <owner id>' (a hold).
 --   {'free', counter}         nothing held (no key, or a semaphore's hash kept only for its
@@ -42,11 +44,17 @@ if kind == 'none' then
   end
   return {'free', counter}
 elseif kind == 'string' then
-  -- A semaphore's permit kept as a plain key has a space before its N; an owner token has none.
-  local plain = string.match(redis.call('GET', KEYS[1]), '^(%S+) %d+$')
+  -- A semaphore's permit kept as a plain key has a space before its N, an RwLock's read hold
+  -- kept as one a space on either side of its mode; an owner token has none.
+  local value = redis.call('GET', KEYS[1])
+  local plain = string.match(value, '^(%S+) %d+$')
+  local hold, owner = string.match(value, '^(%S+) r (.+)$')
   if plain then
     holders[1], marks[1] = plain, plain
     kind = 'semaphore'
+  elseif hold then
+    holders[1], marks[1] = 'r ' .. owner, hold
+    kind = 'rwlock'
   else
     local holder = holder_of(KEYS[1])
     holders[1], marks[1] = holder, holder

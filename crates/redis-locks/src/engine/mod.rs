@@ -10,8 +10,13 @@
 //!   lease on the server clock, an owner id for re-entry, a mode). `RwLock` and
 //!   `ReentrantMutex` stand on it.
 //!
+//! - [`first`]: the first attempt, outside the scripts, of a lock whose lone holder may be a
+//!   plain key (a `Semaphore`'s single permit, an `RwLock`'s read hold): the `string_lock`
+//!   pipeline with the line's `EXISTS`.
+//!
 //! Both wait through the one acquire loop of [`wait`](crate::wait) and hold through the lease
 //! core of [`lease`](crate::lease).
 
+pub(crate) mod first;
 pub(crate) mod holds;
 pub(crate) mod string_lock;

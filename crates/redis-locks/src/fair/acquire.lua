@@ -41,8 +41,8 @@
 --               marked (see lock.lua), so that a Mutex holder of the same name wakes the
 --               line too.
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  that key holds another Redis type, or KEYS[1] is a semaphore's
---                        permit kept as a plain key ('<owner> <N>'), or KEYS[2] is a string
+--   WRONGTYPE <key> ...  that key holds another Redis type, or KEYS[1] is another
+--                        primitive's plain key (see plain_other in lock.lua), or KEYS[2] is a string
 --                        that is not an integer.
 --   others               as the server raised them (NOPERM, OOM, READONLY).
 
@@ -55,11 +55,12 @@ for i = 1, (handover and 6) or 5 do
     return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind)
   end
 end
--- A semaphore's permit kept as a plain key ('<owner> <N>', see semaphore/permits.lua) is no
--- lock of this kind (its line is the semaphore's: a FairMutex must not join it).
+-- A semaphore's permit or an RwLock's read hold kept as a plain key is no lock of this kind
+-- (its line is the other primitive's: a FairMutex must not join it).
 local current = redis.call('GET', KEYS[1])
-if current and string.match(current, '^%S+ %d+$') then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. " holds a semaphore's permit, not a lock")
+local other = plain_other(KEYS[1], current)
+if other then
+  return other
 end
 local counter = redis.call('GET', KEYS[2])
 if counter and not (string.match(counter, '^%-?%d+$') and string.len(counter) <= 19) then

@@ -1,6 +1,6 @@
 -- acquire.lua: take several locks of one slot together, all or none, first come, first
 -- served in each lock's line (after the preludes fence.lua: server_micros, next_token;
--- lock.lua: holder_of, with_mark, mark_waited, wake, wrong_kind; queue.lua; lines.lua).
+-- lock.lua: holder_in, plain_other, with_mark, mark_waited, wake, wrong_kind; queue.lua; lines.lua).
 --
 -- KEYS     per lock i, five (see lines.lua): the lock key, its fencing counter, its queue,
 --          places and ticket counter; all in one slot.
@@ -31,7 +31,8 @@
 --               no other line of these locks, and a held lock i with a lease is marked, so
 --               that its release wakes the line.
 -- Errors (nothing written):
---   WRONGTYPE <key> ...  a key holds another Redis type, or a counter is not an integer.
+--   WRONGTYPE <key> ...  a key holds another Redis type or another primitive's plain key
+--                        (see plain_other in lock.lua), or a counter is not an integer.
 
 local owner, lease, place_lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local count = locks()
@@ -39,11 +40,19 @@ local wrong = lines_wrong_type(count)
 if wrong then
   return wrong
 end
+-- Each lock key's value, read before anything is written: another primitive's plain key (a
+-- semaphore's permit, an RwLock's read hold) is refused as such, never marked.
+local values = {}
 for i = 1, count do
   local fence = lock_key(i, 2)
   local counter = redis.call('GET', fence)
   if counter and not (string.match(counter, '^%-?%d+$') and string.len(counter) <= 19) then
     return redis.error_reply('WRONGTYPE ' .. fence .. ' is not a fencing counter: not an integer')
+  end
+  values[i] = redis.call('GET', lock_key(i, 1))
+  local other = plain_other(lock_key(i, 1), values[i])
+  if other then
+    return other
   end
 end
 local micros = server_micros()
@@ -54,7 +63,7 @@ local refused, pttl, first = nil, -2, nil
 local marks = {}
 for i = 1, count do
   queue_purge(lock_key(i, 3), lock_key(i, 4), now)
-  local holder, marked = holder_of(lock_key(i, 1))
+  local holder, marked = holder_in(values[i])
   if holder and holder ~= owner then
     refused, pttl = i, redis.call('PTTL', lock_key(i, 1))
     break

@@ -4,7 +4,8 @@
 //! The lock is the hash-of-holds engine's ([`HoldsLock`], `engine/holds/`, whose `holds.lua`
 //! describes the layout and whose scripts are beside it), shared with
 //! [`ReentrantMutex`](crate::ReentrantMutex) (the kind tells them apart); the guards are in
-//! `guard.rs`.
+//! `guard.rs`. A read hold nobody contends for is taken without a script, as a plain key
+//! (see [`first`](crate::engine::first)).
 
 mod guard;
 

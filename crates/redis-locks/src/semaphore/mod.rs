@@ -8,14 +8,14 @@
 //! its lease ends — never before, never for ever — and no client clock takes part.
 //!
 //! While nobody holds the semaphore or waits for it, a single permit may be kept as a plain
-//! key instead of the hash, taken by a first attempt that costs the server no script
-//! ([`first`]); every script reads that form and turns it into the hash before it writes.
+//! key, `'<owner> <N>'`, instead of the hash, taken by a first attempt that costs the server
+//! no script ([`first`](crate::engine::first)); every script reads that form and turns it
+//! into the hash before it writes.
 //!
 //! The primitive is its scripts, a [`Hold`] (release, extend), an [`Asker`] per acquisition
 //! (how many permits, with the acquire loop's [`Placed`] contender: first come, first served,
 //! woken by a release) and its guard.
 
-mod first;
 mod guard;
 mod state;
 
@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::client::Client;
-use crate::engine::string_lock::{Epoch, epoch_name};
+use crate::engine::first::{self, First, Numbering, Plain};
 use crate::error::{Error, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{Hold, HoldFuture, Lease, OwedRelease, Released, lease_millis, owner_reply};
@@ -459,6 +459,18 @@ impl Semaphore {
         Ok((before > 0).then_some(before))
     }
 
+    /// What a first attempt at a single permit needs ([`first`](crate::engine::first)).
+    fn plain(&self) -> Plain<'_> {
+        Plain {
+            node: self.client.node(),
+            keys: &self.keys,
+            hold: &*self.hold,
+            lease_ms: &self.lease_ms,
+            lease: self.options.get_lease_options(),
+            busy: &self.hold.busy,
+        }
+    }
+
     /// An acquisition of `permits` permits, checked against N.
     fn asking(&self, permits: u32) -> Result<Asking<'_>> {
         check_permits(self.name(), permits, "permits asked for")?;
@@ -473,7 +485,11 @@ impl Semaphore {
             semaphore: self,
             count: permits.to_string(),
             limit: self.permits.to_string(),
-            first: AtomicBool::new(first::eligible(self, permits)),
+            // One permit, on a node whose connection vouches for its counter (not a
+            // cluster), by a handle not refused lately.
+            first: AtomicBool::new(
+                permits == 1 && self.client.node().names_its_connection() && self.hold.busy.quiet(),
+            ),
         })
     }
 
@@ -574,13 +590,13 @@ impl Asker for Asking<'_> {
         // With a permit the first attempt took and left the script to number.
         let mut taken = None;
         if self.first.swap(false, Ordering::Relaxed) {
-            match first::attempt(semaphore, owed, &self.limit).await? {
-                first::First::Won(answer) => return Ok(answer),
-                first::First::Number(epoch) => taken = Some(epoch),
-                first::First::Script => {}
+            let value = format!("{} {}", owed.owner().as_str(), self.limit);
+            match first::attempt(&semaphore.plain(), owed, &value).await? {
+                First::Won(answer) => return Ok(answer),
+                First::Number(epoch) => taken = Some(epoch),
+                First::Script => {}
             }
         }
-        let epoch = taken.as_ref().unwrap_or(&Epoch::Keep);
         let keys = &semaphore.keys;
         let line = keys.line();
         let key_list = [
@@ -592,10 +608,7 @@ impl Asker for Asking<'_> {
             keys.epoch(),
         ];
         let place = place_lease.as_millis().to_string();
-        // The connection's name, recorded as the counter's epoch by the first call only (a
-        // fresh one given to the connection in the same round trip).
-        let (fresh, named) = epoch_name(epoch);
-        let name = fresh.as_deref().or(named.as_deref());
+        let numbering = Numbering::new(taken);
         let args = [
             owed.owner().as_str(),
             &self.count,
@@ -603,17 +616,14 @@ impl Asker for Asking<'_> {
             &semaphore.lease_ms,
             &place,
             keys.wake_channel(),
-            name.unwrap_or_default(),
+            numbering.name(),
         ];
         let mut calls = 0;
         let answer = answer_in_time(semaphore.options.get_lease_options(), deadline, || {
             calls += 1;
-            let (naming, counts) = match (calls, name) {
-                (1, Some(_)) => (fresh.as_deref(), 7),
-                _ => (None, 6),
-            };
+            let (naming, sent_keys, sent_args) = numbering.call(calls, key_list.len(), args.len());
+            let (keys, args) = (&key_list[..sent_keys], &args[..sent_args]);
             async move {
-                let (keys, args) = (&key_list[..counts - 1], &args[..counts]);
                 semaphore
                     .client
                     .node()
@@ -623,14 +633,7 @@ impl Asker for Asking<'_> {
             }
         })
         .await;
-        if taken.is_some()
-            && let Err(Error::WrongType { .. } | Error::Redis { .. } | Error::Auth { .. }) = &answer
-        {
-            // The server refused the numbering (no permission, say) of a permit the first
-            // attempt took: give it back before the error returns, as a Mutex's attempt does.
-            first::give_back(semaphore, owed).await;
-        }
-        answer
+        numbering.settled(&semaphore.plain(), owed, answer).await
     }
 }
 

@@ -15,6 +15,13 @@
 -- holder_in(value)
 --   As holder_of, for a value of the lock key read already (false when it is absent).
 --
+-- plain_other(key, value)
+--   For a string lock key's value (false or nil when absent): the error reply
+--   'WRONGTYPE <key> holds ...' when it is another primitive's plain key, else nil. Two kinds
+--   of lock keep a lone holder as a plain key with a space in it, which an owner token never
+--   has: a semaphore's permit, '<owner> <N>' (semaphore/permits.lua), and an RwLock's read
+--   hold, '<hold> r <owner id>' (engine/holds/holds.lua).
+--
 -- owner_refusal(key, owner)
 --   The owner check of release and extend: returns nil (and whether the key is marked) when
 --   key holds owner's token; else the scripts' refusal, 0 (the key is gone) or -1 (another
@@ -99,6 +106,16 @@ local function holder_in(value)
     return string.sub(value, 1, -3), true
   end
   return value, false
+end
+
+local function plain_other(key, value)
+  if not value or not string.find(value, ' ', 1, true) then
+    return nil
+  end
+  if string.match(value, '^%S+ %d+$') then
+    return redis.error_reply('WRONGTYPE ' .. key .. " holds a semaphore's permit, not a lock")
+  end
+  return redis.error_reply('WRONGTYPE ' .. key .. " holds an RwLock's read hold, not a lock")
 end
 
 local function holder_of(key)

@@ -108,6 +108,20 @@ pub fn exists(server: &RedisServer, key: &str) -> bool {
         == 1
 }
 
+/// The key's Redis type (`none` when absent).
+pub fn key_type(server: &RedisServer, key: &str) -> String {
+    redis::cmd("TYPE").arg(key).query(&mut raw(server)).unwrap()
+}
+
+/// The scripts (`FCALL`, `EVALSHA`, `EVAL`) and the first attempts (each sends one `CLIENT
+/// GETNAME`; no script does) that `server` has run.
+pub fn scripts_and_first_attempts(server: &RedisServer) -> (u64, u64) {
+    (
+        command_calls(server, &["fcall", "evalsha", "eval"]),
+        command_calls(server, &["client|getname"]),
+    )
+}
+
 /// The key's remaining TTL in ms (-1 no expiry, -2 absent).
 pub fn pttl(server: &RedisServer, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(&mut raw(server)).unwrap()

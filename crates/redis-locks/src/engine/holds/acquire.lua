@@ -1,5 +1,6 @@
 -- acquire.lua: take a read or write hold of a lock kept in a hash (an RwLock, or a
--- ReentrantMutex, which has only write holds), after the preludes fence.lua (next_token),
+-- ReentrantMutex, which has only write holds), after the preludes fence.lua (next_token, epochs_wrong_type,
+-- epochs_record),
 -- lock.lua, queue.lua (the queue) and holds.lua (the hash; its layout is described there).
 --
 -- KEYS[1]  the lock key (a hash, see holds.lua).
@@ -16,6 +17,11 @@
 --          queue); otherwise a refusal gives the caller a place in the queue (or renews it)
 --          under the id ARGV[2] .. ARGV[3], and a grant takes it out.
 -- ARGV[7]  the lock's wake channel.
+-- KEYS[6]  optional, with ARGV[8]: the fencing counter's epochs (fence.lua).
+-- ARGV[8]  optional: the name of the connection this script runs on, recorded in KEYS[6] on a
+--          grant with a new token (the counter is then vouched for on that connection, and
+--          the client's next first attempt at a read hold may trust its pipelined INCR:
+--          engine/holds/first.rs). '' or absent leaves KEYS[6] alone.
 --
 -- Who may enter:
 --   - the owner's own re-entry, at once: a write hold when the owner is the writer (it
@@ -31,8 +37,10 @@
 -- Replies:
 --   {1, token}  granted: the hold h:ARGV[3] is written with the lease, and token is its
 --               fencing token (a new one from KEYS[2], or the writer's own on a write
---               re-entry). Also the reply when the hold exists already (a retried request):
---               its lease is set again and it keeps its token.
+--               re-entry). Also the reply when the hold exists already (a retried request,
+--               or a read hold the client's first attempt took as a plain key, see
+--               holds.lua): its lease is set again and it keeps its token, or is given a new
+--               one when the server kept none (0).
 --   {0, ms}     held: ms is how long until the first hold that keeps the caller out ends
 --               (a waiter retries then at the latest, in case its holder died).
 --   {0, -2}     the lock could be entered but others queue first; the first of them that
@@ -43,7 +51,7 @@
 --   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type, or a hash that is
 --                        not one), or has live holds of another kind; a queue key holds
 --                        another type; KEYS[2] is not an integer (only checked when a new
---                        token is taken).
+--                        token is taken); KEYS[6] (with ARGV[8]) is not a sorted set.
 --   ERR ...              ARGV[3] names a live hold of another mode or owner (hold ids are
 --                        random per acquisition: never sent by the library).
 --   ERR ...              an argument out of its range (kind, mode, an empty hold or owner,
@@ -55,6 +63,13 @@ local lease, place_lease = holds_number(ARGV[5], 1), holds_number(ARGV[6], 0)
 if (kind ~= 'rwlock' and kind ~= 'reentrant') or (mode ~= 'r' and mode ~= 'w') or not lease
     or not place_lease or hold == '' or owner == '' then
   return redis.error_reply('ERR acquire.lua: bad arguments (kind, mode, hold, owner, lease, place lease)')
+end
+local epoch = ARGV[8] ~= nil and ARGV[8] ~= '' and ARGV[8]
+if epoch then
+  local wrong = epochs_wrong_type(KEYS[6])
+  if wrong then
+    return wrong
+  end
 end
 
 -- The common case first, in as few calls as it takes: nobody holds the lock and nobody
@@ -77,6 +92,9 @@ if redis.call('EXISTS', key, KEYS[3]) == 0 then
   local refused = holds_expire_at(key, deadline)
   if refused then
     return refused
+  end
+  if epoch then
+    epochs_record(KEYS[6], epoch, math.floor(micros / 1000))
   end
   return {1, token}
 end
@@ -114,6 +132,9 @@ local function fresh_grant()
   if not token then
     return err
   end
+  if epoch then
+    epochs_record(KEYS[6], epoch, now)
+  end
   return grant(token)
 end
 
@@ -127,11 +148,15 @@ local function wait_in_line()
 end
 
 -- A retried request: the hold is there already (under this mode and owner only: a hold id
--- is never another acquisition's).
+-- is never another acquisition's). A hold the server kept no token for (one taken as a plain
+-- key) is numbered now.
 local mine = state.holds[hold]
 if mine then
   if mine.mode ~= mode or mine.owner ~= owner then
     return redis.error_reply('ERR acquire.lua: hold ' .. hold .. ' was taken in another mode or by another owner')
+  end
+  if mine.token == 0 then
+    return fresh_grant()
   end
   return grant(mine.token)
 end

@@ -27,13 +27,28 @@
 -- key exists (until the very millisecond of its deadline, when Redis still keeps the key),
 -- which is what lets release_first.lua give a lone hold back without reading the clock.
 --
+-- A lone read hold kept as a plain key: while nobody else holds an RwLock or waits, one read
+-- hold may be the string K = '<hold> r <owner>' instead (matched by '^(%S+) r (.+)$': a hold
+-- id has no space), with the hold's lease as its TTL, written by the client's first attempt
+-- (SET NX PX, no script: engine/holds/first.rs). The pipelined INCR after it numbers the hold,
+-- so the server keeps no token for it: read as a hold, its token is 0 (unknown; the guard has
+-- it). Every script reads it as the hash it stands for (holds_read): the lone read hold
+-- <hold> of <owner>, live while the key exists, its deadline now + the key's PTTL; and every
+-- script that may write turns it into that hash first (holds_read with purge), so the two
+-- forms never live at once. A hold whose token is 0 is numbered afresh when it is asked for
+-- again (acquire.lua).
+--
 -- Waiters wait in the lock's queue (queue.lua), each under its own id: 'r' or 'w' (its
 -- mode) followed by its hold id. A waiter is woken by a wake-up addressed to that id.
 --
+-- holds_plain(value)
+--   The hold id and owner id of a read hold kept as a plain key, from the key's value (nil for
+--   any other value, or none).
+--
 -- holds_not_ours(key)
---   Returns a 'WRONGTYPE <key> ...' error reply when key is neither absent nor a hash whose
---   kind is 'reentrant', 'rwlock' or absent: such a key is never written or deleted by these
---   scripts. Else nil. (A hash without a kind is a lock of holds only if every field is an
+--   Returns a 'WRONGTYPE <key> ...' error reply when key is neither absent, nor a read hold
+--   kept as a plain key, nor a hash whose kind is 'reentrant', 'rwlock' or absent: such a key
+--   is never written or deleted by these scripts. Else nil. (A hash without a kind is a lock of holds only if every field is an
 --   RwLock's: holds_read says when it is not.)
 --
 -- holds_other_kind(key, state, kind)
@@ -45,13 +60,16 @@
 --   text as an integer if it is one and at least least, else nil (for leases from ARGV).
 --
 -- holds_read(key, now, purge)
---   Reads the holds of key (absent, or a hash holds_not_ours accepted) at server time now
+--   Reads the holds of key (absent, or a key holds_not_ours accepted) at server time now
 --   (ms). A hash without a kind that has no hold, or a field no RwLock has (other than
 --   'writer', 'token', 'waiting' and holds 'h:<hold>' whose value is a hold's), is no lock (these
 --   scripts never leave a hash without a hold): then it returns nil and a
 --   'WRONGTYPE <key> ...' error reply, having written nothing. With purge, deletes the holds
 --   whose deadline passed (and the writer and token fields with the last write hold, and the
---   key with the last hold). Returns a table:
+--   key with the last hold), and turns a read hold kept as a plain key into the hash (the same
+--   hold, deadline and TTL, token 0), having asked first that the expiry may be set (if not:
+--   nil and the NOPERM reply, nothing written). A plain key that is no read hold, or has no
+--   TTL, is no lock (nil and WRONGTYPE). Returns a table:
 --     holds        live holds by hold id: {deadline=, mode=, token=, owner=}
 --     count        how many live holds
 --     writes       how many live write holds
@@ -101,9 +119,19 @@
 --   before its first writer (unless a write hold is live), or the first waiter when it is a
 --   writer and no hold is live. Looks at the first 64 waiters at most.
 
+local function holds_plain(value)
+  if type(value) ~= 'string' then
+    return nil
+  end
+  return string.match(value, '^(%S+) r (.+)$')
+end
+
 local function holds_not_ours(key)
   local found = redis.call('TYPE', key).ok
   if found == 'none' then
+    return nil
+  end
+  if found == 'string' and holds_plain(redis.call('GET', key)) then
     return nil
   end
   if found ~= 'hash' then
@@ -132,10 +160,44 @@ local function holds_number(text, least)
   return nil
 end
 
+local function hold_value(deadline, mode, token, owner)
+  return string.format('%d %s %d %s', deadline, mode, token, owner)
+end
+
+local function holds_read_plain(key, now, purge, state)
+  local hold, owner = holds_plain(redis.call('GET', key))
+  local left = hold and redis.call('PTTL', key) or -1
+  if left < 0 then
+    return nil, redis.error_reply('WRONGTYPE ' .. key .. ' holds a string that is not a lock of holds')
+  end
+  -- Held while the key exists (its lease ends with it): under a millisecond left, it ends a
+  -- millisecond from now at the latest.
+  local deadline = now + math.max(left, 1)
+  state.holds[hold] = {deadline = deadline, mode = 'r', token = 0, owner = owner}
+  state.count, state.latest, state.kind = 1, deadline, 'rwlock'
+  state.reads_of[owner] = 1
+  if purge then
+    local set = redis.pcall('PEXPIREAT', key, deadline)
+    if type(set) == 'table' and set.err then
+      return nil, refusal(set.err, 'pexpireat')
+    end
+    redis.call('DEL', key)
+    redis.call('HSET', key, 'h:' .. hold, hold_value(deadline, 'r', 0, owner))
+    redis.call('PEXPIREAT', key, deadline)
+  end
+  return state
+end
+
 local function holds_read(key, now, purge)
   local state = {holds = {}, count = 0, writes = 0, writer = false, token = false,
     reads_of = {}, latest = 0, kind = false}
-  local fields = redis.call('HGETALL', key)
+  local fields = redis.pcall('HGETALL', key)
+  if fields.err then
+    if string.sub(fields.err, 1, 10) ~= 'WRONGTYPE ' then
+      return nil, redis.error_reply(fields.err)
+    end
+    return holds_read_plain(key, now, purge, state)
+  end
   local expired = {}
   -- A kind-less hash is an RwLock's only with a hold and nothing that is no RwLock's.
   local held, odd = false, false
@@ -193,10 +255,6 @@ local function holds_read(key, now, purge)
     end
   end
   return state
-end
-
-local function hold_value(deadline, mode, token, owner)
-  return string.format('%d %s %d %s', deadline, mode, token, owner)
 end
 
 local function hold_write(key, kind, mode, hold, value, owner, token)

@@ -3,6 +3,7 @@
 //! guard, each with its own lease on the server clock, an owner id for re-entry, and waiters
 //! that each keep their own place in the queue (as a `FairMutex`'s do).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::client::Client;
+use crate::engine::first::{self, Busy, First, Numbering, Plain};
 use crate::error::{Error, LostReason, Phase, Result};
 use crate::key::LockKeys;
 use crate::lease::{
@@ -25,8 +27,8 @@ use crate::wait::{
     Answer, Asker, LOCK_LUA, Placed, QUEUE_LUA, acquire, answer_in_time, run_on_line, try_once,
 };
 
-/// The hash prelude: `holds_not_ours`, `holds_other_kind`, `holds_number`, `holds_read`,
-/// `hold_value`, `hold_write`, `holds_find`, `holds_mark_waiting`, `holds_soonest`,
+/// The hash prelude: `holds_plain`, `holds_not_ours`, `holds_other_kind`, `holds_number`,
+/// `hold_value`, `holds_read`, `hold_write`, `holds_find`, `holds_mark_waiting`, `holds_soonest`,
 /// `holds_expire_at`, `holds_expire`, `wake_front`.
 const HOLDS_LUA: &str = include_str!("holds.lua");
 
@@ -109,6 +111,8 @@ struct HoldsHold {
     /// acquisitions cancelled): an upgrade refused while one runs is asked again after it
     /// (see [`HoldsLock::acquire`]).
     background: watch::Sender<usize>,
+    /// Until when the handle's first attempts at a read hold go straight to the script.
+    busy: Busy,
 }
 
 impl HoldsHold {
@@ -278,6 +282,7 @@ impl HoldsLock {
                 keys: keys.clone(),
                 kind,
                 background: watch::Sender::new(0),
+                busy: Busy::default(),
             }),
             lease_ms: lease_millis(options.get_lease_options().get_lease())?
                 .to_string()
@@ -318,16 +323,44 @@ impl HoldsLock {
         })
     }
 
+    /// An acquisition in `mode`: an `RwLock`'s read hold may be taken first as a plain key,
+    /// on a node whose connection vouches for its counter (not a cluster), by a handle not
+    /// refused lately (see [`first`](crate::engine::first)).
+    fn asking(&self, mode: HoldMode) -> Asking<'_> {
+        Asking {
+            lock: self,
+            mode,
+            first: AtomicBool::new(
+                mode == HoldMode::Read
+                    && self.kind == Kind::RwLock
+                    && self.client.node().names_its_connection()
+                    && self.hold.busy.quiet(),
+            ),
+        }
+    }
+
+    /// What a first attempt at a read hold needs.
+    fn plain(&self) -> Plain<'_> {
+        Plain {
+            node: self.client.node(),
+            keys: &self.keys,
+            hold: &*self.hold,
+            lease_ms: &self.lease_ms,
+            lease: self.options.get_lease_options(),
+            busy: &self.hold.busy,
+        }
+    }
+
     /// One attempt without waiting.
     pub(crate) async fn try_acquire(&self, mode: HoldMode) -> Result<Lease> {
-        let asking = Asking { lock: self, mode };
+        let asking = self.asking(mode);
         self.upgrade_settled(None, || try_once(&asking, self.owed(mode)))
             .await
     }
 
     /// Waits in line until `deadline` (`None`: as long as it takes).
     pub(crate) async fn acquire(&self, mode: HoldMode, deadline: Option<Instant>) -> Result<Lease> {
-        let asking = Asking { lock: self, mode };
+        let asking = self.asking(mode);
         self.upgrade_settled(deadline, || {
             // One hold id for the whole wait: the waiter's place in the queue (under its
             // mode letter), and its hold once granted; dropping it gives the place up.
@@ -422,7 +455,10 @@ async fn inspect(node: &Node, keys: &LockKeys) -> Result<HoldsState> {
                 },
                 owner: hold[2].clone(),
                 lease_remaining: Duration::from_millis(number(&hold[3])?),
-                fencing_token: FencingToken::new(number(&hold[4])?),
+                // 0: a read hold taken as a plain key, numbered by the client (holds.lua).
+                fencing_token: Some(number(&hold[4])?)
+                    .filter(|token| *token > 0)
+                    .map(FencingToken::new),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -441,6 +477,8 @@ async fn inspect(node: &Node, keys: &LockKeys) -> Result<HoldsState> {
 struct Asking<'a> {
     lock: &'a HoldsLock,
     mode: HoldMode,
+    /// The first attempt is still to be made outside the script ([`first`]).
+    first: AtomicBool,
 }
 
 impl Asker for Asking<'_> {
@@ -465,6 +503,8 @@ impl Asker for Asking<'_> {
         Lease::new(owed, token, sent_at, options, self.lock.client.renewals())
     }
 
+    /// One attempt: the first one of a read hold outside the script where it may be
+    /// ([`first`]), else the script (see [`answer_in_time`] for late grants).
     async fn ask(
         &self,
         owed: &OwedRelease,
@@ -473,6 +513,16 @@ impl Asker for Asking<'_> {
         _nonce: u64,
     ) -> Result<Answer> {
         let lock = self.lock;
+        // With a read hold the first attempt took and left the script to number.
+        let mut taken = None;
+        if self.first.swap(false, Ordering::Relaxed) {
+            let value = format!("{} r {}", owed.owner().as_str(), lock.owner.as_str());
+            match first::attempt(&lock.plain(), owed, &value).await? {
+                First::Won(answer) => return Ok(answer),
+                First::Number(epoch) => taken = Some(epoch),
+                First::Script => {}
+            }
+        }
         let keys = &lock.keys;
         let place = place_lease.as_millis().to_string();
         let line = keys.line();
@@ -482,7 +532,9 @@ impl Asker for Asking<'_> {
             line.queue(),
             line.places(),
             line.tickets(),
+            keys.epoch(),
         ];
+        let numbering = Numbering::new(taken);
         let args = [
             lock.kind.as_str(),
             letter(self.mode),
@@ -491,23 +543,31 @@ impl Asker for Asking<'_> {
             &lock.lease_ms,
             &place,
             keys.wake_channel(),
+            numbering.name(),
         ];
-        answer_in_time(lock.options.get_lease_options(), deadline, || async {
-            let reply: (i64, i64) = lock
-                .client
-                .node()
-                .run_script(Phase::Acquire, &ACQUIRE, &key_list, &args)
-                .await?;
-            if reply == (0, -3) {
-                // The upgrade refusal wrote nothing: nothing is owed.
-                return Err(Error::Upgrade {
-                    name: lock.name().to_string(),
-                    owner: lock.owner.to_string(),
-                });
+        let mut calls = 0;
+        let answer = answer_in_time(lock.options.get_lease_options(), deadline, || {
+            calls += 1;
+            let (naming, sent_keys, sent_args) = numbering.call(calls, key_list.len(), args.len());
+            let (keys, args) = (&key_list[..sent_keys], &args[..sent_args]);
+            async move {
+                let reply: (i64, i64) = lock
+                    .client
+                    .node()
+                    .run_script_naming(Phase::Acquire, naming, &ACQUIRE, keys, args)
+                    .await?;
+                if reply == (0, -3) {
+                    // The upgrade refusal wrote nothing: nothing is owed.
+                    return Err(Error::Upgrade {
+                        name: lock.name().to_string(),
+                        owner: lock.owner.to_string(),
+                    });
+                }
+                Ok(reply)
             }
-            Ok(reply)
         })
-        .await
+        .await;
+        numbering.settled(&lock.plain(), owed, answer).await
     }
 }
 

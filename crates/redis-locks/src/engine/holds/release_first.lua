@@ -4,6 +4,10 @@
 -- look at the queue: a lone hold is live while its key exists, since the key expires with its
 -- latest hold, and a waiter in line marks the hash. KEYS and ARGV as release.lua.
 --
+-- A read hold kept as a plain key ('<hold> r <owner>', see holds.lua) is the lock's only hold
+-- and nobody waits while it is one (a waiter turns it into the hash): the caller's when its
+-- hold id leads the value.
+--
 -- Replies:
 --   {1, 0}  released: the lock key is gone (release.lua's reply when the owner has no more
 --           holds; nobody waited, so nothing is published).
@@ -11,7 +15,13 @@
 -- key of another type: its HLEN error is caught here, and release.lua says what the key is).
 
 local fields = redis.pcall('HLEN', KEYS[1])
-if fields == 1 then
+if type(fields) == 'table' then
+  local value = redis.pcall('GET', KEYS[1])
+  if type(value) == 'string' and string.sub(value, 1, #ARGV[1] + 3) == ARGV[1] .. ' r ' then
+    redis.call('DEL', KEYS[1])
+    return {1, 0}
+  end
+elseif fields == 1 then
   -- An RwLock's lone read hold (a write hold comes with 'writer' and 'token', a
   -- ReentrantMutex's with 'kind' too, a waiter's mark with 'waiting'): the caller's if it
   -- deletes it (the field is named by the caller's own random hold id, which only its

@@ -75,8 +75,8 @@
 --               queue, which it skips while nobody
 --               waits. A key without expiry is not ours and is left untouched.
 -- Errors (a grant is taken back, so no lock is left held; the message names the key):
---   WRONGTYPE <key> ...  KEYS[1] is not a string (or is a semaphore's permit kept as a
---                        plain key, '<owner> <N>': nothing is written), or KEYS[2] is not a
+--   WRONGTYPE <key> ...  KEYS[1] is not a string (or is another primitive's plain key, a
+--                        semaphore's permit or an RwLock's read hold: nothing is written), or KEYS[2] is not a
 --                        string or not an integer (in the re-grant branch the caller's own
 --                        key keeps its old lease, and the caller releases it), or KEYS[3]
 --                        (with ARGV[4]) is not a sorted set; with ARGV[5], a queue key
@@ -99,10 +99,10 @@ if type(current) == 'table' then
   end
   return current
 end
--- A semaphore's permit kept as a plain key ('<owner> <N>', see semaphore/permits.lua) is no
--- lock of this kind: an owner token has no space.
-if current and string.match(current, '^%S+ %d+$') then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. " holds a semaphore's permit, not a lock")
+-- A semaphore's permit or an RwLock's read hold kept as a plain key is no lock of this kind.
+local other = plain_other(KEYS[1], current)
+if other then
+  return other
 end
 
 -- The common case first: the lock is free. SET PX writes the key with its lease at once.

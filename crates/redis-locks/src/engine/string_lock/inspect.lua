@@ -21,13 +21,14 @@
 --              process (client) with a waiter of this lock waiting right now; 0 without
 --              ARGV[1].
 -- Errors:
---   WRONGTYPE  KEYS[1] is not a string, or is a semaphore's permit kept as a plain key
---              ('<owner> <N>', see semaphore/permits.lua: an owner token has no space).
+--   WRONGTYPE  KEYS[1] is not a string, or is another primitive's plain key (a semaphore's
+--              permit or an RwLock's read hold, see plain_other in lock.lua).
 --   WRONGTYPE <key> ...  KEYS[2] is not an integer (or not a string).
 
 local owner, is_marked = holder_of(KEYS[1])
-if owner and string.match(owner, '^%S+ %d+$') then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. " holds a semaphore's permit, not a lock")
+local other = plain_other(KEYS[1], owner)
+if other then
+  return other
 end
 local pttl = -2
 local marked = 0
