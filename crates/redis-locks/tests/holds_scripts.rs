@@ -1731,6 +1731,44 @@ fn a_second_reader_turns_a_plain_read_hold_into_the_hash_with_its_deadline() {
     let expires: i64 = redis::cmd("PEXPIRETIME").arg(LOCK).query(&mut con).unwrap();
     assert_eq!(expires, a.deadline, "the key expires with its latest hold");
     assert_eq!(hold_of(&mut con, 2).unwrap().token, token);
+    // Marked: a line may have come in beside the plain key, so a release looks at the line.
+    assert_eq!(
+        fields(&mut con).get("waiting").map(String::as_str),
+        Some("1")
+    );
+}
+
+#[test]
+fn a_string_locks_waiter_leaving_never_marks_a_plain_read_hold() {
+    let server = server();
+    let mut con = raw(&server);
+    plain(&mut con, 1, "A", 60_000);
+    // Two waiters of a Mutex of the same name in line (it waited before the read came).
+    let until = server_ms(&mut con) + 10_000;
+    redis::pipe()
+        .cmd("ZADD")
+        .arg(QUEUE)
+        .arg(1)
+        .arg("m1")
+        .arg(2)
+        .arg("m2")
+        .cmd("ZADD")
+        .arg(PLACES)
+        .arg(until)
+        .arg("m1")
+        .arg(until)
+        .arg("m2")
+        .exec(&mut con)
+        .unwrap();
+    let left: i64 = lua(&[LOCK_LUA, QUEUE_LUA, include_str!("../src/wait/leave.lua")])
+        .key(&[LOCK, QUEUE, PLACES, TICKETS][..])
+        .arg("m1")
+        .arg(CHANNEL)
+        .invoke(&mut con)
+        .unwrap();
+    assert_eq!(left, 1);
+    let value: String = redis::cmd("GET").arg(LOCK).query(&mut con).unwrap();
+    assert_eq!(value, format!("{} r A", id(1)), "no waiter's mark appended");
 }
 
 #[test]

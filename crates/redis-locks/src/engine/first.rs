@@ -8,9 +8,10 @@
 //! script, so an acquisition nobody contends for costs what a `Mutex`'s costs.
 //!
 //! Every guarantee stays the scripts':
-//! - **who may enter**: the key is taken only where it does not exist, so nobody holds or
-//!   waits (a line keeps the hash alive); what the next acquirer's script must check (a
-//!   semaphore's N, a hold's mode and owner) is in the value;
+//! - **who may enter**: the key is taken only where it does not exist, so nobody holds, and
+//!   kept only where the line's `EXISTS` in the same pipeline finds nobody waiting; what the
+//!   next acquirer's script must check (a semaphore's N, a hold's mode and owner) is in the
+//!   value;
 //! - **the line**: a grant that finds a line (one a `break` left, or a waiter that came in
 //!   after the `SET` and saw it as a holder) is given back, and the script, asked next, prods
 //!   the line's first waiter;

@@ -31,8 +31,9 @@
 --   The server's clock in ms (TIME), for place leases. Read it before writing anything.
 --
 -- mark_waited(key)
---   key      a held lock key with a lease. Appends the mark unless it is there; the key's
---            TTL stays.
+--   key      a held lock key with a lease. Appends the mark unless it is there, or the key is
+--            another primitive's plain key (see plain_other, which has a space; its own
+--            scripts keep its waiters); the key's TTL stays.
 --
 -- with_mark(owner)
 --   Returns  the value of a lock key held by owner and marked at once.
@@ -140,7 +141,7 @@ end
 
 local function mark_waited(key)
   local value = redis.call('GET', key)
-  if value and string.sub(value, -2) ~= WAITED then
+  if value and string.sub(value, -2) ~= WAITED and not string.find(value, ' ', 1, true) then
     redis.call('APPEND', key, WAITED)
   end
 end

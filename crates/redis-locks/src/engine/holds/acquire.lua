@@ -3,7 +3,7 @@
 -- epochs_record),
 -- lock.lua, queue.lua (the queue) and holds.lua (the hash; its layout is described there).
 --
--- KEYS[1]  the lock key (a hash, see holds.lua).
+-- KEYS[1]  the lock key (a hash, or a read hold kept as a plain key: see holds.lua).
 -- KEYS[2]  the fencing counter (one for readers and writers).
 -- KEYS[3]  the lock's queue of waiters, KEYS[4] its place leases, KEYS[5] its ticket counter.
 -- ARGV[1]  the kind: 'rwlock' or 'reentrant'.
@@ -21,7 +21,7 @@
 -- ARGV[8]  optional: the name of the connection this script runs on, recorded in KEYS[6] on a
 --          grant with a new token (the counter is then vouched for on that connection, and
 --          the client's next first attempt at a read hold may trust its pipelined INCR:
---          engine/holds/first.rs). '' or absent leaves KEYS[6] alone.
+--          engine/first.rs). '' or absent leaves KEYS[6] alone.
 --
 -- Who may enter:
 --   - the owner's own re-entry, at once: a write hold when the owner is the writer (it
@@ -47,7 +47,8 @@
 --               may enter is woken (in case its wake-up was lost).
 --   {0, -3}     refused for good: a write hold asked by an owner that holds only read
 --               holds (an upgrade; two upgraders would wait for each other forever).
--- Errors (no hold written; expired holds and places may have been cleaned up):
+-- Errors (no hold written; expired holds and places may have been cleaned up, and a read
+-- hold kept as a plain key turned into the hash):
 --   WRONGTYPE <key> ...  KEYS[1] is not a lock of holds (another type, or a hash that is
 --                        not one), or has live holds of another kind; a queue key holds
 --                        another type; KEYS[2] is not an integer (only checked when a new

@@ -3,7 +3,7 @@
 -- queue.lua and holds.lua). The hold keeps its lease and its fencing token. When it was the owner's last
 -- write hold, the readers at the front of the queue are woken.
 --
--- KEYS[1]  the lock key (a hash, see holds.lua).
+-- KEYS[1]  the lock key (a hash, or a read hold kept as a plain key: see holds.lua).
 -- KEYS[2]  the lock's queue of waiters, KEYS[3] its place leases, KEYS[4] its ticket counter.
 -- ARGV[1]  the hold id of the write hold.
 -- ARGV[2]  the lock's wake channel.

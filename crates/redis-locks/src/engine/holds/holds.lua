@@ -9,9 +9,10 @@
 --   writer       the owner id (OwnerId) whose write holds these are; absent with none.
 --   token        the fencing token of the writer's first write hold (re-entries keep it).
 --   waiting      '1' while waiters may be in the queue: written by the acquire that puts a
---                waiter in line while the lock is held, and by a grant that leaves others in
---                line (a hash is only ever made by a grant, or by a first acquire when nobody
---                waits), never taken away while the hash lives. So a hash without it has
+--                waiter in line while the lock is held, by a grant that leaves others in
+--                line, and by the turning of a plain read hold into the hash (see below: a
+--                line may have come in beside it) (a hash is only ever made so, by a grant, or
+--                by a first acquire when nobody waits), never taken away while the hash lives. So a hash without it has
 --                nobody in line to wake, and the release of a lone hold (release_first.lua)
 --                need not look at the queue.
 --   h:<hold>     one field per hold (per guard): '<deadline> <mode> <token> <owner>', with
@@ -30,7 +31,7 @@
 -- A lone read hold kept as a plain key: while nobody else holds an RwLock or waits, one read
 -- hold may be the string K = '<hold> r <owner>' instead (matched by '^(%S+) r (.+)$': a hold
 -- id has no space), with the hold's lease as its TTL, written by the client's first attempt
--- (SET NX PX, no script: engine/holds/first.rs). The pipelined INCR after it numbers the hold,
+-- (SET NX PX, no script: engine/first.rs). The pipelined INCR after it numbers the hold,
 -- so the server keeps no token for it: read as a hold, its token is 0 (unknown; the guard has
 -- it). Every script reads it as the hash it stands for (holds_read): the lone read hold
 -- <hold> of <owner>, live while the key exists, its deadline now + the key's PTTL; and every
@@ -67,7 +68,7 @@
 --   'WRONGTYPE <key> ...' error reply, having written nothing. With purge, deletes the holds
 --   whose deadline passed (and the writer and token fields with the last write hold, and the
 --   key with the last hold), and turns a read hold kept as a plain key into the hash (the same
---   hold, deadline and TTL, token 0), having asked first that the expiry may be set (if not:
+--   hold, deadline and TTL, token 0, and the 'waiting' mark), having asked first that the expiry may be set (if not:
 --   nil and the NOPERM reply, nothing written). A plain key that is no read hold, or has no
 --   TTL, is no lock (nil and WRONGTYPE). Returns a table:
 --     holds        live holds by hold id: {deadline=, mode=, token=, owner=}
@@ -182,7 +183,9 @@ local function holds_read_plain(key, now, purge, state)
       return nil, refusal(set.err, 'pexpireat')
     end
     redis.call('DEL', key)
-    redis.call('HSET', key, 'h:' .. hold, hold_value(deadline, 'r', 0, owner))
+    -- Marked: a line may have come in beside the plain key (the first attempt's EXISTS of
+    -- the line is not atomic with its SET), and the mark costs a release only its fast path.
+    redis.call('HSET', key, 'h:' .. hold, hold_value(deadline, 'r', 0, owner), 'waiting', '1')
     redis.call('PEXPIREAT', key, deadline)
   end
   return state

@@ -1,7 +1,7 @@
 -- inspect.lua: read the state of a lock kept in a hash in one consistent step (after the
 -- preludes fence.lua (read_counter), lock.lua and holds.lua). Writes nothing.
 --
--- KEYS[1]  the lock key (a hash, see holds.lua).
+-- KEYS[1]  the lock key (a hash, or a read hold kept as a plain key: see holds.lua).
 -- KEYS[2]  the fencing counter.
 -- KEYS[3]  the place leases of the lock's queue (queue.lua).
 --

@@ -3,7 +3,7 @@
 -- the caller's place in the queue, if it still has one: this is how a wait that ends
 -- without the lock (or a cancelled one) leaves the line.
 --
--- KEYS[1]  the lock key (a hash, see holds.lua).
+-- KEYS[1]  the lock key (a hash, or a read hold kept as a plain key: see holds.lua).
 -- KEYS[2]  the lock's queue of waiters, KEYS[3] its place leases, KEYS[4] its ticket counter.
 -- ARGV[1]  the hold id the caller acquired with (its place in the queue was 'r' or 'w'
 --          followed by it).

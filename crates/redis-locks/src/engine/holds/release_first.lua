@@ -5,8 +5,9 @@
 -- latest hold, and a waiter in line marks the hash. KEYS and ARGV as release.lua.
 --
 -- A read hold kept as a plain key ('<hold> r <owner>', see holds.lua) is the lock's only hold
--- and nobody waits while it is one (a waiter turns it into the hash): the caller's when its
--- hold id leads the value.
+-- and nobody waits behind it (a waiter turns it into the hash, marked; a line the first attempt
+-- found beside it is prodded by the script the attempt asks next, engine/first.rs): the
+-- caller's when its hold id leads the value.
 --
 -- Replies:
 --   {1, 0}  released: the lock key is gone (release.lua's reply when the owner has no more

@@ -631,8 +631,8 @@ pub(crate) enum Also<'a> {
     /// The key's `PTTL` and `TYPE`: how long a refusal lasts, or that the key is another
     /// primitive's (a try-once call).
     Lease,
-    /// `EXISTS` of this key: a semaphore's line, which a permit taken outside its scripts
-    /// must not pass.
+    /// `EXISTS` of this key: the line of a semaphore or an `RwLock`, which a plain key taken
+    /// outside their scripts must not pass (see [`first`](crate::engine::first)).
     Exists(&'a str),
 }
 
@@ -698,9 +698,10 @@ impl FirstReplies {
 /// A first attempt's pipeline on `node`, with a lease of `lease_ms` ms: the commands that
 /// vouch for the counter on this connection ([`vouching`], read first, so they are settled
 /// before the `INCR` whatever happens to the lease in between), `SET NX PX` of `value` (an
-/// owner token; a semaphore's permit kept as a plain key, `'<owner> <N>'`), the counter's
-/// `INCR`, and what `also` asks. The fast attempt of a `Mutex`, of each Redlock node and of a
-/// semaphore's single permit.
+/// owner token; a semaphore's permit kept as a plain key, `'<owner> <N>'`, or an `RwLock`'s
+/// read hold, `'<hold id> r <owner id>'`), the counter's `INCR`, and what `also` asks. The fast
+/// attempt of a `Mutex`, of each Redlock node, of a semaphore's single permit and of an
+/// `RwLock`'s read hold.
 ///
 /// # Errors
 /// A broken connection; [`Error::UnexpectedReply`] for replies of another shape (the outcome
