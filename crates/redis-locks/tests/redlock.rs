@@ -1231,7 +1231,7 @@ async fn keys_of_another_type_on_a_majority_are_typed_errors_and_leave_no_lock()
             .exec(&mut common::raw(server))
             .unwrap();
     }
-    // A wait without a budget asks first without `PTTL` and `TYPE`: its refusal is followed
+    // A wait without a budget asks first without `PTTL` and `GET`: its refusal is followed
     // by the acquire script, which names the other type, so it ends in the same error too,
     // not in a wait for ever.
     let waits = [false, true];

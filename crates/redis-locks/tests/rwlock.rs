@@ -869,6 +869,7 @@ async fn a_read_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
             .await
             .unwrap_err(),
         mutex.state().await.unwrap_err(),
+        mutex.try_lock().await.unwrap_err(),
         client
             .semaphore("plain", 2)
             .unwrap()

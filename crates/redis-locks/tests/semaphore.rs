@@ -661,6 +661,7 @@ async fn a_permit_nobody_contends_for_is_a_plain_key_taken_without_a_script() {
             .await
             .unwrap_err(),
         mutex.state().await.unwrap_err(),
+        mutex.try_lock().await.unwrap_err(),
     ] {
         assert!(matches!(err, Error::WrongType { .. }), "{err}");
     }

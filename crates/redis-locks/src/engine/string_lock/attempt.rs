@@ -42,7 +42,7 @@ pub(crate) const SEEDED: i64 = 1_000_000_000_000_000;
 
 /// How an attempt asks Redis.
 pub(crate) enum Ask {
-    /// The pipeline `SET NX PX` + `INCR` (+ `PTTL` and `TYPE` with `pttl`, to say how long
+    /// The pipeline `SET NX PX` + `INCR` (+ `PTTL` and `GET` with `pttl`, to say how long
     /// a refusal lasts, or that the name is in use as another primitive). Used by the first attempt of a `lock` and by every try-once call.
     Fast { pttl: bool },
     /// The acquire script, which marks a held lock so that its release publishes a wake-up,
@@ -268,8 +268,9 @@ impl StringLock {
                 Err(err)
             }
             // A key without expiry was not written by this library (perhaps not even a
-            // string), and a key of another type is another primitive's (an `RwLock`'s
-            // hash): the script says what it is, as the waiting path would.
+            // string), and a key of another type or another primitive's plain key is that
+            // primitive's (an `RwLock`'s hash or read hold): the script says what it is, as
+            // the waiting path would.
             (Value::Nil, _) if matches!(first.pttl, Some(Value::Int(-1))) || first.other_type() => {
                 self.ask_script(owed, Script::new(false), deadline).await
             }
@@ -553,8 +554,8 @@ async fn acquire_on_as(
 /// and the connection's name, to vouch for the counter (see `acquire.lua`, `KEYS[3]`); `SET
 /// NX PX` with `owner`'s token and a lease of `lease_ms` milliseconds; the fencing counter's
 /// `INCR`, the node's token (a refusal advances the counter too: tokens only need to grow from
-/// one holder to the next); and, `with_pttl`, the key's `PTTL` and `TYPE`, to say how long a
-/// holder's lease runs or that the key is of another type (a try-once call; the first attempt
+/// one holder to the next); and, `with_pttl`, the key's `PTTL` and `GET`, to say how long a
+/// holder's lease runs or that the key is another primitive's (a try-once call; the first attempt
 /// of a wait leaves them out, as a `Mutex`'s does: a refusal there is followed by a waiting
 /// attempt, whose script says both).
 ///
@@ -613,7 +614,7 @@ pub(crate) async fn acquire_first_on(
         }
         (_, Value::ServerError(err)) => Err(counter_error(fence, err)),
         (Value::Nil, _) if first.other_type() => {
-            // Another primitive's key (an `RwLock`'s hash): the script names it.
+            // Another primitive's key (an `RwLock`'s hash or read hold): the script names it.
             acquire_on(node, keys, owner, lease_ms, proposal, None).await
         }
         // Held; a key without expiry (`PTTL` -1) was not written by this library and has no
@@ -628,8 +629,9 @@ pub(crate) async fn acquire_first_on(
 pub(crate) enum Also<'a> {
     /// Nothing more.
     Nothing,
-    /// The key's `PTTL` and `TYPE`: how long a refusal lasts, or that the key is another
-    /// primitive's (a try-once call).
+    /// The key's `PTTL` and `GET`: how long a refusal lasts, or that the key is another
+    /// primitive's (another type, which `GET` refuses, or another primitive's plain key, whose
+    /// value has a space: a try-once call).
     Lease,
     /// `EXISTS` of this key: the line of a semaphore or an `RwLock`, which a plain key taken
     /// outside their scripts must not pass (see [`first`](crate::engine::first)).
@@ -648,9 +650,9 @@ pub(crate) struct FirstReplies {
     pub(crate) set: Value,
     /// The counter's `INCR`: the token.
     pub(crate) counter: Value,
-    /// The key's `PTTL` and `TYPE`, with [`Also::Lease`].
+    /// The key's `PTTL` and `GET`, with [`Also::Lease`].
     pttl: Option<Value>,
-    kind: Option<Value>,
+    value: Option<Value>,
     /// The `EXISTS`, with [`Also::Exists`].
     pub(crate) exists: Option<Value>,
 }
@@ -661,11 +663,15 @@ impl FirstReplies {
         vouch(node, &self.epoch, &self.name, self.believed.as_deref())
     }
 
-    /// The key is of another type than a `Mutex`'s (as `TYPE` said, when asked for).
+    /// The key is no `Mutex`'s (as `GET` said, when asked for): of another type (refused),
+    /// or another primitive's plain key (a semaphore's permit, an `RwLock`'s read hold: a
+    /// space in it, which an owner token never has).
     fn other_type(&self) -> bool {
-        self.kind.as_ref().is_some_and(
-            |kind| !matches!(kind, Value::SimpleString(kind) if kind == "string" || kind == "none"),
-        )
+        match &self.value {
+            Some(Value::ServerError(_)) => true,
+            Some(Value::BulkString(value)) => value.contains(&b' '),
+            _ => false,
+        }
     }
 
     /// How long the holder's lease still runs, as `PTTL` said (none without one).
@@ -684,13 +690,13 @@ impl FirstReplies {
             set,
             counter,
             pttl,
-            kind,
+            value,
             exists,
             ..
         } = self;
         Error::UnexpectedReply {
             phase: Phase::Acquire,
-            detail: format!("{:?}", (epoch, name, set, counter, pttl, kind, exists)),
+            detail: format!("{:?}", (epoch, name, set, counter, pttl, value, exists)),
         }
     }
 }
@@ -729,7 +735,7 @@ pub(crate) async fn ask_first(
     let (more, named) = match also {
         Also::Nothing => (0, ""),
         Also::Lease => {
-            pipe.cmd("PTTL").arg(lock).cmd("TYPE").arg(lock);
+            pipe.cmd("PTTL").arg(lock).cmd("GET").arg(lock);
             (2, "")
         }
         Also::Exists(key) => {
@@ -749,10 +755,10 @@ pub(crate) async fn ask_first(
     let mut replies = replies.into_iter();
     let mut next = || replies.next().unwrap_or(Value::Nil);
     let (epoch, name, set, counter) = (next(), next(), next(), next());
-    let (mut pttl, mut kind, mut exists) = (None, None, None);
+    let (mut pttl, mut value, mut exists) = (None, None, None);
     match also {
         Also::Nothing => {}
-        Also::Lease => (pttl, kind) = (Some(next()), Some(next())),
+        Also::Lease => (pttl, value) = (Some(next()), Some(next())),
         Also::Exists(_) => exists = Some(next()),
     }
     Ok(FirstReplies {
@@ -762,7 +768,7 @@ pub(crate) async fn ask_first(
         set,
         counter,
         pttl,
-        kind,
+        value,
         exists,
     })
 }
