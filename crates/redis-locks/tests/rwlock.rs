@@ -966,25 +966,7 @@ async fn a_first_read_that_finds_a_line_gives_its_hold_back_and_prods_the_line()
     let client = client(&server).await;
     let lock = vouched(&client, "lined", LockOptions::default()).await;
     // A line that outlived its lock (a `break` leaves one): a writer placed for 10 s.
-    let mut con = raw(&server);
-    let until = common::server_ms(&mut con) + 10_000;
-    redis::pipe()
-        .cmd("ZADD")
-        .arg("{lined}:queue")
-        .arg(1)
-        .arg("wx")
-        .cmd("ZADD")
-        .arg("{lined}:places")
-        .arg(until)
-        .arg("wx")
-        .cmd("PEXPIRE")
-        .arg("{lined}:queue")
-        .arg(10_000)
-        .cmd("PEXPIRE")
-        .arg("{lined}:places")
-        .arg(10_000)
-        .exec(&mut con)
-        .unwrap();
+    common::put_line(&mut raw(&server), "lined", "wx", 10_000);
     let mut wakes = common::subscribed(&server, "{lined}:wake");
     let (_, attempts) = common::scripts_and_first_attempts(&server);
     let err = lock.try_read().await.unwrap_err();

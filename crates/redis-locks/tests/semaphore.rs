@@ -709,25 +709,7 @@ async fn a_first_attempt_that_finds_a_line_gives_its_permit_back_and_prods_the_l
     let client = client(&server).await;
     let semaphore = vouched(&client, "lined", 2).await;
     // A line that outlived its semaphore (a `break` leaves one): a waiter placed for 10 s.
-    let mut con = raw(&server);
-    let until = common::server_ms(&mut con) + 10_000;
-    redis::pipe()
-        .cmd("ZADD")
-        .arg("{lined}:queue")
-        .arg(1)
-        .arg("w")
-        .cmd("ZADD")
-        .arg("{lined}:places")
-        .arg(until)
-        .arg("w")
-        .cmd("PEXPIRE")
-        .arg("{lined}:queue")
-        .arg(10_000)
-        .cmd("PEXPIRE")
-        .arg("{lined}:places")
-        .arg(10_000)
-        .exec(&mut con)
-        .unwrap();
+    common::put_line(&mut raw(&server), "lined", "w", 10_000);
     let mut wakes = common::subscribed(&server, "{lined}:wake");
     let (_, attempts) = common::scripts_and_first_attempts(&server);
     let err = semaphore.try_acquire().await.unwrap_err();

@@ -49,7 +49,7 @@ pub(crate) struct Busy(Mutex<Option<Instant>>);
 
 impl Busy {
     /// Whether a first attempt may be made now.
-    pub(crate) fn quiet(&self) -> bool {
+    fn quiet(&self) -> bool {
         let until = self
             .0
             .lock()
@@ -81,6 +81,7 @@ pub(crate) enum First {
 pub(crate) struct Plain<'a> {
     /// The node, whose connection vouches for its counter (not a cluster).
     pub(crate) node: &'a Node,
+    /// The lock's keys: its key, the fencing counter and its epochs, the line.
     pub(crate) keys: &'a LockKeys,
     /// How the plain key is given back (its owner-checked release).
     pub(crate) hold: &'a dyn Hold,
@@ -90,6 +91,32 @@ pub(crate) struct Plain<'a> {
     pub(crate) lease: &'a LeaseOptions,
     /// The handle's busy mark.
     pub(crate) busy: &'a Busy,
+}
+
+impl Plain<'_> {
+    /// Whether an acquisition may begin with a first attempt: on a node whose connection
+    /// vouches for its counter (not a cluster), by a handle not refused lately.
+    pub(crate) fn may_try(&self) -> bool {
+        self.node.names_its_connection() && self.busy.quiet()
+    }
+}
+
+/// The first attempt, if `pending` says it is still to be made (it is then no more: one per
+/// acquisition), writing `value()`; [`First::Script`] when it is not made.
+///
+/// # Errors
+/// As [`attempt`].
+pub(crate) async fn once(
+    pending: &std::sync::atomic::AtomicBool,
+    plain: &Plain<'_>,
+    owed: &OwedRelease,
+    value: impl FnOnce() -> String,
+) -> Result<First> {
+    if pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        attempt(plain, owed, &value()).await
+    } else {
+        Ok(First::Script)
+    }
 }
 
 /// The first attempt by `owed`'s owner token, writing `value` (see the module's

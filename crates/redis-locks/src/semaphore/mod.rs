@@ -19,7 +19,7 @@
 mod guard;
 mod state;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -485,11 +485,8 @@ impl Semaphore {
             semaphore: self,
             count: permits.to_string(),
             limit: self.permits.to_string(),
-            // One permit, on a node whose connection vouches for its counter (not a
-            // cluster), by a handle not refused lately.
-            first: AtomicBool::new(
-                permits == 1 && self.client.node().names_its_connection() && self.hold.busy.quiet(),
-            ),
+            // One permit, where a first attempt may be made ([`Plain::may_try`]).
+            first: AtomicBool::new(permits == 1 && self.plain().may_try()),
         })
     }
 
@@ -588,15 +585,12 @@ impl Asker for Asking<'_> {
     ) -> Result<Answer> {
         let semaphore = self.semaphore;
         // With a permit the first attempt took and left the script to number.
-        let mut taken = None;
-        if self.first.swap(false, Ordering::Relaxed) {
-            let value = format!("{} {}", owed.owner().as_str(), self.limit);
-            match first::attempt(&semaphore.plain(), owed, &value).await? {
-                First::Won(answer) => return Ok(answer),
-                First::Number(epoch) => taken = Some(epoch),
-                First::Script => {}
-            }
-        }
+        let value = || format!("{} {}", owed.owner().as_str(), self.limit);
+        let taken = match first::once(&self.first, &semaphore.plain(), owed, value).await? {
+            First::Won(answer) => return Ok(answer),
+            First::Number(epoch) => Some(epoch),
+            First::Script => None,
+        };
         let keys = &semaphore.keys;
         let line = keys.line();
         let key_list = [

@@ -108,6 +108,31 @@ pub fn exists(server: &RedisServer, key: &str) -> bool {
         == 1
 }
 
+/// Puts `waiter` alone in the line of the lock `name` (without a hash tag), its place leased
+/// for `ms` and both line keys expiring then: a line that outlived its lock, as a `break`
+/// leaves one.
+pub fn put_line(con: &mut redis::Connection, name: &str, waiter: &str, ms: u64) {
+    let (queue, places) = (format!("{{{name}}}:queue"), format!("{{{name}}}:places"));
+    let until = server_ms(con) + ms as i64;
+    redis::pipe()
+        .cmd("ZADD")
+        .arg(&queue)
+        .arg(1)
+        .arg(waiter)
+        .cmd("ZADD")
+        .arg(&places)
+        .arg(until)
+        .arg(waiter)
+        .cmd("PEXPIRE")
+        .arg(&queue)
+        .arg(ms)
+        .cmd("PEXPIRE")
+        .arg(&places)
+        .arg(ms)
+        .exec(con)
+        .unwrap();
+}
+
 /// The key's Redis type (`none` when absent).
 pub fn key_type(server: &RedisServer, key: &str) -> String {
     redis::cmd("TYPE").arg(key).query(&mut raw(server)).unwrap()

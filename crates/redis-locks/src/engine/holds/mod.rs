@@ -3,7 +3,7 @@
 //! guard, each with its own lease on the server clock, an owner id for re-entry, and waiters
 //! that each keep their own place in the queue (as a `FairMutex`'s do).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -323,18 +323,14 @@ impl HoldsLock {
         })
     }
 
-    /// An acquisition in `mode`: an `RwLock`'s read hold may be taken first as a plain key,
-    /// on a node whose connection vouches for its counter (not a cluster), by a handle not
-    /// refused lately (see [`first`](crate::engine::first)).
+    /// An acquisition in `mode`: an `RwLock`'s read hold may be taken first as a plain key
+    /// (see [`first`](crate::engine::first) and [`Plain::may_try`]).
     fn asking(&self, mode: HoldMode) -> Asking<'_> {
         Asking {
             lock: self,
             mode,
             first: AtomicBool::new(
-                mode == HoldMode::Read
-                    && self.kind == Kind::RwLock
-                    && self.client.node().names_its_connection()
-                    && self.hold.busy.quiet(),
+                mode == HoldMode::Read && self.kind == Kind::RwLock && self.plain().may_try(),
             ),
         }
     }
@@ -514,15 +510,12 @@ impl Asker for Asking<'_> {
     ) -> Result<Answer> {
         let lock = self.lock;
         // With a read hold the first attempt took and left the script to number.
-        let mut taken = None;
-        if self.first.swap(false, Ordering::Relaxed) {
-            let value = format!("{} r {}", owed.owner().as_str(), lock.owner.as_str());
-            match first::attempt(&lock.plain(), owed, &value).await? {
-                First::Won(answer) => return Ok(answer),
-                First::Number(epoch) => taken = Some(epoch),
-                First::Script => {}
-            }
-        }
+        let value = || format!("{} r {}", owed.owner().as_str(), lock.owner.as_str());
+        let taken = match first::once(&self.first, &lock.plain(), owed, value).await? {
+            First::Won(answer) => return Ok(answer),
+            First::Number(epoch) => Some(epoch),
+            First::Script => None,
+        };
         let keys = &lock.keys;
         let place = place_lease.as_millis().to_string();
         let line = keys.line();
